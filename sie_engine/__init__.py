@@ -1,0 +1,13 @@
+"""SIE's engine as a library: model cards, packed forward passes, heads, token-budget
+batching and the model pool. No HTTP in here."""
+
+from .card import Catalog, ModelCard, WeightsSource, card_from_local_dir
+from .engine import Engine, parse_bytes
+from .errors import SIEError
+from .postprocess import Quantized
+from .types import EncodedItem, EncodeResult, ModelInfo, SparseVector, Timings
+
+__all__ = [
+    "Catalog", "Engine", "EncodedItem", "EncodeResult", "ModelCard", "ModelInfo", "Quantized", "SIEError",
+    "SparseVector", "Timings", "WeightsSource", "card_from_local_dir", "parse_bytes",
+]

@@ -1,0 +1,70 @@
+"""Architecture registry: from a checkpoint's `architectures` string to the family
+whose packed forward pass runs it. Every entry has a test fixture in
+tests/test_arch_registry.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ..errors import UnsupportedArchitecture
+from .bert import BertConfig, BertModel
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    config_from_hf: Callable[[Mapping[str, Any]], Any]
+    model_class: type
+    # Pooling the family's embedding models usually use, for cards that do not say.
+    default_pooling: str = "mean"
+
+
+FAMILIES: dict[str, Family] = {
+    "bert": Family("bert", BertConfig.from_hf, BertModel, "mean"),
+}
+
+# Hugging Face architecture string -> family name. Task heads on top of the
+# backbone (masked LM, sequence classification) share the backbone's family.
+ARCHITECTURES: dict[str, str] = {
+    "BertModel": "bert",
+    "BertForMaskedLM": "bert",
+    "BertForSequenceClassification": "bert",
+    "BertForTokenClassification": "bert",
+    "RobertaModel": "bert",
+    "RobertaForMaskedLM": "bert",
+    "RobertaForSequenceClassification": "bert",
+    "XLMRobertaModel": "bert",
+    "XLMRobertaForMaskedLM": "bert",
+    "XLMRobertaForSequenceClassification": "bert",
+    "CamembertModel": "bert",
+}
+
+# config.json `model_type` -> family, for checkpoints without `architectures`.
+MODEL_TYPES: dict[str, str] = {"bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "camembert": "bert"}
+
+
+def register(family: Family, architectures: list[str], model_types: list[str] = ()) -> None:
+    FAMILIES[family.name] = family
+    for arch in architectures:
+        ARCHITECTURES[arch] = family.name
+    for model_type in model_types:
+        MODEL_TYPES[model_type] = family.name
+
+
+def family_for(config: Mapping[str, Any], requested: str | None = None) -> Family:
+    """The family for a config.json, or the card's explicit family."""
+    if requested is not None:
+        if requested not in FAMILIES:
+            raise UnsupportedArchitecture(f"family {requested!r} is not implemented (known: {', '.join(sorted(FAMILIES))})")
+        return FAMILIES[requested]
+    for arch in config.get("architectures") or []:
+        if arch in ARCHITECTURES:
+            return FAMILIES[ARCHITECTURES[arch]]
+    model_type = config.get("model_type")
+    if model_type in MODEL_TYPES:
+        return FAMILIES[MODEL_TYPES[model_type]]
+    raise UnsupportedArchitecture(
+        f"architecture {config.get('architectures')} (model_type {model_type!r}) is not supported; "
+        f"supported: {', '.join(sorted(ARCHITECTURES))}"
+    )

@@ -1,0 +1,279 @@
+"""Variable-length attention over packed sequences.
+
+Every backbone calls one interface:
+
+    backend.prepare(seq_lens, device) -> AttentionMetadata   (once per batch, on the host)
+    backend(q, k, v, meta, scale=..., causal=..., window=...) -> out
+
+with q `[total_tokens, n_heads, head_dim]`, k and v `[total_tokens, n_kv_heads, head_dim]`
+(grouped-query attention passes fewer K/V heads and the backend does not repeat
+them), out `[total_tokens, n_heads, head_dim]`. `window=(left, right)` limits each
+query to keys at most `left` before and `right` after it (flash-attn's
+`window_size`; None: unlimited).
+
+Two backends:
+
+- `FlashVarlenAttention`: flash-attn's `flash_attn_varlen_func` on CUDA. No
+  padding at all.
+- `GroupedSDPAAttention`: everywhere else. Sequences are sorted by length and
+  cut into groups whose lengths differ by at most `1/8`; each group is padded to
+  its longest member and runs one `scaled_dot_product_attention` call with a key
+  mask. Padding is thus bounded (and counted in `meta.padded_tokens`) while the
+  number of kernel calls stays small. A group whose members all have one length
+  needs no mask and, when the members are adjacent in the packed tensor, no copy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+Window = tuple[int, int] | None
+
+
+@dataclass
+class SeqGroup:
+    """Sequences that share one padded SDPA call.
+
+    rows: `[n, L]` packed-row index of each (sequence, position); padding points at
+        the sequence's first row (masked out as a key, dropped as a query).
+    valid: `[n * L]` flat positions of real tokens inside the `[n, L]` block, or None when
+        no position is padding.
+    token_rows: `[n_real]` packed rows of those real tokens, in the same order.
+    contiguous: (start, end) when the group is one dense slab of the packed tensor
+        (every member has length L and they are adjacent): a free view replaces the gather.
+    lengths: `[n]` real length of each member (for masks).
+    """
+
+    n: int
+    length: int
+    rows: torch.Tensor
+    valid: torch.Tensor | None
+    token_rows: torch.Tensor | None
+    contiguous: tuple[int, int] | None
+    lengths: torch.Tensor
+    _masks: dict = field(default_factory=dict)
+
+    def mask(self, causal: bool, window: Window) -> torch.Tensor | None:
+        """Boolean `[n, 1, L or 1, L]` mask (True = attend), built once per batch and reused by all layers."""
+        key = (causal, window)
+        if key not in self._masks:
+            self._masks[key] = _build_mask(self.lengths, self.length, causal, window, self.valid is not None)
+        return self._masks[key]
+
+
+def _build_mask(lengths: torch.Tensor, length: int, causal: bool, window: Window, padded: bool) -> torch.Tensor | None:
+    if not causal and window is None:
+        if not padded:
+            return None
+        keys = torch.arange(length, device=lengths.device)
+        return (keys[None, :] < lengths[:, None])[:, None, None, :]  # [n, 1, 1, L]
+    pos = torch.arange(length, device=lengths.device)
+    rel = pos[None, :] - pos[:, None]  # [L(query), L(key)]: key - query
+    allowed = torch.ones(length, length, dtype=torch.bool, device=lengths.device)
+    if causal:
+        allowed &= rel <= 0
+    if window is not None:
+        left, right = window
+        allowed &= (rel >= -left) & (rel <= right)
+    key_ok = pos[None, :] < lengths[:, None]  # [n, L]
+    return allowed[None, None, :, :] & key_ok[:, None, None, :]  # [n, 1, L, L]
+
+
+@dataclass
+class AttentionMetadata:
+    """Per-batch attention metadata, built once on the host by `prepare`.
+
+    cu_seqlens: `[B + 1]` int32 cumulative lengths on the compute device.
+    max_seqlen: the longest sequence, a Python int (no host sync in forward).
+    groups: the grouped-SDPA plan (None for flash-attn).
+    padded_tokens: positions the backend computes beyond the real tokens.
+    """
+
+    cu_seqlens: torch.Tensor
+    max_seqlen: int
+    seq_lens: tuple[int, ...]
+    groups: list[SeqGroup] | None = None
+    padded_tokens: int = 0
+
+
+class AttentionBackend:
+    name = "abstract"
+
+    def prepare(self, seq_lens: Sequence[int], device: torch.device) -> AttentionMetadata:
+        raise NotImplementedError
+
+    def __call__(self, q, k, v, meta: AttentionMetadata, *, scale: float, causal: bool = False,
+                 window: Window = None) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def _cu_seqlens(seq_lens: Sequence[int], device: torch.device) -> torch.Tensor:
+    cu = torch.zeros(len(seq_lens) + 1, dtype=torch.int32)
+    torch.cumsum(torch.tensor(seq_lens, dtype=torch.int32), 0, out=cu[1:])
+    return cu.to(device)
+
+
+class GroupedSDPAAttention(AttentionBackend):
+    """Exact attention with bounded padding; see the module docstring."""
+
+    name = "grouped_sdpa"
+
+    def __init__(self, max_pad_fraction: float = 0.125, max_group_tokens: int = 1 << 16):
+        # A sequence joins the current group while its length is within
+        # `max_pad_fraction` of the group's longest; groups stop growing at
+        # `max_group_tokens` padded positions to bound the attention matrix.
+        self.max_pad_fraction = max_pad_fraction
+        self.max_group_tokens = max_group_tokens
+
+    def prepare(self, seq_lens: Sequence[int], device: torch.device) -> AttentionMetadata:
+        seq_lens = tuple(int(n) for n in seq_lens)
+        starts = [0]
+        for n in seq_lens[:-1]:
+            starts.append(starts[-1] + n)
+        order = sorted(range(len(seq_lens)), key=lambda i: -seq_lens[i])
+        groups: list[SeqGroup] = []
+        padded = 0
+        i = 0
+        while i < len(order):
+            longest = seq_lens[order[i]]
+            members = [order[i]]
+            i += 1
+            while (
+                i < len(order)
+                and seq_lens[order[i]] >= longest * (1 - self.max_pad_fraction)
+                and (len(members) + 1) * longest <= self.max_group_tokens
+            ):
+                members.append(order[i])
+                i += 1
+            group, group_padding = self._group(members, seq_lens, starts, longest, device)
+            groups.append(group)
+            padded += group_padding
+        return AttentionMetadata(
+            cu_seqlens=_cu_seqlens(seq_lens, device),
+            max_seqlen=max(seq_lens) if seq_lens else 0,
+            seq_lens=seq_lens,
+            groups=groups,
+            padded_tokens=padded,
+        )
+
+    @staticmethod
+    def _group(members, seq_lens, starts, length, device) -> tuple[SeqGroup, int]:
+        lengths = [seq_lens[m] for m in members]
+        n = len(members)
+        same_length = all(x == length for x in lengths)
+        by_position = sorted(members, key=lambda m: starts[m])
+        adjacent = all(starts[b] == starts[a] + length for a, b in zip(by_position, by_position[1:]))
+        if same_length and adjacent:
+            start = starts[by_position[0]]
+            members, lengths = by_position, [length] * n
+            contiguous = (start, start + n * length)
+        else:
+            contiguous = None
+        pos = torch.arange(length)
+        lengths_t = torch.tensor(lengths)
+        member_starts = torch.tensor([starts[m] for m in members])
+        real = pos[None, :] < lengths_t[:, None]  # [n, L]
+        rows = torch.where(real, member_starts[:, None] + pos[None, :], member_starts[:, None])
+        valid = token_rows = None
+        if not same_length:
+            flat_real = real.reshape(-1)
+            valid = flat_real.nonzero().squeeze(1).to(device)
+            token_rows = rows.reshape(-1)[flat_real].to(device)
+        group = SeqGroup(
+            n=n,
+            length=length,
+            rows=rows.reshape(-1).to(device),
+            valid=valid,
+            token_rows=token_rows if token_rows is not None else rows.reshape(-1).to(device),
+            contiguous=contiguous,
+            lengths=lengths_t.to(device),
+        )
+        return group, n * length - sum(lengths)
+
+    def __call__(self, q, k, v, meta: AttentionMetadata, *, scale: float, causal: bool = False,
+                 window: Window = None) -> torch.Tensor:
+        n_heads, n_kv = q.shape[1], k.shape[1]
+        gqa = n_heads != n_kv
+        if len(meta.groups) == 1 and meta.groups[0].contiguous is not None:
+            return self._group_attention(q, k, v, meta.groups[0], scale, causal, window, gqa)
+        out = torch.empty_like(q)
+        for group in meta.groups:
+            result = self._group_attention(q, k, v, group, scale, causal, window, gqa)
+            if group.contiguous is not None:
+                out[group.contiguous[0]:group.contiguous[1]] = result
+            else:
+                out.index_copy_(0, group.token_rows, result)
+        return out
+
+    @staticmethod
+    def _group_attention(q, k, v, group: SeqGroup, scale, causal, window, gqa) -> torch.Tensor:
+        """Attention of one group; returns `[real tokens of the group, H, D]` in `token_rows` order."""
+        n, length = group.n, group.length
+        if group.contiguous is not None:
+            start, end = group.contiguous
+            qg, kg, vg = q[start:end], k[start:end], v[start:end]
+        else:
+            qg, kg, vg = q.index_select(0, group.rows), k.index_select(0, group.rows), v.index_select(0, group.rows)
+        # [n * L, H, D] -> [n, H, L, D]
+        qg = qg.view(n, length, qg.shape[1], qg.shape[2]).transpose(1, 2)
+        kg = kg.view(n, length, kg.shape[1], kg.shape[2]).transpose(1, 2)
+        vg = vg.view(n, length, vg.shape[1], vg.shape[2]).transpose(1, 2)
+        mask = group.mask(causal, window)
+        out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, scale=scale, enable_gqa=gqa)
+        out = out.transpose(1, 2).reshape(n * length, out.shape[1], out.shape[3])  # [n * L, H, D]
+        if group.valid is not None:
+            out = out.index_select(0, group.valid)
+        return out
+
+
+class FlashVarlenAttention(AttentionBackend):
+    """flash-attn's varlen kernel: packed input, no padding, native GQA and windows."""
+
+    name = "flash_varlen"
+
+    def __init__(self):
+        try:
+            from flash_attn import flash_attn_varlen_func
+        except ImportError as exc:  # settled at construction, never in forward
+            raise ImportError("FlashVarlenAttention needs the flash-attn package (pip install 'sie[gpu]')") from exc
+        self._fn = flash_attn_varlen_func
+
+    def prepare(self, seq_lens: Sequence[int], device: torch.device) -> AttentionMetadata:
+        seq_lens = tuple(int(n) for n in seq_lens)
+        return AttentionMetadata(
+            cu_seqlens=_cu_seqlens(seq_lens, device), max_seqlen=max(seq_lens), seq_lens=seq_lens
+        )
+
+    def __call__(self, q, k, v, meta: AttentionMetadata, *, scale: float, causal: bool = False,
+                 window: Window = None) -> torch.Tensor:
+        return self._fn(
+            q, k, v, meta.cu_seqlens, meta.cu_seqlens, meta.max_seqlen, meta.max_seqlen,
+            softmax_scale=scale, causal=causal, window_size=window if window is not None else (-1, -1),
+        )
+
+
+def flash_attn_available() -> bool:
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def select_backend(device: torch.device, dtype: torch.dtype, prefer: str = "auto") -> AttentionBackend:
+    """The attention backend for a device and dtype, decided once at model construction."""
+    if prefer == "sdpa":
+        return GroupedSDPAAttention()
+    use_flash = device.type == "cuda" and dtype in (torch.float16, torch.bfloat16) and flash_attn_available()
+    if prefer == "flash" and not use_flash:
+        raise ImportError("flash attention needs CUDA, float16/bfloat16 and the flash-attn package")
+    return FlashVarlenAttention() if use_flash else GroupedSDPAAttention()
+
+
+def default_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)

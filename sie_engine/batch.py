@@ -1,0 +1,72 @@
+"""The packed batch: every sequence of a batch concatenated, no padding.
+
+Built on the host by the model runner from tokenised sequences (like TEI's
+`Batch`), then moved to the device in one go. Backbones receive its fields as
+explicit arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .attention import AttentionBackend, AttentionMetadata
+
+
+@dataclass
+class PackedBatch:
+    """
+    input_ids: `[T]` int64, all sequences back to back.
+    positions: `[T]` int64, position of each token inside its sequence (from 0).
+    token_type_ids: `[T]` int64 or None (segment ids of sentence pairs).
+    attn: attention metadata (`cu_seqlens` `[B + 1]`, `max_seqlen`, backend plan).
+    seq_lens: host copy of the B lengths.
+    """
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    token_type_ids: torch.Tensor | None
+    attn: AttentionMetadata
+    seq_lens: tuple[int, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def cu_seqlens(self) -> torch.Tensor:
+        return self.attn.cu_seqlens
+
+    def seq_index(self) -> torch.Tensor:
+        """`[T]` index of the sequence each token belongs to."""
+        lens = torch.tensor(self.seq_lens, device=self.input_ids.device)
+        return torch.repeat_interleave(torch.arange(len(self.seq_lens), device=lens.device), lens)
+
+
+def pack(
+    ids: Sequence[np.ndarray],
+    backend: AttentionBackend,
+    device: torch.device,
+    type_ids: Sequence[np.ndarray] | None = None,
+) -> PackedBatch:
+    """Pack tokenised sequences (1-D integer arrays) into one batch on `device`."""
+    seq_lens = tuple(len(x) for x in ids)
+    if not seq_lens or min(seq_lens) == 0:
+        raise ValueError("pack needs at least one sequence and no empty sequence")
+    flat = torch.from_numpy(np.concatenate(ids).astype(np.int64, copy=False))
+    # positions restart at 0 for every sequence: arange minus each token's sequence start
+    starts = np.repeat(np.cumsum((0,) + seq_lens[:-1]), seq_lens)
+    positions = torch.from_numpy(np.arange(len(flat), dtype=np.int64) - starts)
+    types = None
+    if type_ids is not None:
+        types = torch.from_numpy(np.concatenate(type_ids).astype(np.int64, copy=False)).to(device, non_blocking=True)
+    return PackedBatch(
+        input_ids=flat.to(device, non_blocking=True),
+        positions=positions.to(device, non_blocking=True),
+        token_type_ids=types,
+        attn=backend.prepare(seq_lens, device),
+        seq_lens=seq_lens,
+    )

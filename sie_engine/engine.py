@@ -1,0 +1,368 @@
+"""`Engine`: SIE as a library. Async `encode` / `score` / `extract` with sync
+wrappers, on top of the catalog, the model pool and the scheduler.
+
+The engine runs its scheduler on an event loop of its own, in a background
+thread, so it serves callers from any event loop (the server's, a notebook's)
+or from plain threads. Tokenisation runs on a thread pool and inference on one
+inference thread per engine; neither blocks any event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+from typing import Any, Awaitable, Callable, Sequence
+
+import numpy as np
+import torch
+
+from .card import Catalog, ModelCard
+from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
+from .pool import ModelPool, PoolEvents
+from .postprocess import Quantized, convert_dtype, truncate_and_normalize
+from .runner import WorkItem, build_runner
+from .scheduler import Request, Scheduler, SchedulerEvents
+from .tokenizer import TextTokenizer, Tokenized
+from .types import EncodedItem, EncodeResult, ModelInfo, SparseVector, Timings
+from . import validation as v
+from .weights import read_config, resolve_weights
+
+log = logging.getLogger(__name__)
+
+UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6, "MIB": 2**20,
+         "G": 1e9, "GB": 1e9, "GIB": 2**30, "T": 1e12, "TB": 1e12, "TIB": 2**40}
+
+
+def parse_bytes(value: int | str) -> int:
+    """`8GiB`, `512MB`, `1e9` or an int -> bytes."""
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().upper().replace(" ", "")
+    number = text.rstrip("KMGTIB")
+    unit = text[len(number):]
+    if unit not in UNITS or not number:
+        raise ValueError(f"cannot read {value!r} as a size (examples: 8GiB, 512MB)")
+    return int(float(number) * UNITS[unit])
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda was asked for but torch sees no CUDA device")
+    return device
+
+
+def default_budget(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory * 0.9)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.5)
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread."""
+
+    def __init__(self, name: str):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+
+class _Tokenizers:
+    """One tokenizer per model, loaded once (shared by concurrent first requests) and kept
+    across evictions: tokenizers are small and tokenising must not wait for weights."""
+
+    def __init__(self, executor):
+        self._executor = executor
+        self._loaded: dict[str, TextTokenizer] = {}
+        self._loading: dict[str, asyncio.Future] = {}
+
+    def loaded(self, model_id: str) -> TextTokenizer | None:
+        return self._loaded.get(model_id)
+
+    async def get(self, card: ModelCard) -> TextTokenizer:
+        tokenizer = self._loaded.get(card.id)
+        if tokenizer is not None:
+            return tokenizer
+        future = self._loading.get(card.id)
+        if future is None:
+            future = asyncio.get_running_loop().run_in_executor(self._executor, self._load, card)
+            self._loading[card.id] = future
+        try:
+            tokenizer = await asyncio.shield(future)
+        finally:
+            self._loading.pop(card.id, None)
+        self._loaded[card.id] = tokenizer
+        return tokenizer
+
+    @staticmethod
+    def _load(card: ModelCard) -> TextTokenizer:
+        root = resolve_weights(card)
+        config = read_config(root)
+        max_len = card.max_seq_len
+        positions = config.get("max_position_embeddings")
+        if positions and config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
+            positions -= int(config.get("pad_token_id", 1)) + 1
+        if positions:
+            max_len = min(max_len, positions)
+        return TextTokenizer(root, max_len)
+
+
+class Engine:
+    """Serves the models of a catalog on one device.
+
+    Example:
+        engine = Engine()
+        result = engine.encode_sync("sentence-transformers/all-MiniLM-L6-v2", ["hello"])
+        vector = result.items[0].dense
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog | None = None,
+        *,
+        device: str | torch.device = "auto",
+        memory_budget: int | str | None = None,
+        max_queued_tokens: int = 1 << 20,
+        max_total_queued_tokens: int = 1 << 22,
+        limits: v.Limits = v.Limits(),
+        tokenizer_threads: int = 2,
+        pool_events: PoolEvents | None = None,
+        scheduler_events: SchedulerEvents | None = None,
+        load_retry_cooldown_s: float = 30.0,
+    ):
+        self.catalog = catalog if catalog is not None else Catalog.builtin()
+        self.device = resolve_device(device)
+        self.budget_bytes = parse_bytes(memory_budget) if memory_budget is not None else default_budget(self.device)
+        self.limits = limits
+        self._tokenize_pool = concurrent.futures.ThreadPoolExecutor(tokenizer_threads, thread_name_prefix="sie-tokenize")
+        self._infer_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sie-infer")
+        self._load_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sie-load")
+        self._loop_thread = _LoopThread("sie-engine")
+        self.loop = self._loop_thread.loop
+        self._tokenizers = _Tokenizers(self._tokenize_pool)
+        self._closed = False
+
+        async def setup():
+            self.pool = ModelPool(
+                self.catalog, self.device, self.budget_bytes, self._load_pool,
+                events=pool_events, retry_cooldown_s=load_retry_cooldown_s, builder=self._build,
+            )
+            self.scheduler = Scheduler(
+                self.pool, self._infer_pool, max_queued_tokens=max_queued_tokens,
+                max_total_queued_tokens=max_total_queued_tokens, events=scheduler_events,
+            )
+            self.pool._has_work = self.scheduler.has_work
+            self.scheduler.start()
+
+        asyncio.run_coroutine_threadsafe(setup(), self.loop).result()
+
+    # ---- plumbing ----------------------------------------------------------
+    def _build(self, card: ModelCard, root, device):
+        tokenizer = self._tokenizers.loaded(card.id)
+        return build_runner(card, root, device, tokenizer=tokenizer)
+
+    async def _on_engine_loop(self, fn: Callable[..., Awaitable], *args, **kwargs):
+        """Run `fn` on the engine's loop from whichever loop the caller is on."""
+        try:
+            current = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        if current is self.loop:
+            return await fn(*args, **kwargs)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop))
+
+    def _sync(self, fn: Callable[..., Awaitable], *args, **kwargs):
+        return asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop).result()
+
+    def card(self, model_id: str) -> ModelCard:
+        card = self.catalog.get(model_id)
+        if card is None:
+            raise ModelNotFound(f"model {model_id!r} is not served here (GET /v1/models lists the served models)")
+        return card
+
+    def _require_task(self, card: ModelCard, task: str) -> None:
+        if task not in card.tasks:
+            raise UnsupportedTask(
+                f"model {card.id!r} does not support {task} (its tasks: {', '.join(card.tasks) or 'none'})", field="model"
+            )
+
+    async def tokenize(self, card: ModelCard, method: str, *args, **kwargs) -> tuple[Tokenized, float]:
+        """Tokenise on the tokenizer pool; returns the result and the seconds it took."""
+        tokenizer = await self._tokenizers.get(card)
+        started = time.monotonic()
+        fn = getattr(tokenizer, method)
+        result = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, lambda: fn(*args, **kwargs))
+        return result, time.monotonic() - started
+
+    async def run_items(self, card: ModelCard, task: str, items: list[WorkItem], request: Request) -> list:
+        """Queue work items and wait for their results (in item order)."""
+        self.scheduler.submit(card.id, task, items, request)
+        return await request.future
+
+    def new_request(self, card: ModelCard, task: str, size: int, timeout: float | None) -> Request:
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        return Request(card.id, task, size, deadline=deadline)
+
+    # ---- encode ------------------------------------------------------------
+    async def encode(self, model: str, items: Sequence[Any], *, output_types: Sequence[str] | None = None,
+                     is_query: bool = False, instruction: str | None = None, dims: int | None = None,
+                     normalize: bool | None = None, output_dtype: str = "float32", truncate: bool = True,
+                     timeout: float | None = None) -> EncodeResult:
+        """Encode texts (strings or `{id?, text}` dicts) into dense / sparse / multivector outputs."""
+        return await self._on_engine_loop(
+            self._encode, model, items, output_types, is_query, instruction, dims, normalize, output_dtype,
+            truncate, timeout,
+        )
+
+    def encode_sync(self, model: str, items: Sequence[Any], **options) -> EncodeResult:
+        return self._sync(self.encode, model, items, **options)
+
+    async def _encode(self, model, items, output_types, is_query, instruction, dims, normalize, output_dtype,
+                      truncate, timeout) -> EncodeResult:
+        started = time.monotonic()
+        card = self.card(model)
+        self._require_task(card, "encode")
+        ids, texts = v.parse_items(items, self.limits)
+        outputs = v.check_output_types(output_types, card)
+        is_query = bool(v.check_optional_bool(is_query, "is_query"))
+        normalize = v.check_optional_bool(normalize, "normalize")
+        truncate = v.check_optional_bool(truncate, "truncate")
+        instruction = v.check_instruction(instruction, self.limits)
+        output_dtype = v.check_output_dtype(output_dtype)
+        dims = v.check_dims(dims, card.dims, card)
+        template, instr = card.template_for(is_query, instruction)
+        prefix, _, suffix = template.partition("{text}")
+        prefix = prefix.replace("{instruction}", instr or "")
+        suffix = suffix.replace("{instruction}", instr or "")
+        if prefix or suffix:
+            texts = [prefix + t + suffix for t in texts]
+        tokenized, tokenize_s = await self.tokenize(card, "encode", texts)
+        check_truncation(tokenized, truncate)
+        order = sorted(range(len(texts)), key=lambda i: -len(tokenized.ids[i]))
+        request = self.new_request(card, "encode", len(texts), timeout)
+        work = [WorkItem(request, i, tokenized.ids[i], outputs=frozenset(outputs)) for i in order]
+        raw = await self.run_items(card, "encode", work, request)
+        result_items = assemble_encoded(ids, raw, outputs, dims, card.normalize if normalize is None else normalize, output_dtype)
+        return EncodeResult(card.id, result_items, tokenized.num_tokens, self._timings(request, started, tokenize_s))
+
+    def _timings(self, request: Request, started: float, tokenize_s: float) -> Timings:
+        total = time.monotonic() - started
+        queue = (request.started_at - request.enqueued_at) if request.started_at else 0.0
+        return Timings(queue=queue, tokenize=tokenize_s, inference=request.inference_s, total=total)
+
+    # ---- score / extract (their heads register the implementations) --------
+    async def score(self, model: str, query: Any, items: Sequence[Any], *, top_k: int | None = None,
+                    timeout: float | None = None, **options):
+        """Score items against a query (cross-encoder or late interaction); best first."""
+        from .tasks import score as score_task
+
+        return await self._on_engine_loop(score_task.run, self, model, query, items, top_k, timeout, options)
+
+    def score_sync(self, model: str, query: Any, items: Sequence[Any], **options):
+        return self._sync(self.score, model, query, items, **options)
+
+    async def extract(self, model: str, items: Sequence[Any], labels: Sequence[str], *, threshold: float = 0.5,
+                      flat: bool = True, timeout: float | None = None, **options):
+        """Zero-shot entity extraction with the given labels."""
+        from .tasks import extract as extract_task
+
+        return await self._on_engine_loop(extract_task.run, self, model, items, labels, threshold, flat, timeout, options)
+
+    def extract_sync(self, model: str, items: Sequence[Any], labels: Sequence[str], **options):
+        return self._sync(self.extract, model, items, labels, **options)
+
+    # ---- models ------------------------------------------------------------
+    async def load(self, model: str) -> None:
+        """Load a model now (preloading); raises ModelLoadFailed with the reason."""
+
+        async def _load():
+            card = self.card(model)
+            await self._tokenizers.get(card)
+            await self.pool.get(model)
+
+        await self._on_engine_loop(_load)
+
+    def load_sync(self, model: str) -> None:
+        self._sync(self.load, model)
+
+    def model_info(self, model: str) -> ModelInfo:
+        card = self.card(model)
+        runner = self.pool.resident(model)
+        dims = dict(runner.dims) if runner else ({"dense": card.dims} if card.dims and "dense" in card.outputs else {})
+        failure = self.pool.failure(model)
+        return ModelInfo(
+            id=card.id, family=runner.family.name if runner else card.family, tasks=card.tasks, outputs=card.outputs,
+            dims=dims, matryoshka_dims=card.matryoshka_dims, max_seq_len=card.max_seq_len,
+            state=self.pool.state(model), memory_bytes=self.pool.memory_bytes(model),
+            error=failure.message if failure else None, description=card.description,
+        )
+
+    def models(self) -> list[ModelInfo]:
+        return [self.model_info(card.id) for card in self.catalog]
+
+    def queued(self, model: str | None = None) -> tuple[int, int]:
+        """(items, tokens) waiting for a batch."""
+        return self.scheduler.queued(model)
+
+    # ---- lifecycle ---------------------------------------------------------
+    async def drain(self) -> None:
+        """Refuse new work and return once every accepted request has been answered."""
+        await self._on_engine_loop(self.scheduler.drain)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        asyncio.run_coroutine_threadsafe(self.scheduler.close(), self.loop).result(timeout=30)
+        self._loop_thread.stop()
+        for executor in (self._tokenize_pool, self._infer_pool, self._load_pool):
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def check_truncation(tokenized: Tokenized, truncate: bool | None, field: str = "items") -> None:
+    if truncate is False:
+        for i, was_truncated in enumerate(tokenized.truncated):
+            if was_truncated:
+                raise InvalidRequest(
+                    f"{field}[{i}] is longer than the model's window; shorten it or allow truncation", field=f"{field}[{i}].text"
+                )
+
+
+def assemble_encoded(ids: list[str], raw: list[dict], outputs: Sequence[str], dims: int | None,
+                     normalize: bool, output_dtype: str) -> list[EncodedItem]:
+    """Per-item head outputs -> EncodedItems with the request's output options."""
+    items = [EncodedItem(id=item_id) for item_id in ids]
+    if "dense" in outputs:
+        dense = truncate_and_normalize(np.stack([r["dense"] for r in raw]), dims, normalize)
+        for item, vector in zip(items, dense):
+            item.dense = convert_dtype(vector, output_dtype)
+    if "sparse" in outputs:
+        for item, r in zip(items, raw):
+            item.sparse = r["sparse"]
+    if "multivector" in outputs:
+        for item, r in zip(items, raw):
+            item.multivector = convert_dtype(r["multivector"], output_dtype)
+    return items
+
+
+__all__ = ["Engine", "parse_bytes", "Quantized", "SparseVector"]

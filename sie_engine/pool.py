@@ -1,0 +1,253 @@
+"""The model pool: models load on first use, stay resident while used, and the
+least recently used are evicted when a memory budget would be exceeded.
+
+Memory is charged per model as weight bytes plus an activation reserve sized by
+the card's batch token budget, against a budget in bytes (GPU memory on CUDA, a
+RAM budget on CPU). "Used" is refreshed by every batch (`touch`), not only by
+loads. A model pinned by a running batch is never evicted; a model with queued
+but not running work is evicted only when no idle model can make room, and its
+queue simply waits for a reload (the scheduler re-loads it when its turn
+comes), so no queued work is lost. Concurrent loads of one model share one load.
+A failed load is remembered with its reason and retried after a cool-down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import time
+from collections import OrderedDict
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .card import Catalog, ModelCard
+from .errors import ModelLoadFailed, ModelNotFound, SIEError, UnsupportedArchitecture, WeightsNotFound
+from .runner import ModelRunner, build_runner, resolve_dtype
+from .weights import read_config, resolve_weights, weights_nbytes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Resident:
+    runner: ModelRunner
+    nbytes: int
+    last_used: float
+
+
+@dataclass
+class LoadFailure:
+    reason: str
+    detail: str
+    at: float
+
+
+class PoolEvents:
+    """Hooks for metrics; the server sets them. Defaults do nothing."""
+
+    def loaded(self, model_id: str, nbytes: int, seconds: float) -> None: ...
+    def load_failed(self, model_id: str, reason: str) -> None: ...
+    def evicted(self, model_id: str) -> None: ...
+
+
+def activation_reserve(card: ModelCard, config: dict, dtype: torch.dtype) -> int:
+    """Bytes a batch of `max_batch_tokens` needs beyond the weights: hidden states,
+    QKV, attention output and the MLP intermediate, held a few at a time."""
+    hidden = int(config.get("hidden_size", 1024))
+    intermediate = int(config.get("intermediate_size", 4 * hidden))
+    per_token = 8 * hidden + 2 * intermediate
+    return card.max_batch_tokens * per_token * torch.empty((), dtype=dtype).element_size()
+
+
+class ModelPool:
+    def __init__(
+        self,
+        catalog: Catalog,
+        device: torch.device,
+        budget_bytes: int,
+        load_executor: Executor,
+        has_work: Callable[[str], bool] = lambda model_id: False,
+        events: PoolEvents | None = None,
+        retry_cooldown_s: float = 30.0,
+        builder: Callable[..., ModelRunner] = build_runner,
+    ):
+        self.catalog = catalog
+        self.device = device
+        self.budget_bytes = budget_bytes
+        self._executor = load_executor
+        self._has_work = has_work
+        self.events = events or PoolEvents()
+        self.retry_cooldown_s = retry_cooldown_s
+        self._builder = builder
+        self._resident: OrderedDict[str, Resident] = OrderedDict()  # LRU first
+        self._loading: dict[str, asyncio.Task] = {}
+        self._reserved: dict[str, int] = {}  # bytes held by loads in progress
+        self._pins: dict[str, int] = {}
+        self._failures: dict[str, LoadFailure] = {}
+        self._room = asyncio.Condition()
+
+    # ---- state -------------------------------------------------------------
+    def card(self, model_id: str) -> ModelCard:
+        card = self.catalog.get(model_id)
+        if card is None:
+            raise ModelNotFound(f"model {model_id!r} is not in the catalog (GET /v1/models lists the served models)")
+        return card
+
+    def state(self, model_id: str) -> str:
+        if model_id in self._resident:
+            return "loaded"
+        if model_id in self._loading:
+            return "loading"
+        failure = self._failures.get(model_id)
+        if failure and time.monotonic() - failure.at < self.retry_cooldown_s:
+            return "failed"
+        return "available"
+
+    def failure(self, model_id: str) -> ModelLoadFailed | None:
+        failure = self._failures.get(model_id)
+        if failure is None or self.state(model_id) != "failed":
+            return None
+        remaining = self.retry_cooldown_s - (time.monotonic() - failure.at)
+        return ModelLoadFailed(model_id, failure.reason, failure.detail, retry_after=max(1.0, remaining))
+
+    def resident(self, model_id: str) -> ModelRunner | None:
+        entry = self._resident.get(model_id)
+        return entry.runner if entry else None
+
+    def memory_bytes(self, model_id: str) -> int:
+        entry = self._resident.get(model_id)
+        return entry.nbytes if entry else 0
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(r.nbytes for r in self._resident.values()) + sum(self._reserved.values())
+
+    def loaded_ids(self) -> list[str]:
+        return list(self._resident)
+
+    # ---- use ---------------------------------------------------------------
+    def touch(self, model_id: str) -> None:
+        entry = self._resident.get(model_id)
+        if entry is not None:
+            entry.last_used = time.monotonic()
+            self._resident.move_to_end(model_id)
+
+    @contextlib.contextmanager
+    def pinned(self, model_id: str):
+        """Hold a model resident while a batch runs on it."""
+        self._pins[model_id] = self._pins.get(model_id, 0) + 1
+        try:
+            yield
+        finally:
+            self._pins[model_id] -= 1
+            if not self._pins[model_id]:
+                del self._pins[model_id]
+                asyncio.get_running_loop().create_task(self._notify_room())
+
+    async def _notify_room(self) -> None:
+        async with self._room:
+            self._room.notify_all()
+
+    # ---- load / evict ------------------------------------------------------
+    async def get(self, model_id: str) -> ModelRunner:
+        """The loaded model, loading it (once, shared) if needed."""
+        runner = self.resident(model_id)
+        if runner is not None:
+            return runner
+        failure = self.failure(model_id)
+        if failure is not None:
+            raise failure
+        task = self._loading.get(model_id)
+        if task is None:
+            card = self.card(model_id)
+            task = asyncio.get_running_loop().create_task(self._load(card))
+            self._loading[model_id] = task
+            task.add_done_callback(lambda _t, m=model_id: self._loading.pop(m, None))
+        return await asyncio.shield(task)
+
+    async def _load(self, card: ModelCard) -> ModelRunner:
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        try:
+            root, need = await loop.run_in_executor(self._executor, self._plan, card)
+            await self._make_room(card.id, need)
+            try:
+                runner = await loop.run_in_executor(self._executor, self._builder, card, root, self.device)
+            finally:
+                self._reserved.pop(card.id, None)
+        except Exception as exc:  # every failure is reported per model, never raised past it
+            failure = _classify(exc)
+            self._failures[card.id] = LoadFailure(failure.reason, failure.detail, time.monotonic())
+            self.events.load_failed(card.id, failure.reason)
+            log.warning("load of %s failed: %s", card.id, failure.message)
+            raise ModelLoadFailed(card.id, failure.reason, failure.detail, retry_after=self.retry_cooldown_s) from exc
+        self._failures.pop(card.id, None)
+        self._resident[card.id] = Resident(runner, need, time.monotonic())
+        seconds = time.monotonic() - started
+        self.events.loaded(card.id, need, seconds)
+        log.info("loaded %s (%.1f MiB charged) in %.2fs", card.id, need / 2**20, seconds)
+        return runner
+
+    def _plan(self, card: ModelCard):
+        root = resolve_weights(card)
+        config = read_config(root)
+        dtype = resolve_dtype(card.dtype, self.device)
+        weight_bytes = weights_nbytes(root)
+        # checkpoints are mostly float32 on disk; scale to the dtype we load in
+        weight_bytes = weight_bytes * torch.empty((), dtype=dtype).element_size() // 4
+        return root, weight_bytes + activation_reserve(card, config, dtype)
+
+    async def _make_room(self, model_id: str, need: int) -> None:
+        if need > self.budget_bytes:
+            raise ModelLoadFailed(
+                model_id, "out_of_memory",
+                f"needs {need / 2**20:.0f} MiB but the whole memory budget is {self.budget_bytes / 2**20:.0f} MiB",
+            )
+        async with self._room:
+            while self.used_bytes + need > self.budget_bytes:
+                victim = self._victim()
+                if victim is None:
+                    await self._room.wait()  # only pinned models left: wait for a batch to end
+                    continue
+                self.evict(victim)
+            self._reserved[model_id] = need
+
+    def _victim(self) -> str | None:
+        """Least recently used unpinned model, preferring models with no queued work."""
+        candidates = [m for m in self._resident if m not in self._pins]
+        idle = [m for m in candidates if not self._has_work(m)]
+        pick = idle or candidates
+        return pick[0] if pick else None  # _resident is in LRU order
+
+    def evict(self, model_id: str) -> None:
+        entry = self._resident.pop(model_id, None)
+        if entry is None:
+            return
+        del entry
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.events.evicted(model_id)
+        log.info("evicted %s", model_id)
+
+
+def _classify(exc: BaseException) -> ModelLoadFailed:
+    if isinstance(exc, ModelLoadFailed):
+        return exc
+    if isinstance(exc, (WeightsNotFound, FileNotFoundError)):
+        reason = "not_found"
+    elif isinstance(exc, UnsupportedArchitecture):
+        reason = "unsupported_architecture"
+    elif isinstance(exc, torch.OutOfMemoryError) or isinstance(exc, MemoryError):
+        reason = "out_of_memory"
+    elif isinstance(exc, ValueError):
+        reason = "invalid_weights"
+    else:
+        reason = "error"
+    detail = exc.message if isinstance(exc, SIEError) else f"{type(exc).__name__}: {exc}"
+    return ModelLoadFailed("?", reason, detail)

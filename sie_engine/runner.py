@@ -1,0 +1,139 @@
+"""A loaded model: backbone, heads and tokenizer, ready to run packed batches.
+
+`build_runner` turns a card and its resolved directory into a `ModelRunner`;
+`ModelRunner.run(task, items)` packs the items' token ids, runs the backbone
+once, then the heads the items ask for, and returns one result per item.
+Validation happens here, at load; forward passes never check configs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from .arch import Family, family_for
+from .arch.weights import WeightLoadError, load_checkpoint, materialize
+from .attention import AttentionBackend, select_backend
+from .batch import PackedBatch, pack
+from .card import ModelCard
+from .errors import UnsupportedArchitecture
+from .heads.pooling import pool
+from .tokenizer import TextTokenizer
+from .weights import iter_tensors, read_config
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.float16 if device.type == "cuda" else torch.float32
+    return DTYPES[name]
+
+
+@dataclass(eq=False)
+class WorkItem:
+    """One sequence of a request, as the scheduler queues it."""
+
+    request: Any  # scheduler.Request
+    index: int  # position in the request
+    ids: np.ndarray  # int32 token ids
+    type_ids: np.ndarray | None = None
+    outputs: frozenset = frozenset()
+    extra: Any = None  # task-specific data for the task's head
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.ids)
+
+
+# A task head: (runner, hidden [T, H], batch, items) -> one result per item.
+TaskHead = Callable[["ModelRunner", torch.Tensor, PackedBatch, Sequence[WorkItem]], list]
+
+
+@dataclass
+class ModelRunner:
+    card: ModelCard
+    root: Path
+    family: Family
+    config: Any  # the family's typed config
+    backbone: torch.nn.Module
+    tokenizer: TextTokenizer
+    device: torch.device
+    dtype: torch.dtype
+    backend: AttentionBackend
+    # encode outputs: name -> fn(hidden, batch) -> [B, ...] tensor or per-sequence list
+    output_heads: dict[str, Callable] = field(default_factory=dict)
+    # other tasks (score, extract): name -> TaskHead
+    task_heads: dict[str, TaskHead] = field(default_factory=dict)
+    dims: dict[str, int] = field(default_factory=dict)
+    param_bytes: int = 0
+
+    @torch.inference_mode()
+    def run(self, task: str, items: Sequence[WorkItem]) -> list:
+        batch = pack(
+            [it.ids for it in items], self.backend, self.device,
+            [it.type_ids for it in items] if items[0].type_ids is not None else None,
+        )
+        hidden = self.backbone(batch.input_ids, batch.positions, batch.attn, batch.token_type_ids)
+        if task != "encode":
+            return self.task_heads[task](self, hidden, batch, items)
+        wanted = set().union(*(it.outputs for it in items))
+        per_output = {name: self.output_heads[name](hidden, batch) for name in wanted}
+        return [{name: per_output[name][i] for name in it.outputs} for i, it in enumerate(items)]
+
+    def dense_head(self) -> Callable:
+        """Pooling (card's mode) as a dense output head; normalisation and Matryoshka
+        truncation are per-request post-processing."""
+        mode = self.card.pooling
+
+        def dense(hidden: torch.Tensor, batch: PackedBatch) -> np.ndarray:
+            seq_index = batch.seq_index() if mode == "mean" else None
+            return pool(mode, hidden, batch.cu_seqlens, seq_index).float().cpu().numpy()
+
+        return dense
+
+
+# Builders for heads beyond dense pooling register here: output or task name ->
+# fn(runner, tensors, prefix) that installs the head on the runner (or raises
+# ValueError when the checkpoint lacks what it needs).
+HEAD_BUILDERS: dict[str, Callable[[ModelRunner, dict, str], None]] = {}
+
+
+def build_runner(card: ModelCard, root: Path, device: torch.device,
+                 tokenizer: TextTokenizer | None = None) -> ModelRunner:
+    config = read_config(root)
+    family = family_for(config, card.family)
+    dtype = resolve_dtype(card.dtype, device)
+    backend = select_backend(device, dtype)
+    typed_config = family.config_from_hf(config)
+    with torch.device("meta"):
+        backbone = family.model_class(typed_config, backend)
+    backbone = materialize(backbone, device, dtype).eval()
+    tensors = dict(iter_tensors(root))
+    report = load_checkpoint(backbone, tensors, backbone.weight_spec)
+    if tokenizer is None:
+        tokenizer = TextTokenizer(root, max_length=min(card.max_seq_len, getattr(typed_config, "max_seq_len", card.max_seq_len)))
+    runner = ModelRunner(
+        card=card, root=root, family=family, config=typed_config, backbone=backbone, tokenizer=tokenizer,
+        device=device, dtype=dtype, backend=backend,
+        param_bytes=sum(p.numel() * p.element_size() for p in backbone.parameters()),
+    )
+    for output in card.outputs:
+        if output == "dense":
+            runner.output_heads["dense"] = runner.dense_head()
+            runner.dims["dense"] = typed_config.hidden_size
+        elif output in HEAD_BUILDERS:
+            HEAD_BUILDERS[output](runner, tensors, report.prefix)
+        else:
+            raise UnsupportedArchitecture(f"{card.id}: output {output!r} has no head implementation yet")
+    return runner
+
+
+__all__ = ["ModelRunner", "WorkItem", "build_runner", "resolve_dtype", "HEAD_BUILDERS", "WeightLoadError"]

@@ -1,0 +1,286 @@
+"""Token-budget batching across requests.
+
+Per (model, task) a FIFO queue of sequences. One dispatcher coroutine picks the
+queue whose oldest sequence is oldest among the models that are loaded (starting
+loads for the others), takes sequences from its front up to the card's
+`max_batch_tokens` real tokens, and runs them as one packed batch on the
+inference thread. While a batch runs, new requests queue up and are merged into
+the next one; an idle model runs a lone request at once.
+
+Ordering: requests are served oldest first, so nothing starves; inside a request
+the engine sorts its sequences by length, so the batches a large request is cut
+into hold similar lengths (the CPU attention path then needs little padding).
+Results go back to each request in its own order; a request larger than one
+batch is split across batches and reassembled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .errors import DeadlineExceeded, Draining, InferenceFailed, ModelLoadFailed, Overloaded, PayloadTooLarge, SIEError
+from .pool import ModelPool
+from .runner import WorkItem
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Request:
+    model_id: str
+    task: str
+    size: int
+    deadline: float | None = None  # time.monotonic() limit, or None
+    future: asyncio.Future = None  # list of per-item results
+    results: list = None
+    remaining: int = 0
+    enqueued_at: float = 0.0
+    started_at: float | None = None
+    inference_s: float = 0.0
+
+    def __post_init__(self):
+        self.future = asyncio.get_running_loop().create_future()
+        self.results = [None] * self.size
+        self.remaining = self.size
+
+    @property
+    def finished(self) -> bool:
+        return self.future.done()
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+class SchedulerEvents:
+    """Hooks for metrics; the server sets them."""
+
+    def batch(self, model_id: str, items: int, tokens: int, padded: int, seconds: float) -> None: ...
+    def queue_changed(self, model_id: str, items: int, tokens: int) -> None: ...
+
+
+@dataclass
+class _Queue:
+    model_id: str
+    task: str
+    items: deque = field(default_factory=deque)  # WorkItem
+    tokens: int = 0
+
+
+class Scheduler:
+    def __init__(
+        self,
+        pool: ModelPool,
+        infer_executor: Executor,
+        *,
+        max_queued_tokens: int = 1 << 20,
+        max_total_queued_tokens: int = 1 << 22,
+        max_batch_items: int = 1024,
+        events: SchedulerEvents | None = None,
+    ):
+        self.pool = pool
+        self._executor = infer_executor
+        self.max_queued_tokens = max_queued_tokens
+        self.max_total_queued_tokens = max_total_queued_tokens
+        self.max_batch_items = max_batch_items
+        self.events = events or SchedulerEvents()
+        self._queues: dict[tuple[str, str], _Queue] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._draining = False
+        self._running: Request | None = None
+        self._inflight: set[Request] = set()
+        # drain rate (tokens/s), an exponential moving average over batches: Retry-After
+        self._rate = 0.0
+
+    # ---- lifecycle ---------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._dispatch_forever())
+
+    async def drain(self) -> None:
+        """Refuse new work and wait until every accepted request has its answer."""
+        self._draining = True
+        while self._inflight:
+            await asyncio.wait([r.future for r in list(self._inflight)])
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for queue in self._queues.values():
+            for item in queue.items:
+                item.request.fail(Draining("the engine shut down before this request ran"))
+            queue.items.clear()
+
+    # ---- state -------------------------------------------------------------
+    def has_work(self, model_id: str) -> bool:
+        return any(q.items for (m, _), q in self._queues.items() if m == model_id)
+
+    def queued(self, model_id: str | None = None) -> tuple[int, int]:
+        """(items, tokens) queued for a model, or in total."""
+        queues = [q for (m, _), q in self._queues.items() if model_id is None or m == model_id]
+        return sum(len(q.items) for q in queues), sum(q.tokens for q in queues)
+
+    def retry_after(self, tokens_ahead: int) -> float:
+        """Seconds until `tokens_ahead` queued tokens drain at the measured rate."""
+        if self._rate <= 0:
+            return 1.0
+        return min(60.0, max(1.0, tokens_ahead / self._rate))
+
+    # ---- submit ------------------------------------------------------------
+    def submit(self, model_id: str, task: str, items: Sequence[WorkItem], request: Request) -> Request:
+        """Queue a request's items (already tokenised); await `request.future` for results."""
+        if self._draining:
+            raise Draining()
+        tokens = sum(it.num_tokens for it in items)
+        queue = self._queues.setdefault((model_id, task), _Queue(model_id, task))
+        _, model_tokens = self.queued(model_id)
+        _, total_tokens = self.queued()
+        if tokens > self.max_queued_tokens:
+            raise PayloadTooLarge(
+                f"the request holds {tokens} tokens, more than the {self.max_queued_tokens} a model may queue; split it",
+                field="items",
+            )
+        if model_tokens + tokens > self.max_queued_tokens:
+            raise Overloaded(f"model {model_id!r} has {model_tokens} tokens queued", self.retry_after(model_tokens))
+        if total_tokens + tokens > self.max_total_queued_tokens:
+            raise Overloaded(f"the server has {total_tokens} tokens queued", self.retry_after(total_tokens))
+        request.enqueued_at = time.monotonic()
+        queue.items.extend(items)
+        queue.tokens += tokens
+        self._inflight.add(request)
+        request.future.add_done_callback(lambda _f: self._inflight.discard(request))
+        self.events.queue_changed(model_id, *self.queued(model_id))
+        self._wake.set()
+        return request
+
+    # ---- dispatch ----------------------------------------------------------
+    async def _dispatch_forever(self) -> None:
+        while True:
+            queue = self._next_queue()
+            if queue is None:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                await self._run_one_batch(queue)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let the dispatcher die; the batch's requests got the error
+                log.exception("dispatcher error")
+
+    def _next_queue(self) -> _Queue | None:
+        best: _Queue | None = None
+        for queue in self._queues.values():
+            self._drop_finished(queue)
+            if not queue.items:
+                continue
+            state = self.pool.state(queue.model_id)
+            if state == "failed":
+                self._fail_queue(queue, self.pool.failure(queue.model_id))
+                continue
+            if state != "loaded":
+                if state == "available":
+                    self._start_load(queue.model_id)
+                continue
+            if best is None or queue.items[0].request.enqueued_at < best.items[0].request.enqueued_at:
+                best = queue
+        return best
+
+    def _start_load(self, model_id: str) -> None:
+        async def load():
+            try:
+                await self.pool.get(model_id)
+            except ModelLoadFailed:
+                pass  # the queue is failed on the next pass, with the pool's recorded reason
+            except SIEError as exc:
+                for (m, _), queue in self._queues.items():
+                    if m == model_id:
+                        self._fail_queue(queue, exc)
+            finally:
+                self._wake.set()
+
+        asyncio.get_running_loop().create_task(load())
+
+    def _drop_finished(self, queue: _Queue) -> None:
+        """Drop items whose request already failed, was cancelled or passed its deadline."""
+        now = time.monotonic()
+        kept = deque()
+        for item in queue.items:
+            request = item.request
+            if request.deadline is not None and now > request.deadline and not request.finished:
+                request.fail(DeadlineExceeded("the request's deadline passed before its work ran"))
+            if request.finished:
+                queue.tokens -= item.num_tokens
+            else:
+                kept.append(item)
+        if len(kept) != len(queue.items):
+            queue.items = kept
+            self.events.queue_changed(queue.model_id, *self.queued(queue.model_id))
+
+    def _fail_queue(self, queue: _Queue, exc: BaseException) -> None:
+        for item in queue.items:
+            item.request.fail(exc)
+        queue.items.clear()
+        queue.tokens = 0
+        self.events.queue_changed(queue.model_id, 0, 0)
+
+    def _take_batch(self, queue: _Queue, budget: int) -> list[WorkItem]:
+        batch: list[WorkItem] = []
+        tokens = 0
+        while queue.items and len(batch) < self.max_batch_items:
+            item = queue.items[0]
+            if batch and tokens + item.num_tokens > budget:
+                break
+            queue.items.popleft()
+            batch.append(item)
+            tokens += item.num_tokens
+        queue.tokens -= tokens
+        return batch
+
+    async def _run_one_batch(self, queue: _Queue) -> None:
+        runner = self.pool.resident(queue.model_id)
+        items = self._take_batch(queue, runner.card.max_batch_tokens)
+        self.events.queue_changed(queue.model_id, *self.queued(queue.model_id))
+        started = time.monotonic()
+        for item in items:
+            if item.request.started_at is None:
+                item.request.started_at = started
+        tokens = sum(it.num_tokens for it in items)
+        loop = asyncio.get_running_loop()
+        with self.pool.pinned(queue.model_id):
+            self.pool.touch(queue.model_id)
+            try:
+                results = await loop.run_in_executor(self._executor, runner.run, queue.task, items)
+            except Exception as exc:
+                log.exception("batch of %d items for %s failed", len(items), queue.model_id)
+                error = InferenceFailed(f"inference failed for model {queue.model_id!r}: {type(exc).__name__}: {exc}")
+                for item in items:
+                    item.request.fail(error)
+                return
+        seconds = time.monotonic() - started
+        self._rate = tokens / seconds if self._rate == 0 else 0.8 * self._rate + 0.2 * tokens / max(seconds, 1e-6)
+        self.events.batch(queue.model_id, len(items), tokens, 0, seconds)
+        touched = set()
+        for item, result in zip(items, results):
+            request = item.request
+            if request.finished:
+                continue
+            request.results[item.index] = result
+            request.remaining -= 1
+            if request not in touched:
+                touched.add(request)
+                request.inference_s += seconds
+            if request.remaining == 0:
+                request.future.set_result(request.results)

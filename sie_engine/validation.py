@@ -1,0 +1,136 @@
+"""Checks on request inputs shared by the Python API and the server. Each error
+names the field and says what to send instead."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .card import ModelCard
+from .errors import InvalidRequest, PayloadTooLarge, UnsupportedOutput
+from .postprocess import OUTPUT_DTYPES
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_items: int = 4096
+    max_text_chars: int = 262_144
+    max_labels: int = 64
+    max_label_chars: int = 256
+    max_instruction_chars: int = 4096
+
+
+def parse_items(items: Any, limits: Limits, field: str = "items") -> tuple[list[str], list[str]]:
+    """Items as strings or `{id?, text}` objects -> (ids, texts). Ids default to the index."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise InvalidRequest(f"{field} must be a list of {{id?, text}} objects or strings", field=field)
+    if not items:
+        raise InvalidRequest(f"{field} must not be empty", field=field)
+    if len(items) > limits.max_items:
+        raise PayloadTooLarge(f"{field} holds {len(items)} items; at most {limits.max_items} per request", field=field)
+    ids, texts = [], []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            item_id, text = str(i), item
+        elif isinstance(item, dict):
+            text = item.get("text")
+            item_id = item.get("id", str(i))
+            unknown = set(item) - {"id", "text"}
+            if unknown:
+                raise InvalidRequest(f"{field}[{i}] has unknown fields {sorted(unknown)} (allowed: id, text)", field=f"{field}[{i}]")
+            if item_id is None:
+                item_id = str(i)
+            if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
+                raise InvalidRequest(f"{field}[{i}].id must be a string", field=f"{field}[{i}].id")
+            item_id = str(item_id)
+            if len(item_id) > 512:
+                raise InvalidRequest(f"{field}[{i}].id is longer than 512 characters", field=f"{field}[{i}].id")
+        else:
+            raise InvalidRequest(f"{field}[{i}] must be an object with a text field or a string", field=f"{field}[{i}]")
+        texts.append(check_text(text, limits, f"{field}[{i}].text"))
+        ids.append(item_id)
+    return ids, texts
+
+
+def check_text(text: Any, limits: Limits, field: str) -> str:
+    if not isinstance(text, str):
+        raise InvalidRequest(f"{field} must be a string, got {type(text).__name__}", field=field)
+    if not text.strip():
+        raise InvalidRequest(f"{field} must not be empty", field=field)
+    if len(text) > limits.max_text_chars:
+        raise PayloadTooLarge(f"{field} has {len(text)} characters; at most {limits.max_text_chars}", field=field)
+    return text
+
+
+def check_output_types(output_types: Any, card: ModelCard) -> tuple[str, ...]:
+    offered = card.encode_outputs
+    if output_types is None:
+        if not offered:
+            raise UnsupportedOutput(f"model {card.id!r} offers no encode outputs (its tasks: {', '.join(card.tasks)})", field="output_types")
+        return (offered[0],)
+    if isinstance(output_types, str):
+        output_types = [output_types]
+    if not isinstance(output_types, (list, tuple)) or not output_types:
+        raise InvalidRequest("output_types must be a non-empty list of dense, sparse, multivector", field="output_types")
+    result = []
+    for output in output_types:
+        if output not in ("dense", "sparse", "multivector"):
+            raise InvalidRequest(f"output_types: unknown output {output!r} (known: dense, sparse, multivector)", field="output_types")
+        if output not in offered:
+            raise UnsupportedOutput(
+                f"model {card.id!r} does not offer {output!r} output (it offers: {', '.join(offered) or 'none'})",
+                field="output_types",
+            )
+        if output not in result:
+            result.append(output)
+    return tuple(result)
+
+
+def check_optional_bool(value: Any, field: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise InvalidRequest(f"{field} must be true or false", field=field)
+
+
+def check_dims(dims: Any, full: int | None, card: ModelCard) -> int | None:
+    if dims is None:
+        return None
+    if isinstance(dims, bool) or not isinstance(dims, int):
+        raise InvalidRequest("dims must be a positive integer", field="dims")
+    if dims <= 0 or (full is not None and dims > full):
+        raise InvalidRequest(f"dims must be between 1 and {full} for model {card.id!r}", field="dims")
+    return dims
+
+
+def check_output_dtype(value: Any) -> str:
+    if value is None:
+        return "float32"
+    if value not in OUTPUT_DTYPES:
+        raise InvalidRequest(f"output_dtype must be one of {', '.join(OUTPUT_DTYPES)}", field="output_dtype")
+    return value
+
+
+def check_instruction(value: Any, limits: Limits) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > limits.max_instruction_chars:
+        raise InvalidRequest(f"instruction must be a string of at most {limits.max_instruction_chars} characters", field="instruction")
+    return value
+
+
+def check_number(value: Any, field: str, low: float, high: float, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not low <= value <= high:
+        raise InvalidRequest(f"{field} must be a number between {low} and {high}", field=field)
+    return float(value)
+
+
+def check_positive_int(value: Any, field: str, high: int | None = None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or (high is not None and value > high):
+        bound = f" at most {high}" if high is not None else ""
+        raise InvalidRequest(f"{field} must be a positive integer{bound}", field=field)
+    return value
