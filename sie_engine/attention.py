@@ -11,10 +11,13 @@ them), out `[total_tokens, n_heads, head_dim]`. `window=(left, right)` limits ea
 query to keys at most `left` before and `right` after it (flash-attn's
 `window_size`; None: unlimited).
 
-Two backends:
+Three backends:
 
 - `FlashVarlenAttention`: flash-attn's `flash_attn_varlen_func` on CUDA. No
   padding at all.
+- `TorchVarlenAttention`: PyTorch's own flash-attention varlen kernel
+  (`torch.nn.attention.varlen.varlen_attn`, CUDA) where flash-attn is not
+  installed. No padding either.
 - `GroupedSDPAAttention`: everywhere else. Sequences are sorted by length and
   cut into groups whose lengths differ by at most `1/8`; each group is padded to
   its longest member and runs one `scaled_dot_product_attention` call with a key
@@ -257,6 +260,37 @@ class FlashVarlenAttention(AttentionBackend):
         )
 
 
+class TorchVarlenAttention(FlashVarlenAttention):
+    """PyTorch's varlen flash kernel (torch >= 2.10, CUDA): same contract as flash-attn's."""
+
+    name = "torch_varlen"
+
+    def __init__(self):
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+        except ImportError as exc:
+            raise ImportError("TorchVarlenAttention needs torch >= 2.10 (torch.nn.attention.varlen)") from exc
+        self._fn = varlen_attn
+
+    def __call__(self, q, k, v, meta: AttentionMetadata, *, scale: float, causal: bool = False,
+                 window: Window = None) -> torch.Tensor:
+        if causal:
+            window = (window[0] if window is not None else -1, 0)
+        kwargs = {"window_size": window} if window is not None else {}
+        if q.shape[1] != k.shape[1]:
+            kwargs["enable_gqa"] = True
+        return self._fn(q, k, v, meta.cu_seqlens, meta.cu_seqlens, meta.max_seqlen, meta.max_seqlen,
+                        scale=scale, **kwargs)
+
+
+def torch_varlen_available() -> bool:
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def flash_attn_available() -> bool:
     try:
         import flash_attn  # noqa: F401
@@ -269,10 +303,14 @@ def select_backend(device: torch.device, dtype: torch.dtype, prefer: str = "auto
     """The attention backend for a device and dtype, decided once at model construction."""
     if prefer == "sdpa":
         return GroupedSDPAAttention()
-    use_flash = device.type == "cuda" and dtype in (torch.float16, torch.bfloat16) and flash_attn_available()
-    if prefer == "flash" and not use_flash:
-        raise ImportError("flash attention needs CUDA, float16/bfloat16 and the flash-attn package")
-    return FlashVarlenAttention() if use_flash else GroupedSDPAAttention()
+    half = device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
+    if half and prefer in ("auto", "flash") and flash_attn_available():
+        return FlashVarlenAttention()
+    if half and prefer in ("auto", "torch_varlen") and torch_varlen_available():
+        return TorchVarlenAttention()
+    if prefer != "auto":
+        raise ImportError(f"attention backend {prefer!r} needs CUDA, float16/bfloat16 and its kernel package")
+    return GroupedSDPAAttention()
 
 
 def default_scale(head_dim: int) -> float:

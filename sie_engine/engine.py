@@ -268,6 +268,7 @@ class Engine:
     async def score(self, model: str, query: Any, items: Sequence[Any], *, top_k: int | None = None,
                     timeout: float | None = None, **options):
         """Score items against a query (cross-encoder or late interaction); best first."""
+        self._require_task(self.card(model), "score")
         from .tasks import score as score_task
 
         return await self._on_engine_loop(score_task.run, self, model, query, items, top_k, timeout, options)
@@ -278,6 +279,7 @@ class Engine:
     async def extract(self, model: str, items: Sequence[Any], labels: Sequence[str], *, threshold: float = 0.5,
                       flat: bool = True, timeout: float | None = None, **options):
         """Zero-shot entity extraction with the given labels."""
+        self._require_task(self.card(model), "extract")
         from .tasks import extract as extract_task
 
         return await self._on_engine_loop(extract_task.run, self, model, items, labels, threshold, flat, timeout, options)

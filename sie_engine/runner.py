@@ -136,4 +136,6 @@ def build_runner(card: ModelCard, root: Path, device: torch.device,
     return runner
 
 
+from . import heads as _heads  # noqa: E402,F401  (importing the heads registers their builders)
+
 __all__ = ["ModelRunner", "WorkItem", "build_runner", "resolve_dtype", "HEAD_BUILDERS", "WeightLoadError"]
