@@ -1,0 +1,304 @@
+"""`SIEClient` (sync) and `AsyncSIEClient`: encode, score, extract and models over
+SIE's HTTP API, or in-process with the embedded engine.
+
+Both share the request building, chunking, retry decisions and parsing; they
+differ only in how a request is sent and how chunks run concurrently (a thread
+pool for the sync client, tasks under a semaphore for the async one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Mapping, Sequence
+from urllib.parse import quote
+
+from tqdm.auto import tqdm
+
+from . import batching, wire
+from .embedded import AsyncEmbeddedTransport, EmbeddedTransport
+from .errors import SIEError
+from .http import AsyncHTTPTransport, HTTPTransport
+from .retry import RetryPolicy
+from .types import EncodeResult, ExtractResult, ModelInfo, ScoreResult
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+EMBEDDED = "embedded"
+
+
+def resolve_url(url: str | None) -> str:
+    """The URL to use: the argument, else `SIE_URL`, else embedded mode."""
+    url = url if url is not None else os.environ.get("SIE_URL") or EMBEDDED
+    if url != EMBEDDED and not url.startswith(("http://", "https://")):
+        raise ValueError(f"SIE url must be 'embedded' or start with http:// or https://, got {url!r}")
+    return url
+
+
+def _model_path(route: str, model: str) -> str:
+    if not isinstance(model, str) or not model:
+        raise ValueError("model must be a non-empty model id such as 'sentence-transformers/all-MiniLM-L6-v2'")
+    return f"/v1/{route}/{quote(model, safe='/')}"
+
+
+class _Base:
+    """Options and request building shared by both clients."""
+
+    def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float | None = 120.0,
+                 encoding: str = "msgpack", batch_size: int = 128, max_concurrency: int = 4,
+                 retry: RetryPolicy | None = None, progress: bool = False, device: str = "auto",
+                 local_models: Mapping[str, str] | None = None, model_dirs: Sequence[str] = (), engine: Any = None):
+        """
+        url: `http(s)://host:port` of a server or router, or "embedded" (the default when
+            neither this nor `SIE_URL` is set) to run the engine in this process.
+        api_key: sent as `Authorization: Bearer`; defaults to `SIE_API_KEY`.
+        timeout: seconds per HTTP request (None: no limit).
+        encoding: "msgpack" (compact binary vectors, the default) or "json".
+        batch_size: items per request; larger inputs are split and sent `max_concurrency` at a time.
+        retry: how 429/503 answers and connection failures are retried.
+        progress: show a tqdm progress bar over items by default.
+        device, local_models, model_dirs, engine: embedded mode only (see `embedded.shared_engine`);
+            `engine` passes an `sie_engine.Engine` of your own.
+        """
+        if encoding not in ("msgpack", "json"):
+            raise ValueError("encoding must be 'msgpack' or 'json'")
+        if batch_size <= 0 or max_concurrency <= 0:
+            raise ValueError("batch_size and max_concurrency must be positive")
+        self.url = resolve_url(EMBEDDED if engine is not None and url is None else url)
+        self.api_key = api_key if api_key is not None else os.environ.get("SIE_API_KEY")
+        self.timeout = timeout
+        self.encoding = encoding
+        self.batch_size = batch_size
+        self.max_concurrency = max_concurrency
+        self.retry = retry or RetryPolicy()
+        self.progress = progress
+        self._embedded_options = dict(engine=engine, device=device, local_models=local_models,
+                                      model_dirs=tuple(model_dirs), timeout=timeout)
+
+    @property
+    def embedded(self) -> bool:
+        return self.url == EMBEDDED
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(url={self.url!r})"
+
+    def _encode_bodies(self, items, batch_size, **options) -> tuple[int, list[tuple[int, dict]]]:
+        items = batching.with_ids(wire.normalize_items(items))
+        options = wire.drop_none(options)
+        chunks = batching.split(items, batch_size or self.batch_size)
+        return len(items), [(offset, dict(options, items=chunk)) for offset, chunk in chunks]
+
+    def _bar(self, total: int, progress: bool | None, desc: str):
+        show = self.progress if progress is None else progress
+        return tqdm(total=total, desc=desc, unit="item", disable=not show, leave=False)
+
+
+def _score_query(query: Any) -> dict:
+    if isinstance(query, str):
+        return {"text": query}
+    if isinstance(query, Mapping) and "text" in query:
+        return {"text": query["text"]}
+    raise TypeError("query must be a string or a {text} dict")
+
+
+class SIEClient(_Base):
+    """Synchronous client.
+
+    Example:
+        client = SIEClient("http://127.0.0.1:8080")      # or SIEClient() for embedded mode
+        vectors = client.encode("sentence-transformers/all-MiniLM-L6-v2", ["hello"]).dense_matrix()
+    """
+
+    def __init__(self, url: str | None = None, **options):
+        super().__init__(url, **options)
+        if self.embedded:
+            self._transport = EmbeddedTransport(**self._embedded_options)
+        else:
+            self._transport = HTTPTransport(self.url, self.api_key, self.timeout, self.encoding)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    # ---- plumbing ----------------------------------------------------------
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One call with retries: the decoded answer, or the last `SIEError`."""
+        attempt, waited = 0, 0.0
+        while True:
+            attempt += 1
+            try:
+                return self._transport.request(method, path, body)
+            except SIEError as error:
+                delay = self.retry.delay(error, attempt, waited)
+                if delay is None:
+                    raise
+                time.sleep(delay)
+                waited += delay
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="sie-client")
+            return self._pool
+
+    def _run_chunks(self, path: str, bodies: list[tuple[int, dict]], parse: Callable, total: int,
+                    progress: bool | None, desc: str) -> list:
+        """Send chunk bodies, at most `max_concurrency` at a time; parsed answers in chunk order."""
+        with self._bar(total, progress, desc) as bar:
+            def one(body: dict):
+                result = parse(self.request("POST", path, body))
+                bar.update(len(body["items"]))
+                return result
+
+            if len(bodies) == 1:
+                return [one(bodies[0][1])]
+            futures = [self._executor().submit(one, body) for _, body in bodies]
+            try:
+                return [future.result() for future in futures]
+            finally:
+                for future in futures:
+                    future.cancel()
+
+    # ---- API ---------------------------------------------------------------
+    def encode(self, model: str, items: Any, *, output_types: Sequence[str] | None = None, is_query: bool | None = None,
+               instruction: str | None = None, dims: int | None = None, normalize: bool | None = None,
+               output_dtype: str | None = None, truncate: bool | None = None, batch_size: int | None = None,
+               progress: bool | None = None) -> EncodeResult:
+        """Encode texts (a string, strings, or `{id?, text}` dicts) into dense / sparse / multivector outputs."""
+        total, bodies = self._encode_bodies(
+            items, batch_size, output_types=list(output_types) if output_types else None, is_query=is_query,
+            instruction=instruction, dims=dims, normalize=normalize, output_dtype=output_dtype, truncate=truncate,
+        )
+        if not total:
+            return EncodeResult(model, [], 0)
+        parts = self._run_chunks(_model_path("encode", model), bodies, lambda a: wire.parse_encode(a, output_dtype),
+                                 total, progress, "encode")
+        return batching.merge_encode(model, parts)
+
+    def score(self, model: str, query: Any, items: Any, *, top_k: int | None = None, batch_size: int | None = None,
+              progress: bool | None = None) -> ScoreResult:
+        """Score items against a query; best first (`index` is the item's position in `items`)."""
+        total, bodies = self._encode_bodies(items, batch_size, query=_score_query(query), top_k=top_k)
+        if not total:
+            return ScoreResult(model, [], 0)
+        parts = self._run_chunks(_model_path("score", model), bodies, wire.parse_score, total, progress, "score")
+        return batching.merge_score(model, list(zip([o for o, _ in bodies], parts)), top_k)
+
+    def extract(self, model: str, items: Any, labels: Sequence[str], *, threshold: float | None = None,
+                flat: bool | None = None, batch_size: int | None = None, progress: bool | None = None) -> ExtractResult:
+        """Zero-shot entities with the given labels, per item."""
+        total, bodies = self._encode_bodies(items, batch_size, labels=list(labels), threshold=threshold, flat=flat)
+        if not total:
+            return ExtractResult(model, [], 0)
+        parts = self._run_chunks(_model_path("extract", model), bodies, wire.parse_extract, total, progress, "extract")
+        return batching.merge_extract(model, parts)
+
+    def models(self) -> list[ModelInfo]:
+        return [wire.parse_model(m) for m in self.request("GET", "/v1/models")["data"]]
+
+    def model(self, model: str) -> ModelInfo:
+        return wire.parse_model(self.request("GET", _model_path("models", model)))
+
+    def close(self) -> None:
+        self._transport.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> "SIEClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class AsyncSIEClient(_Base):
+    """Asynchronous client; the same calls as `SIEClient`, awaited.
+
+    Example:
+        async with AsyncSIEClient("http://127.0.0.1:8080") as client:
+            result = await client.encode("sentence-transformers/all-MiniLM-L6-v2", ["hello"])
+    """
+
+    def __init__(self, url: str | None = None, **options):
+        super().__init__(url, **options)
+        if self.embedded:
+            self._transport = AsyncEmbeddedTransport(**self._embedded_options)
+        else:
+            self._transport = AsyncHTTPTransport(self.url, self.api_key, self.timeout, self.encoding)
+
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
+        attempt, waited = 0, 0.0
+        while True:
+            attempt += 1
+            try:
+                return await self._transport.request(method, path, body)
+            except SIEError as error:
+                delay = self.retry.delay(error, attempt, waited)
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+                waited += delay
+
+    async def _run_chunks(self, path: str, bodies: list[tuple[int, dict]], parse: Callable, total: int,
+                          progress: bool | None, desc: str) -> list:
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+        with self._bar(total, progress, desc) as bar:
+            async def one(body: dict):
+                async with semaphore:
+                    result = parse(await self.request("POST", path, body))
+                bar.update(len(body["items"]))
+                return result
+
+            tasks = [asyncio.ensure_future(one(body)) for _, body in bodies]
+            try:
+                return await asyncio.gather(*tasks)
+            finally:
+                for task in tasks:
+                    task.cancel()
+
+    async def encode(self, model: str, items: Any, *, output_types: Sequence[str] | None = None,
+                     is_query: bool | None = None, instruction: str | None = None, dims: int | None = None,
+                     normalize: bool | None = None, output_dtype: str | None = None, truncate: bool | None = None,
+                     batch_size: int | None = None, progress: bool | None = None) -> EncodeResult:
+        total, bodies = self._encode_bodies(
+            items, batch_size, output_types=list(output_types) if output_types else None, is_query=is_query,
+            instruction=instruction, dims=dims, normalize=normalize, output_dtype=output_dtype, truncate=truncate,
+        )
+        if not total:
+            return EncodeResult(model, [], 0)
+        parts = await self._run_chunks(_model_path("encode", model), bodies,
+                                       lambda a: wire.parse_encode(a, output_dtype), total, progress, "encode")
+        return batching.merge_encode(model, parts)
+
+    async def score(self, model: str, query: Any, items: Any, *, top_k: int | None = None,
+                    batch_size: int | None = None, progress: bool | None = None) -> ScoreResult:
+        total, bodies = self._encode_bodies(items, batch_size, query=_score_query(query), top_k=top_k)
+        if not total:
+            return ScoreResult(model, [], 0)
+        parts = await self._run_chunks(_model_path("score", model), bodies, wire.parse_score, total, progress, "score")
+        return batching.merge_score(model, list(zip([o for o, _ in bodies], parts)), top_k)
+
+    async def extract(self, model: str, items: Any, labels: Sequence[str], *, threshold: float | None = None,
+                      flat: bool | None = None, batch_size: int | None = None,
+                      progress: bool | None = None) -> ExtractResult:
+        total, bodies = self._encode_bodies(items, batch_size, labels=list(labels), threshold=threshold, flat=flat)
+        if not total:
+            return ExtractResult(model, [], 0)
+        parts = await self._run_chunks(_model_path("extract", model), bodies, wire.parse_extract, total, progress,
+                                       "extract")
+        return batching.merge_extract(model, parts)
+
+    async def models(self) -> list[ModelInfo]:
+        return [wire.parse_model(m) for m in (await self.request("GET", "/v1/models"))["data"]]
+
+    async def model(self, model: str) -> ModelInfo:
+        return wire.parse_model(await self.request("GET", _model_path("models", model)))
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+    async def __aenter__(self) -> "AsyncSIEClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()

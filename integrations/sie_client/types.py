@@ -1,0 +1,102 @@
+"""Result types of the client. HTTP answers (JSON or msgpack) and embedded-mode
+results are all turned into these, so code never needs to know which it got."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class SparseVector:
+    indices: np.ndarray  # [nnz] int32 vocabulary ids
+    values: np.ndarray  # [nnz] float32 weights
+
+    def to_dict(self) -> dict[int, float]:
+        return {int(i): float(v) for i, v in zip(self.indices, self.values)}
+
+
+@dataclass
+class Quantized:
+    """An int8 vector or matrix and its scale (value = data * scale)."""
+
+    data: np.ndarray
+    scale: float
+
+    def dequantize(self) -> np.ndarray:
+        return self.data.astype(np.float32) * np.float32(self.scale)
+
+
+@dataclass
+class EncodedItem:
+    id: str
+    dense: Any = None  # np.ndarray [dims] (float32/float16; uint8 packed bits for binary; Quantized for int8)
+    sparse: SparseVector | None = None
+    multivector: Any = None  # np.ndarray [tokens, dims]
+
+
+@dataclass
+class EncodeResult:
+    model: str
+    items: list[EncodedItem]
+    tokens: int = 0
+
+    def dense_matrix(self) -> np.ndarray:
+        """`[N, dims]` dense vectors stacked in item order."""
+        vectors = [item.dense.dequantize() if isinstance(item.dense, Quantized) else item.dense for item in self.items]
+        if any(v is None for v in vectors):
+            raise ValueError("some items carry no dense vector: ask for output_types=['dense']")
+        return np.stack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
+
+
+@dataclass
+class ScoredItem:
+    id: str
+    index: int  # position of the item in the request
+    score: float
+    rank: int  # 0 is best
+
+
+@dataclass
+class ScoreResult:
+    model: str
+    scores: list[ScoredItem]  # best first
+    tokens: int = 0
+
+
+@dataclass
+class Entity:
+    text: str
+    label: str
+    score: float
+    start: int  # character offsets into the item's text, end exclusive
+    end: int
+
+
+@dataclass
+class ExtractedItem:
+    id: str
+    entities: list[Entity]
+
+
+@dataclass
+class ExtractResult:
+    model: str
+    items: list[ExtractedItem]
+    tokens: int = 0
+
+
+@dataclass
+class ModelInfo:
+    id: str
+    family: str | None = None
+    tasks: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    dims: dict[str, int] = field(default_factory=dict)
+    matryoshka_dims: tuple[int, ...] = ()
+    max_seq_len: int | None = None
+    state: str = "available"
+    memory_bytes: int = 0
+    error: str | None = None

@@ -1,0 +1,152 @@
+"""The wire format of docs/api.md: request bodies out, answers in.
+
+Answers arrive as JSON (vectors as nested lists) or msgpack (vectors as tensor
+objects `{dtype, shape, data}`); the embedded mode hands numpy arrays over
+directly. `parse_*` accept all three and build the same result types.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+import msgpack
+import numpy as np
+
+from .types import (
+    EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, ScoredItem, ScoreResult,
+    SparseVector,
+)
+
+MSGPACK = "application/msgpack"
+JSON = "application/json"
+TENSOR_DTYPES = {"float32": "<f4", "float16": "<f2", "int8": "i1", "uint8": "u1", "int32": "<i4"}
+TENSOR_KEYS = {"dtype", "shape", "data"}
+
+
+def dumps(body: Any, content_type: str) -> bytes:
+    if content_type == MSGPACK:
+        return msgpack.packb(body, use_bin_type=True)
+    return json.dumps(body).encode()
+
+
+def _tensor_hook(obj: dict) -> Any:
+    """msgpack object hook: tensor objects -> numpy arrays (Quantized when they carry a scale)."""
+    if TENSOR_KEYS <= obj.keys() and isinstance(obj.get("data"), (bytes, bytearray)):
+        array = np.frombuffer(obj["data"], dtype=TENSOR_DTYPES[obj["dtype"]]).reshape(obj["shape"])
+        # frombuffer views the message's bytes read-only; callers (databases) may write.
+        array = array.astype(array.dtype.newbyteorder("="), copy=True)
+        if obj.get("scale") is not None:
+            return Quantized(array, float(obj["scale"]))
+        return array
+    return obj
+
+
+def loads(raw: bytes, content_type: str | None) -> Any:
+    if content_type and content_type.split(";")[0].strip() == MSGPACK:
+        return msgpack.unpackb(raw, raw=False, object_hook=_tensor_hook, strict_map_key=False)
+    return json.loads(raw) if raw else None
+
+
+def as_array(value: Any, dtype=np.float32) -> Any:
+    """A JSON list, a decoded tensor or an engine array -> a numpy array (Quantized kept)."""
+    if value is None or isinstance(value, Quantized):
+        return value
+    if isinstance(value, np.ndarray):
+        return value
+    return np.asarray(value, dtype=dtype)
+
+
+def _with_scale(value: Any, scale: Any) -> Any:
+    # int8 answers carry the scale next to the output in JSON (`scale` per output).
+    if scale is not None and isinstance(value, np.ndarray) and value.dtype != np.int8:
+        return Quantized(value.astype(np.int8), float(scale))
+    if scale is not None and isinstance(value, np.ndarray):
+        return Quantized(value, float(scale))
+    return value
+
+
+def _vector_dtype(output_dtype: str | None):
+    return {"float16": np.float16, "int8": np.int8, "binary": np.uint8}.get(output_dtype or "float32", np.float32)
+
+
+def parse_encode(answer: Mapping[str, Any], output_dtype: str | None = None) -> EncodeResult:
+    dtype = _vector_dtype(output_dtype)
+    items = []
+    for raw in answer["items"]:
+        item = EncodedItem(id=str(raw["id"]))
+        scale = raw.get("scale")
+        if raw.get("dense") is not None:
+            item.dense = _with_scale(as_array(raw["dense"], dtype), raw.get("dense_scale", scale))
+        if raw.get("sparse") is not None:
+            sparse = raw["sparse"]
+            item.sparse = SparseVector(
+                np.asarray(as_array(sparse["indices"], np.int32), dtype=np.int32),
+                np.asarray(as_array(sparse["values"], np.float32), dtype=np.float32),
+            )
+        if raw.get("multivector") is not None:
+            item.multivector = _with_scale(as_array(raw["multivector"], dtype), raw.get("multivector_scale", scale))
+        items.append(item)
+    return EncodeResult(answer["model"], items, int((answer.get("usage") or {}).get("tokens", 0)))
+
+
+def parse_score(answer: Mapping[str, Any]) -> ScoreResult:
+    scores = [
+        ScoredItem(id=str(s["id"]), index=int(s["index"]), score=float(s["score"]), rank=int(s["rank"]))
+        for s in answer["scores"]
+    ]
+    return ScoreResult(answer["model"], scores, int((answer.get("usage") or {}).get("tokens", 0)))
+
+
+def parse_extract(answer: Mapping[str, Any]) -> ExtractResult:
+    items = [
+        ExtractedItem(
+            id=str(item["id"]),
+            entities=[
+                Entity(text=e["text"], label=e["label"], score=float(e["score"]), start=int(e["start"]), end=int(e["end"]))
+                for e in item["entities"]
+            ],
+        )
+        for item in answer["items"]
+    ]
+    return ExtractResult(answer["model"], items, int((answer.get("usage") or {}).get("tokens", 0)))
+
+
+def parse_model(raw: Mapping[str, Any]) -> ModelInfo:
+    return ModelInfo(
+        id=raw["id"],
+        family=raw.get("family"),
+        tasks=tuple(raw.get("tasks") or ()),
+        outputs=tuple(raw.get("outputs") or ()),
+        dims={k: int(v) for k, v in (raw.get("dims") or {}).items() if v is not None},
+        matryoshka_dims=tuple(raw.get("matryoshka_dims") or ()),
+        max_seq_len=raw.get("max_seq_len"),
+        state=raw.get("state", "available"),
+        memory_bytes=int(raw.get("memory_bytes") or 0),
+        error=raw.get("error"),
+    )
+
+
+def normalize_items(items: Any) -> list[dict]:
+    """A string, a list of strings or `{id?, text}` dicts -> `[{id?, text}]` (a fresh list).
+
+    Bad shapes are left for the server to refuse with its 400 message, except the
+    plain mistakes a client can name itself.
+    """
+    if isinstance(items, str):
+        items = [items]
+    if not isinstance(items, Sequence) and not hasattr(items, "__iter__"):
+        raise TypeError(f"items must be a string or a list of strings / {{id, text}} dicts, got {type(items).__name__}")
+    result = []
+    for item in items:
+        if isinstance(item, str):
+            result.append({"text": item})
+        elif isinstance(item, Mapping):
+            result.append(dict(item))
+        else:
+            raise TypeError(f"each item must be a string or an {{id?, text}} dict, got {type(item).__name__}")
+    return result
+
+
+def drop_none(body: dict) -> dict:
+    return {k: v for k, v in body.items() if v is not None}
