@@ -25,6 +25,7 @@ from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
 from .pool import ModelPool, PoolEvents
 from .postprocess import Quantized, convert_dtype, truncate_and_normalize
 from .runner import WorkItem, build_runner
+from .heads.colbert import marked_encode_args, uses_markers
 from .scheduler import Request, Scheduler, SchedulerEvents
 from .tokenizer import TextTokenizer, Tokenized
 from .types import EncodedItem, EncodeResult, ModelInfo, SparseVector, Timings
@@ -250,7 +251,10 @@ class Engine:
         suffix = suffix.replace("{instruction}", instr or "")
         if prefix or suffix:
             texts = [prefix + t + suffix for t in texts]
-        tokenized, tokenize_s = await self.tokenize(card, "encode", texts)
+        if "multivector" in card.outputs and uses_markers(card):  # ColBERT: markers, query expansion
+            tokenized, tokenize_s = await self.tokenize(card, "encode_marked", texts, **marked_encode_args(card, is_query))
+        else:
+            tokenized, tokenize_s = await self.tokenize(card, "encode", texts)
         check_truncation(tokenized, truncate)
         order = sorted(range(len(texts)), key=lambda i: -len(tokenized.ids[i]))
         request = self.new_request(card, "encode", len(texts), timeout)

@@ -22,7 +22,6 @@ from .attention import AttentionBackend, select_backend
 from .batch import PackedBatch, pack
 from .card import ModelCard
 from .errors import UnsupportedArchitecture
-from .heads.pooling import pool
 from .tokenizer import TextTokenizer
 from .weights import iter_tensors, read_config
 
@@ -136,6 +135,8 @@ def build_runner(card: ModelCard, root: Path, device: torch.device,
     return runner
 
 
+# Imported last: head modules import HEAD_BUILDERS, ModelRunner and WorkItem from this module.
 from . import heads as _heads  # noqa: E402,F401  (importing the heads registers their builders)
+from .heads.pooling import pool  # noqa: E402
 
 __all__ = ["ModelRunner", "WorkItem", "build_runner", "resolve_dtype", "HEAD_BUILDERS", "WeightLoadError"]

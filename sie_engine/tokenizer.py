@@ -61,3 +61,34 @@ class TextTokenizer:
             type_ids=[np.asarray(e.type_ids, dtype=np.int32) for e in encodings],
             truncated=[bool(e.overflowing) for e in encodings],
         )
+
+    def token_id(self, token: str) -> int:
+        """The id of one vocabulary token (a marker such as `[unused0]`); raises if the vocabulary lacks it."""
+        token_id = self._tok.token_to_id(token)
+        if token_id is None:
+            raise ValueError(f"token {token!r} is not in the tokenizer's vocabulary")
+        return token_id
+
+    def encode_marked(self, texts: Sequence[str], *, marker: str | None = None, length: int | None = None,
+                      expand: bool = False) -> Tokenized:
+        """ColBERT-style input: `marker`'s id inserted after the first token ([CLS]); each text cut
+        to `length` tokens (default: the window) keeping its final special token; with `expand`,
+        padded to `length` with the mask token (query augmentation)."""
+        base = self.encode(texts)
+        length = min(length or self.max_length, self.max_length)
+        marker_id = self.token_id(marker) if marker is not None else None
+        mask_id = self.hf.mask_token_id
+        if expand and mask_id is None:
+            raise ValueError("query expansion needs a tokenizer with a mask token")
+        ids, truncated = [], []
+        for seq, was_truncated in zip(base.ids, base.truncated):
+            if marker_id is not None:
+                seq = np.concatenate([seq[:1], np.asarray([marker_id], dtype=np.int32), seq[1:]])
+            if len(seq) > length:
+                seq = np.concatenate([seq[: length - 1], seq[-1:]])  # keep [SEP]
+                was_truncated = True
+            if expand and len(seq) < length:
+                seq = np.concatenate([seq, np.full(length - len(seq), mask_id, dtype=np.int32)])
+            ids.append(seq)
+            truncated.append(was_truncated)
+        return Tokenized(ids=ids, type_ids=None, truncated=truncated)

@@ -1,0 +1,214 @@
+"""Multi-vector (late interaction) heads: one vector per token (ColBERT, BGE-M3's
+colbert output), and the MaxSim scorer that ranks documents against a query's
+vectors on the device.
+
+Token vectors are `normalize(linear(hidden))`. Which tokens are kept:
+
+- ColBERT (`kind: colbert`, colbert-ir / PyLate checkpoints): queries keep every token,
+  including the [MASK] expansion; documents drop the punctuation skiplist. Queries and
+  documents are told apart by their marker (the token after [CLS]), which the
+  tokenizer's `encode_marked` inserts.
+- BGE-M3 (`kind: bge-m3`): every token but the first ([CLS]); the projection is
+  `colbert_linear.pt`.
+
+MaxSim: score(q, d) = sum over query vectors of the best dot product with a document
+vector (`score: mean` divides by the number of query vectors, as BGE-M3 does).
+
+Card options (`options.multivector`): kind, query_marker, document_marker,
+query_length, expand_queries, skiplist (`punctuation`, a list of tokens, or none),
+normalize, score (sum | mean).
+
+Query expansion here lets every token attend to the [MASK] tokens (PyLate's
+`attend_to_expansion_tokens=True`). Checkpoints trained with the [MASK] tokens
+hidden as attention keys (colbert-ir's default `attend_to_mask_tokens=False`) get
+slightly different query vectors: packed variable-length attention has no per-key mask.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..batch import PackedBatch
+from ..card import ModelCard
+from ..runner import HEAD_BUILDERS, ModelRunner, WorkItem
+from .common import head_options, linear, module_bytes, optional, tensor
+
+KINDS = ("colbert", "bge-m3")
+SCORES = ("sum", "mean")
+
+
+def marked_encode_args(card: ModelCard, is_query: bool) -> dict[str, Any]:
+    """Keyword arguments of `TextTokenizer.encode_marked` for a card's queries or documents."""
+    options = (card.options or {}).get("multivector") or {}
+    if is_query:
+        return {
+            "marker": options.get("query_marker"),
+            "length": options.get("query_length"),
+            "expand": bool(options.get("expand_queries", False)),
+        }
+    return {"marker": options.get("document_marker")}
+
+
+def uses_markers(card: ModelCard) -> bool:
+    options = (card.options or {}).get("multivector") or {}
+    return any(options.get(k) for k in ("query_marker", "document_marker", "query_length", "expand_queries"))
+
+
+class MultiVectorHead(nn.Module):
+    """hidden `[T, H]` -> token vectors `[T, D]` (float32) and which tokens are kept `[T]` bool."""
+
+    def __init__(self, proj: nn.Linear, normalize: bool, drop_first: bool, skip_ids: torch.Tensor | None,
+                 document_marker: int | None):
+        super().__init__()
+        self.proj = proj
+        self.normalize = normalize
+        self.drop_first = drop_first
+        self.register_buffer("skip_ids", skip_ids, persistent=False)
+        self.document_marker = document_marker
+
+    def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        vectors = self.proj(hidden).float()
+        if self.normalize:
+            vectors = F.normalize(vectors, p=2, dim=-1)
+        keep = torch.ones(hidden.shape[0], dtype=torch.bool, device=hidden.device)
+        if self.drop_first:
+            keep &= batch.positions != 0
+        if self.skip_ids is not None:
+            # a document carries its marker right after [CLS]; queries keep punctuation
+            second = (batch.cu_seqlens[:-1].long() + 1).clamp(max=hidden.shape[0] - 1)
+            is_document = batch.input_ids.index_select(0, second) == self.document_marker  # [B]
+            keep &= ~(torch.isin(batch.input_ids, self.skip_ids) & is_document[batch.seq_index()])
+        return vectors, keep
+
+    def per_sequence(self, hidden: torch.Tensor, batch: PackedBatch) -> list[np.ndarray]:
+        """One `[kept tokens, D]` float32 array per sequence (a single device -> host copy)."""
+        vectors, keep = self(hidden, batch)
+        vectors, keep = vectors.cpu().numpy(), keep.cpu().numpy()
+        bounds = np.cumsum((0,) + batch.seq_lens)
+        return [vectors[a:b][keep[a:b]] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def maxsim_scores(vectors: torch.Tensor, keep: torch.Tensor, batch: PackedBatch, queries: Sequence[torch.Tensor],
+                  query_of_seq: Sequence[int], mean: bool) -> torch.Tensor:
+    """MaxSim of each packed document against its own query.
+
+    vectors `[T, D]` and keep `[T]` of the documents; queries: the distinct query matrices
+    `[Lq_j, D]` in the batch; query_of_seq: for each of the B sequences, its query's index.
+    Returns `[B]` float32. Every document token is compared with the concatenated queries
+    at once (`[T, sum Lq]`), then each sequence reads only its own query's columns.
+    """
+    device = vectors.device
+    q_all = torch.cat(list(queries), dim=0)  # [sum Lq, D]
+    sim = vectors @ q_all.T  # [T, sum Lq]
+    sim = sim.masked_fill(~keep[:, None], float("-inf"))
+    B, L = len(batch.seq_lens), q_all.shape[0]
+    best = torch.full((B, L), float("-inf"), device=device, dtype=sim.dtype)
+    best.scatter_reduce_(0, batch.seq_index()[:, None].expand(-1, L), sim, reduce="amax", include_self=True)
+    # columns of each sequence's own query
+    starts = np.cumsum([0] + [q.shape[0] for q in queries])
+    own = np.zeros((B, L), dtype=bool)
+    for b, j in enumerate(query_of_seq):
+        own[b, starts[j]:starts[j + 1]] = True
+    own_t = torch.from_numpy(own).to(device)
+    best = torch.where(own_t & torch.isfinite(best), best, torch.zeros((), device=device))
+    scores = best.sum(dim=1)
+    if mean:
+        scores = scores / own_t.sum(dim=1).clamp(min=1)
+    return scores
+
+
+def _projection(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], kind: str) -> nn.Linear:
+    device, dtype = runner.device, runner.dtype
+    if kind == "bge-m3":
+        state = _load_torch_file(runner.root / "colbert_linear.pt")
+        return linear(state["weight"], state.get("bias"), device, dtype)
+    weight = optional(tensors, "linear.weight")
+    if weight is not None:  # colbert-ir layout: the projection sits beside the backbone
+        return linear(weight, optional(tensors, "linear.bias"), device, dtype)
+    dense = _st_dense(runner.root)  # PyLate / sentence-transformers layout: 1_Dense/
+    if dense is None:
+        raise ValueError(
+            f"card {runner.card.id}: no ColBERT projection found (`linear.weight` in the checkpoint or a 1_Dense/ module)"
+        )
+    return linear(tensor(dense, "linear.weight"), optional(dense, "linear.bias"), device, dtype)
+
+
+def _st_dense(root: Path) -> dict[str, torch.Tensor] | None:
+    for folder in sorted(root.glob("1_Dense*")):
+        if (folder / "model.safetensors").is_file():
+            from safetensors.torch import load_file
+
+            return load_file(str(folder / "model.safetensors"))
+        if (folder / "pytorch_model.bin").is_file():
+            return _load_torch_file(folder / "pytorch_model.bin")
+    return None
+
+
+def _load_torch_file(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise ValueError(f"{path} is missing: the head's weights ship in that file")
+    return torch.load(str(path), map_location="cpu", weights_only=True)
+
+
+def skiplist_ids(runner: ModelRunner, skiplist: Any) -> list[int]:
+    """Token ids of the document skiplist (`punctuation`: ColBERT's string.punctuation)."""
+    if skiplist in (None, "none", False):
+        return []
+    symbols = list(string.punctuation) if skiplist == "punctuation" else list(skiplist)
+    ids = set()
+    for symbol in symbols:
+        encoded = runner.tokenizer._tok.encode(symbol, add_special_tokens=False).ids
+        if encoded:
+            ids.add(encoded[0])
+    return sorted(ids)
+
+
+def build_multivector(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefix: str) -> None:
+    options = head_options(runner, "multivector")
+    kind = options.get("kind", "colbert")
+    if kind not in KINDS:
+        raise ValueError(f"card {runner.card.id}: options.multivector.kind {kind!r} not one of {KINDS}")
+    score_mode = options.get("score", "mean" if kind == "bge-m3" else "sum")
+    if score_mode not in SCORES:
+        raise ValueError(f"card {runner.card.id}: options.multivector.score {score_mode!r} not one of {SCORES}")
+    proj = _projection(runner, tensors, kind)
+    skip = skiplist_ids(runner, options.get("skiplist", "punctuation" if kind == "colbert" else None))
+    marker = options.get("document_marker")
+    if skip and marker is None:
+        raise ValueError(f"card {runner.card.id}: a document skiplist needs options.multivector.document_marker")
+    for token in (options.get("query_marker"), marker):
+        if token is not None:
+            runner.tokenizer.token_id(token)  # fail at load, naming the token, if the vocabulary lacks it
+    head = MultiVectorHead(
+        proj,
+        normalize=bool(options.get("normalize", True)),
+        drop_first=kind == "bge-m3",
+        skip_ids=torch.tensor(skip, dtype=torch.long, device=runner.device) if skip else None,
+        document_marker=runner.tokenizer.token_id(marker) if marker is not None else None,
+    ).eval()
+
+    def score(_runner: ModelRunner, hidden: torch.Tensor, batch: PackedBatch, items: Sequence[WorkItem]) -> list[float]:
+        queries, index, of_seq = [], {}, []
+        for item in items:  # items of one request share one query array
+            key = id(item.extra)
+            if key not in index:
+                index[key] = len(queries)
+                queries.append(torch.as_tensor(item.extra, dtype=torch.float32, device=hidden.device))
+            of_seq.append(index[key])
+        vectors, keep = head(hidden, batch)
+        return maxsim_scores(vectors, keep, batch, queries, of_seq, score_mode == "mean").cpu().tolist()
+
+    runner.output_heads["multivector"] = head.per_sequence
+    runner.task_heads["score"] = score
+    runner.dims["multivector"] = proj.out_features
+    runner.param_bytes += module_bytes(head)
+
+
+HEAD_BUILDERS["multivector"] = build_multivector

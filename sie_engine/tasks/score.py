@@ -1,0 +1,102 @@
+"""The `score` task: rank items against a query.
+
+Two kinds of model score:
+
+- cross-encoders (card output `score`): every (query, item) pair is tokenised as a
+  sentence pair and runs through the backbone as one packed sequence; the
+  classification head gives its score. Pairs of concurrent requests share batches
+  like any other work.
+- late-interaction models (card output `multivector`): the query is encoded once
+  (with its query marker and expansion), then the items run as `score` work whose
+  head computes MaxSim against the query's vectors on the device, so item vectors
+  never leave it.
+
+The answer lists items best first with their request index and rank.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .. import validation as v
+from ..errors import InvalidRequest
+from ..runner import WorkItem
+from ..types import ScoredItem, ScoreResult
+
+OPTIONS = ("truncate",)
+
+
+def parse_query(query: Any, limits: v.Limits) -> str:
+    """`{"text": ...}` or a plain string -> the query text."""
+    if isinstance(query, Mapping):
+        unknown = set(query) - {"text", "id"}
+        if unknown:
+            raise InvalidRequest(f"query has unknown fields {sorted(unknown)} (allowed: text)", field="query")
+        query = query.get("text")
+    elif not isinstance(query, str):
+        raise InvalidRequest("query must be an object with a text field or a string", field="query")
+    return v.check_text(query, limits, "query.text")
+
+
+def check_options(options: Mapping[str, Any]) -> bool | None:
+    unknown = set(options) - set(OPTIONS)
+    if unknown:
+        raise InvalidRequest(f"unknown score options {sorted(unknown)} (known: {', '.join(OPTIONS)})", field=sorted(unknown)[0])
+    return v.check_optional_bool(options.get("truncate"), "truncate")
+
+
+async def run(engine, model: str, query: Any, items: Sequence[Any], top_k: int | None, timeout: float | None,
+              options: Mapping[str, Any]) -> ScoreResult:
+    from ..engine import check_truncation  # the engine imports tasks lazily; no import cycle
+
+    started = time.monotonic()
+    card = engine.card(model)
+    query_text = parse_query(query, engine.limits)
+    ids, texts = v.parse_items(items, engine.limits)
+    top_k = v.check_positive_int(top_k, "top_k")
+    truncate = check_options(options or {})
+
+    if "score" in card.outputs:
+        tokenized, tokenize_s = await engine.tokenize(card, "encode_pairs", [query_text] * len(texts), texts)
+        check_truncation(tokenized, truncate)
+        tokens = tokenized.num_tokens
+        request = engine.new_request(card, "score", len(texts), timeout)
+        work = [WorkItem(request, i, tokenized.ids[i], type_ids=tokenized.type_ids[i]) for i in _longest_first(tokenized.ids)]
+        scores = await engine.run_items(card, "score", work, request)
+    else:  # late interaction: MaxSim against the query's multivector
+        from ..heads.colbert import marked_encode_args
+
+        q_tok, q_s = await engine.tokenize(card, "encode_marked", [query_text], **marked_encode_args(card, True))
+        check_truncation(q_tok, truncate, field="query")
+        d_tok, d_s = await engine.tokenize(card, "encode_marked", texts, **marked_encode_args(card, False))
+        check_truncation(d_tok, truncate)
+        tokenize_s = q_s + d_s
+        tokens = q_tok.num_tokens + d_tok.num_tokens
+        q_request = engine.new_request(card, "encode", 1, timeout)
+        (encoded,) = await engine.run_items(
+            card, "encode", [WorkItem(q_request, 0, q_tok.ids[0], outputs=frozenset({"multivector"}))], q_request
+        )
+        query_vectors = encoded["multivector"]
+        remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        request = engine.new_request(card, "score", len(texts), remaining)
+        work = [WorkItem(request, i, d_tok.ids[i], extra=query_vectors) for i in _longest_first(d_tok.ids)]
+        scores = await engine.run_items(card, "score", work, request)
+
+    ranked = rank(ids, scores, top_k)
+    return ScoreResult(card.id, ranked, tokens, engine._timings(request, started, tokenize_s))
+
+
+def _longest_first(ids: list[np.ndarray]) -> list[int]:
+    """Item order for the queue: long first, so batches hold similar lengths."""
+    return sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+
+
+def rank(ids: list[str], scores: Sequence[float], top_k: int | None) -> list[ScoredItem]:
+    """Best first; ties keep request order (a stable sort)."""
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    if top_k is not None:
+        order = order[:top_k]
+    return [ScoredItem(id=ids[i], index=i, score=float(scores[i]), rank=r) for r, i in enumerate(order)]
