@@ -1,0 +1,184 @@
+"""The router's aiohttp application: `create_router_app(config) -> web.Application`."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .config import RouterConfig
+from .errors import error_response
+from .metrics import RouterMetrics
+from .proxy import Forwarder
+from .registry import WorkerRegistry
+
+log = logging.getLogger("sie_server.router")
+
+CONFIG = web.AppKey("config", RouterConfig)
+METRICS = web.AppKey("metrics", RouterMetrics)
+REGISTRY = web.AppKey("registry", WorkerRegistry)
+FORWARDER = web.AppKey("forwarder", Forwarder)
+STATE = web.AppKey("state", dict)
+
+# Bodies larger than this are parsed off the event loop (only /v1/embeddings is parsed).
+_INLINE_PARSE_BYTES = 64 * 1024
+# The same open routes as an engine server (health, readiness, metrics, OpenAPI).
+_OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
+
+
+@web.middleware
+async def _contract_errors(request: web.Request, handler) -> web.StreamResponse:
+    """aiohttp's own 404/405/413 answers, in the contract's error shape."""
+    try:
+        return await handler(request)
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[CONFIG].max_body_bytes
+        return error_response(413, "payload_too_large", f"request body over {limit} bytes")
+    except web.HTTPNotFound:
+        return error_response(404, "not_found", f"no route {request.method} {request.path}")
+    except web.HTTPMethodNotAllowed:
+        return error_response(405, "invalid_request",
+                              f"{request.method} is not allowed on {request.path}")
+
+
+@web.middleware
+async def _api_key(request: web.Request, handler) -> web.StreamResponse:
+    keys = request.app[CONFIG].api_keys
+    if keys and request.path not in _OPEN_PATHS:
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:] if auth[:7].lower() == "bearer " else ""
+        if not any(hmac.compare_digest(token, k) for k in keys):
+            return error_response(401, "unauthorized",
+                                  "missing or wrong API key: send 'Authorization: Bearer <key>'")
+    return await handler(request)
+
+
+def _pool_for(request: web.Request) -> tuple[str | None, web.Response | None]:
+    config = request.app[CONFIG]
+    pool = request.headers.get("X-SIE-Pool") or config.default_pool
+    if pool is None:
+        return None, None
+    registry = request.app[REGISTRY]
+    if not registry.pool_known(pool):
+        known = ", ".join(sorted(registry.seen_pools)) or "(none)"
+        return None, error_response(400, "invalid_request",
+                                    f"X-SIE-Pool: unknown pool '{pool}'; known pools: {known}")
+    return pool, None
+
+
+async def _forward(request: web.Request, model: str | None, body: bytes) -> web.StreamResponse:
+    pool, refusal = _pool_for(request)
+    if refusal is not None:
+        return refusal
+    return await request.app[FORWARDER].handle(request, pool, model, body)
+
+
+async def task_handler(request: web.Request) -> web.StreamResponse:
+    """POST /v1/{encode,score,extract}/{model}: the model is in the path."""
+    body = await request.read()
+    return await _forward(request, request.match_info["model"], body)
+
+
+def _model_in_body(body: bytes) -> str | None:
+    try:
+        model = json.loads(body).get("model")
+    except (ValueError, AttributeError):
+        return None  # the worker answers the malformed body with its own 400
+    return model if isinstance(model, str) else None
+
+
+async def embeddings_handler(request: web.Request) -> web.StreamResponse:
+    """POST /v1/embeddings (OpenAI): the model is in the JSON body; the body is sent unchanged."""
+    body = await request.read()
+    if len(body) > _INLINE_PARSE_BYTES:
+        model = await asyncio.to_thread(_model_in_body, body)
+    else:
+        model = _model_in_body(body)
+    return await _forward(request, model, body)
+
+
+async def passthrough_handler(request: web.Request) -> web.StreamResponse:
+    """GET /v1/models, /v1/models/{model}, /openapi.json: any ready worker of the pool answers."""
+    return await _forward(request, None, b"")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if state.get("draining"):
+        return error_response(503, "draining", "the router is shutting down", retry_after_s=1)
+    if not state.get("discovered"):
+        return error_response(503, "not_ready", "first worker discovery not done", retry_after_s=1)
+    return web.json_response({"status": "ready"})
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    payload = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def workers_handler(request: web.Request) -> web.Response:
+    """GET /v1/router/workers: the router's view of its workers (for operators and tests)."""
+    registry = request.app[REGISTRY]
+    return web.json_response({
+        "pools": sorted(registry.seen_pools),
+        "workers": [w.snapshot() for w in registry.workers.values()],
+    })
+
+
+async def _worker_context(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG]
+    # auto_decompress=False: an encoded answer goes back byte for byte with its header.
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=1024), auto_decompress=False)
+    registry = WorkerRegistry(config, app[METRICS], session)
+    app[REGISTRY] = registry
+    app[FORWARDER] = Forwarder(config, registry, app[METRICS], session)
+    # One round before serving, so the first requests see the workers that are up.
+    try:
+        await asyncio.wait_for(registry.refresh(force_discovery=True),
+                               config.status_timeout_s + 1.0)
+    except asyncio.TimeoutError:
+        log.warning("first worker discovery timed out; continuing in the background")
+    app[STATE]["discovered"] = True
+    loop_task = asyncio.create_task(registry.run(), name="sie-router-refresh")
+    yield
+    loop_task.cancel()
+    try:
+        await loop_task
+    except asyncio.CancelledError:
+        pass
+    await session.close()
+
+
+async def _on_shutdown(app: web.Application) -> None:
+    app[STATE]["draining"] = True
+
+
+def create_router_app(config: RouterConfig) -> web.Application:
+    app = web.Application(
+        client_max_size=config.max_body_bytes, middlewares=[_contract_errors, _api_key])
+    app[CONFIG] = config
+    app[METRICS] = RouterMetrics()
+    app[STATE] = {}
+    app.cleanup_ctx.append(_worker_context)
+    app.on_shutdown.append(_on_shutdown)
+    app.router.add_post(r"/v1/{task:encode|score|extract}/{model:.+}", task_handler)
+    app.router.add_post("/v1/embeddings", embeddings_handler)
+    app.router.add_get("/v1/models", passthrough_handler)
+    app.router.add_get("/v1/models/{model:.+}", passthrough_handler)
+    app.router.add_get("/openapi.json", passthrough_handler)
+    app.router.add_get("/v1/router/workers", workers_handler)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_handler)
+    return app

@@ -1,0 +1,57 @@
+"""Router settings: where the workers are and how long to wait for them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class StaticWorker:
+    """A worker named on the command line; `pool` None means "trust the worker's /v1/status"."""
+
+    url: str
+    pool: str | None = None
+
+
+@dataclass(frozen=True)
+class PoolService:
+    """A Kubernetes headless service whose DNS A/AAAA records are the pool's pods."""
+
+    pool: str
+    host: str
+    port: int
+    scheme: str = "http"
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    workers: tuple[StaticWorker, ...] = ()
+    services: tuple[PoolService, ...] = ()
+    # Pools that requests may name even while no worker of them exists yet (scaled to zero).
+    pools: tuple[str, ...] = ()
+    # Pool for requests without X-SIE-Pool; None: any ready worker of any pool.
+    default_pool: str | None = None
+    poll_interval_s: float = 1.0
+    dns_refresh_s: float = 5.0
+    status_timeout_s: float = 2.0
+    # How long a request is held while no worker of its pool is ready (the KEDA
+    # scale-from-zero window: pod start + model load should fit in it).
+    hold_timeout_s: float = 30.0
+    retry_after_s: int = 5
+    # Upstream attempts per request (429s, connection failures, draining workers).
+    max_attempts: int = 4
+    connect_timeout_s: float = 2.0
+    upstream_timeout_s: float = 300.0
+    # A worker that got a model is preferred for it for this long even before its
+    # /v1/status shows the model loading, so a burst does not load it everywhere.
+    affinity_grace_s: float = 10.0
+    max_body_bytes: int = 64 * 1024 * 1024
+    api_keys: frozenset[str] = field(default_factory=frozenset)
+
+    def known_pools(self) -> set[str]:
+        pools = set(self.pools)
+        pools.update(s.pool for s in self.services)
+        pools.update(w.pool for w in self.workers if w.pool)
+        if self.default_pool:
+            pools.add(self.default_pool)
+        return pools
