@@ -42,6 +42,9 @@ class TextTokenizer:
         self.cls_token_id = hf.cls_token_id
         self.sep_token_id = hf.sep_token_id
         self.special_ids = frozenset(hf.all_special_ids)
+        # BERT-style models take segment ids for sentence pairs; RoBERTa-style ones do not
+        # (their tokenizers leave token_type_ids out of model_input_names).
+        self.uses_type_ids = "token_type_ids" in (hf.model_input_names or ())
 
     def encode(self, texts: Sequence[str], *, add_special_tokens: bool = True,
                with_offsets: bool = False) -> Tokenized:
@@ -58,7 +61,7 @@ class TextTokenizer:
         encodings = self._tok.encode_batch(list(zip(firsts, seconds)))
         return Tokenized(
             ids=[np.asarray(e.ids, dtype=np.int32) for e in encodings],
-            type_ids=[np.asarray(e.type_ids, dtype=np.int32) for e in encodings],
+            type_ids=[np.asarray(e.type_ids, dtype=np.int32) for e in encodings] if self.uses_type_ids else None,
             truncated=[bool(e.overflowing) for e in encodings],
         )
 

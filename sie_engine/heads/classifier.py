@@ -40,8 +40,9 @@ _ST_ACTIVATIONS = {
 }
 
 
-def default_activation(config: Mapping[str, Any]) -> str:
-    """sentence-transformers' CrossEncoder.get_default_activation_fn, as a name."""
+def default_activation(config: Mapping[str, Any], labels: int) -> str:
+    """sentence-transformers' CrossEncoder.get_default_activation_fn, as a name. `labels`: the
+    classifier's output size (the checkpoint's truth; transformers 5 omits a default id2label)."""
     path = (config.get("sentence_transformers") or {}).get("activation_fn") or config.get(
         "sbert_ce_default_activation_function"
     )
@@ -49,13 +50,7 @@ def default_activation(config: Mapping[str, Any]) -> str:
         if path not in _ST_ACTIVATIONS:
             raise ValueError(f"config.json names activation {path!r}; supported: {sorted(_ST_ACTIVATIONS)}")
         return _ST_ACTIVATIONS[path]
-    return "sigmoid" if num_labels(config) == 1 else "identity"
-
-
-def num_labels(config: Mapping[str, Any]) -> int:
-    if "num_labels" in config:
-        return int(config["num_labels"])
-    return len(config.get("id2label") or {0: "LABEL_0"})
+    return "sigmoid" if labels == 1 else "identity"
 
 
 class SequenceClassifier(nn.Module):
@@ -137,7 +132,7 @@ def build_score_head(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], p
     options = head_options(runner, "score")
     head = build_classifier(runner, tensors, prefix, config)
     labels = head.classifier.out_features
-    activation = options.get("activation") or default_activation(config)
+    activation = options.get("activation") or default_activation(config, labels)
     if activation not in ACTIVATIONS:
         raise ValueError(f"card {runner.card.id}: options.score.activation {activation!r} not one of {ACTIVATIONS}")
     label = int(options.get("label", 0 if labels == 1 else labels - 1))

@@ -64,7 +64,8 @@ async def run(engine, model: str, query: Any, items: Sequence[Any], top_k: int |
         check_truncation(tokenized, truncate)
         tokens = tokenized.num_tokens
         request = engine.new_request(card, "score", len(texts), timeout)
-        work = [WorkItem(request, i, tokenized.ids[i], type_ids=tokenized.type_ids[i]) for i in _longest_first(tokenized.ids)]
+        types = tokenized.type_ids
+        work = [WorkItem(request, i, tokenized.ids[i], type_ids=types[i] if types else None) for i in _longest_first(tokenized.ids)]
         scores = await engine.run_items(card, "score", work, request)
     else:  # late interaction: MaxSim against the query's multivector
         from ..heads.colbert import marked_encode_args
