@@ -68,3 +68,29 @@ def family_for(config: Mapping[str, Any], requested: str | None = None) -> Famil
         f"architecture {config.get('architectures')} (model_type {model_type!r}) is not supported; "
         f"supported: {', '.join(sorted(ARCHITECTURES))}"
     )
+
+
+# Families beyond BERT; each has reference tests in tests/test_arch_<family>.py.
+from .modernbert import ModernBertConfig, ModernBertModel  # noqa: E402
+from .nomic_bert import NomicBertConfig, NomicBertModel  # noqa: E402
+from .qwen import QwenConfig, QwenModel  # noqa: E402
+
+register(
+    Family("modernbert", ModernBertConfig.from_hf, ModernBertModel, "mean"),
+    ["ModernBertModel", "ModernBertForMaskedLM", "ModernBertForSequenceClassification",
+     "ModernBertForTokenClassification"],
+    ["modernbert"],
+)
+# One forward pass for both generations; the config's model_type tells them apart.
+for _qwen in ("qwen2", "qwen3"):
+    register(
+        Family(_qwen, QwenConfig.from_hf, QwenModel, "last"),
+        [f"{_qwen.capitalize()}Model", f"{_qwen.capitalize()}ForCausalLM",
+         f"{_qwen.capitalize()}ForSequenceClassification"],
+        [_qwen],
+    )
+register(
+    Family("nomic_bert", NomicBertConfig.from_hf, NomicBertModel, "mean"),
+    ["NomicBertModel", "NomicBertForPreTraining", "NomicBertForMaskedLM", "NomicBertForSequenceClassification"],
+    ["nomic_bert"],
+)

@@ -1,0 +1,54 @@
+"""Rotary position embeddings (RoFormer; the "rotate half" layout of GPT-NeoX,
+Llama, Qwen, ModernBERT and NomicBERT) over packed tokens.
+
+`RotaryEmbedding(head_dim, base)(positions [T]) -> (cos [T, D], sin [T, D])` is
+computed once per forward pass and shared by every layer with the same base;
+`apply_rotary(x [T, H, D], cos, sin)` rotates queries or keys.
+
+The inverse frequencies are not a module buffer: backbones are built on the
+meta device and materialised with `to_empty`, which would leave a buffer
+uninitialised. They are computed on the host the first time a device is seen,
+exactly as transformers computes them (float32 on the CPU), then cached.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, head_dim: int, base: float):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"rotary embeddings need an even head_dim, got {head_dim}")
+        self.head_dim = head_dim
+        self.base = float(base)
+        self._inv_freq: dict[torch.device, torch.Tensor] = {}
+
+    def inv_freq(self, device: torch.device) -> torch.Tensor:
+        """`[D / 2]` float32 inverse frequencies on `device`."""
+        cached = self._inv_freq.get(device)
+        if cached is None:
+            exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim
+            cached = (1.0 / (self.base ** exponents)).to(device)
+            self._inv_freq[device] = cached
+        return cached
+
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`[T]` positions -> float32 (cos, sin), each `[T, D]` (the half-table repeated twice)."""
+        freqs = positions.float()[:, None] * self.inv_freq(positions.device)[None, :]  # [T, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1)  # [T, D]
+        return emb.cos(), emb.sin()
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, base={self.base}"
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate `[T, H, D]` queries or keys by float32 `[T, D]` tables; the math runs in
+    float32 (as ModernBERT's reference does) and the result has x's dtype."""
+    xf = x.float()
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-xf[..., half:], xf[..., :half]), dim=-1)  # rotate_half
+    return (xf * cos[:, None, :] + rotated * sin[:, None, :]).to(x.dtype)
