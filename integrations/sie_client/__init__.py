@@ -1,7 +1,7 @@
 """SIE's Python client: encode, score and extract over the HTTP API (msgpack by
 default), or in-process with the embedded engine. No torch unless embedded."""
 
-from .client import DEFAULT_MODEL, EMBEDDED, AsyncSIEClient, SIEClient, resolve_url
+from .client import DEFAULT_MODEL, EMBEDDED, AsyncSIEClient, SIEClient, connect, resolve_url
 from .errors import SIEConnectionError, SIEError
 from .retry import RetryPolicy
 from .types import (
@@ -12,5 +12,5 @@ from .types import (
 __all__ = [
     "AsyncSIEClient", "DEFAULT_MODEL", "EMBEDDED", "EncodedItem", "EncodeResult", "Entity", "ExtractedItem",
     "ExtractResult", "ModelInfo", "Quantized", "RetryPolicy", "SIEClient", "SIEConnectionError", "SIEError",
-    "ScoredItem", "ScoreResult", "SparseVector", "resolve_url",
+    "ScoredItem", "ScoreResult", "SparseVector", "connect", "resolve_url",
 ]

@@ -302,3 +302,14 @@ class AsyncSIEClient(_Base):
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+
+def connect(client: SIEClient | None = None, *, url: str | None = None, api_key: str | None = None,
+            timeout: float | None = None, **options) -> SIEClient:
+    """The client an adapter uses: the one given, else a new one from the options
+    (url / api_key default to `SIE_URL` / `SIE_API_KEY`; no url means embedded mode)."""
+    if client is not None:
+        return client
+    if timeout is not None:
+        options["timeout"] = timeout
+    return SIEClient(url, api_key=api_key, **options)

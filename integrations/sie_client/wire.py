@@ -49,21 +49,16 @@ def loads(raw: bytes, content_type: str | None) -> Any:
 
 
 def as_array(value: Any, dtype=np.float32) -> Any:
-    """A JSON list, a decoded tensor or an engine array -> a numpy array (Quantized kept)."""
-    if value is None or isinstance(value, Quantized):
+    """A JSON list, a decoded tensor or an engine array -> a numpy array.
+
+    int8 outputs stay `Quantized`: msgpack's tensor with a scale is decoded so by the
+    object hook, and JSON writes them as `{"data": [ints], "scale": float}`.
+    """
+    if value is None or isinstance(value, (Quantized, np.ndarray)):
         return value
-    if isinstance(value, np.ndarray):
-        return value
+    if isinstance(value, Mapping) and "scale" in value:
+        return Quantized(np.asarray(as_array(value["data"], np.int8), dtype=np.int8), float(value["scale"]))
     return np.asarray(value, dtype=dtype)
-
-
-def _with_scale(value: Any, scale: Any) -> Any:
-    # int8 answers carry the scale next to the output in JSON (`scale` per output).
-    if scale is not None and isinstance(value, np.ndarray) and value.dtype != np.int8:
-        return Quantized(value.astype(np.int8), float(scale))
-    if scale is not None and isinstance(value, np.ndarray):
-        return Quantized(value, float(scale))
-    return value
 
 
 def _vector_dtype(output_dtype: str | None):
@@ -75,9 +70,8 @@ def parse_encode(answer: Mapping[str, Any], output_dtype: str | None = None) -> 
     items = []
     for raw in answer["items"]:
         item = EncodedItem(id=str(raw["id"]))
-        scale = raw.get("scale")
         if raw.get("dense") is not None:
-            item.dense = _with_scale(as_array(raw["dense"], dtype), raw.get("dense_scale", scale))
+            item.dense = as_array(raw["dense"], dtype)
         if raw.get("sparse") is not None:
             sparse = raw["sparse"]
             item.sparse = SparseVector(
@@ -85,7 +79,7 @@ def parse_encode(answer: Mapping[str, Any], output_dtype: str | None = None) -> 
                 np.asarray(as_array(sparse["values"], np.float32), dtype=np.float32),
             )
         if raw.get("multivector") is not None:
-            item.multivector = _with_scale(as_array(raw["multivector"], dtype), raw.get("multivector_scale", scale))
+            item.multivector = as_array(raw["multivector"], dtype)
         items.append(item)
     return EncodeResult(answer["model"], items, int((answer.get("usage") or {}).get("tokens", 0)))
 

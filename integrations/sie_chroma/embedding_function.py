@@ -1,0 +1,87 @@
+"""`SIEEmbeddingFunction`: chromadb's dense EmbeddingFunction protocol over SIE.
+
+Chroma calls `__call__` for documents on add and `embed_query` for
+`query(query_texts=...)`; the two map to SIE's document and query encodings
+(`is_query`), which differ for models with query templates or instructions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import numpy as np
+from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
+from chromadb.utils.embedding_functions import register_embedding_function
+
+from sie_client import DEFAULT_MODEL, SIEClient
+
+from .config import PERSISTED, check_config, make_client
+
+
+@register_embedding_function
+class SIEEmbeddingFunction(EmbeddingFunction[Documents]):
+    """Dense embeddings from an SIE model.
+
+    Example:
+        ef = SIEEmbeddingFunction(model="sentence-transformers/all-MiniLM-L6-v2", url="http://127.0.0.1:8080")
+        collection = chroma.create_collection("docs", embedding_function=ef, configuration={"hnsw": {"space": "cosine"}})
+    """
+
+    def __init__(self, model: str = DEFAULT_MODEL, url: str | None = None, api_key: str | None = None, *,
+                 api_key_env_var: str = "SIE_API_KEY", timeout: float | None = None, instruction: str | None = None,
+                 dims: int | None = None, batch_size: int | None = None, client: SIEClient | None = None):
+        """
+        model: SIE model id. url: server URL, "embedded", or None for `SIE_URL` (else embedded).
+        api_key: defaults to the variable named by `api_key_env_var`. instruction: query instruction
+        override for instruction-tuned models. dims: Matryoshka truncation. client: an existing SIEClient.
+        """
+        self.model = model
+        self.url = url
+        self.api_key_env_var = api_key_env_var
+        self.timeout = timeout
+        self.instruction = instruction
+        self.dims = dims
+        self.batch_size = batch_size
+        self._client = make_client(url, api_key, api_key_env_var, timeout, client)
+
+    def _encode(self, input: Documents, is_query: bool) -> Embeddings:
+        texts = [input] if isinstance(input, str) else list(input)
+        result = self._client.encode(
+            self.model, texts, output_types=["dense"], is_query=is_query,
+            instruction=self.instruction if is_query else None, dims=self.dims, batch_size=self.batch_size,
+        )
+        return [np.asarray(v, dtype=np.float32) for v in result.dense_matrix()]
+
+    def __call__(self, input: Documents) -> Embeddings:
+        return self._encode(input, is_query=False)
+
+    def embed_query(self, input: Documents) -> Embeddings:
+        return self._encode(input, is_query=True)
+
+    @staticmethod
+    def name() -> str:
+        return "sie"
+
+    def default_space(self) -> Space:
+        return "cosine"
+
+    def supported_spaces(self) -> List[Space]:
+        return ["cosine", "ip", "l2"]
+
+    def get_config(self) -> Dict[str, Any]:
+        return {key: getattr(self, key) for key in PERSISTED}
+
+    @staticmethod
+    def build_from_config(config: Dict[str, Any]) -> "SIEEmbeddingFunction":
+        SIEEmbeddingFunction.validate_config(config)
+        return SIEEmbeddingFunction(**config)
+
+    @staticmethod
+    def validate_config(config: Dict[str, Any]) -> None:
+        check_config(config, "SIEEmbeddingFunction")
+
+    def validate_config_update(self, old_config: Dict[str, Any], new_config: Dict[str, Any]) -> None:
+        # Vectors already stored came from the old model and size: mixing would corrupt search.
+        for key in ("model", "dims"):
+            if key in new_config and new_config[key] != old_config.get(key):
+                raise ValueError(f"cannot change {key} of an existing collection's SIE embedding function; re-embed into a new collection")

@@ -1,0 +1,146 @@
+"""Shared pieces of the vector-database integration tests: the fixed corpus
+sample, recall@k, brute-force search over the same SIE vectors, and a loopback
+SIE server.
+
+Each test indexes the first SAMPLE_DOCS documents through an adapter, runs the
+queries whose relevant document is among them, and checks the database's
+recall@10 equals brute-force numpy search over the very vectors the adapter
+stored (within 0.5 points): nothing lost or mangled on the way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from datasets import load_docs, load_queries
+
+SAMPLE_DOCS = 1000
+K = 10
+TOLERANCE_POINTS = 0.5
+MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@lru_cache(maxsize=1)
+def sample() -> tuple[list[dict], list[dict]]:
+    """(docs, queries): the first SAMPLE_DOCS docs and the queries whose relevant doc is among them."""
+    docs = load_docs(SAMPLE_DOCS)
+    ids = {d["id"] for d in docs}
+    queries = [q for q in load_queries() if q["relevant"] in ids]
+    assert len(queries) >= 100, "the sample should hold enough queries for a stable recall"
+    return docs, queries
+
+
+def recall(ranked: list[list[str]], queries: list[dict], k: int = K) -> float:
+    """Percentage of queries whose relevant doc id is in the first k results."""
+    hits = sum(q["relevant"] in [str(r) for r in row[:k]] for row, q in zip(ranked, queries, strict=True))
+    return 100.0 * hits / len(queries)
+
+
+def brute_force(doc_ids: list[str], doc_vectors: np.ndarray, query_vectors: np.ndarray, k: int = K) -> list[list[str]]:
+    """Exact top-k by cosine similarity. doc_vectors [N, D], query_vectors [Q, D]."""
+    docs = doc_vectors / np.linalg.norm(doc_vectors, axis=1, keepdims=True)
+    queries = query_vectors / np.linalg.norm(query_vectors, axis=1, keepdims=True)
+    scores = queries @ docs.T  # [Q, N]
+    top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return [[doc_ids[j] for j in row] for row in top]
+
+
+def brute_force_sparse(doc_ids: list[str], doc_vectors: list[dict[int, float]], query_vectors: list[dict[int, float]],
+                       k: int = K, idf: dict[int, float] | None = None) -> list[list[str]]:
+    """Exact top-k by sparse dot product (optionally with per-term IDF weights)."""
+    ranked = []
+    for query in query_vectors:
+        scores = np.array([
+            sum(w * doc.get(t, 0.0) * (idf.get(t, 0.0) if idf is not None else 1.0) for t, w in query.items())
+            for doc in doc_vectors
+        ])
+        ranked.append([doc_ids[j] for j in np.argsort(-scores, kind="stable")[:k]])
+    return ranked
+
+
+def brute_force_maxsim(doc_ids: list[str], doc_matrices: list[np.ndarray], query_matrices: list[np.ndarray],
+                       k: int = K) -> list[list[str]]:
+    """Exact top-k by late-interaction MaxSim on cosine: sum over query tokens of the best doc token."""
+    def unit(m):
+        return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+    docs = [unit(np.asarray(d, dtype=np.float32)) for d in doc_matrices]
+    ranked = []
+    for query in query_matrices:
+        q = unit(np.asarray(query, dtype=np.float32))
+        scores = np.array([(q @ d.T).max(axis=1).sum() for d in docs])
+        ranked.append([doc_ids[j] for j in np.argsort(-scores, kind="stable")[:k]])
+    return ranked
+
+
+def assert_recall_matches(database: float, exact: float, label: str) -> None:
+    assert abs(database - exact) <= TOLERANCE_POINTS, f"{label}: recall@{K} {database:.2f} vs brute force {exact:.2f}"
+    # A broken pipeline (shuffled ids, wrong query mode) gives near-zero recall on both sides.
+    assert exact > 40.0, f"{label}: brute-force recall@{K} is only {exact:.2f}; the vectors look wrong"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_process(args: list[str], ready_url: str, timeout: float = 120.0, env: dict | None = None):
+    """Start a subprocess, wait until `ready_url` answers 200, stop it afterwards."""
+    log = open(os.devnull, "wb") if os.environ.get("SIE_TEST_QUIET_SERVERS", "1") == "1" else None
+    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT if log else None,
+                               env={**os.environ, **(env or {})})
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{args[0]} exited with {process.returncode} before becoming ready")
+            try:
+                if httpx.get(ready_url, timeout=2.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{' '.join(args)} not ready after {timeout} s")
+            time.sleep(0.2)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if log:
+            log.close()
+
+
+@contextlib.contextmanager
+def sie_server(*extra_args: str):
+    """A real `sie-server serve` on a free loopback port; yields its base URL."""
+    port = free_port()
+    binary = str(Path(sys.executable).parent / "sie-server")
+    args = [binary, "serve", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", *extra_args]
+    with running_process(args, f"http://127.0.0.1:{port}/readyz"):
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def chroma_server(path: Path):
+    """`chroma run` on a free loopback port; yields (host, port)."""
+    port = free_port()
+    binary = str(Path(sys.executable).parent / "chroma")
+    args = [binary, "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)]
+    with running_process(args, f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=60.0):
+        yield "127.0.0.1", port

@@ -1,0 +1,144 @@
+"""Chroma with SIE's embedding functions: a persistent client and a `chroma run`
+server, each with SIE over a loopback server and in embedded mode. Recall@10
+through Chroma must equal brute force over the vectors Chroma stored."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+chromadb = pytest.importorskip("chromadb")
+from chromadb.config import Settings  # noqa: E402
+
+from integration_recall import MODEL, assert_recall_matches, brute_force, chroma_server, recall, sample, sie_server  # noqa: E402
+from sie_chroma import SIEEmbeddingFunction, SIESparseEmbeddingFunction  # noqa: E402
+
+SETTINGS = Settings(anonymized_telemetry=False)
+
+
+@pytest.fixture(scope="module")
+def sie_url():
+    with sie_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=["embedded", "http"])
+def mode_url(request):
+    return "embedded" if request.param == "embedded" else request.getfixturevalue("sie_url")
+
+
+@pytest.fixture(scope="module")
+def encoded(mode_url):
+    """The sample's document vectors (one SIE pass per mode) and query vectors, via the function itself."""
+    docs, queries = sample()
+    ef = SIEEmbeddingFunction(model=MODEL, url=mode_url)
+    return ef, ef([d["text"] for d in docs]), ef.embed_query([q["query"] for q in queries])
+
+
+@pytest.fixture(scope="module")
+def chroma_http(tmp_path_factory):
+    with chroma_server(tmp_path_factory.mktemp("chroma-server")) as (host, port):
+        yield host, port
+
+
+def check_collection_recall(collection, doc_vectors, query_vectors, label):
+    docs, queries = sample()
+    for start in range(0, len(docs), 500):
+        part = docs[start:start + 500]
+        collection.add(ids=[d["id"] for d in part], documents=[d["text"] for d in part],
+                       embeddings=doc_vectors[start:start + 500])
+    # query_texts goes through the collection's function: embed_query, i.e. SIE's query mode.
+    found = collection.query(query_texts=[q["query"] for q in queries], n_results=10, include=[])
+    through_chroma = recall(found["ids"], queries)
+    stored = collection.get(ids=[d["id"] for d in docs], include=["embeddings"])
+    order = {i: n for n, i in enumerate(stored["ids"])}
+    stored_vectors = np.asarray(stored["embeddings"])[[order[d["id"]] for d in docs]]
+    np.testing.assert_allclose(stored_vectors, np.asarray(doc_vectors), atol=1e-6)
+    exact = recall(brute_force([d["id"] for d in docs], stored_vectors, np.asarray(query_vectors)), queries)
+    assert_recall_matches(through_chroma, exact, label)
+    return through_chroma
+
+
+def test_persistent_client_recall_and_reopen(encoded, mode_url, tmp_path):
+    ef, doc_vectors, query_vectors = encoded
+    client = chromadb.PersistentClient(path=str(tmp_path), settings=SETTINGS)
+    collection = client.create_collection("debian", embedding_function=ef, configuration={"hnsw": {"space": "cosine"}})
+    first = check_collection_recall(collection, doc_vectors, query_vectors, f"chroma persistent ({mode_url})")
+
+    # A new process-like client reopens the collection with no function passed: Chroma
+    # rebuilds SIEEmbeddingFunction from the persisted config (name "sie" + get_config).
+    reopened = chromadb.PersistentClient(path=str(tmp_path), settings=SETTINGS).get_collection("debian")
+    rebuilt = reopened.configuration["embedding_function"]
+    assert isinstance(rebuilt, SIEEmbeddingFunction)
+    assert rebuilt.get_config() == ef.get_config()
+    _, queries = sample()
+    again = recall(reopened.query(query_texts=[q["query"] for q in queries], n_results=10, include=[])["ids"], queries)
+    assert again == pytest.approx(first, abs=0.5)
+
+
+def test_chroma_server_recall(encoded, mode_url, chroma_http):
+    ef, doc_vectors, query_vectors = encoded
+    host, port = chroma_http
+    client = chromadb.HttpClient(host=host, port=port, settings=SETTINGS)
+    name = "debian-" + ("embedded" if mode_url == "embedded" else "http")
+    collection = client.create_collection(name, embedding_function=ef, configuration={"hnsw": {"space": "cosine"}})
+    check_collection_recall(collection, doc_vectors, query_vectors, f"chroma server ({mode_url})")
+
+
+def test_chroma_calls_the_function_on_add(encoded, mode_url, tmp_path):
+    """Documents added without embeddings are embedded by Chroma through SIE (document mode)."""
+    ef, doc_vectors, _ = encoded
+    docs, _ = sample()
+    collection = chromadb.EphemeralClient(settings=SETTINGS).get_or_create_collection(
+        "ef-on-add", embedding_function=ef, configuration={"hnsw": {"space": "cosine"}})
+    collection.add(ids=[d["id"] for d in docs[:16]], documents=[d["text"] for d in docs[:16]])
+    stored = collection.get(ids=[d["id"] for d in docs[:16]], include=["embeddings"])
+    order = {i: n for n, i in enumerate(stored["ids"])}
+    got = np.asarray(stored["embeddings"])[[order[d["id"]] for d in docs[:16]]]
+    # Same texts, another batch composition: equal up to float noise.
+    np.testing.assert_allclose(got, np.asarray(doc_vectors[:16]), atol=2e-5)
+
+
+def test_config_protocol():
+    ef = SIEEmbeddingFunction(model=MODEL, url="embedded", dims=128, instruction="Represent the query")
+    config = ef.get_config()
+    assert config["model"] == MODEL and config["dims"] == 128 and "api_key" not in config
+    from chromadb.utils.embedding_functions import config_to_embedding_function, known_embedding_functions
+
+    assert known_embedding_functions["sie"] is SIEEmbeddingFunction
+    rebuilt = config_to_embedding_function({"name": "sie", "config": config})
+    assert isinstance(rebuilt, SIEEmbeddingFunction) and rebuilt.get_config() == config
+    assert not ef.is_legacy()
+    with pytest.raises(ValueError, match="cannot change model"):
+        ef.validate_config_update(config, {**config, "model": "other/model"})
+    with pytest.raises(ValueError, match="unknown keys"):
+        SIEEmbeddingFunction.build_from_config({**config, "api_key": "secret"})
+    # Matryoshka dims reach SIE: 128-d vectors.
+    assert len(ef(["hello"])[0]) == 128
+
+
+def test_api_key_read_from_named_variable(monkeypatch):
+    monkeypatch.setenv("MY_SIE_KEY", "k-123")
+    ef = SIEEmbeddingFunction(model=MODEL, url="http://127.0.0.1:9", api_key_env_var="MY_SIE_KEY")
+    assert ef._client.api_key == "k-123"
+    assert ef.get_config()["api_key_env_var"] == "MY_SIE_KEY"
+
+
+def test_sparse_function_protocol_and_schema_roundtrip():
+    """The sparse function on chromadb's protocol: registered, config round trip, and a
+    collection Schema carrying it serialises and deserialises back to it. (Chroma 1.5
+    refuses sparse indexes on local and self-hosted servers: "Sparse vector indexing is
+    not enabled in local", so search over them can only run on Chroma Cloud.)"""
+    from chromadb import K, Schema, SparseVectorIndexConfig
+    from chromadb.api.types import validate_sparse_embedding_function
+    from chromadb.utils.embedding_functions import sparse_known_embedding_functions
+
+    sparse = SIESparseEmbeddingFunction(model="naver/splade-tiny", url="http://127.0.0.1:9")
+    validate_sparse_embedding_function(sparse)
+    assert sparse_known_embedding_functions["sie-sparse"] is SIESparseEmbeddingFunction
+    schema = Schema()
+    schema.create_index(config=SparseVectorIndexConfig(source_key=K.DOCUMENT, embedding_function=sparse), key="sparse")
+    restored = Schema.deserialize_from_json(schema.serialize_to_json())
+    config = restored.keys["sparse"].sparse_vector.sparse_vector_index.config
+    assert isinstance(config.embedding_function, SIESparseEmbeddingFunction)
+    assert config.embedding_function.get_config() == sparse.get_config()
