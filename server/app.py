@@ -1,0 +1,125 @@
+"""`create_app(engine, settings)`: the aiohttp application around an `Engine`.
+
+State lives in typed `web.AppKey`s (state.py); background work (preloading,
+watching the API key file) runs in `cleanup_ctx`, so it starts and stops with
+the app. `drain(app)` is the SIGTERM path: readiness turns 503, new work is
+refused with 503 `draining`, and it returns once every accepted request has
+been answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from aiohttp import web
+
+from sie_engine import Engine
+from sie_engine.errors import SIEError
+from sie_engine.pool import PoolEvents
+from sie_engine.scheduler import SchedulerEvents
+
+from . import handlers
+from .auth import ApiKeys
+from .metrics import ServerMetrics
+from .middleware import frame
+from .openai_compat import embeddings
+from .settings import ServerSettings
+from .state import API_KEYS, ENGINE, LIFECYCLE, METRICS, SETTINGS, Lifecycle
+
+log = logging.getLogger(__name__)
+
+
+def create_app(engine: Engine, settings: ServerSettings | None = None,
+               metrics: ServerMetrics | None = None) -> web.Application:
+    """The server app. Pass the `ServerMetrics` whose `pool_events` / `scheduler_events`
+    the engine was built with; without one, a fresh one is made and hooked into the
+    engine (loads that happened before are then not counted)."""
+    settings = settings or ServerSettings()
+    if metrics is None:
+        metrics = ServerMetrics()
+        if type(engine.pool.events) is PoolEvents:
+            engine.pool.events = metrics.pool_events
+        if type(engine.scheduler.events) is SchedulerEvents:
+            engine.scheduler.events = metrics.scheduler_events
+    metrics.memory_budget.set(engine.budget_bytes)
+
+    app = web.Application(middlewares=[frame], client_max_size=settings.max_body_bytes)
+    app[ENGINE] = engine
+    app[SETTINGS] = settings
+    app[METRICS] = metrics
+    app[LIFECYCLE] = Lifecycle(ready=not settings.preload)
+    app[API_KEYS] = ApiKeys(tuple(settings.api_keys), settings.api_key_file)
+
+    app.router.add_post("/v1/encode/{model:.+}", handlers.encode, name="encode")
+    app.router.add_post("/v1/score/{model:.+}", handlers.score, name="score")
+    app.router.add_post("/v1/extract/{model:.+}", handlers.extract, name="extract")
+    app.router.add_post("/v1/embeddings", embeddings, name="embeddings")
+    app.router.add_get("/v1/models", handlers.list_models, name="models")
+    app.router.add_get("/v1/models/{model:.+}", handlers.get_model, name="model")
+    app.router.add_get("/v1/status", handlers.status, name="status")
+    app.router.add_get("/healthz", handlers.healthz, name="healthz")
+    app.router.add_get("/readyz", handlers.readyz, name="readyz")
+    app.router.add_get("/metrics", handlers.metrics, name="metrics")
+    app.router.add_get("/openapi.json", handlers.openapi, name="openapi")
+
+    app.cleanup_ctx.append(_preload)
+    app.cleanup_ctx.append(_watch_key_file)
+    return app
+
+
+async def _preload(app: web.Application):
+    """Load `settings.preload` in the background; /readyz turns 200 when all are in.
+    A failed load is retried after the pool's cool-down (readyz says why meanwhile)."""
+    engine, lifecycle = app[ENGINE], app[LIFECYCLE]
+
+    async def run():
+        for model in app[SETTINGS].preload:
+            while True:
+                try:
+                    await engine.load(model)
+                    lifecycle.preload_error = None
+                    break
+                except SIEError as exc:
+                    lifecycle.preload_error = exc.message
+                    log.error("preload of %s failed: %s", model, exc.message)
+                    await asyncio.sleep(max(1.0, getattr(exc, "retry_after", 0) or 5.0))
+            log.info("preloaded %s", model)
+        lifecycle.ready = True
+
+    task = asyncio.create_task(run()) if app[SETTINGS].preload else None
+    yield
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _watch_key_file(app: web.Application):
+    settings = app[SETTINGS]
+    task = None
+    if settings.api_key_file is not None:
+        task = asyncio.create_task(app[API_KEYS].watch(settings.api_key_poll_s))
+    yield
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def drain(app: web.Application, timeout_s: float | None = None) -> bool:
+    """Stop accepting work and wait until every accepted request has its answer.
+    True when everything finished within the timeout."""
+    lifecycle, engine = app[LIFECYCLE], app[ENGINE]
+    timeout_s = app[SETTINGS].drain_timeout_s if timeout_s is None else timeout_s
+    lifecycle.draining = True
+    log.info("draining: %d request(s) in flight", lifecycle.inflight)
+    finished = await lifecycle.wait_idle(timeout_s)
+    if not finished:
+        log.warning("drain timed out after %.0fs with %d request(s) still in flight", timeout_s, lifecycle.inflight)
+    try:
+        await asyncio.wait_for(engine.drain(), timeout=5.0)
+    except asyncio.TimeoutError:
+        finished = False
+    return finished

@@ -1,0 +1,87 @@
+"""API keys: `Authorization: Bearer <key>`, compared in constant time.
+
+Keys come from `--api-key`, the `SIE_API_KEYS` environment variable
+(comma-separated) and an optional key file (one key per line, `#` comments).
+The file is re-read whenever its mtime or size changes, so keys rotate without
+a restart; a file that vanishes or cannot be read keeps the last good keys
+(and logs why) rather than locking everyone out or letting everyone in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+ENV_VAR = "SIE_API_KEYS"
+
+
+def keys_from_env(environ=os.environ) -> tuple[str, ...]:
+    return tuple(k.strip() for k in environ.get(ENV_VAR, "").split(",") if k.strip())
+
+
+def read_key_file(path: Path) -> tuple[str, ...]:
+    keys = []
+    for line in Path(path).read_text().splitlines():
+        key = line.split("#", 1)[0].strip()
+        if key:
+            keys.append(key)
+    return tuple(keys)
+
+
+class ApiKeys:
+    def __init__(self, static: tuple[str, ...] = (), key_file: Path | None = None):
+        self._static = tuple(k.encode() for k in static)
+        self._file = Path(key_file) if key_file is not None else None
+        self._from_file: tuple[bytes, ...] = ()
+        self._file_stamp: tuple[float, int] | None = None
+        if self._file is not None:
+            self._reload(self._stat())  # a bad key file at start-up is an error the operator sees at once
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._static) or self._file is not None
+
+    def _stat(self) -> tuple[float, int]:
+        st = self._file.stat()
+        return st.st_mtime_ns, st.st_size
+
+    def _reload(self, stamp) -> None:
+        self._from_file = tuple(k.encode() for k in read_key_file(self._file))
+        self._file_stamp = stamp
+        log.info("read %d API key(s) from %s", len(self._from_file), self._file)
+
+    def refresh(self) -> None:
+        """Re-read the key file if it changed (blocking: call on a worker thread)."""
+        if self._file is None:
+            return
+        try:
+            stamp = self._stat()
+            if stamp != self._file_stamp:
+                self._reload(stamp)
+        except OSError as exc:
+            log.warning("cannot read API key file %s (%s); keeping the last %d key(s)", self._file, exc,
+                        len(self._from_file))
+
+    async def watch(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await asyncio.to_thread(self.refresh)
+
+    def check(self, authorization: str | None) -> bool:
+        """True when the header carries one of the keys. Every key is compared, in
+        constant time, so timing reveals neither the key nor which one matched."""
+        if not authorization:
+            return False
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        token_bytes = token.strip().encode()
+        matched = False
+        for key in self._static + self._from_file:
+            matched |= hmac.compare_digest(token_bytes, key)
+        return matched

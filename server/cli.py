@@ -1,0 +1,174 @@
+"""`sie-server`: `serve` (the engine server), `models` (list the catalog) and,
+when the router package is present, `router`.
+
+    sie-server serve [--host 127.0.0.1] [--port 8080] [--models DIR ...] [--preload ID ...]
+                     [--model NAME=PATH ...] [--device auto|cpu|cuda] [--memory-budget SIZE]
+                     [--api-key KEY ...] [--api-key-file PATH] [--pool NAME] ...
+    sie-server models [--models DIR ...] [--model NAME=PATH ...] [--json]
+
+API keys also come from SIE_API_KEYS (comma-separated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _model_spec(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"--model takes NAME=PATH, got {text!r}")
+    return name, path
+
+
+def _size(text: str) -> int:
+    from sie_engine import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_catalog_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--models", action="append", default=[], metavar="DIR",
+                        help="a directory of model cards (YAML) served besides the built-in catalog; repeatable")
+    parser.add_argument("--model", action="append", default=[], type=_model_spec, metavar="NAME=PATH",
+                        help="serve a local Hugging Face-layout directory under NAME, without a card; repeatable")
+    parser.add_argument("--no-builtin", action="store_true", help="do not serve the built-in catalog")
+
+
+def build_catalog(args: argparse.Namespace):
+    from sie_engine import Catalog, card_from_local_dir
+
+    catalog = Catalog() if args.no_builtin else Catalog.builtin()
+    for directory in args.models:
+        catalog.add_directory(directory)
+    for name, path in args.model:
+        catalog.add(card_from_local_dir(name, path))
+    return catalog
+
+
+def add_serve_parser(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="serve models over HTTP", description="Serve models over HTTP.")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 for all interfaces)")
+    p.add_argument("--port", type=int, default=8080, help="port (0: any free port, printed at start)")
+    _add_catalog_options(p)
+    p.add_argument("--preload", action="append", default=[], metavar="ID",
+                   help="load this model before /readyz turns ready; repeatable")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--memory-budget", type=_size, default=None, metavar="SIZE",
+                   help="memory for resident models, e.g. 8GiB (default: 90%% of the GPU, half the RAM on CPU)")
+    p.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                   help="require `Authorization: Bearer KEY`; repeatable (also SIE_API_KEYS)")
+    p.add_argument("--api-key-file", type=Path, default=None, metavar="PATH",
+                   help="file of API keys, one per line; re-read when it changes")
+    p.add_argument("--pool", default="default", help="the pool this server belongs to (reported to the router)")
+    p.add_argument("--max-queued-tokens", type=int, default=1 << 20, metavar="N",
+                   help="tokens a model may have queued before requests get 429")
+    p.add_argument("--max-total-queued-tokens", type=int, default=1 << 22, metavar="N",
+                   help="tokens all models together may have queued before requests get 429")
+    p.add_argument("--max-items", type=int, default=4096, metavar="N", help="items per request")
+    p.add_argument("--max-body-bytes", type=_size, default=64 * 2**20, metavar="SIZE", help="request body limit")
+    p.add_argument("--drain-timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="after SIGTERM, how long to wait for accepted requests")
+    p.add_argument("--tokenizer-threads", type=int, default=2, metavar="N")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=cmd_serve)
+
+
+def add_models_parser(subparsers) -> None:
+    p = subparsers.add_parser("models", help="list the models the server would serve")
+    _add_catalog_options(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_models)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    catalog = build_catalog(args)
+    rows = [{"id": c.id, "tasks": list(c.tasks), "outputs": list(c.outputs), "dims": c.dims,
+             "max_seq_len": c.max_seq_len, "weights": c.weights.describe(), "description": c.description}
+            for c in catalog]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max([len(r["id"]) for r in rows] + [2])
+    print(f"{'ID':<{width}}  {'OUTPUTS':<24}  {'DIMS':>5}  WEIGHTS")
+    for r in rows:
+        print(f"{r['id']:<{width}}  {','.join(r['outputs']):<24}  {str(r['dims'] or '-'):>5}  {r['weights']}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from sie_engine import Engine
+    from sie_engine.validation import Limits
+
+    from .auth import keys_from_env
+    from .metrics import ServerMetrics
+    from .serve import serve
+    from .settings import ServerSettings
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        catalog = build_catalog(args)
+    except ValueError as exc:
+        print(f"sie-server: {exc}", file=sys.stderr)
+        return 2
+    unknown = [m for m in args.preload if m not in catalog]
+    if unknown:
+        print(f"sie-server: --preload {', '.join(unknown)}: not in the catalog (sie-server models lists it)",
+              file=sys.stderr)
+        return 2
+    if args.api_key_file is not None and not args.api_key_file.is_file():
+        print(f"sie-server: --api-key-file {args.api_key_file} does not exist", file=sys.stderr)
+        return 2
+    settings = ServerSettings(
+        host=args.host, port=args.port, api_keys=tuple(args.api_key) + keys_from_env(),
+        api_key_file=args.api_key_file, preload=tuple(args.preload), pool=args.pool,
+        max_body_bytes=args.max_body_bytes, drain_timeout_s=args.drain_timeout,
+    )
+    metrics = ServerMetrics()
+    try:
+        engine = Engine(
+            catalog, device=args.device, memory_budget=args.memory_budget,
+            max_queued_tokens=args.max_queued_tokens, max_total_queued_tokens=args.max_total_queued_tokens,
+            limits=Limits(max_items=args.max_items), tokenizer_threads=args.tokenizer_threads,
+            pool_events=metrics.pool_events, scheduler_events=metrics.scheduler_events,
+        )
+    except ValueError as exc:
+        print(f"sie-server: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(serve(engine, settings, metrics))
+    finally:
+        engine.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sie-server", description="SIE: the search inference engine server.")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_serve_parser(subparsers)
+    add_models_parser(subparsers)
+    try:  # the router lives in its own package; the engine server works without it
+        from .router.cli import add_router_parser
+    except ImportError:
+        pass
+    else:
+        add_router_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

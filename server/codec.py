@@ -1,0 +1,185 @@
+"""Wire formats: JSON (default) and msgpack, both ways.
+
+Requests are msgpack when their Content-Type says so, JSON otherwise. Answers
+are msgpack when the request's Accept asks for it (or, without an Accept that
+names a type, when the request itself was msgpack). In msgpack every vector is
+a tensor object `{"dtype", "shape", "data": <little-endian C-order bytes>}`; in
+JSON it is a plain list, written by orjson straight from the numpy array (the
+shortest text that reads back to the same float32). Bodies larger than
+`offload_bytes` are parsed and written on a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import msgpack
+import numpy as np
+import orjson
+from aiohttp import web
+
+from sie_engine.errors import InvalidRequest, PayloadTooLarge
+from sie_engine.postprocess import Quantized
+from sie_engine.types import EncodeResult, ExtractResult, ScoreResult, SparseVector
+
+JSON = "application/json"
+MSGPACK = "application/msgpack"
+_MSGPACK_TYPES = frozenset({"application/msgpack", "application/x-msgpack", "application/vnd.msgpack"})
+
+
+# ---- negotiation -----------------------------------------------------------
+def request_is_msgpack(request: web.BaseRequest) -> bool:
+    return request.content_type in _MSGPACK_TYPES
+
+
+def answer_format(request: web.BaseRequest) -> str:
+    """`MSGPACK` or `JSON` for this request's answer."""
+    accept = request.headers.get("Accept", "").lower()
+    if any(t in accept for t in _MSGPACK_TYPES):
+        return MSGPACK
+    if "json" in accept:
+        return JSON
+    return MSGPACK if request_is_msgpack(request) else JSON
+
+
+# ---- reading ---------------------------------------------------------------
+def _decode(raw: bytes, is_msgpack: bool) -> Any:
+    if is_msgpack:
+        try:
+            return msgpack.unpackb(raw, raw=False)
+        except Exception as exc:  # msgpack raises several unrelated types for bad input
+            raise InvalidRequest(f"the body is not valid msgpack: {exc}") from None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the body is not valid JSON: {exc}") from None
+
+
+async def read_object(request: web.Request, max_bytes: int, offload_bytes: int) -> dict:
+    """The request body as a dict; 413 over `max_bytes`, 400 for anything but an object."""
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise PayloadTooLarge(f"the body has {request.content_length} bytes; at most {max_bytes} per request "
+                              f"(split the items over several requests)")
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise PayloadTooLarge(f"the body is larger than {max_bytes} bytes; split the items over several requests") from None
+    if not raw:
+        raise InvalidRequest("the request body is empty: send a JSON (or msgpack) object")
+    is_msgpack = request_is_msgpack(request)
+    if len(raw) > offload_bytes:
+        body = await asyncio.get_running_loop().run_in_executor(None, _decode, raw, is_msgpack)
+    else:
+        body = _decode(raw, is_msgpack)
+    if not isinstance(body, dict):
+        raise InvalidRequest(f"the body must be an object, got {type(body).__name__}")
+    return body
+
+
+def check_fields(body: dict, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:
+    """400 naming unknown fields (typos would otherwise be silently ignored) or missing ones."""
+    unknown = [k for k in body if k not in allowed]
+    if unknown:
+        raise InvalidRequest(f"unknown field(s) {', '.join(map(str, unknown))}; allowed: {', '.join(allowed)}",
+                             field=str(unknown[0]))
+    for name in required:
+        if body.get(name) is None:
+            raise InvalidRequest(f"{name} is required", field=name)
+
+
+# ---- writing ---------------------------------------------------------------
+def tensor(array: np.ndarray) -> dict:
+    """A msgpack tensor object: dtype, shape and little-endian C-order bytes."""
+    array = np.ascontiguousarray(array)
+    little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+    return {"dtype": array.dtype.name, "shape": list(array.shape), "data": little.tobytes()}
+
+
+def output_value(value: Any, fmt: str) -> Any:
+    """One encode output (dense / multivector / sparse) in the answer's format."""
+    if isinstance(value, Quantized):
+        if fmt == MSGPACK:
+            return {**tensor(value.data), "scale": float(value.scale)}
+        return {"data": np.ascontiguousarray(value.data), "scale": float(value.scale)}
+    if isinstance(value, SparseVector):
+        indices = np.asarray(value.indices, dtype=np.int32)
+        values = np.asarray(value.values, dtype=np.float32)
+        if fmt == MSGPACK:
+            return {"indices": tensor(indices), "values": tensor(values)}
+        return {"indices": indices, "values": values}
+    array = np.asarray(value)
+    return tensor(array) if fmt == MSGPACK else np.ascontiguousarray(array)
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, Quantized):
+        return value.data.nbytes
+    if isinstance(value, SparseVector):
+        return np.asarray(value.indices).nbytes + np.asarray(value.values).nbytes
+    return getattr(value, "nbytes", 0)
+
+
+def encode_answer(result: EncodeResult, fmt: str) -> tuple[dict, int]:
+    """The encode answer and the bytes of numbers it carries (to decide on offloading)."""
+    items, size = [], 0
+    for item in result.items:
+        entry: dict[str, Any] = {"id": item.id}
+        for name in ("dense", "sparse", "multivector"):
+            value = getattr(item, name)
+            if value is not None:
+                entry[name] = output_value(value, fmt)
+                size += _nbytes(value)
+        items.append(entry)
+    return {"model": result.model, "items": items, "usage": {"tokens": int(result.tokens)}}, size
+
+
+def plain(value: Any) -> Any:
+    """Dataclasses, numpy scalars and arrays -> JSON/msgpack-ready values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name != "timings"}
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
+def score_answer(result: ScoreResult) -> dict:
+    return {"model": result.model, "scores": plain(result.scores), "usage": {"tokens": int(result.tokens)}}
+
+
+def extract_answer(result: ExtractResult) -> dict:
+    return {"model": result.model, "items": plain(result.items), "usage": {"tokens": int(result.tokens)}}
+
+
+def _serialise(payload: Any, fmt: str) -> bytes:
+    if fmt == MSGPACK:
+        return msgpack.packb(payload, use_bin_type=True)
+    return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+async def serialise(payload: Any, fmt: str, approx_bytes: int, offload_bytes: int) -> bytes:
+    if approx_bytes > offload_bytes:
+        return await asyncio.get_running_loop().run_in_executor(None, _serialise, payload, fmt)
+    return _serialise(payload, fmt)
+
+
+def response(body: bytes, fmt: str, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type=MSGPACK if fmt == MSGPACK else JSON)
+
+
+async def answer(request: web.Request, payload: Any, *, approx_bytes: int = 0, offload_bytes: int = 256 * 2**10,
+                 status: int = 200) -> web.Response:
+    fmt = answer_format(request)
+    return response(await serialise(payload, fmt, approx_bytes, offload_bytes), fmt, status)
+
+
+def decode_tensor(obj: dict) -> np.ndarray:
+    """Inverse of `tensor` (for clients and tests)."""
+    return np.frombuffer(obj["data"], dtype=np.dtype(obj["dtype"]).newbyteorder("<")).reshape(obj["shape"])

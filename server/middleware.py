@@ -1,0 +1,120 @@
+"""The one middleware every request passes: request id, admission (API key,
+draining), error bodies, timing headers and request metrics.
+
+Handlers stay thin: they raise `SIEError`s (the engine's or the HTTP layer's)
+and this turns each into its status, body shape and headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import uuid
+
+from aiohttp import web
+
+from sie_engine.errors import SIEError
+from sie_engine.types import Timings
+
+from . import codec
+from .errors import HTTPProblem, error_body, retry_after_header, status_for
+from .state import API_KEYS, LIFECYCLE, METRICS
+
+log = logging.getLogger(__name__)
+
+# Routes that run models: counted in flight, refused while draining.
+WORK_ROUTES = frozenset({"encode", "score", "extract", "embeddings"})
+# Routes open without an API key (probes, scraping, the API description).
+PUBLIC_ROUTES = frozenset({"healthz", "readyz", "metrics", "openapi"})
+# Probes and scrapes are not counted in sie_requests_total (they would drown the signal).
+UNCOUNTED_ROUTES = frozenset({"healthz", "readyz", "metrics"})
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+def _http_exception_problem(exc: web.HTTPException) -> HTTPProblem:
+    if exc.status == 404:
+        return HTTPProblem("not_found", "no such route (GET /openapi.json lists the routes)")
+    if exc.status == 405:
+        return HTTPProblem("method_not_allowed", f"method not allowed here; use {exc.headers.get('Allow', 'another')}")
+    if exc.status == 413:
+        return HTTPProblem("payload_too_large", "the request body is too large; split the items over several requests")
+    return HTTPProblem("invalid_request", exc.reason or "bad request")
+
+
+def error_response(request: web.Request, error: SIEError, openai_shape: bool) -> web.Response:
+    status = status_for(error)
+    request["sie_error"] = error.code
+    fmt = codec.JSON if openai_shape else codec.answer_format(request)
+    response = codec.response(codec._serialise(error_body(error, openai_shape), fmt), fmt, status)
+    retry_after = retry_after_header(error)
+    if retry_after is not None:
+        response.headers["Retry-After"] = retry_after
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="sie"'
+    return response
+
+
+def _admit(request: web.Request, route: str) -> None:
+    keys = request.app[API_KEYS]
+    if route not in PUBLIC_ROUTES and keys.enabled and not keys.check(request.headers.get("Authorization")):
+        raise HTTPProblem("unauthorized", "missing or wrong API key: send `Authorization: Bearer <key>`")
+    if route in WORK_ROUTES and request.app[LIFECYCLE].draining:
+        raise HTTPProblem("draining", "this server is shutting down and accepts no new work; retry on another",
+                          retry_after=5.0)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.3f}"
+
+
+@web.middleware
+async def frame(request: web.Request, handler) -> web.StreamResponse:
+    started = time.monotonic()
+    route = request.match_info.route.name or "other"
+    request_id = request.headers.get("X-Request-Id", "")
+    if not _REQUEST_ID.match(request_id):
+        request_id = uuid.uuid4().hex
+    lifecycle = request.app[LIFECYCLE]
+    metrics = request.app[METRICS]
+    counted = False
+    try:
+        _admit(request, route)
+        if route in WORK_ROUTES:
+            lifecycle.enter()
+            metrics.inflight.inc()
+            counted = True
+        response = await handler(request)
+    except SIEError as exc:
+        response = error_response(request, exc, route == "embeddings")
+    except web.HTTPException as exc:
+        response = error_response(request, _http_exception_problem(exc), route == "embeddings")
+    except asyncio.CancelledError:
+        # The client went away: its engine work is cancelled with this task.
+        if route not in UNCOUNTED_ROUTES:
+            metrics.requests.labels(request.get("sie_model", ""), route, "499").inc()
+        raise
+    except Exception as exc:  # a bug, not bad input: say so without leaking internals
+        log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request_id)
+        response = error_response(
+            request, HTTPProblem("internal_error", f"internal error ({type(exc).__name__}); request id {request_id}"),
+            route == "embeddings")
+    finally:
+        if counted:
+            lifecycle.leave()
+            metrics.inflight.dec()
+    total = time.monotonic() - started
+    timings: Timings | None = request.get("sie_timings")
+    shown = timings or Timings()
+    response.headers["X-Request-Id"] = request_id
+    response.headers["X-SIE-Queue-Ms"] = _ms(shown.queue)
+    response.headers["X-SIE-Tokenize-Ms"] = _ms(shown.tokenize)
+    response.headers["X-SIE-Inference-Ms"] = _ms(shown.inference)
+    response.headers["X-SIE-Total-Ms"] = _ms(total)
+    if route not in UNCOUNTED_ROUTES:
+        model = request.get("sie_model", "")
+        metrics.observe_request(model, route, response.status, timings, total)
+        if response.status in (429, 503, 504) and route in WORK_ROUTES:
+            metrics.rejected.labels(model, request.get("sie_error", str(response.status))).inc()
+    return response

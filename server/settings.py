@@ -1,0 +1,38 @@
+"""`ServerSettings`: everything the HTTP layer needs that is not the engine's.
+
+The engine's own knobs (device, memory budget, queue bounds, limits) are
+arguments of `sie_engine.Engine`; the CLI builds both from one command line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # Bearer keys accepted on every route but health, readiness, metrics and
+    # the OpenAPI document. Empty (and no key file): no authentication.
+    api_keys: tuple[str, ...] = ()
+    # One key per line (`#` starts a comment); re-read when its mtime or size
+    # changes, so keys rotate without a restart.
+    api_key_file: Path | None = None
+    api_key_poll_s: float = 1.0
+    # Models loaded before /readyz turns 200.
+    preload: tuple[str, ...] = ()
+    # The pool this server belongs to (reported to the router by /v1/status).
+    pool: str = "default"
+    # Larger request bodies get 413 before they are parsed.
+    max_body_bytes: int = 64 * 2**20
+    # After SIGTERM: how long to wait for accepted requests before giving up.
+    drain_timeout_s: float = 120.0
+    # Bodies and answers larger than this are (de)serialised on a worker thread
+    # so one big request never stalls the event loop for everyone else.
+    offload_bytes: int = 256 * 2**10
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.api_keys) or self.api_key_file is not None
