@@ -37,13 +37,7 @@ def _xlmr_classifier(dest):
     from transformers import XLMRobertaForSequenceClassification
 
     torch.manual_seed(1)
-    root = save_tiny(XLMRobertaForSequenceClassification(tiny_xlmr_config(num_labels=1)).eval(), dest)
-    # an XLM-R tokenizer feeds no segment ids: say so as its tokenizer_config does
-    config_path = root / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config["model_input_names"] = ["input_ids", "attention_mask"]
-    config_path.write_text(json.dumps(config))
-    return root
+    return _no_segment_ids(save_tiny(XLMRobertaForSequenceClassification(tiny_xlmr_config(num_labels=1)).eval(), dest))
 
 
 def _bert_two_labels(dest):
@@ -66,7 +60,34 @@ def _identity_activation(dest):
     return root
 
 
-MODELS = {"minilm": _minilm_classifier, "xlmr": _xlmr_classifier, "bert2": _bert_two_labels, "identity": _identity_activation}
+def _no_segment_ids(root):
+    """ModernBERT and XLM-R tokenizers feed no segment ids: say so as their tokenizer_config does."""
+    config_path = root / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["model_input_names"] = ["input_ids", "attention_mask"]
+    config_path.write_text(json.dumps(config))
+    return root
+
+
+def _modernbert_classifier(pooling):
+    def make(dest):
+        from transformers import ModernBertConfig, ModernBertForSequenceClassification
+
+        torch.manual_seed(4)
+        config = ModernBertConfig(
+            vocab_size=30522, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
+            max_position_embeddings=512, local_attention=8, global_attn_every_n_layers=3, pad_token_id=0,
+            bos_token_id=101, cls_token_id=101, eos_token_id=102, sep_token_id=102, num_labels=1,
+            classifier_pooling=pooling,
+        )
+        return _no_segment_ids(save_tiny(ModernBertForSequenceClassification(config).eval(), dest))
+
+    return make
+
+
+MODELS = {"minilm": _minilm_classifier, "xlmr": _xlmr_classifier, "bert2": _bert_two_labels,
+          "identity": _identity_activation, "modernbert-cls": _modernbert_classifier("cls"),
+          "modernbert-mean": _modernbert_classifier("mean")}
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +112,7 @@ def _reference(root, pairs):
     return np.asarray(scores, dtype=np.float64), model
 
 
-@pytest.mark.parametrize("name", ["minilm", "xlmr", "identity"])
+@pytest.mark.parametrize("name", ["minilm", "xlmr", "identity", "modernbert-cls", "modernbert-mean"])
 def test_scores_match_cross_encoder(engine, roots, name):
     result = engine.score_sync(f"ce/{name}", {"text": QUERY}, DOCS)
     expected, reference = _reference(roots[name], [(QUERY, d) for d in DOCS])
