@@ -1,0 +1,250 @@
+"""The Helm chart, rendered by the real helm (v3.17.3 from the dev extra's wheel).
+
+Core kinds are validated by kubernetes-validate --strict; KEDA's ScaledObject and the
+Prometheus operator's ServiceMonitor / PrometheusRule by the JSON schemas vendored in
+helm/crd-schemas/ (trimmed from the upstream CRDs). That every metric name used by the
+KEDA triggers, alerts and dashboard exists in a live /metrics is checked in
+test_router_live.py, which runs real servers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from helm_tools import CHART_DIR, CRD_SCHEMA_DIR, render_chart, run_helm
+
+VALUES = {"default": (), "small": ("values-small.yaml",), "gpu": ("values-gpu.yaml",)}
+CRD_SCHEMAS = {
+    ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject-keda.sh-v1alpha1.json",
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring.coreos.com-v1.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring.coreos.com-v1.json",
+}
+K8S_VERSION = kubernetes_validate.latest_version()
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict]]:
+    return {name: render_chart(*files) for name, files in VALUES.items()}
+
+
+def _kind(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+def _by_name(docs, kind, name):
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert found, f"no {kind} {name}; have {[d['metadata']['name'] for d in _kind(docs, kind)]}"
+    return found[0]
+
+
+def _crd_schema(api_version, kind):
+    return json.loads((CRD_SCHEMA_DIR / CRD_SCHEMAS[(api_version, kind)]).read_text())
+
+
+def _args(container) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for arg in container["args"]:
+        key, _, value = arg.partition("=")
+        out.setdefault(key, []).append(value)
+    return out
+
+
+@pytest.mark.parametrize("values", list(VALUES))
+def test_helm_lint(values):
+    args = ["lint", str(CHART_DIR), "--strict"]
+    for f in VALUES[values]:
+        args += ["-f", str(CHART_DIR / f)]
+    done = run_helm(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 chart(s) failed" in done.stdout
+
+
+@pytest.mark.parametrize("values", list(VALUES))
+def test_manifests_validate(rendered, values):
+    docs = rendered[values]
+    kinds = set()
+    for doc in docs:
+        key = (doc["apiVersion"], doc["kind"])
+        kinds.add(doc["kind"])
+        if key in CRD_SCHEMAS:
+            jsonschema.validate(doc, _crd_schema(*key))
+        else:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    assert {"Deployment", "Service", "PodDisruptionBudget"} <= kinds or values == "small"
+    if values != "small":
+        assert {"ScaledObject", "ServiceMonitor", "PrometheusRule", "ConfigMap"} <= kinds
+
+
+def test_crd_schemas_reject_what_the_api_server_would():
+    """The vendored schemas have teeth: unknown fields and non-string trigger metadata fail."""
+    docs = render_chart("values-gpu.yaml")
+    scaled = _kind(docs, "ScaledObject")[0]
+    schema = _crd_schema(scaled["apiVersion"], "ScaledObject")
+    bad = json.loads(json.dumps(scaled))
+    bad["spec"]["triggers"][0]["metadata"]["threshold"] = 8  # KEDA wants strings
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+    bad = json.loads(json.dumps(scaled))
+    bad["spec"]["minReplicas"] = 0  # the field is minReplicaCount
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+    rule = _kind(docs, "PrometheusRule")[0]
+    bad = json.loads(json.dumps(rule))
+    bad["spec"]["groups"][0]["rules"][0]["for"] = "ten minutes"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, _crd_schema(rule["apiVersion"], "PrometheusRule"))
+
+
+def test_keda_owns_replicas_and_scales_each_pool_on_sie_metrics(rendered):
+    docs = rendered["gpu"]
+    engines = {d["metadata"]["labels"]["sie-pool"]: d for d in _kind(docs, "Deployment")
+               if d["metadata"]["labels"]["app.kubernetes.io/component"] == "engine"}
+    assert set(engines) == {"a100", "l4"}
+    scaled = {d["metadata"]["labels"]["sie-pool"]: d for d in _kind(docs, "ScaledObject")}
+    assert set(scaled) == {"a100", "l4"}
+    for pool, deployment in engines.items():
+        assert "replicas" not in deployment["spec"], f"KEDA owns {pool}'s replicas"
+        so = scaled[pool]["spec"]
+        assert so["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+        queries = {t["name"]: t["metadata"]["query"] for t in so["triggers"]}
+        assert f'pool="{pool}"' in queries["pending-requests"]
+        assert "sie_router_pending_requests" in queries["pending-requests"]
+        assert "sie_queued_tokens" in queries["queued-tokens"]
+        assert 'phase="queue"' in queries["queue-time"]
+        assert all(t["type"] == "prometheus" for t in so["triggers"])
+        assert so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["policies"]
+    # Scale to zero where the pool allows it (l4), not where it does not (a100).
+    assert scaled["l4"]["spec"]["minReplicaCount"] == 0
+    assert scaled["l4"]["spec"]["cooldownPeriod"] == 900
+    assert scaled["a100"]["spec"]["minReplicaCount"] == 1
+    # Without KEDA the chart sets the replicas itself.
+    small = rendered["small"]
+    assert not _kind(small, "ScaledObject")
+    assert all(d["spec"]["replicas"] == 1 for d in _kind(small, "Deployment"))
+
+
+def test_engine_pool_pods(rendered):
+    docs = rendered["gpu"]
+    deployment = _by_name(docs, "Deployment", "sie-engine-l4")
+    pod = deployment["spec"]["template"]["spec"]
+    engine = pod["containers"][0]
+    args = _args(engine)
+    assert engine["args"][0] == "serve"
+    assert args["--pool"] == ["l4"] and args["--device"] == ["cuda"]
+    assert args["--memory-budget"] == ["18GiB"]
+    assert engine["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    # Graceful termination outlasts the server's drain.
+    assert pod["terminationGracePeriodSeconds"] > float(args["--drain-timeout"][0])
+    assert engine["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert engine["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    # Model cards: a ConfigMap, mounted and passed as --models.
+    cards = _by_name(docs, "ConfigMap", "sie-model-cards")
+    assert "id: BAAI/bge-small-en-v1.5" in cards["data"]["bge-small-en-v1.5.yaml"]
+    mounts = {m["name"]: m["mountPath"] for m in engine["volumeMounts"]}
+    assert args["--models"] == [mounts["model-cards"]]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["model-cards"]["configMap"]["name"] == "sie-model-cards"
+    # Model cache on the shared claim, found through HF_HOME.
+    assert volumes["model-cache"]["persistentVolumeClaim"]["claimName"] == "sie-model-cache"
+    env = {e["name"]: e for e in engine["env"]}
+    assert env["HF_HOME"]["value"].startswith(mounts["model-cache"])
+    assert env["SIE_API_KEYS"]["valueFrom"]["secretKeyRef"] == {"name": "sie-api-keys", "key": "api-keys"}
+    a100 = _args(_by_name(docs, "Deployment", "sie-engine-a100")["spec"]["template"]["spec"]["containers"][0])
+    assert a100["--preload"] == ["sentence-transformers/all-MiniLM-L6-v2", "BAAI/bge-small-en-v1.5"]
+    assert _by_name(docs, "PodDisruptionBudget", "sie-engine-l4")["spec"]["maxUnavailable"] == 1
+
+
+def test_router_finds_every_pool_through_its_headless_service(rendered):
+    docs = rendered["gpu"]
+    router = _by_name(docs, "Deployment", "sie-router")
+    container = router["spec"]["template"]["spec"]["containers"][0]
+    args = _args(container)
+    assert container["args"][0] == "router"
+    services = dict(s.split("=", 1) for s in args["--service"])
+    assert set(services) == {"a100", "l4"}
+    for pool, target in services.items():
+        host, port = target.rsplit(":", 1)
+        name, namespace = host.split(".")[:2]
+        svc = _by_name(docs, "Service", name)
+        assert namespace == "sie" and svc["spec"]["clusterIP"] == "None"
+        assert svc["spec"]["publishNotReadyAddresses"] is True
+        assert svc["spec"]["selector"]["sie-pool"] == pool
+        assert int(port) == svc["spec"]["ports"][0]["port"]
+    assert args["--default-pool"] == ["a100"]
+    assert args["--hold-timeout"] == ["300"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SIE_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "sie-api-keys"
+    assert _by_name(docs, "Service", "sie-router")["spec"]["selector"]["app.kubernetes.io/component"] == "router"
+    ingress = _by_name(docs, "Ingress", "sie-router")
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend["name"] == "sie-router"
+    assert _by_name(docs, "PodDisruptionBudget", "sie-router")["spec"]["minAvailable"] == 1
+
+
+def test_api_key_secret_from_a_value():
+    docs = render_chart("values-small.yaml", sets=("apiKey.value=s3cret",))
+    secret = _by_name(docs, "Secret", "sie-api-keys")
+    assert secret["stringData"] == {"api-keys": "s3cret"}
+    for d in _kind(docs, "Deployment"):
+        env = {e["name"]: e for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["SIE_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "sie-api-keys"
+    # No key configured: no Secret and no variable.
+    plain = render_chart("values-small.yaml")
+    assert not _kind(plain, "Secret")
+    router = _by_name(plain, "Deployment", "sie-router")["spec"]["template"]["spec"]["containers"][0]
+    assert "env" not in router
+
+
+def test_servicemonitors_and_dashboard(rendered):
+    docs = rendered["default"]
+    monitors = {d["metadata"]["name"]: d for d in _kind(docs, "ServiceMonitor")}
+    assert set(monitors) == {"sie-router", "sie-engine"}
+    engine_ep = monitors["sie-engine"]["spec"]["endpoints"][0]
+    assert engine_ep["path"] == "/metrics"
+    # The engine's series get the pool label the KEDA queries select on.
+    assert engine_ep["relabelings"][0]["targetLabel"] == "pool"
+    services = _kind(docs, "Service")
+    for monitor in monitors.values():
+        selected = [s for s in services if monitor["spec"]["selector"]["matchLabels"].items()
+                    <= s["metadata"]["labels"].items()]
+        assert selected, f"{monitor['metadata']['name']} selects no Service"
+    dashboard_cm = _by_name(docs, "ConfigMap", "sie-dashboard")
+    assert dashboard_cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(dashboard_cm["data"]["sie-overview.json"])
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    for needed in ("sie_router_requests_total", "phase", "sie_queued_tokens", "sie_batch_tokens_bucket",
+                   "sie_models_loaded", "sie_model_memory_bytes", "sie_model_evictions_total",
+                   "sie_router_upstream_errors_total", 'status!~"2.."'):
+        assert needed in exprs, needed
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+def test_values_yaml_is_documented():
+    """Every top-level key of values.yaml has a comment right above it."""
+    text = (CHART_DIR / "values.yaml").read_text().splitlines()
+    for i, line in enumerate(text):
+        if re.match(r"^[a-zA-Z]", line):
+            above = [t for t in text[:i] if t.strip()][-1]
+            assert above.lstrip().startswith("#"), f"values.yaml: {line!r} has no comment above it"
+
+
+def test_chart_package_leaves_out_test_schemas(tmp_path: Path):
+    done = run_helm("package", str(CHART_DIR), "--destination", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    import tarfile
+
+    (package,) = tmp_path.glob("sie-*.tgz")
+    names = tarfile.open(package).getnames()
+    assert "sie/templates/keda-scaledobject.yaml" in names
+    assert "sie/dashboards/sie-overview.json" in names
+    assert not [n for n in names if "crd-schemas" in n]
