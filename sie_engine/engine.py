@@ -209,6 +209,14 @@ class Engine:
         result = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, lambda: fn(*args, **kwargs))
         return result, time.monotonic() - started
 
+    async def with_tokenizer(self, card: ModelCard, fn: Callable[..., Any], *args) -> tuple[Any, float]:
+        """Run `fn(tokenizer, *args)` on the tokenizer pool (a task's own input preparation,
+        e.g. GLiNER's prompt and windows); returns the result and the seconds it took."""
+        tokenizer = await self._tokenizers.get(card)
+        started = time.monotonic()
+        result = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, lambda: fn(tokenizer, *args))
+        return result, time.monotonic() - started
+
     async def run_items(self, card: ModelCard, task: str, items: list[WorkItem], request: Request) -> list:
         """Queue work items and wait for their results (in item order)."""
         self.scheduler.submit(card.id, task, items, request)

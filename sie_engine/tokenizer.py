@@ -30,7 +30,14 @@ class TextTokenizer:
     def __init__(self, root: Path, max_length: int):
         from transformers import AutoTokenizer
 
-        hf = AutoTokenizer.from_pretrained(str(root), use_fast=True)
+        source, extra_tokens = Path(root), ()
+        if (Path(root) / "gliner_config.json").is_file():
+            from .heads.gliner_checkpoint import tokenizer_source  # GLiNER saves may lack a tokenizer
+
+            source, extra_tokens = tokenizer_source(Path(root))
+        hf = AutoTokenizer.from_pretrained(str(source), use_fast=True)
+        if extra_tokens:
+            hf.add_tokens(list(extra_tokens), special_tokens=True)
         if not hf.is_fast:
             raise ValueError(f"{root}: SIE needs a fast (Rust) tokenizer")
         self.hf = hf

@@ -16,6 +16,9 @@ from typing import Iterator
 from .card import ModelCard
 from .errors import WeightsNotFound
 
+# A GLiNER checkpoint's config; such a directory has no config.json (heads/gliner_checkpoint.py).
+GLINER_CONFIG = "gliner_config.json"
+
 # Files a model needs; the hub download asks only for these.
 HUB_PATTERNS = [
     "*.json", "*.safetensors", "*.txt", "*.model", "tokenizer*", "*/config.json", "*/*.safetensors",
@@ -33,19 +36,22 @@ def resolve_weights(card: ModelCard) -> Path:
         root = Path(list(spec.submodule_search_locations)[0]) / (source.path or "")
     elif source.hub:
         root = _from_hub(source.hub, source.revision)
+        if (root / GLINER_CONFIG).is_file() and not list(root.glob("*.safetensors")):
+            # GLiNER repositories usually ship pytorch_model.bin only; fetched just for them
+            root = _from_hub(source.hub, source.revision, ["pytorch_model*.bin"])
     else:
         root = Path(source.path or "").expanduser()
-    if not (root / "config.json").is_file():
+    if not (root / "config.json").is_file() and not (root / GLINER_CONFIG).is_file():
         raise WeightsNotFound(f"{root} has no config.json ({source.describe()})")
     return root
 
 
-def _from_hub(repo_id: str, revision: str | None) -> Path:
+def _from_hub(repo_id: str, revision: str | None, patterns: list[str] | None = None) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=HUB_PATTERNS))
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns or HUB_PATTERNS))
     except (LocalEntryNotFoundError, RepositoryNotFoundError, FileNotFoundError) as exc:
         raise WeightsNotFound(
             f"hub repository {repo_id!r} is neither cached nor reachable ({type(exc).__name__}); "
@@ -54,6 +60,10 @@ def _from_hub(repo_id: str, revision: str | None) -> Path:
 
 
 def read_config(root: Path) -> dict:
+    if not (root / "config.json").is_file() and (root / GLINER_CONFIG).is_file():
+        from .heads.gliner_checkpoint import backbone_config  # GLiNER: the backbone's config lives elsewhere
+
+        return backbone_config(root)
     return json.loads((root / "config.json").read_text())
 
 

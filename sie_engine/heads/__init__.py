@@ -3,3 +3,4 @@ batch's `cu_seqlens`) to per-sequence outputs. Backbones never pool."""
 
 # Each head module registers its builder in runner.HEAD_BUILDERS on import; add new ones here.
 from . import classifier, colbert, sparse  # noqa: E402,F401
+from . import gliner  # noqa: E402,F401  (extract)

@@ -1,0 +1,96 @@
+"""GLiNER's decoding: span-label probabilities -> entities.
+
+A span-label pair is a candidate when its probability is above the threshold.
+Candidates are then taken greedily, best first (GLiNER's `greedy_search`): flat
+decoding keeps no two overlapping spans; nested decoding allows a span inside
+another but not two that cross. Without `multi_label` a span keeps one label.
+Ties keep GLiNER's order (start, width, label), so results match it exactly.
+
+Long texts are decoded per window; `merge_windows` keeps from each window the
+spans that start in its core and runs the same greedy pass over the union, so
+entities found twice in an overlap come out once and overlapping ones resolve
+as within one window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int  # first word (inclusive)
+    end: int  # last word (inclusive)
+    label: int  # index into the request's labels
+    score: float
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    threshold: float = 0.5
+    flat: bool = True
+    multi_label: bool = False
+
+
+def candidates(probs: np.ndarray, starts: np.ndarray, widths: np.ndarray, threshold: float) -> list[Span]:
+    """Spans whose probability for a label is above `threshold`.
+
+    probs: `[S, C]` float32 probabilities; starts, widths: `[S]` the spans' first word and
+    width (end - start), enumerated start-major then width, as GLiNER does."""
+    rows, labels = np.nonzero(probs > threshold)
+    scores = probs[rows, labels].tolist()
+    return [Span(int(s), int(s + w), int(c), score)
+            for s, w, c, score in zip(starts[rows].tolist(), widths[rows].tolist(), labels.tolist(), scores)]
+
+
+def greedy(spans: Iterable[Span], flat: bool, multi_label: bool) -> list[Span]:
+    """Best-first selection without conflicts; the result is ordered by start."""
+    ordered = sorted(spans, key=lambda span: -span.score)  # stable: ties keep candidate order
+    chosen: list[Span] = []
+    if flat:
+        owner: dict[int, tuple[int, int]] = {}  # word -> bounds of the chosen span covering it
+        for span in ordered:
+            bounds = (span.start, span.end)
+            clash = any(
+                (w in owner) and (owner[w] != bounds or not multi_label) for w in range(span.start, span.end + 1)
+            )
+            if not clash:
+                chosen.append(span)
+                for w in range(span.start, span.end + 1):
+                    owner[w] = bounds
+    else:
+        for span in ordered:
+            if not any(_crosses(span, other, multi_label) for other in chosen):
+                chosen.append(span)
+    chosen.sort(key=lambda span: span.start)
+    return chosen
+
+
+def _crosses(a: Span, b: Span, multi_label: bool) -> bool:
+    """GLiNER's `has_overlapping_nested`: overlapping, and neither inside the other."""
+    if (a.start, a.end) == (b.start, b.end):
+        return not multi_label
+    disjoint = a.start > b.end or b.start > a.end
+    nested = (a.start <= b.start and a.end >= b.end) or (b.start <= a.start and b.end >= a.end)
+    return not disjoint and not nested
+
+
+def merge_windows(per_window: Sequence[tuple[int, tuple[int, int], list[Span]]], settings: DecodeSettings) -> list[Span]:
+    """One text's entities from its windows' decoded spans.
+
+    per_window: (first word of the window in the text, core word range, spans in window
+    word indices)."""
+    if len(per_window) == 1:
+        first_word, _, spans = per_window[0]
+        return [Span(s.start + first_word, s.end + first_word, s.label, s.score) for s in spans]
+    union = []
+    for first_word, (core_start, core_end), spans in per_window:
+        for s in spans:
+            start = s.start + first_word
+            if core_start <= start < core_end:
+                union.append(Span(start, s.end + first_word, s.label, s.score))
+    union.sort(key=lambda span: (span.start, span.end - span.start, span.label))  # GLiNER's candidate order
+    return greedy(union, settings.flat, settings.multi_label)

@@ -1,0 +1,170 @@
+"""GLiNER's span head over SIE's packed backbone output.
+
+From the backbone's hidden states `[T, H]` of a packed batch of windows:
+  1. gather the sub-tokens that make word vectors and the label markers' tokens,
+     through GLiNER's projection to its own width D (when the widths differ);
+  2. pool sub-tokens into words (first / last / mean / max), run the bidirectional
+     LSTM over each window's words;
+  3. span vectors from each span's first and last word (markerV0 / marker /
+     markerV1), label vectors through the prompt MLP;
+  4. span-label logits = span vector . label vector, probabilities by sigmoid.
+
+Module names mirror GLiNER's checkpoint (`span_rep_layer.span_rep_layer.*`,
+`prompt_rep_layer.*`, `rnn.lstm.*`, `token_rep_layer.projection.*`), so loading
+is a rename of prefixes and a strict `load_state_dict`.
+
+The head runs in float32 whatever the backbone's dtype: its probabilities are
+thresholded, and half precision would move entities across the threshold.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence
+
+from .gliner_checkpoint import BACKBONE_PREFIX, GlinerConfig
+
+
+def projection_mlp(in_dim: int, out_dim: int, hidden: int | None = None) -> nn.Sequential:
+    """GLiNER's `create_projection_layer` at inference: Linear, ReLU, (dropout), Linear.
+    Index 2 is the dropout's slot, so parameter names match the checkpoint (`0.*`, `3.*`)."""
+    hidden = hidden if hidden is not None else 4 * out_dim
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Identity(), nn.Linear(hidden, out_dim))
+
+
+class SpanMarker(nn.Module):
+    """Span vector from its first word's and last word's projections (and, for markerV1,
+    the window's mean word vector), concatenated, ReLU, then `out_project`.
+
+    The first linear layer of `out_project` acts on a concatenation after a ReLU, so it
+    splits into one product per part: computed once per *word* rather than once per
+    span (a span set is max_width times larger than the word set), then summed per span.
+    """
+
+    def __init__(self, mode: str, hidden: int):
+        super().__init__()
+        self.mode = mode
+        if mode == "marker":  # GLiNER's SpanMarker: 2x MLPs, single linear out_project
+            self.project_start = projection_mlp(hidden, hidden, 2 * hidden)
+            self.project_end = projection_mlp(hidden, hidden, 2 * hidden)
+            self.out_project = nn.Linear(2 * hidden, hidden)
+        else:
+            self.project_start = projection_mlp(hidden, hidden)
+            self.project_end = projection_mlp(hidden, hidden)
+            parts = 3 if mode == "markerV1" else 2
+            if mode == "markerV1":
+                # In GLiNER's checkpoint but unused by its forward (the mean word vector is
+                # concatenated unprojected); kept so loading stays strict.
+                self.project_first = projection_mlp(hidden, hidden)
+            self.out_project = projection_mlp(parts * hidden, hidden)
+        self.hidden = hidden
+
+    def _first_layer(self) -> nn.Linear:
+        return self.out_project if self.mode == "marker" else self.out_project[0]
+
+    def word_terms(self, words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """words `[W, D]` -> the start and end parts of out_project's first layer, `[W, H1]` each."""
+        weight = self._first_layer().weight  # [H1, parts * D]
+        D = self.hidden
+        start = self.project_start(words).relu() @ weight[:, :D].T
+        end = self.project_end(words).relu() @ weight[:, D:2 * D].T
+        return start, end
+
+    def context_terms(self, mean_words: torch.Tensor) -> torch.Tensor | None:
+        """markerV1's window-wide part: each window's mean word vector `[B, D]` -> `[B, H1]`."""
+        if self.mode != "markerV1":
+            return None
+        return mean_words.relu() @ self._first_layer().weight[:, 2 * self.hidden:].T
+
+    def finish(self, pre: torch.Tensor) -> torch.Tensor:
+        """`[S, H1]` summed first-layer parts (without bias) -> span vectors `[S, D]`."""
+        pre = pre + self._first_layer().bias
+        if self.mode == "marker":
+            return pre
+        return self.out_project[3](pre.relu())
+
+
+class Lstm(nn.Module):
+    """GLiNER's LstmSeq2SeqEncoder: a bidirectional LSTM over each window's words."""
+
+    def __init__(self, hidden: int, layers: int):
+        super().__init__()
+        self.lstm = nn.LSTM(hidden, hidden // 2, num_layers=layers, bidirectional=True, batch_first=True)
+
+    def forward(self, words: torch.Tensor, lengths: Sequence[int], keep: torch.Tensor) -> torch.Tensor:
+        """words `[W_total, D]` packed window after window; lengths: host word counts;
+        keep: `[B, max(lengths)]` bool, True at real words -> `[W_total, D]`."""
+        sequences = list(words.split(list(lengths)))
+        packed = pack_sequence(sequences, enforce_sorted=False)
+        out, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True)  # [B, max_len, D]
+        return out[keep]
+
+
+class GlinerHead(nn.Module):
+    def __init__(self, config: GlinerConfig, backbone_hidden: int):
+        super().__init__()
+        D = config.hidden_size
+        self.config = config
+        self.projection = nn.Linear(backbone_hidden, D) if backbone_hidden != D else None
+        self.rnn = Lstm(D, config.num_rnn_layers) if config.num_rnn_layers > 0 else None
+        self.span = SpanMarker(config.span_mode, D)
+        self.prompt = projection_mlp(D, D)
+
+    # checkpoint prefix -> module prefix
+    RENAMES = (
+        ("token_rep_layer.projection.", "projection."),
+        ("rnn.", "rnn."),
+        ("span_rep_layer.span_rep_layer.", "span."),
+        ("prompt_rep_layer.", "prompt."),
+    )
+
+    def load(self, tensors: Mapping[str, torch.Tensor], root_prefix: str) -> None:
+        """Copy the head's tensors from a GLiNER checkpoint; fails listing what is missing."""
+        state = {}
+        for name, tensor in tensors.items():
+            if not name.startswith(root_prefix):
+                continue
+            name = name[len(root_prefix):]
+            for old, new in self.RENAMES:
+                if name.startswith(old):
+                    state[new + name[len(old):]] = tensor
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise ValueError(
+                f"GLiNER head ({self.config.span_mode}, {self.config.num_rnn_layers} LSTM layers) does not match the "
+                f"checkpoint: missing {sorted(missing)}, unexpected {sorted(unexpected)}"
+            )
+
+    def word_vectors(self, token_vectors: torch.Tensor, slots: torch.Tensor, num_words: int) -> torch.Tensor:
+        """Sub-token vectors `[M, D]` and the word slot of each `[M]` -> word vectors `[W, D]`
+        (zeros for a word without sub-token, as in GLiNER)."""
+        words = token_vectors.new_zeros(num_words, token_vectors.shape[1])
+        pooling = self.config.subtoken_pooling
+        if pooling in ("first", "last"):
+            return words.index_copy_(0, slots, token_vectors)
+        index = slots[:, None].expand_as(token_vectors)
+        return words.scatter_reduce_(0, index, token_vectors, reduce="mean" if pooling == "mean" else "amax",
+                                     include_self=False)
+
+
+@lru_cache(maxsize=1024)
+def span_grid(num_words: int, max_width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every span of a window, start-major then width (GLiNER's order): `[S]` starts, `[S]` widths."""
+    starts = np.repeat(np.arange(num_words), max_width)
+    widths = np.tile(np.arange(max_width), num_words)
+    valid = starts + widths < num_words
+    return starts[valid], widths[valid]
+
+
+def backbone_root_prefix(backbone_prefix: str) -> str:
+    """The checkpoint's root prefix (usually empty), from where the backbone's tensors start."""
+    if backbone_prefix.endswith(BACKBONE_PREFIX):
+        return backbone_prefix[: -len(BACKBONE_PREFIX)]
+    raise ValueError(
+        f"backbone tensors sit under {backbone_prefix!r}, not '*{BACKBONE_PREFIX}': not a GLiNER checkpoint"
+    )
