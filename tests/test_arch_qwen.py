@@ -26,11 +26,15 @@ from sie_engine.arch.qwen import QwenConfig
 QWEN3_TEMPLATE = "Instruct: {instruction}\nQuery:{text}"
 QWEN3_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 
+# transformers tokenises a qwen2/qwen3 directory with its Qwen2Tokenizer class (over MiniLM's
+# vocabulary: character pieces) and adds <|endoftext|> after the vocabulary: leave room for it.
+QWEN_VOCAB = MINILM_VOCAB + 64
+
 
 def tiny_qwen(kind: str):
     from transformers import Qwen2Config, Qwen2Model, Qwen3Config, Qwen3Model
 
-    common = dict(vocab_size=MINILM_VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+    common = dict(vocab_size=QWEN_VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, intermediate_size=96, max_position_embeddings=512, rms_norm_eps=1e-6)
     if kind == "qwen3":
         return Qwen3Model(Qwen3Config(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **common))
