@@ -143,6 +143,9 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
     (mean pooling, normalised, for encoders).
     """
     root = Path(path).expanduser().resolve()
+    if (root / "gliner_config.json").is_file():  # a GLiNER checkpoint (no config.json): extraction only
+        return ModelCard(id=name, weights=WeightsSource(path=str(root)), outputs=("extract",), max_seq_len=512,
+                         description=f"local GLiNER directory {root}")
     config_path = root / "config.json"
     if not config_path.is_file():
         raise ValueError(f"{root} has no config.json: not a Hugging Face model directory")
