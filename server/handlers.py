@@ -17,12 +17,11 @@ from sie_engine.types import ModelInfo
 
 from . import codec
 from .errors import HTTPProblem
+from .fields import ENCODE_FIELDS, EXTRACT_FIELDS, SCORE_FIELDS
 from .openapi import openapi_document
 from .state import ENGINE, LIFECYCLE, METRICS, SETTINGS
 
-ENCODE_FIELDS = ("items", "output_types", "is_query", "instruction", "dims", "normalize", "output_dtype", "truncate")
-SCORE_FIELDS = ("query", "items", "top_k")
-EXTRACT_FIELDS = ("items", "labels", "threshold", "flat")
+
 TIMEOUT_HEADER = "X-SIE-Timeout-Ms"
 
 
@@ -77,7 +76,7 @@ async def score(request: web.Request) -> web.Response:
     body = await body_of(request)
     codec.check_fields(body, SCORE_FIELDS, required=("query", "items"))
     result = await request.app[ENGINE].score(
-        model, body["query"], body["items"], **given(body, ("top_k",)), timeout=timeout_of(request))
+        model, body["query"], body["items"], **given(body, SCORE_FIELDS[2:]), timeout=timeout_of(request))
     request["sie_timings"] = result.timings
     return await codec.answer(request, codec.score_answer(result))
 
@@ -87,7 +86,7 @@ async def extract(request: web.Request) -> web.Response:
     body = await body_of(request)
     codec.check_fields(body, EXTRACT_FIELDS, required=("items", "labels"))
     result = await request.app[ENGINE].extract(
-        model, body["items"], body["labels"], **given(body, ("threshold", "flat")), timeout=timeout_of(request))
+        model, body["items"], body["labels"], **given(body, EXTRACT_FIELDS[2:]), timeout=timeout_of(request))
     request["sie_timings"] = result.timings
     return await codec.answer(request, codec.extract_answer(result))
 

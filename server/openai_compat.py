@@ -20,10 +20,10 @@ from sie_engine.errors import InvalidRequest, PayloadTooLarge
 from sie_engine import validation
 
 from . import codec
+from .fields import EMBEDDINGS_FIELDS as FIELDS
 from .handlers import body_of, timeout_of
 from .state import ENGINE, SETTINGS
 
-FIELDS = ("model", "input", "encoding_format", "dimensions", "user")
 ENCODING_FORMATS = ("float", "base64")
 
 

@@ -11,6 +11,8 @@ import functools
 
 from sie_engine.postprocess import OUTPUT_DTYPES
 
+from .fields import EXTRACT_FIELDS, SCORE_FIELDS
+
 ERROR_CODES = ["invalid_request", "unsupported_task", "unsupported_output", "unauthorized", "model_not_found",
                "not_found", "method_not_allowed", "payload_too_large", "overloaded", "inference_failed",
                "internal_error", "not_ready", "draining", "model_load_failed", "no_worker", "deadline_exceeded"]
@@ -65,6 +67,7 @@ SCHEMAS = {
     "ScoreRequest": _obj({
         "query": {"oneOf": [{"type": "string"}, _obj({"text": {"type": "string"}}, ["text"])]},
         "items": _ref("Items"), "top_k": {"type": "integer", "minimum": 1},
+        **{name: {"description": "option of the score task"} for name in SCORE_FIELDS[3:]},
     }, ["query", "items"]),
     "ScoreResponse": _obj({
         "model": {"type": "string"},
@@ -75,6 +78,7 @@ SCHEMAS = {
     "ExtractRequest": _obj({
         "items": _ref("Items"), "labels": {"type": "array", "items": {"type": "string"}, "minItems": 1},
         "threshold": {"type": "number", "default": 0.5}, "flat": {"type": "boolean", "default": True},
+        **{name: {"description": "option of the extract task"} for name in EXTRACT_FIELDS[4:]},
     }, ["items", "labels"]),
     "ExtractResponse": _obj({
         "model": {"type": "string"},

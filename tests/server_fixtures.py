@@ -1,0 +1,58 @@
+"""Real `sie-server serve` subprocesses for tests (reusable by any test module).
+
+    from server_fixtures import server_fixture, metric_value
+
+    server = server_fixture("--preload", "sentence-transformers/all-MiniLM-L6-v2")   # module-scoped fixture
+
+    def test_x(server):
+        httpx.post(server.url + "/v1/encode/sentence-transformers/all-MiniLM-L6-v2", json={"items": ["hi"]})
+
+`server_fixture(*args, scope="module", env=None)` returns a pytest fixture that
+starts `sie-server serve --host 127.0.0.1 --port 0 *args`, waits for /readyz,
+yields a `sie_server.launch.ServerProcess` (`.url`, `.pid`, `.log_text()`,
+`.stop()`), and stops it with SIGTERM at the end of the scope. Start one server
+per module and share it: each start costs several seconds (torch import,
+tokenizer and model load). `DEFAULT_MODEL` and `default_server` (a module-scoped
+fixture with the default model preloaded) cover the common case.
+"""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sie_server.launch import ServerProcess, start_server
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def server_fixture(*args: str, scope: str = "module", env: dict[str, str] | None = None):
+    @pytest.fixture(scope=scope)
+    def _server(tmp_path_factory):
+        process = start_server(*args, env=env, log_dir=tmp_path_factory.mktemp("sie-server"))
+        try:
+            yield process
+        finally:
+            code = process.stop()
+            if code != 0:
+                print(process.log_text())
+
+    return _server
+
+
+default_server = server_fixture("--preload", DEFAULT_MODEL)
+
+
+def metric_samples(text: str) -> list:
+    """All samples in a Prometheus exposition."""
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples called `name` whose labels include `labels` (0.0 if none)."""
+    return sum(s.value for s in metric_samples(text)
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+__all__ = ["DEFAULT_MODEL", "ServerProcess", "default_server", "metric_samples", "metric_value", "server_fixture",
+           "start_server"]
