@@ -2,7 +2,8 @@
 
 Three variants: Qwen3 (per-head q/k norms, no biases), Qwen2 (q/k/v biases) and Qwen2
 with `is_causal: false` (transformers' switch for bidirectional decoders). All use
-grouped-query attention (4 query heads, 2 K/V heads).
+grouped-query attention (4 query heads, 2 K/V heads); Qwen3's heads are wider than hidden / heads
+(4 x 32 > 64), as in the real 0.6B (16 x 128 > 1024).
 
 Tolerances: float32 hidden states and pooled outputs within 1e-4 absolute; bfloat16
 (SIE) against float32 (transformers) within 0.15 absolute on hidden states (RMSNorm
@@ -37,7 +38,7 @@ def tiny_qwen(kind: str):
     common = dict(vocab_size=QWEN_VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, intermediate_size=96, max_position_embeddings=512, rms_norm_eps=1e-6)
     if kind == "qwen3":
-        return Qwen3Model(Qwen3Config(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **common))
+        return Qwen3Model(Qwen3Config(head_dim=32, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **common))
     config = Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **common)
     if kind == "qwen2-bidirectional":
         config.is_causal = False
