@@ -1,6 +1,24 @@
 """Per-request output options applied to pooled vectors: Matryoshka truncation,
 L2 normalisation and the output dtype (float32, float16, int8 with its scale,
-binary packed bits)."""
+binary packed bits).
+
+What each option means (dense vectors; multivector matrices take `output_dtype` too):
+
+- `dims`: keep the first `dims` components (Matryoshka truncation), then L2-normalise
+  when the request or card normalises, so truncated vectors are unit length again.
+- `output_dtype`:
+  - `float32` (default) and `float16`: the values, cast.
+  - `int8`: symmetric per-output quantisation. `scale = max(|x|) / 127` (1.0 for an all-zero
+    output) and `data = round(x / scale)` in [-127, 127]; dequantise with `data * scale`
+    (`Quantized.dequantize()`); each component is then within `scale / 2` of the float.
+    A multivector matrix has one scale for the whole matrix.
+  - `binary`: the sign bits (`x > 0`) packed 8 per byte along the last axis, numpy
+    `packbits` order (first component in the most significant bit), `ceil(dims / 8)`
+    bytes; the same as sentence-transformers' `ubinary` precision. `unpack_binary`
+    undoes the packing into {0, 1}; Hamming distance on the bytes ranks like the signs.
+- Sparse outputs are always indices (int32) and values (float32): `output_dtype` and
+  `dims` do not apply to them.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +35,15 @@ class Quantized:
 
     data: np.ndarray
     scale: float
+
+    def dequantize(self) -> np.ndarray:
+        """float32 values back (each within `scale / 2` of the original)."""
+        return self.data.astype(np.float32) * np.float32(self.scale)
+
+
+def unpack_binary(bits: np.ndarray, dims: int) -> np.ndarray:
+    """`binary` output (`[..., ceil(dims / 8)]` uint8) -> `[..., dims]` uint8 of 0 / 1 sign bits."""
+    return np.unpackbits(bits, axis=-1, count=dims)
 
 
 def truncate_and_normalize(vectors: np.ndarray, dims: int | None, normalize: bool) -> np.ndarray:
