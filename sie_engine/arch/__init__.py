@@ -94,3 +94,12 @@ register(
     ["NomicBertModel", "NomicBertForPreTraining", "NomicBertForMaskedLM", "NomicBertForSequenceClassification"],
     ["nomic_bert"],
 )
+
+from .deberta_v2 import DebertaV2Config, DebertaV2Model  # noqa: E402
+
+# DeBERTa-v2/v3: the backbone of most GLiNER models (backbone only: no classifier heads here)
+register(
+    Family("deberta-v2", DebertaV2Config.from_hf, DebertaV2Model, "cls"),
+    ["DebertaV2Model", "DebertaV2ForMaskedLM"],
+    ["deberta-v2"],
+)
