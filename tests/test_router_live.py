@@ -8,14 +8,9 @@ scaled to zero). The worker-kill test runs last: it kills one of the two workers
 from __future__ import annotations
 
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import msgpack
@@ -24,89 +19,29 @@ import pytest
 
 from datasets import load_docs
 from helm_tools import chart_metric_names, exposed_metric_names, render_chart
-from server_fixtures import DEFAULT_MODEL, metric_value, start_server
+from router_fixtures import start_router, start_workers
+from server_fixtures import DEFAULT_MODEL, metric_value
 
 MODEL = DEFAULT_MODEL
 ENCODE = f"/v1/encode/{MODEL}"
 HOLD_S = 1.5
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Router:
-    def __init__(self, process: subprocess.Popen, url: str, log: Path):
-        self.process, self.url, self.log = process, url, log
-
-    def workers(self) -> dict[str, dict]:
-        answer = httpx.get(self.url + "/v1/router/workers", timeout=5).json()
-        return {w["url"]: w for w in answer["workers"]}
-
-    def metrics(self) -> str:
-        return httpx.get(self.url + "/metrics", timeout=5).text
-
-
-def _start_router(worker_urls: list[str], log_dir: Path) -> Router:
-    port = _free_port()
-    log = log_dir / "router.log"
-    command = [sys.executable, "-m", "sie_server.cli", "router", "--host", "127.0.0.1", "--port", str(port),
-               *[f"--worker={u}" for u in worker_urls], "--pool=gpu", "--default-pool=cpu",
-               f"--hold-timeout={HOLD_S}", "--retry-after=2", "--poll-interval=0.2", "--max-attempts=4"]
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"router exited {process.returncode}:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(url + "/readyz", timeout=1) as answer:
-                if answer.status == 200:
-                    return Router(process, url, log)
-        except OSError:
-            pass
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"router not ready:\n{log.read_text()}")
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """Two workers (started side by side: each start is mostly torch import) and a router."""
-    workers: list = [None, None]
-    errors: list = []
-
-    def start(i):
-        try:
-            workers[i] = start_server("--pool", "cpu", "--memory-budget", "1GiB",
-                                      log_dir=tmp_path_factory.mktemp(f"worker{i}"))
-        except Exception as exc:  # reported below, in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=start, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    """Two workers of pool "cpu" (model not preloaded) and a router that also knows pool "gpu"."""
+    workers = start_workers([["--pool", "cpu", "--memory-budget", "1GiB"]] * 2, tmp_path_factory)
     router = None
     try:
-        if errors:
-            raise errors[0]
-        router = _start_router([w.url for w in workers], tmp_path_factory.mktemp("router"))
+        router = start_router([*[f"--worker={w.url}" for w in workers], "--pool=gpu", "--default-pool=cpu",
+                               f"--hold-timeout={HOLD_S}", "--retry-after=2", "--poll-interval=0.2",
+                               "--max-attempts=4"], tmp_path_factory.mktemp("router"))
         yield router, workers
     finally:
         if router is not None:
-            router.process.send_signal(signal.SIGTERM)
-            try:
-                router.process.wait(30)
-            except subprocess.TimeoutExpired:
-                router.process.kill()
+            router.stop()
         for w in workers:
-            if w is not None:
-                w.stop()
+            w.stop()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,83 @@
+"""Back-pressure through the router, with real workers.
+
+Worker "tight" has the model preloaded (so affinity sends it every request) and a small
+queue bound (`--max-queued-tokens`), so a burst gets real 429s from it; worker "roomy"
+starts cold. The router must retry those 429s on "roomy" and answer every request. Then
+"tight" is drained (SIGTERM): requests keep succeeding on "roomy".
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from datasets import load_docs
+from router_fixtures import start_router, start_workers
+from server_fixtures import DEFAULT_MODEL, metric_value
+
+MODEL = DEFAULT_MODEL
+ENCODE = f"/v1/encode/{MODEL}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tight, roomy = start_workers(
+        [["--pool", "cpu", "--preload", MODEL, "--max-queued-tokens", "700", "--drain-timeout", "10"],
+         ["--pool", "cpu"]], tmp_path_factory)
+    router = None
+    try:
+        router = start_router([f"--worker={tight.url}", f"--worker={roomy.url}", "--default-pool=cpu", "--hold-timeout=20",
+                               "--poll-interval=0.2", "--max-attempts=6"], tmp_path_factory.mktemp("router"))
+        yield router, tight, roomy
+    finally:
+        if router is not None:
+            router.stop()
+        tight.stop()
+        roomy.stop()
+
+
+@pytest.fixture(scope="module")
+def batches() -> list[list[str]]:
+    texts = [d["text"] for d in load_docs(48)]
+    return [texts[i:i + 4] for i in range(0, 48, 4)]  # 12 requests of ~300 tokens
+
+
+def _encode(client: httpx.Client, url: str, texts: list[str]) -> httpx.Response:
+    return client.post(url + ENCODE, json={"items": [{"text": t} for t in texts]}, timeout=120)
+
+
+def test_worker_429s_are_retried_on_another_worker(cluster, batches):
+    router, tight, roomy = cluster
+    with httpx.Client() as client, ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda b: _encode(client, router.url, b), batches))
+    assert [a.status_code for a in answers] == [200] * len(batches), [a.text[:200] for a in answers]
+    for batch, answer in zip(batches, answers):
+        assert len(answer.json()["items"]) == len(batch)
+    served_by = {a.headers["X-SIE-Worker"] for a in answers}
+    assert served_by == {tight.url, roomy.url}
+    text = router.metrics()
+    assert metric_value(text, "sie_router_upstream_errors_total", worker=tight.url, kind="overloaded") >= 1
+    assert metric_value(text, "sie_router_retries_total", pool="cpu") >= 1
+    # The worker really refused them (its own admission counter), and the router's answers
+    # are all 200: no 429 reached the client.
+    tight_metrics = httpx.get(tight.url + "/metrics", timeout=5).text
+    assert metric_value(tight_metrics, "sie_rejected_total", model=MODEL) >= 1
+    assert metric_value(text, "sie_router_requests_total", status="429") == 0
+
+
+def test_a_draining_worker_leaves_the_rotation(cluster, batches):
+    router, tight, roomy = cluster
+    tight.signal(signal.SIGTERM)
+    with httpx.Client() as client:
+        answers = [_encode(client, router.url, b) for b in batches[:4]]
+    assert [a.status_code for a in answers] == [200] * 4, [a.text[:200] for a in answers]
+    assert tight.wait(30) == 0
+    time.sleep(0.5)
+    assert {a.headers["X-SIE-Worker"] for a in answers[1:]} == {roomy.url}
+    view = router.workers()
+    assert not view[tight.url]["ready"]
+    assert metric_value(router.metrics(), "sie_router_workers_ready", pool="cpu") == 1
