@@ -30,14 +30,19 @@ class TextTokenizer:
     def __init__(self, root: Path, max_length: int):
         from transformers import AutoTokenizer
 
+        gliner = (Path(root) / "gliner_config.json").is_file()
         source, extra_tokens = Path(root), ()
-        if (Path(root) / "gliner_config.json").is_file():
+        if gliner:
             from .heads.gliner_checkpoint import tokenizer_source  # GLiNER saves may lack a tokenizer
 
             source, extra_tokens = tokenizer_source(Path(root))
         hf = AutoTokenizer.from_pretrained(str(source), use_fast=True)
-        if extra_tokens:
-            hf.add_tokens(list(extra_tokens), special_tokens=True)
+        if gliner:  # as GLiNER loads its tokenizer: bos/eos on where the tokenizer has them, then its prompt tokens
+            for flag, token_id in (("add_bos_token", hf.bos_token_id), ("add_eos_token", hf.eos_token_id)):
+                if hasattr(hf, flag) and token_id is not None:
+                    setattr(hf, flag, True)
+            if extra_tokens:
+                hf.add_tokens(list(extra_tokens), special_tokens=True)
         if not hf.is_fast:
             raise ValueError(f"{root}: SIE needs a fast (Rust) tokenizer")
         self.hf = hf

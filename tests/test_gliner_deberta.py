@@ -118,3 +118,46 @@ def test_gliner_on_a_deberta_v3_backbone(tmp_path):
                 assert_same(item.entities, expected)
                 total += len(expected)
             assert total >= 5
+
+
+def test_urchade_layout_from_the_hub_cache(tmp_path, monkeypatch):
+    """The urchade/gliner_*-v2.1 layout: gliner_config.json without backbone config, vocabulary
+    size or token index, `model_name` a hub id whose repository gives config and tokenizer,
+    pytorch_model.bin; both repositories served from the hub cache, offline."""
+    import json
+    import shutil
+
+    import huggingface_hub.constants as hub_constants
+    from test_gliner_extract import hub_cache_layout
+
+    backbone = tiny_deberta("v3", tmp_path / "backbone", seed=4)
+    saved = tmp_path / "saved"
+    reference = build_reference(saved, backbone, seed=5, hidden_size=32, max_width=4, embed_ent_token=False)
+    upload = tmp_path / "upload"
+    upload.mkdir()
+    config = json.loads((saved / "gliner_config.json").read_text())
+    for key in ("encoder_config", "class_token_index", "vocab_size"):
+        config.pop(key)
+    config["model_name"] = "tiny/deberta-v3-backbone"
+    (upload / "gliner_config.json").write_text(json.dumps(config))
+    shutil.copy(saved / "pytorch_model.bin", upload / "pytorch_model.bin")
+    (backbone / "model.safetensors").unlink()  # SIE must not need the backbone repository's weights
+    cache = tmp_path / "hub"
+    hub_cache_layout(cache, "someone/gliner_tiny-v2.1", upload)
+    hub_cache_layout(cache, "tiny/deberta-v3-backbone", backbone)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    card = ModelCard(id="someone/gliner_tiny-v2.1", weights=WeightsSource(hub="someone/gliner_tiny-v2.1"),
+                     family="deberta-v2", outputs=("extract",), max_seq_len=128)
+    with Engine(Catalog([card]), device="cpu") as engine:
+        result = engine.extract_sync(card.id, TEXTS, LABELS, threshold=0.5)
+    for text, item in zip(TEXTS, result.items):
+        assert_same(item.entities, reference.predict_entities(text, LABELS, threshold=0.5))
+
+
+def test_catalog_has_the_urchade_cards():
+    catalog = Catalog.builtin()
+    for name in ("gliner_small-v2.1", "gliner_medium-v2.1", "gliner_large-v2.1", "gliner_multi-v2.1"):
+        card = catalog.get(f"urchade/{name}")
+        assert card is not None and card.tasks == ("extract",) and card.family == "deberta-v2"
+        assert card.weights.hub == f"urchade/{name}"

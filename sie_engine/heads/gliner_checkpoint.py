@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..card import ModelCard, WeightsSource
-from ..weights import GLINER_CONFIG, resolve_weights, weight_files
+from ..weights import GLINER_CONFIG, _from_hub, weight_files
 # The prefix of the backbone's tensors inside a GLiNER checkpoint.
 BACKBONE_PREFIX = "token_rep_layer.bert_layer.model."
+# What SIE needs from a backbone repository named by `model_name`.
+BACKBONE_FILES = ("*.json", "*.model", "*.txt", "tokenizer*")
 # Tokens GLiNER adds to the backbone's tokenizer, in this order (GLiNER's `_get_special_tokens`).
 EXTRA_TOKENS = ("[FLERT]",)
 
@@ -114,7 +115,8 @@ def backbone_source(root: Path) -> Path:
     local = Path(model_name).expanduser()
     if local.is_dir():
         return local
-    return resolve_weights(ModelCard(id=model_name, weights=WeightsSource(hub=model_name)))
+    # config and tokenizer only: the backbone's weights are inside the GLiNER checkpoint
+    return _from_hub(model_name, None, list(BACKBONE_FILES))
 
 
 def backbone_config(root: Path) -> dict:
