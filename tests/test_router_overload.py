@@ -69,6 +69,23 @@ def test_worker_429s_are_retried_on_another_worker(cluster, batches):
     assert metric_value(text, "sie_router_requests_total", status="429") == 0
 
 
+def test_workers_found_through_dns_like_a_headless_service(cluster, batches, tmp_path):
+    """`--service POOL=HOST:PORT`: the worker set is whatever the name resolves to."""
+    _, _, roomy = cluster
+    port = roomy.url.rsplit(":", 1)[1]
+    router = start_router([f"--service=cpu=localhost:{port}", "--default-pool=cpu", "--poll-interval=0.2",
+                           "--hold-timeout=5"], tmp_path)
+    try:
+        view = router.workers()
+        assert f"http://127.0.0.1:{port}" in view
+        assert view[f"http://127.0.0.1:{port}"]["pool"] == "cpu"
+        answer = httpx.post(router.url + ENCODE, json={"items": [{"text": batches[0][0]}]}, timeout=60)
+        assert answer.status_code == 200
+        assert answer.headers["X-SIE-Worker"] == f"http://127.0.0.1:{port}"
+    finally:
+        router.stop()
+
+
 def test_a_draining_worker_leaves_the_rotation(cluster, batches):
     router, tight, roomy = cluster
     tight.signal(signal.SIGTERM)

@@ -196,6 +196,7 @@ class Forwarder:
         """Wait for a ready worker while exporting the demand (KEDA scales from zero on it)."""
         gauge = self.metrics.pending.labels(pool or "*", model or "")
         gauge.inc()
+        self.registry.holding += 1
         try:
             while True:
                 worker = self.registry.choose(pool, model, exclude)
@@ -206,6 +207,7 @@ class Forwarder:
                     return None
                 await self.registry.wait_for_change(min(remaining, _HOLD_RECHECK_S))
         finally:
+            self.registry.holding -= 1
             gauge.dec()
 
     def _upstream_headers(self, request: web.Request, request_id: str, start: float,

@@ -26,6 +26,9 @@ class WorkerRegistry:
         self.seen_pools: set[str] = set(config.known_pools())
         self._changed = asyncio.Event()
         self._last_discovery = float("-inf")
+        # Requests held right now; while any is, DNS is re-read every poll round so a pod
+        # KEDA just started (scale from zero) is found within poll_interval_s.
+        self.holding = 0
 
     # ---- waiting -------------------------------------------------------------------------
 
@@ -58,7 +61,8 @@ class WorkerRegistry:
     async def refresh(self, force_discovery: bool = False) -> None:
         """One round: rediscover (at most every dns_refresh_s), then poll every worker."""
         now = time.monotonic()
-        if force_discovery or now - self._last_discovery >= self.config.dns_refresh_s:
+        due = now - self._last_discovery >= self.config.dns_refresh_s
+        if force_discovery or due or (self.holding and self.config.services):
             self._last_discovery = now
             self._apply_discovery(await discover(self.config))
         await asyncio.gather(*(self._poll(w) for w in list(self.workers.values())))
