@@ -276,3 +276,21 @@ def test_dockerfile_lints_clean_and_matches_its_ignore_file(dockerfile):
     for source in re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.M):
         for item in source.split():
             assert item.rstrip("/") in kept, f"{dockerfile} copies {item}, which its .dockerignore drops"
+
+
+def test_pool_autoscaling_overrides_include_zero_and_false(tmp_path: Path):
+    """A pool's `minReplicas: 0` / `enabled: false` win over non-zero chart-wide defaults."""
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        "autoscaling: {enabled: true, minReplicas: 2, maxReplicas: 5}\n"
+        "pools:\n"
+        "  - {name: zero, device: cpu, autoscaling: {minReplicas: 0}, resources: {}}\n"
+        "  - {name: fixed, device: cpu, replicas: 3, autoscaling: {enabled: false}, resources: {}}\n"
+        "  - {name: plain, device: cpu, resources: {}}\n")
+    docs = render_chart(str(values))
+    scaled = {d["metadata"]["labels"]["sie-pool"]: d["spec"] for d in _kind(docs, "ScaledObject")}
+    assert set(scaled) == {"zero", "plain"}
+    assert scaled["zero"]["minReplicaCount"] == 0 and scaled["zero"]["maxReplicaCount"] == 5
+    assert scaled["plain"]["minReplicaCount"] == 2
+    assert _by_name(docs, "Deployment", "sie-engine-fixed")["spec"]["replicas"] == 3
+    assert "replicas" not in _by_name(docs, "Deployment", "sie-engine-zero")["spec"]

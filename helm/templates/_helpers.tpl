@@ -78,8 +78,13 @@ capabilities:
   drop: ["ALL"]
 {{- end -}}
 
-{{/* A pool's autoscaling settings: the pool's own over the chart-wide defaults. */}}
+{{/* A pool's autoscaling settings: the pool's own keys over the chart-wide defaults. */}}
+{{/* A shallow override with `set`, not mergeOverwrite: mergeOverwrite skips a pool's zero
+values, so `minReplicas: 0` or `enabled: false` would silently keep the defaults. */}}
 {{- define "sie.poolAutoscaling" -}}
-{{- $own := .pool.autoscaling | default dict -}}
-{{- toYaml (mergeOverwrite (deepCopy .root.Values.autoscaling) $own) -}}
+{{- $merged := deepCopy .root.Values.autoscaling -}}
+{{- range $key, $value := (.pool.autoscaling | default dict) -}}
+{{- $_ := set $merged $key $value -}}
+{{- end -}}
+{{- toYaml $merged -}}
 {{- end -}}
