@@ -164,6 +164,8 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
         max_seq_len -= int(config.get("pad_token_id", 1)) + 1
     if config.get("model_type", "").startswith("qwen"):
         pooling, max_seq_len = "last", min(max_seq_len, 8192)
+    if config.get("model_type") == "nomic_bert" and "n_positions" in config:  # Nomic's own config layout
+        max_seq_len = int(config["n_positions"])
     if st is not None:
         pooling = st.get("pooling", pooling)
         normalize = st.get("normalize", False)

@@ -116,3 +116,14 @@ def test_config_reads_nomic_layout_like_transformers_layout(model_dir):
         NomicBertConfig.from_hf({**HUB_CONFIG, "rotary_emb_fraction": 0.5})
     with pytest.raises(ValueError, match="activation_function"):
         NomicBertConfig.from_hf({**HUB_CONFIG, "activation_function": "gelu"})
+
+
+def test_local_directory_card_reads_nomic_window(tmp_path):
+    """`--model NAME=PATH` on a checkpoint in Nomic's layout: the window comes from n_positions."""
+    import json
+
+    from sie_engine import card_from_local_dir
+
+    (tmp_path / "config.json").write_text(json.dumps(HUB_CONFIG))
+    card = card_from_local_dir("local/nomic", tmp_path)
+    assert card.max_seq_len == 8192 and card.pooling == "mean"

@@ -157,3 +157,19 @@ def test_unsupported_configs_are_refused_at_load():
         QwenConfig.from_hf({**base, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1.0}})
     with pytest.raises(ValueError, match="use_sliding_window"):
         QwenConfig.from_hf({**base, "use_sliding_window": True, "layer_types": ["sliding_attention"]})
+
+
+def test_local_directory_card_pools_last_token(model_dir):
+    """`--model NAME=PATH` on a Qwen checkpoint without a card: last-token pooling, and the
+    engine serves it with the family read from config.json."""
+    from sie_engine import card_from_local_dir
+
+    card = card_from_local_dir("local/qwen", model_dir[0])
+    assert card.pooling == "last" and card.family is None
+    engine = Engine(Catalog([card]), device="cpu")
+    try:
+        got = engine.encode_sync(card.id, TEXTS[:2]).items[0].dense
+        assert len(got) == model_dir[1].config.hidden_size
+        assert engine.model_info(card.id).family == model_dir[1].config.model_type
+    finally:
+        engine.close()
