@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Callable, Sequence
 import numpy as np
 import torch
 
+from .arch import family_for
 from .card import Catalog, ModelCard
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
 from .pool import ModelPool, PoolEvents
@@ -84,10 +85,12 @@ class _LoopThread:
 
 class _Tokenizers:
     """One tokenizer per model, loaded once (shared by concurrent first requests) and kept
-    across evictions: tokenizers are small and tokenising must not wait for weights."""
+    across evictions: tokenizers are small and tokenising must not wait for weights.
+    A tokenizer that cannot load is a load failure of its model, recorded by the pool."""
 
-    def __init__(self, executor):
+    def __init__(self, executor, pool: ModelPool):
         self._executor = executor
+        self._pool = pool
         self._loaded: dict[str, TextTokenizer] = {}
         self._loading: dict[str, asyncio.Future] = {}
 
@@ -98,12 +101,17 @@ class _Tokenizers:
         tokenizer = self._loaded.get(card.id)
         if tokenizer is not None:
             return tokenizer
+        failure = self._pool.failure(card.id)
+        if failure is not None:
+            raise failure
         future = self._loading.get(card.id)
         if future is None:
             future = asyncio.get_running_loop().run_in_executor(self._executor, self._load, card)
             self._loading[card.id] = future
         try:
             tokenizer = await asyncio.shield(future)
+        except Exception as exc:
+            raise self._pool.failure(card.id) or self._pool.record_failure(card.id, exc) from exc
         finally:
             self._loading.pop(card.id, None)
         self._loaded[card.id] = tokenizer
@@ -113,6 +121,7 @@ class _Tokenizers:
     def _load(card: ModelCard) -> TextTokenizer:
         root = resolve_weights(card)
         config = read_config(root)
+        family_for(config, card.family)  # an unsupported architecture is the error to report, not the tokenizer's
         max_len = card.max_seq_len
         positions = config.get("max_position_embeddings")
         if positions and config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
@@ -154,7 +163,6 @@ class Engine:
         self._load_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sie-load")
         self._loop_thread = _LoopThread("sie-engine")
         self.loop = self._loop_thread.loop
-        self._tokenizers = _Tokenizers(self._tokenize_pool)
         self._closed = False
 
         async def setup():
@@ -167,6 +175,7 @@ class Engine:
                 max_total_queued_tokens=max_total_queued_tokens, events=scheduler_events,
             )
             self.pool._has_work = self.scheduler.has_work
+            self._tokenizers = _Tokenizers(self._tokenize_pool, self.pool)
             self.scheduler.start()
 
         asyncio.run_coroutine_threadsafe(setup(), self.loop).result()

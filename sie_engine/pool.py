@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import time
 from collections import OrderedDict
@@ -90,6 +89,8 @@ class ModelPool:
         self._pins: dict[str, int] = {}
         self._failures: dict[str, LoadFailure] = {}
         self._room = asyncio.Condition()
+        # called after every load attempt (success or failure): the scheduler wakes on it
+        self.on_load_done: Callable[[], None] = lambda: None
 
     # ---- state -------------------------------------------------------------
     def card(self, model_id: str) -> ModelCard:
@@ -167,7 +168,12 @@ class ModelPool:
             card = self.card(model_id)
             task = asyncio.get_running_loop().create_task(self._load(card))
             self._loading[model_id] = task
-            task.add_done_callback(lambda _t, m=model_id: self._loading.pop(m, None))
+
+            def done(_task, m=model_id):
+                self._loading.pop(m, None)
+                self.on_load_done()
+
+            task.add_done_callback(done)
         return await asyncio.shield(task)
 
     async def _load(self, card: ModelCard) -> ModelRunner:
@@ -181,17 +187,21 @@ class ModelPool:
             finally:
                 self._reserved.pop(card.id, None)
         except Exception as exc:  # every failure is reported per model, never raised past it
-            failure = _classify(exc)
-            self._failures[card.id] = LoadFailure(failure.reason, failure.detail, time.monotonic())
-            self.events.load_failed(card.id, failure.reason)
-            log.warning("load of %s failed: %s", card.id, failure.message)
-            raise ModelLoadFailed(card.id, failure.reason, failure.detail, retry_after=self.retry_cooldown_s) from exc
+            raise self.record_failure(card.id, exc) from exc
         self._failures.pop(card.id, None)
         self._resident[card.id] = Resident(runner, need, time.monotonic())
         seconds = time.monotonic() - started
         self.events.loaded(card.id, need, seconds)
         log.info("loaded %s (%.1f MiB charged) in %.2fs", card.id, need / 2**20, seconds)
         return runner
+
+    def record_failure(self, model_id: str, exc: BaseException) -> ModelLoadFailed:
+        """Remember why a model could not load (retried after the cool-down); returns the error to raise."""
+        failure = _classify(exc)
+        self._failures[model_id] = LoadFailure(failure.reason, failure.detail, time.monotonic())
+        self.events.load_failed(model_id, failure.reason)
+        log.warning("load of %s failed (%s): %s", model_id, failure.reason, failure.detail)
+        return ModelLoadFailed(model_id, failure.reason, failure.detail, retry_after=self.retry_cooldown_s)
 
     def _plan(self, card: ModelCard):
         root = resolve_weights(card)
@@ -228,8 +238,7 @@ class ModelPool:
         entry = self._resident.pop(model_id, None)
         if entry is None:
             return
-        del entry
-        gc.collect()
+        entry.runner.release()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         self.events.evicted(model_id)

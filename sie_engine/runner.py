@@ -87,6 +87,20 @@ class ModelRunner:
         per_output = {name: self.output_heads[name](hidden, batch) for name in wanted}
         return [{name: per_output[name][i] for name in it.outputs} for i, it in enumerate(items)]
 
+    def release(self) -> None:
+        """Free the weights now (eviction), without waiting for the garbage collector:
+        a full gc pass costs about a second in a process that imported transformers.
+        Heads that hold tensors should be nn.Modules (or bound methods of one) so they are freed too."""
+        modules = [self.backbone]
+        for head in [*self.output_heads.values(), *self.task_heads.values()]:
+            owner = getattr(head, "__self__", head)
+            if isinstance(owner, torch.nn.Module):
+                modules.append(owner)
+        empty = torch.empty(0, device=self.device)
+        for module in modules:
+            for tensor in [*module.parameters(), *module.buffers()]:
+                tensor.data = empty
+
     def dense_head(self) -> Callable:
         """Pooling (card's mode) as a dense output head; normalisation and Matryoshka
         truncation are per-request post-processing."""

@@ -98,6 +98,7 @@ class Scheduler:
         self._inflight: set[Request] = set()
         # drain rate (tokens/s), an exponential moving average over batches: Retry-After
         self._rate = 0.0
+        pool.on_load_done = self._wake.set
 
     # ---- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -208,8 +209,6 @@ class Scheduler:
                 for (m, _), queue in self._queues.items():
                     if m == model_id:
                         self._fail_queue(queue, exc)
-            finally:
-                self._wake.set()
 
         asyncio.get_running_loop().create_task(load())
 

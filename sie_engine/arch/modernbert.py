@@ -59,7 +59,7 @@ class ModernBertConfig:
             raise ValueError(f"layer_types={layer_types!r} is not {layers} entries of {GLOBAL!r}/{LOCAL!r}")
         rope = config.get("rope_parameters") or {}
         for kind, params in rope.items():
-            if params and params.get("rope_type", "default") != "default":
+            if isinstance(params, dict) and params.get("rope_type", "default") != "default":
                 raise ValueError(f"rope_parameters[{kind!r}].rope_type={params['rope_type']!r} is not supported (only 'default')")
         if config.get("rope_scaling"):
             raise ValueError(f"rope_scaling={config['rope_scaling']!r} is not supported")

@@ -1,0 +1,128 @@
+"""The model pool: LRU by use, the memory budget, eviction that never loses queued
+work, shared concurrent first loads, per-model load failures."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from engine_fixtures import Recorder, make_engine, tiny_cards
+from sie_engine import ModelCard, WeightsSource
+from sie_engine.errors import ModelLoadFailed
+
+TEXTS = ["the first text", "a second, longer text about eviction", "third"]
+
+
+@pytest.fixture(scope="module")
+def cards(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pool")
+    cards = tiny_cards(tmp)
+    missing = ModelCard(id="broken/missing", weights=WeightsSource(path=str(tmp / "nothing-here")))
+    (tmp / "odd").mkdir()
+    (tmp / "odd" / "config.json").write_text('{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}')
+    odd = ModelCard(id="broken/arch", weights=WeightsSource(path=str(tmp / "odd")))
+    return cards + [missing, odd]
+
+
+def model_need(engine, model_id) -> int:
+    return engine.pool._plan(engine.card(model_id))[1]
+
+
+@pytest.fixture(scope="module")
+def expected(cards):
+    recorder = Recorder()
+    engine = make_engine(cards, recorder)
+    try:
+        yield {c.id: np.stack([i.dense for i in engine.encode_sync(c.id, TEXTS).items]) for c in cards[:3]}
+    finally:
+        engine.close()
+
+
+def engine_holding(cards, models: float, recorder):
+    probe = make_engine(cards, Recorder())
+    need = model_need(probe, "tiny/a")
+    probe.close()
+    return make_engine(cards, recorder, memory_budget=int(need * models))
+
+
+def test_lru_is_refreshed_by_use_not_load_order(cards, expected):
+    recorder = Recorder()
+    engine = engine_holding(cards, 2.5, recorder)
+    try:
+        engine.encode_sync("tiny/a", TEXTS)
+        engine.encode_sync("tiny/b", TEXTS)
+        engine.encode_sync("tiny/a", TEXTS)  # a is now the most recently used
+        engine.encode_sync("tiny/c", TEXTS)
+        assert recorder.evictions == ["tiny/b"]
+        assert set(engine.pool.loaded_ids()) == {"tiny/a", "tiny/c"}
+        assert engine.pool.used_bytes <= engine.budget_bytes
+    finally:
+        engine.close()
+
+
+async def test_budget_for_one_model_serves_interleaved_requests_without_loss(cards, expected):
+    recorder = Recorder()
+    engine = engine_holding(cards, 1.5, recorder)
+    try:
+        models = ["tiny/a", "tiny/b", "tiny/c"] * 6
+        results = await asyncio.gather(*(engine.encode(m, TEXTS) for m in models))
+        for model, result in zip(models, results):
+            np.testing.assert_allclose(np.stack([i.dense for i in result.items]), expected[model], atol=1e-5)
+        assert len(recorder.evictions) >= 2
+        assert len(engine.pool.loaded_ids()) == 1
+        assert engine.pool.used_bytes <= engine.budget_bytes
+    finally:
+        engine.close()
+
+
+async def test_concurrent_first_requests_share_one_load(cards, expected):
+    recorder = Recorder()
+    engine = make_engine(cards, recorder)
+    builds = []
+    original = engine.pool._builder
+
+    def counting_builder(*args):
+        builds.append(args[0].id)
+        return original(*args)
+
+    engine.pool._builder = counting_builder
+    try:
+        results = await asyncio.gather(*(engine.encode("tiny/b", TEXTS) for _ in range(10)),
+                                       *(engine.load("tiny/b") for _ in range(3)))
+        assert builds == ["tiny/b"]
+        for result in results[:10]:
+            np.testing.assert_allclose(np.stack([i.dense for i in result.items]), expected["tiny/b"], atol=1e-5)
+    finally:
+        engine.close()
+
+
+async def test_load_failures_are_per_model_with_a_reason(cards, expected):
+    recorder = Recorder()
+    engine = make_engine(cards, recorder)
+    try:
+        with pytest.raises(ModelLoadFailed) as missing:
+            await engine.encode("broken/missing", TEXTS)
+        assert missing.value.reason == "not_found"
+        with pytest.raises(ModelLoadFailed) as odd:
+            await engine.encode("broken/arch", TEXTS)
+        assert odd.value.reason == "unsupported_architecture" and "GPT2LMHeadModel" in odd.value.message
+        # the others are unharmed, and the failure is visible in the model list
+        result = await engine.encode("tiny/a", TEXTS)
+        np.testing.assert_allclose(np.stack([i.dense for i in result.items]), expected["tiny/a"], atol=1e-5)
+        info = engine.model_info("broken/missing")
+        assert info.state == "failed" and "not_found" in info.error
+        assert ("broken/missing", "not_found") in recorder.failures
+    finally:
+        engine.close()
+
+
+def test_model_larger_than_the_budget_fails_clearly(cards):
+    engine = make_engine(cards, Recorder(), memory_budget=1000)
+    try:
+        with pytest.raises(ModelLoadFailed) as info:
+            engine.encode_sync("tiny/a", TEXTS)
+        assert info.value.reason == "out_of_memory" and "budget" in info.value.message
+    finally:
+        engine.close()
