@@ -52,4 +52,5 @@ async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         await runner.cleanup()
+        log.info("listener closed")
     return 0
