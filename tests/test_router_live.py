@@ -137,6 +137,12 @@ def test_pool_without_ready_worker_holds_then_503(cluster):
     assert metric_value(text, "sie_router_queue_seconds_sum", pool="gpu") >= HOLD_S
     assert metric_value(text, "sie_router_requests_total", pool="gpu", status="503") >= 1
     assert metric_value(text, "sie_router_workers_ready", pool="gpu") == 0
+    # The client's deadline bounds the hold too.
+    start = time.monotonic()
+    late = httpx.post(router.url + ENCODE, json={"items": [{"text": "x"}]},
+                      headers={"X-SIE-Pool": "gpu", "X-SIE-Timeout-Ms": "300"}, timeout=30)
+    assert late.status_code == 504 and late.json()["error"]["code"] == "deadline_exceeded"
+    assert 0.3 <= time.monotonic() - start < HOLD_S
     # A pool nobody configured is a client error, at once.
     unknown = httpx.post(router.url + ENCODE, json={"items": [{"text": "x"}]},
                          headers={"X-SIE-Pool": "tpu"}, timeout=10)

@@ -70,16 +70,24 @@ def test_worker_429s_are_retried_on_another_worker(cluster, batches):
 
 
 def test_workers_found_through_dns_like_a_headless_service(cluster, batches, tmp_path):
-    """`--service POOL=HOST:PORT`: the worker set is whatever the name resolves to."""
+    """`--service POOL=HOST:PORT`: the worker set is whatever the name resolves to.
+    This router also requires an API key (the worker does not)."""
     _, _, roomy = cluster
     port = roomy.url.rsplit(":", 1)[1]
     router = start_router([f"--service=cpu=localhost:{port}", "--default-pool=cpu", "--poll-interval=0.2",
-                           "--hold-timeout=5"], tmp_path)
+                           "--hold-timeout=5", "--api-key=router-key"], tmp_path)
+    auth = {"Authorization": "Bearer router-key"}
     try:
-        view = router.workers()
+        # Health, readiness and metrics are open; the API needs the key.
+        assert httpx.get(router.url + "/metrics", timeout=5).status_code == 200
+        refused = httpx.post(router.url + ENCODE, json={"items": [{"text": "x"}]}, timeout=10)
+        assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
+        view = httpx.get(router.url + "/v1/router/workers", headers=auth, timeout=5).json()
+        view = {w["url"]: w for w in view["workers"]}
         assert f"http://127.0.0.1:{port}" in view
         assert view[f"http://127.0.0.1:{port}"]["pool"] == "cpu"
-        answer = httpx.post(router.url + ENCODE, json={"items": [{"text": batches[0][0]}]}, timeout=60)
+        answer = httpx.post(router.url + ENCODE, json={"items": [{"text": batches[0][0]}]}, headers=auth,
+                            timeout=60)
         assert answer.status_code == 200
         assert answer.headers["X-SIE-Worker"] == f"http://127.0.0.1:{port}"
     finally:
