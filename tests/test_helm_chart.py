@@ -294,3 +294,11 @@ def test_pool_autoscaling_overrides_include_zero_and_false(tmp_path: Path):
     assert scaled["plain"]["minReplicaCount"] == 2
     assert _by_name(docs, "Deployment", "sie-engine-fixed")["spec"]["replicas"] == 3
     assert "replicas" not in _by_name(docs, "Deployment", "sie-engine-zero")["spec"]
+
+
+def test_values_schema_refuses_bad_values_with_the_field_named():
+    for setting, field in (("pools[0].name=Bad_Name", "pools.0.name"),
+                           ("pools[0].device=tpu", "pools.0.device"),
+                           ("autoscaling.queueTimeQuantile=1.5", "autoscaling.queueTimeQuantile")):
+        done = run_helm("template", "sie", str(CHART_DIR), "--set", setting)
+        assert done.returncode != 0 and field in done.stderr, (setting, done.stderr)
