@@ -7,10 +7,12 @@ scaled to zero). The worker-kill test runs last: it kills one of the two workers
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import msgpack
@@ -196,6 +198,27 @@ def test_chart_metric_names_exist_in_live_metrics(cluster):
             for name in sorted(names):
                 exposed = router_names if name.startswith("sie_router_") else engine_names
                 assert name in exposed, f"{where} uses {name}, which no live /metrics exposes"
+
+
+def test_router_metrics_match_the_contract(cluster):
+    """docs/api.md's router table: every name, type and label set, and nothing else sie_router_*."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    router, _ = cluster
+    api = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+    table = api[api.index("Router (`sie-server router`)"):]
+    contract = {}
+    for name, kind, labels in re.findall(r"^\| `(sie_router_\w+)` \| (\w+) \| ([^|]*) \|", table, re.M):
+        contract[name.removesuffix("_total") if kind == "counter" else name] = (
+            kind, {label.strip() for label in labels.split(",") if label.strip()})
+    families = {f.name: f for f in text_string_to_metric_families(router.metrics())
+                if f.name.startswith("sie_router_") and not f.name.endswith("_created")}
+    assert set(families) == set(contract)
+    for name, (kind, labels) in contract.items():
+        family = families[name]
+        assert family.type == kind, name
+        for sample in family.samples:
+            assert set(sample.labels) - {"le"} == labels, (name, sample)
 
 
 def test_killing_a_worker_mid_load_loses_no_request(cluster, texts):
