@@ -173,3 +173,39 @@ def test_local_directory_card_pools_last_token(model_dir):
         assert engine.model_info(card.id).family == model_dir[1].config.model_type
     finally:
         engine.close()
+
+
+def test_engine_equals_sentence_transformers_with_prompts(tmp_path):
+    """The Qwen3-Embedding recipe as sentence-transformers runs it (Transformer, last-token
+    Pooling, Normalize, a "query" prompt) against SIE's card (instruct template + default
+    instruction, pooling: last) on the same tiny checkpoint: equal within 1e-4."""
+    import json
+
+    from sentence_transformers import SentenceTransformer
+
+    torch.manual_seed(0)
+    model = tiny_qwen("qwen3").eval()
+    root = save_tiny(model, tmp_path)
+    hidden = model.config.hidden_size
+    (root / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]))
+    (root / "1_Pooling").mkdir()
+    (root / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": hidden, "pooling_mode_lasttoken": True, "pooling_mode_mean_tokens": False}))
+    (root / "2_Normalize").mkdir()
+    (root / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 512, "do_lower_case": False}))
+    (root / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": f"Instruct: {QWEN3_INSTRUCTION}\nQuery:", "document": ""}, "default_prompt_name": None}))
+    st = SentenceTransformer(str(root), device="cpu")
+    card = tiny_card(root, pooling="last", id="tiny/qwen3-st", normalize=True, query_template=QWEN3_TEMPLATE,
+                     query_instruction=QWEN3_INSTRUCTION)
+    engine = Engine(Catalog([card]), device="cpu")
+    try:
+        for is_query, expected in ((True, st.encode(TEXTS, prompt_name="query")), (False, st.encode(TEXTS))):
+            got = np.stack([item.dense for item in engine.encode_sync(card.id, TEXTS, is_query=is_query).items])
+            np.testing.assert_allclose(got, expected, atol=FP32_TOL, rtol=0)
+    finally:
+        engine.close()
