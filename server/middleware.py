@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 
 # Routes that run models: counted in flight, refused while draining.
 WORK_ROUTES = frozenset({"encode", "score", "extract", "embeddings"})
-# Routes open without an API key (probes, scraping, the API description).
-PUBLIC_ROUTES = frozenset({"healthz", "readyz", "metrics", "openapi"})
+# Routes open without an API key: probes, scraping, the API description, and the
+# router's status poll (it shows no more than /metrics does).
+PUBLIC_ROUTES = frozenset({"healthz", "readyz", "metrics", "openapi", "status"})
 # Probes and scrapes are not counted in sie_requests_total (they would drown the signal).
 UNCOUNTED_ROUTES = frozenset({"healthz", "readyz", "metrics"})
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")

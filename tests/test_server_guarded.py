@@ -45,8 +45,8 @@ def bearer(key: str) -> dict:
     return {"Authorization": f"Bearer {key}"}
 
 
-def test_probes_metrics_and_openapi_need_no_key(http):
-    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+def test_probes_metrics_status_and_openapi_need_no_key(http):
+    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/v1/status"):
         assert http.get(path).status_code == 200, path
 
 
@@ -54,7 +54,7 @@ def test_probes_metrics_and_openapi_need_no_key(http):
                                      {"Authorization": "Bearer"}])
 def test_missing_or_wrong_keys_are_refused(http, headers):
     for method, path, body in (("POST", ENCODE, {"items": ["a"]}), ("GET", "/v1/models", None),
-                               ("GET", "/v1/status", None)):
+                               ("GET", f"/v1/models/{DEFAULT_MODEL}", None)):
         answer = http.request(method, path, json=body, headers=headers)
         assert answer.status_code == 401
         assert answer.json()["error"]["code"] == "unauthorized"
