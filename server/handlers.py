@@ -19,7 +19,7 @@ from . import codec
 from .errors import HTTPProblem
 from .fields import ENCODE_FIELDS, EXTRACT_FIELDS, SCORE_FIELDS
 from .openapi import openapi_document
-from .state import ENGINE, LIFECYCLE, METRICS, SETTINGS
+from .state import ENGINE, LIFECYCLE, METRICS, MODEL_LABEL, SETTINGS, TIMINGS
 
 
 TIMEOUT_HEADER = "X-SIE-Timeout-Ms"
@@ -30,7 +30,7 @@ def model_of(request: web.Request) -> str:
     """The model id from the path; labels the request's metrics when it is served here."""
     model = request.match_info["model"]
     if model in request.app[ENGINE].catalog:
-        request["sie_model"] = model
+        request[MODEL_LABEL] = model
     return model
 
 
@@ -66,7 +66,7 @@ async def encode(request: web.Request) -> web.Response:
     codec.check_fields(body, ENCODE_FIELDS, required=("items",))
     result = await request.app[ENGINE].encode(
         model, body["items"], **given(body, ENCODE_FIELDS[1:]), timeout=timeout_of(request))
-    request["sie_timings"] = result.timings
+    request[TIMINGS] = result.timings
     payload, size = codec.encode_answer(result, codec.answer_format(request))
     return await codec.answer(request, payload, approx_bytes=size, offload_bytes=request.app[SETTINGS].offload_bytes)
 
@@ -77,7 +77,7 @@ async def score(request: web.Request) -> web.Response:
     codec.check_fields(body, SCORE_FIELDS, required=("query", "items"))
     result = await request.app[ENGINE].score(
         model, body["query"], body["items"], **given(body, SCORE_FIELDS[2:]), timeout=timeout_of(request))
-    request["sie_timings"] = result.timings
+    request[TIMINGS] = result.timings
     return await codec.answer(request, codec.score_answer(result))
 
 
@@ -87,7 +87,7 @@ async def extract(request: web.Request) -> web.Response:
     codec.check_fields(body, EXTRACT_FIELDS, required=("items", "labels"))
     result = await request.app[ENGINE].extract(
         model, body["items"], body["labels"], **given(body, EXTRACT_FIELDS[2:]), timeout=timeout_of(request))
-    request["sie_timings"] = result.timings
+    request[TIMINGS] = result.timings
     return await codec.answer(request, codec.extract_answer(result))
 
 

@@ -20,7 +20,7 @@ from sie_engine.types import Timings
 
 from . import codec
 from .errors import HTTPProblem, error_body, retry_after_header, status_for
-from .state import API_KEYS, LIFECYCLE, METRICS
+from .state import API_KEYS, ERROR_CODE, LIFECYCLE, METRICS, MODEL_LABEL, TIMINGS
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def _http_exception_problem(exc: web.HTTPException) -> HTTPProblem:
 
 def error_response(request: web.Request, error: SIEError, openai_shape: bool) -> web.Response:
     status = status_for(error)
-    request["sie_error"] = error.code
+    request[ERROR_CODE] = error.code
     fmt = codec.JSON if openai_shape else codec.answer_format(request)
     response = codec.response(codec._serialise(error_body(error, openai_shape), fmt), fmt, status)
     retry_after = retry_after_header(error)
@@ -94,7 +94,7 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
     except asyncio.CancelledError:
         # The client went away: its engine work is cancelled with this task.
         if route not in UNCOUNTED_ROUTES:
-            metrics.requests.labels(request.get("sie_model", ""), route, "499").inc()
+            metrics.requests.labels(request.get(MODEL_LABEL, ""), route, "499").inc()
         raise
     except Exception as exc:  # a bug, not bad input: say so without leaking internals
         log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request_id)
@@ -106,7 +106,7 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
             lifecycle.leave()
             metrics.inflight.dec()
     total = time.monotonic() - started
-    timings: Timings | None = request.get("sie_timings")
+    timings: Timings | None = request.get(TIMINGS)
     shown = timings or Timings()
     response.headers["X-Request-Id"] = request_id
     response.headers["X-SIE-Queue-Ms"] = _ms(shown.queue)
@@ -114,8 +114,8 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
     response.headers["X-SIE-Inference-Ms"] = _ms(shown.inference)
     response.headers["X-SIE-Total-Ms"] = _ms(total)
     if route not in UNCOUNTED_ROUTES:
-        model = request.get("sie_model", "")
+        model = request.get(MODEL_LABEL, "")
         metrics.observe_request(model, route, response.status, timings, total)
         if response.status in (429, 503, 504) and route in WORK_ROUTES:
-            metrics.rejected.labels(model, request.get("sie_error", str(response.status))).inc()
+            metrics.rejected.labels(model, request.get(ERROR_CODE, str(response.status))).inc()
     return response

@@ -22,7 +22,7 @@ from sie_engine import validation
 from . import codec
 from .fields import EMBEDDINGS_FIELDS as FIELDS
 from .handlers import body_of, timeout_of
-from .state import ENGINE, SETTINGS
+from .state import ENGINE, MODEL_LABEL, SETTINGS, TIMINGS
 
 ENCODING_FORMATS = ("float", "base64")
 
@@ -57,7 +57,7 @@ async def embeddings(request: web.Request) -> web.Response:
     codec.check_fields(body, FIELDS, required=("model", "input"))
     model = validate_model_id(body["model"])
     if model in engine.catalog:
-        request["sie_model"] = model
+        request[MODEL_LABEL] = model
     encoding_format = body.get("encoding_format") or "float"
     if encoding_format not in ENCODING_FORMATS:
         raise InvalidRequest(f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}", field="encoding_format")
@@ -70,7 +70,7 @@ async def embeddings(request: web.Request) -> web.Response:
         if exc.field == "dims":  # the engine's name for OpenAI's `dimensions`
             raise InvalidRequest(exc.message.replace("dims", "dimensions", 1), field="dimensions") from None
         raise
-    request["sie_timings"] = result.timings
+    request[TIMINGS] = result.timings
     data = [{"object": "embedding", "index": i, "embedding": embedding_value(item.dense, encoding_format)}
             for i, item in enumerate(result.items)]
     payload = {"object": "list", "data": data, "model": result.model,

@@ -7,10 +7,13 @@ import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
+
 from sie_engine import Engine
 
 from .auth import ApiKeys
 from .metrics import ServerMetrics
+from sie_engine.types import Timings
+
 from .settings import ServerSettings
 
 
@@ -53,3 +56,10 @@ SETTINGS = web.AppKey("settings", ServerSettings)
 METRICS = web.AppKey("metrics", ServerMetrics)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 API_KEYS = web.AppKey("api_keys", ApiKeys)
+
+# Per-request values the handlers leave for the middleware (typed keys where this
+# aiohttp has them, plain strings before 3.13).
+_RequestKey = getattr(web, "RequestKey", None)
+MODEL_LABEL = _RequestKey("sie_model", str) if _RequestKey else "sie_model"  # metrics label: a served model id
+TIMINGS = _RequestKey("sie_timings", Timings) if _RequestKey else "sie_timings"  # the engine's phase timings
+ERROR_CODE = _RequestKey("sie_error", str) if _RequestKey else "sie_error"  # the error code answered
