@@ -1,0 +1,98 @@
+"""SIE embedding functions for LanceDB's registry.
+
+A table whose schema names one of these functions (through a `LanceModel` with
+`func.SourceField()` / `func.VectorField()`) embeds its source column on `add`
+(SIE's document mode) and embeds query strings on `search` (SIE's query mode).
+The function's settings are stored in the table's schema metadata, so reopening
+the table recreates it; `ndims()` asks SIE's `/v1/models` for the vector size.
+
+    func = get_registry().get("sie").create(model="sentence-transformers/all-MiniLM-L6-v2")
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, List, Optional, Union
+
+import numpy as np
+from lancedb.embeddings import TextEmbeddingFunction, register
+from pydantic import PrivateAttr
+
+from sie_client import DEFAULT_MODEL, SIEClient, connect
+
+
+@register("sie")
+class SIEEmbeddings(TextEmbeddingFunction):
+    """Dense vectors from an SIE model.
+
+    Fields: model; url (None: `SIE_URL`, else embedded mode); api_key (LanceDB treats it
+    as sensitive: pass "$var:name" after `registry.set_var(name, key)`, or rely on
+    `SIE_API_KEY`); timeout; instruction (query instruction override); dims (Matryoshka
+    truncation); batch_size.
+    """
+
+    model: str = DEFAULT_MODEL
+    url: Optional[str] = None
+    api_key: Optional[str] = None
+    timeout: Optional[float] = None
+    instruction: Optional[str] = None
+    dims: Optional[int] = None
+    batch_size: Optional[int] = None
+
+    _client: Optional[SIEClient] = PrivateAttr(default=None)
+    _ndims: Optional[int] = PrivateAttr(default=None)
+
+    # The kind of SIE output this function stores (a class constant, not a setting).
+    output: ClassVar[str] = "dense"
+
+    @staticmethod
+    def sensitive_keys() -> List[str]:
+        return ["api_key"]
+
+    @property
+    def client(self) -> SIEClient:
+        if self._client is None:
+            self._client = connect(url=self.url, api_key=self.api_key, timeout=self.timeout)
+        return self._client
+
+    def ndims(self) -> int:
+        if self._ndims is None:
+            if self.output == "dense" and self.dims:
+                self._ndims = int(self.dims)
+            else:
+                size = self.client.model(self.model).dims.get(self.output)
+                if not size:  # sizes of some outputs are known only once the model is loaded
+                    probe = self.client.encode(self.model, ["dimension probe"], output_types=[self.output]).items[0]
+                    size = np.shape(getattr(probe, self.output))[-1]
+                self._ndims = int(size)
+        return self._ndims
+
+    def _encode(self, texts: List[str], is_query: bool) -> list:
+        result = self.client.encode(
+            self.model, list(texts), output_types=[self.output], is_query=is_query,
+            instruction=self.instruction if is_query else None, dims=self.dims if self.output == "dense" else None,
+            batch_size=self.batch_size,
+        )
+        return [np.asarray(getattr(item, self.output), dtype=np.float32) for item in result.items]
+
+    def generate_embeddings(self, texts: Union[List[str], np.ndarray], *args, **kwargs) -> list:
+        """Document-mode vectors, one per text (`[ndims]` float32 each)."""
+        return self._encode(texts, is_query=False)
+
+    def compute_query_embeddings(self, query: str, *args, **kwargs) -> list:
+        """Query-mode vector(s) for a search string."""
+        return self._encode(self.sanitize_input(query), is_query=True)
+
+
+@register("sie-multivector")
+class SIEMultiVectorEmbeddings(SIEEmbeddings):
+    """Late-interaction token vectors (`[tokens, ndims]` per text) for a LanceDB
+    multivector column (`MultiVector(func.ndims())`, cosine metric), searched by MaxSim.
+
+    lancedb 0.40 drops auto-computed rows whose length differs from `ndims()` (it assumes
+    one flat vector per row), so write the vectors yourself when adding rows:
+    `table.add([{"text": t, "vector": v} for t, v in zip(texts, func.generate_embeddings(texts))])`;
+    `table.search("query text")` embeds the query through this function as usual.
+    """
+
+    model: str = "answerdotai/answerai-colbert-small-v1"
+    output: ClassVar[str] = "multivector"
