@@ -304,3 +304,15 @@ def test_missing_head_tensor_fails_the_load_naming_it(models, tmp_path):
     with Engine(Catalog([card]), device="cpu") as engine:
         with pytest.raises(ModelLoadFailed, match="prompt.3.bias"):
             engine.extract_sync("broken", ["Ada Lovelace"], ["person"])
+
+
+@pytest.mark.parametrize("variant", ["minilm-markerV0-first", "tiny-markerV1-max"])
+def test_span_chunks_do_not_change_results(engine, models, variant, monkeypatch):
+    """Span vectors are computed in chunks of whole windows; tiny chunks give the same answer."""
+    import sie_engine.heads.gliner as gliner_head
+
+    _, reference = models[variant]
+    monkeypatch.setattr(gliner_head, "SPAN_CHUNK", 40)
+    result = engine.extract_sync(f"gliner/{variant}", TEXTS, LABELS, threshold=0.5, flat=False)
+    for text, item in zip(TEXTS, result.items):
+        assert_same(item.entities, reference.predict_entities(text, LABELS, flat_ner=False, threshold=0.5))
