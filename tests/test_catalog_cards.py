@@ -30,7 +30,7 @@ DENSE_CARDS = [card for card in CATALOG if tuple(card.outputs) == ("dense",)]
 XLMR_CARDS = {
     "intfloat/multilingual-e5-base", "intfloat/multilingual-e5-large", "intfloat/multilingual-e5-large-instruct",
     "Snowflake/snowflake-arctic-embed-l-v2.0", "sentence-transformers/paraphrase-multilingual-mpnet-base-v2",
-    "BAAI/bge-m3",
+    "BAAI/bge-m3", "ibm-granite/granite-embedding-278m-multilingual",
 }
 QUERY, DOCUMENT = "how do packed batches work", "Sequences are concatenated without padding and attention runs per sequence."
 
