@@ -26,7 +26,8 @@ from sie_engine.arch import FAMILIES
 CATALOG = Catalog.builtin()
 DENSE_CARDS = [card for card in CATALOG if tuple(card.outputs) == ("dense",)]
 
-# bert-family cards whose real checkpoint is XLM-RoBERTa (position offset, pad index 1).
+# bert-family cards whose real checkpoint is XLM-RoBERTa (position offset, pad index 1), besides
+# those whose description names XLM-R.
 XLMR_CARDS = {
     "intfloat/multilingual-e5-base", "intfloat/multilingual-e5-large", "intfloat/multilingual-e5-large-instruct",
     "Snowflake/snowflake-arctic-embed-l-v2.0", "sentence-transformers/paraphrase-multilingual-mpnet-base-v2",
@@ -91,7 +92,8 @@ STAND_INS = {"bert": _bert, "modernbert": _modernbert, "qwen2": _qwen("qwen2"), 
 
 def _kind(card) -> str:
     family = card.family or "bert"
-    return "xlmr" if family == "bert" and card.id in XLMR_CARDS else family
+    xlmr = card.id in XLMR_CARDS or "XLM-R" in card.description  # cards name their backbone
+    return "xlmr" if family == "bert" and xlmr else family
 
 
 @pytest.fixture(scope="module")
