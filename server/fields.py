@@ -14,7 +14,8 @@ def task_options(task: str) -> tuple[str, ...]:
         return ()
 
 
-ENCODE_FIELDS = ("items", "output_types", "is_query", "instruction", "dims", "normalize", "output_dtype", "truncate")
+ENCODE_FIELDS = ("items", "output_types", "is_query", "instruction", "dims", "normalize", "output_dtype", "truncate",
+                 "precision")
 SCORE_FIELDS = ("query", "items", "top_k") + task_options("score")
 EXTRACT_FIELDS = ("items", "labels", "threshold", "flat") + task_options("extract")
 EMBEDDINGS_FIELDS = ("model", "input", "encoding_format", "dimensions", "user")

@@ -55,6 +55,8 @@ SCHEMAS = {
         "normalize": {"type": "boolean"},
         "output_dtype": {"enum": list(OUTPUT_DTYPES), "default": "float32"},
         "truncate": {"type": "boolean", "default": True},
+        "precision": {"enum": ["float32", "float16", "bfloat16", "int8"],
+                      "description": "compute precision (default: the card's dtype); bfloat16 is the fast CPU mode"},
     }, ["items"]),
     "EncodeResponse": _obj({
         "model": {"type": "string"},

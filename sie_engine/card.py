@@ -21,7 +21,8 @@ from .errors import InvalidRequest
 ENCODE_OUTPUTS = ("dense", "sparse", "multivector")
 ALL_OUTPUTS = ENCODE_OUTPUTS + ("score", "extract")
 POOLINGS = ("cls", "mean", "last", "none")
-DTYPES = ("auto", "float32", "float16", "bfloat16")
+# Compute precision. "int8": float32 weights with dynamically quantised linear layers (CPU only).
+DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,9 @@ class ModelCard:
     query_template: str = "{text}"
     document_template: str = "{text}"
     query_instruction: str | None = None
-    # "auto": float16 on CUDA, float32 on CPU.
+    # "auto": float16 on CUDA, float32 on CPU. bfloat16 is the fast CPU mode where the CPU
+    # has bf16 instructions; int8 quantises linear layers dynamically (CPU). Requests may ask
+    # for another precision per call (`precision`), served as a variant of this card.
     dtype: str = "auto"
     # Token budget of one batch; also sizes the activation reserve in the pool.
     max_batch_tokens: int = 16384

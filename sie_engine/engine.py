@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import threading
@@ -34,6 +35,8 @@ from . import validation as v
 from .weights import read_config, resolve_weights
 
 log = logging.getLogger(__name__)
+
+PRECISIONS = ("float32", "float16", "bfloat16", "int8")
 
 UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6, "MIB": 2**20,
          "G": 1e9, "GB": 1e9, "GIB": 2**30, "T": 1e12, "TB": 1e12, "TIB": 2**40}
@@ -198,11 +201,29 @@ class Engine:
     def _sync(self, fn: Callable[..., Awaitable], *args, **kwargs):
         return asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop).result()
 
-    def card(self, model_id: str) -> ModelCard:
+    def card(self, model_id: str, precision: str | None = None) -> ModelCard:
+        """The card for a model id; with `precision`, the card of that precision variant."""
         card = self.catalog.get(model_id)
         if card is None:
             raise ModelNotFound(f"model {model_id!r} is not served here (GET /v1/models lists the served models)")
-        return card
+        if precision is None or precision == card.dtype:
+            return card
+        return self._precision_variant(card, precision)
+
+    def _precision_variant(self, card: ModelCard, precision: str) -> ModelCard:
+        """A request's precision is served by a variant card `<id>@<precision>`: its own pool
+        entry and queue, so batches never mix precisions."""
+        if precision not in PRECISIONS:
+            raise InvalidRequest(f"precision must be one of {', '.join(PRECISIONS)}", field="precision")
+        if precision == "int8" and self.device.type != "cpu":
+            raise InvalidRequest("precision int8 runs on the CPU only", field="precision")
+        variant_id = f"{card.id}@{precision}"
+        variant = self.catalog.get(variant_id)
+        if variant is None:
+            variant = dataclasses.replace(card, id=variant_id, dtype=precision,
+                                          description=f"{card.id} computed in {precision}")
+            self.catalog.add(variant)
+        return variant
 
     def _require_task(self, card: ModelCard, task: str) -> None:
         if task not in card.tasks:
@@ -239,20 +260,21 @@ class Engine:
     async def encode(self, model: str, items: Sequence[Any], *, output_types: Sequence[str] | None = None,
                      is_query: bool = False, instruction: str | None = None, dims: int | None = None,
                      normalize: bool | None = None, output_dtype: str = "float32", truncate: bool = True,
-                     timeout: float | None = None) -> EncodeResult:
-        """Encode texts (strings or `{id?, text}` dicts) into dense / sparse / multivector outputs."""
+                     timeout: float | None = None, precision: str | None = None) -> EncodeResult:
+        """Encode texts (strings or `{id?, text}` dicts) into dense / sparse / multivector outputs.
+        `precision` (float32, bfloat16, float16, int8) overrides the card's compute dtype."""
         return await self._on_engine_loop(
             self._encode, model, items, output_types, is_query, instruction, dims, normalize, output_dtype,
-            truncate, timeout,
+            truncate, timeout, precision,
         )
 
     def encode_sync(self, model: str, items: Sequence[Any], **options) -> EncodeResult:
         return self._sync(self.encode, model, items, **options)
 
     async def _encode(self, model, items, output_types, is_query, instruction, dims, normalize, output_dtype,
-                      truncate, timeout) -> EncodeResult:
+                      truncate, timeout, precision) -> EncodeResult:
         started = time.monotonic()
-        card = self.card(model)
+        card = self.card(model, precision)
         self._require_task(card, "encode")
         ids, texts = v.parse_items(items, self.limits)
         outputs = v.check_output_types(output_types, card)

