@@ -43,54 +43,86 @@ def build_extract_head(runner, tensors, backbone_prefix: str) -> None:
     runner.param_bytes += sum(p.numel() * p.element_size() for p in head.parameters())
 
 
+@dataclass
+class BatchLayout:
+    """Where each window's pieces sit in the batch, computed on the host (no device syncs).
+
+    word_counts, label_counts, span_counts: per window; *_base: their running offsets.
+    grids: per window, its spans' start words and widths (GLiNER's enumeration order).
+    """
+
+    word_counts: list[int]
+    word_base: np.ndarray
+    label_counts: list[int]
+    label_base: np.ndarray
+    grids: list[tuple[np.ndarray, np.ndarray]]
+    span_counts: list[int]
+    span_base: np.ndarray
+
+
+def layout(windows: Sequence[Window], max_width: int) -> BatchLayout:
+    word_counts = [w.num_words for w in windows]
+    label_counts = [len(w.label_positions) for w in windows]
+    grids = [span_grid(n, max_width) for n in word_counts]
+    span_counts = [len(starts) for starts, _ in grids]
+    return BatchLayout(
+        word_counts, np.cumsum([0] + word_counts[:-1]), label_counts, np.cumsum([0] + label_counts[:-1]),
+        grids, span_counts, np.cumsum([0] + span_counts),
+    )
+
+
 @torch.inference_mode()
 def run_extract_head(head: GlinerHead, runner, hidden: torch.Tensor, batch: PackedBatch,
                      items: Sequence) -> list[list[Span]]:
     """hidden `[T, H]` of the windows in `items` -> per window, its decoded spans (window word indices)."""
     windows: list[Window] = [it.extra.window for it in items]
-    device = hidden.device
-    K = head.config.max_width
-    seq_starts = np.cumsum((0,) + tuple(batch.seq_lens[:-1]))
-    word_counts = [w.num_words for w in windows]
-    word_base = np.cumsum([0] + word_counts[:-1])
-    label_counts = [len(w.label_positions) for w in windows]
-    label_base = np.cumsum([0] + label_counts[:-1])
+    plan = layout(windows, head.config.max_width)
+    probs = span_probabilities(head, hidden, batch, windows, plan)  # one device-to-host copy
+    results = []
+    offset = 0
+    for i, item in enumerate(items):
+        size = plan.span_counts[i] * plan.label_counts[i]
+        window_probs = probs[offset:offset + size].reshape(plan.span_counts[i], plan.label_counts[i])
+        offset += size
+        settings: DecodeSettings = item.extra.settings
+        starts, widths = plan.grids[i]
+        results.append(greedy(candidates(window_probs, starts, widths, settings.threshold), settings.flat,
+                              settings.multi_label))
+    return results
 
-    # 1. the tokens that become word and label vectors, in one gather
+
+def span_probabilities(head: GlinerHead, hidden: torch.Tensor, batch: PackedBatch, windows: Sequence[Window],
+                       plan: BatchLayout) -> np.ndarray:
+    """Every window's `[spans, labels]` probabilities, flattened window after window, on the host."""
+    device = hidden.device
+    seq_starts = np.cumsum((0,) + tuple(batch.seq_lens[:-1]))
+
+    # 1. the tokens that become word and label vectors, with every index in one host-to-device copy
     token_index = np.concatenate([s + w.word_tokens for s, w in zip(seq_starts, windows)])
     label_index = np.concatenate([s + w.label_positions for s, w in zip(seq_starts, windows)])
-    slots = np.concatenate([b + w.word_slots for b, w in zip(word_base, windows)])
-    grids = [span_grid(n, K) for n in word_counts]
-    span_counts = [len(starts) for starts, _ in grids]
-    span_start = np.concatenate([b + starts for b, (starts, _) in zip(word_base, grids)])
-    span_end = span_start + np.concatenate([widths for _, widths in grids])
-    host = np.concatenate([token_index, label_index, slots, span_start, span_end])
-    index = torch.from_numpy(host).to(device, non_blocking=True)  # one host-to-device copy
-    cut = np.cumsum([len(token_index), len(label_index), len(slots), len(span_start)])
-    token_index_d, label_index_d, slots_d, start_d, end_d = index.tensor_split(cut.tolist())
+    slots = np.concatenate([b + w.word_slots for b, w in zip(plan.word_base, windows)])
+    span_start = np.concatenate([b + starts for b, (starts, _) in zip(plan.word_base, plan.grids)])
+    span_end = span_start + np.concatenate([widths for _, widths in plan.grids])
+    index = torch.from_numpy(np.concatenate([token_index, label_index, slots, span_start, span_end])).to(device)
+    n_tokens, n_labels = len(token_index), len(label_index)
+    slots_d, start_d, end_d = index[n_tokens + n_labels:].tensor_split([len(slots), len(slots) + len(span_start)])
 
-    x = hidden.index_select(0, torch.cat([token_index_d, label_index_d])).float()
+    x = hidden.index_select(0, index[: n_tokens + n_labels]).float()
     if head.projection is not None:
         x = head.projection(x)
-    token_vectors, label_vectors = x[: len(token_index)], x[len(token_index):]
 
-    # 2. words, then the LSTM across each window's words
-    words = head.word_vectors(token_vectors, slots_d, sum(word_counts))  # [W_total, D]
+    # 2. words, then the LSTM across each window's words; labels through the prompt MLP
+    words = head.word_vectors(x[:n_tokens], slots_d, sum(plan.word_counts))  # [W_total, D]
     if head.rnn is not None:
-        longest = max(word_counts)
-        keep = torch.from_numpy(np.arange(longest)[None, :] < np.asarray(word_counts)[:, None]).to(device)
-        words = head.rnn(words, word_counts, keep)
-    labels = head.prompt(label_vectors)  # [C_total, D]
+        keep = np.arange(max(plan.word_counts))[None, :] < np.asarray(plan.word_counts)[:, None]
+        words = head.rnn(words, plan.word_counts, torch.from_numpy(keep).to(device))
+    labels = head.prompt(x[n_tokens:])  # [C_total, D]
 
-    # 3. span vectors, chunked over whole windows, and 4. span-label probabilities
+    # 3. span vectors, in chunks of whole windows, and 4. span-label probabilities
     start_terms, end_terms = head.span.word_terms(words)
-    context = None
-    if head.span.mode == "markerV1":
-        window_of_word = torch.from_numpy(np.repeat(np.arange(len(windows)), word_counts)).to(device)
-        sums = words.new_zeros(len(windows), words.shape[1]).index_add_(0, window_of_word, words)
-        context = head.span.context_terms(sums / torch.tensor(word_counts, device=device, dtype=words.dtype)[:, None])
+    context = window_context(head, words, plan) if head.span.mode == "markerV1" else None
     probs = []
-    span_base = np.cumsum([0] + span_counts)
+    span_base = plan.span_base
     first = 0
     while first < len(windows):
         last = first + 1
@@ -99,27 +131,23 @@ def run_extract_head(head: GlinerHead, runner, hidden: torch.Tensor, batch: Pack
         a, b = int(span_base[first]), int(span_base[last])
         pre = start_terms.index_select(0, start_d[a:b]) + end_terms.index_select(0, end_d[a:b])
         if context is not None:
-            owner = torch.from_numpy(np.repeat(np.arange(first, last), span_counts[first:last])).to(device)
+            owner = torch.from_numpy(np.repeat(np.arange(first, last), plan.span_counts[first:last])).to(device)
             pre = pre + context.index_select(0, owner)
         spans = head.span.finish(pre)  # [S_chunk, D]
         for i in range(first, last):
             rows = spans[int(span_base[i]) - a:int(span_base[i + 1]) - a]
-            window_labels = labels[int(label_base[i]):int(label_base[i]) + label_counts[i]]
+            window_labels = labels[int(plan.label_base[i]):int(plan.label_base[i]) + plan.label_counts[i]]
             probs.append(torch.sigmoid(rows @ window_labels.T).flatten())
         first = last
-    probs_host = torch.cat(probs).cpu().numpy()  # the batch's one device-to-host copy
+    return torch.cat(probs).cpu().numpy()
 
-    results = []
-    offset = 0
-    for i, item in enumerate(items):
-        size = span_counts[i] * label_counts[i]
-        window_probs = probs_host[offset:offset + size].reshape(span_counts[i], label_counts[i])
-        offset += size
-        settings: DecodeSettings = item.extra.settings
-        starts, widths = grids[i]
-        found = candidates(window_probs, starts, widths, settings.threshold)
-        results.append(greedy(found, settings.flat, settings.multi_label))
-    return results
+
+def window_context(head: GlinerHead, words: torch.Tensor, plan: BatchLayout) -> torch.Tensor:
+    """markerV1: each window's mean word vector through its part of out_project -> `[B, H1]`."""
+    counts = plan.word_counts
+    window_of_word = torch.from_numpy(np.repeat(np.arange(len(counts)), counts)).to(words.device)
+    sums = words.new_zeros(len(counts), words.shape[1]).index_add_(0, window_of_word, words)
+    return head.span.context_terms(sums / torch.tensor(counts, device=words.device, dtype=words.dtype)[:, None])
 
 
 from ..runner import HEAD_BUILDERS  # noqa: E402  (runner imports the heads last; see runner.py)
