@@ -316,3 +316,12 @@ def test_span_chunks_do_not_change_results(engine, models, variant, monkeypatch)
     result = engine.extract_sync(f"gliner/{variant}", TEXTS, LABELS, threshold=0.5, flat=False)
     for text, item in zip(TEXTS, result.items):
         assert_same(item.entities, reference.predict_entities(text, LABELS, flat_ner=False, threshold=0.5))
+
+
+def test_extract_card_over_a_plain_model_fails_as_a_load_failure(tmp_path):
+    from sie_engine.errors import ModelLoadFailed
+
+    card = ModelCard(id="not-gliner", weights=WeightsSource(path=str(MINILM_DIR)), outputs=("extract",))
+    with Engine(Catalog([card]), device="cpu") as engine:
+        with pytest.raises(ModelLoadFailed, match="GLiNER checkpoint"):
+            engine.extract_sync("not-gliner", ["Ada Lovelace"], ["person"])

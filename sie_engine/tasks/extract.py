@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from .. import validation as v
 from ..card import ModelCard
-from ..errors import InvalidRequest, UnsupportedArchitecture
+from ..errors import InvalidRequest, ModelLoadFailed
 from ..heads.gliner import WindowWork
 from ..heads.gliner_checkpoint import GlinerConfig, is_gliner_dir, load_gliner_config
 from ..heads.gliner_decode import DecodeSettings, merge_windows
@@ -34,12 +34,13 @@ def gliner_config(card: ModelCard) -> GlinerConfig:
     config = _configs.get(key)
     if config is None:
         root = resolve_weights(card)
-        if not is_gliner_dir(root):
-            raise UnsupportedArchitecture(f"model {card.id!r}: extract needs a GLiNER checkpoint (gliner_config.json in {root})")
+        if not is_gliner_dir(root):  # a card that says extract over a model that cannot: the model cannot load
+            raise ModelLoadFailed(card.id, "unsupported_architecture",
+                                  f"extract needs a GLiNER checkpoint (gliner_config.json) in {root}")
         try:
             config = _configs[key] = load_gliner_config(root)
         except ValueError as exc:
-            raise UnsupportedArchitecture(f"model {card.id!r}: {exc}") from exc
+            raise ModelLoadFailed(card.id, "unsupported_architecture", str(exc)) from exc
     return config
 
 
