@@ -107,3 +107,32 @@ class TextTokenizer:
             ids.append(seq)
             truncated.append(was_truncated)
         return Tokenized(ids=ids, type_ids=None, truncated=truncated)
+
+    def encode_wrapped(self, texts: Sequence[str], *, prefix: str, suffix: str) -> Tokenized:
+        """`prefix + text + suffix` as ids, each part tokenised on its own without special tokens
+        (how Qwen3-Reranker builds its prompt); a long text is cut from the right so the whole
+        fits the window and the suffix (the question to the model) is never lost."""
+        whole = self._untruncated()  # the prompt's own parts are never cut
+        head = np.asarray(whole.encode(prefix, add_special_tokens=False).ids, dtype=np.int32)
+        tail = np.asarray(whole.encode(suffix, add_special_tokens=False).ids, dtype=np.int32)
+        budget = self.max_length - len(head) - len(tail)
+        if budget <= 0:
+            raise ValueError(f"the prompt's prefix and suffix take {len(head) + len(tail)} tokens, the whole window")
+        ids, truncated = [], []
+        for encoding in self._tok.encode_batch(list(texts), add_special_tokens=False):
+            body = np.asarray(encoding.ids[:budget], dtype=np.int32)
+            ids.append(np.concatenate([head, body, tail]))
+            truncated.append(bool(encoding.overflowing) or len(encoding.ids) > budget)
+        return Tokenized(ids=ids, type_ids=None, truncated=truncated)
+
+    def _untruncated(self):
+        """A copy of the Rust tokenizer without truncation (made once; the shared one keeps
+        its window, and changing its settings per call would race between threads)."""
+        if getattr(self, "_whole", None) is None:
+            from tokenizers import Tokenizer
+
+            whole = Tokenizer.from_str(self._tok.to_str())
+            whole.no_truncation()
+            whole.no_padding()
+            self._whole = whole
+        return self._whole

@@ -28,6 +28,9 @@ CARDS = {
     "colbert-ir/colbertv2.0": ("bert", ("multivector",)),
     "answerdotai/answerai-colbert-small-v1": ("bert", ("multivector",)),
     "BAAI/bge-m3": ("bert", ("dense", "sparse", "multivector")),
+    "Qwen/Qwen3-Reranker-0.6B": ("qwen3", ("score",)),
+    "Qwen/Qwen3-Reranker-4B": ("qwen3", ("score",)),
+    "Qwen/Qwen3-Reranker-8B": ("qwen3", ("score",)),
 }
 
 
@@ -42,6 +45,8 @@ def test_cards_parse_with_their_head_settings():
         assert card.description
         if "sparse" in outputs:
             assert card.options["sparse"]["kind"] in sparse.KINDS
+        if family == "qwen3":
+            assert card.options["score"]["kind"] == "yes-no"
         if "multivector" in outputs:
             options = card.options["multivector"]
             assert options["kind"] in colbert.KINDS and options.get("score", "sum") in colbert.SCORES

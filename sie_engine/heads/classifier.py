@@ -9,6 +9,13 @@ Three checkpoint layouts, as transformers names them:
 - `ModernBertForSequenceClassification` (gte-reranker-modernbert): CLS or mean pooling
   (`classifier_pooling`), `head.dense` + activation + `head.norm`, then `classifier`.
 
+LLM rerankers of the Qwen3-Reranker kind (`options.score.kind: yes-no`) run a causal LM
+on a prompt that asks whether the document answers the query; the score is the
+probability of "yes" against "no" at the last token, `softmax([logit_no, logit_yes])[1]`.
+Only the two vocabulary rows of the LM head (`lm_head.weight`, or the tied input
+embeddings) are kept. The prompt (prefix, template with {instruction} {query} {document},
+suffix, default instruction) comes from the card; `tasks/score.py` builds it.
+
 The activation on the logits follows sentence-transformers' `CrossEncoder`: the
 one config.json names (`sentence_transformers.activation_fn`, or the older
 `sbert_ce_default_activation_function`), else sigmoid for one label and identity
@@ -127,9 +134,60 @@ def to_scores(logits: torch.Tensor, activation: str, label: int) -> torch.Tensor
     return logits[:, label]
 
 
+class YesNoHead(nn.Module):
+    """hidden `[T, H]` -> P(yes) `[B]` from the last token of each sequence.
+
+    `rows`: `[2, H]` LM-head rows of the "no" and "yes" tokens (in that order)."""
+
+    def __init__(self, rows: torch.Tensor):
+        super().__init__()
+        self.rows = nn.Parameter(rows, requires_grad=False)
+
+    def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+        last = hidden.index_select(0, batch.cu_seqlens[1:].long() - 1)  # [B, H]
+        logits = (last @ self.rows.T).float()  # [B, 2]
+        return torch.softmax(logits, dim=-1)[:, 1]
+
+
+YES_NO_DEFAULTS = {
+    # Qwen3-Reranker's prompt, from its model card
+    "prefix": "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
+              "Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n",
+    "suffix": "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+    "template": "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}",
+    "instruction": "Given a web search query, retrieve relevant passages that answer the query",
+    "yes_token": "yes",
+    "no_token": "no",
+}
+
+
+def yes_no_options(card) -> dict:
+    """The card's yes/no prompt settings over Qwen3-Reranker's defaults."""
+    options = dict(YES_NO_DEFAULTS)
+    options.update((card.options or {}).get("score") or {})
+    return options
+
+
+def build_yes_no_head(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefix: str) -> None:
+    options = yes_no_options(runner.card)
+    token_ids = [runner.tokenizer.token_id(options["no_token"]), runner.tokenizer.token_id(options["yes_token"])]
+    weight = optional(tensors, "lm_head.weight")
+    if weight is None:  # tied to the input embeddings
+        weight = tensor(tensors, f"{prefix}embed_tokens.weight", f"{prefix}embeddings.word_embeddings.weight")
+    head = YesNoHead(weight[token_ids].to(device=runner.device, dtype=runner.dtype)).eval()
+
+    def score(_runner: ModelRunner, hidden: torch.Tensor, batch: PackedBatch, items: Sequence[WorkItem]) -> list[float]:
+        return head(hidden, batch).cpu().tolist()
+
+    runner.task_heads["score"] = score
+    runner.param_bytes += module_bytes(head)
+
+
 def build_score_head(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefix: str) -> None:
     config = read_config(runner.root)
     options = head_options(runner, "score")
+    if options.get("kind") == "yes-no":
+        return build_yes_no_head(runner, tensors, prefix)
     head = build_classifier(runner, tensors, prefix, config)
     labels = head.classifier.out_features
     activation = options.get("activation") or default_activation(config, labels)

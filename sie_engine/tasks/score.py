@@ -26,7 +26,7 @@ from ..errors import InvalidRequest
 from ..runner import WorkItem
 from ..types import ScoredItem, ScoreResult
 
-OPTIONS = ("truncate",)
+OPTIONS = ("truncate", "instruction")
 
 
 def parse_query(query: Any, limits: v.Limits) -> str:
@@ -41,11 +41,12 @@ def parse_query(query: Any, limits: v.Limits) -> str:
     return v.check_text(query, limits, "query.text")
 
 
-def check_options(options: Mapping[str, Any]) -> bool | None:
+def check_options(options: Mapping[str, Any], limits: v.Limits) -> tuple[bool | None, str | None]:
+    """(truncate, instruction) from the request's extra options."""
     unknown = set(options) - set(OPTIONS)
     if unknown:
         raise InvalidRequest(f"unknown score options {sorted(unknown)} (known: {', '.join(OPTIONS)})", field=sorted(unknown)[0])
-    return v.check_optional_bool(options.get("truncate"), "truncate")
+    return v.check_optional_bool(options.get("truncate"), "truncate"), v.check_instruction(options.get("instruction"), limits)
 
 
 async def run(engine, model: str, query: Any, items: Sequence[Any], top_k: int | None, timeout: float | None,
@@ -57,9 +58,23 @@ async def run(engine, model: str, query: Any, items: Sequence[Any], top_k: int |
     query_text = parse_query(query, engine.limits)
     ids, texts = v.parse_items(items, engine.limits)
     top_k = v.check_positive_int(top_k, "top_k")
-    truncate = check_options(options or {})
+    truncate, instruction = check_options(options or {}, engine.limits)
+    score_kind = ((card.options or {}).get("score") or {}).get("kind")
 
-    if "score" in card.outputs:
+    if score_kind == "yes-no":  # LLM reranker: one prompt per pair, P(yes) at its last token
+        from ..heads.classifier import yes_no_options
+
+        prompt = yes_no_options(card)
+        instr = instruction if instruction is not None else prompt["instruction"]
+        texts_in = [prompt["template"].format(instruction=instr, query=query_text, document=t) for t in texts]
+        tokenized, tokenize_s = await engine.tokenize(card, "encode_wrapped", texts_in, prefix=prompt["prefix"],
+                                                      suffix=prompt["suffix"])
+        check_truncation(tokenized, truncate)
+        tokens = tokenized.num_tokens
+        request = engine.new_request(card, "score", len(texts), timeout)
+        work = [WorkItem(request, i, tokenized.ids[i]) for i in _longest_first(tokenized.ids)]
+        scores = await engine.run_items(card, "score", work, request)
+    elif "score" in card.outputs:
         tokenized, tokenize_s = await engine.tokenize(card, "encode_pairs", [query_text] * len(texts), texts)
         check_truncation(tokenized, truncate)
         tokens = tokenized.num_tokens
