@@ -140,3 +140,11 @@ def test_multivector_output_dtypes(engine):
     assert q8.data.dtype == np.int8 and np.abs(q8.data * q8.scale - full).max() <= q8.scale / 2 + 1e-6
     bits = engine.encode_sync("colbert/tiny", DOCS[:1], output_dtype="binary").items[0].multivector
     np.testing.assert_array_equal(bits, np.packbits(full > 0, axis=-1))
+
+
+def test_score_refuses_a_long_query_without_truncation(engine):
+    long_query = "python package installer for debian systems with many words " * 3
+    with pytest.raises(InvalidRequest) as info:
+        engine.score_sync("colbert/tiny", long_query, DOCS, truncate=False)
+    assert info.value.field == "query.text"
+    assert engine.score_sync("colbert/tiny", long_query, DOCS).scores  # cut to the query length by default

@@ -86,7 +86,9 @@ async def run(engine, model: str, query: Any, items: Sequence[Any], top_k: int |
         from ..heads.colbert import marked_encode_args
 
         q_tok, q_s = await engine.tokenize(card, "encode_marked", [query_text], **marked_encode_args(card, True))
-        check_truncation(q_tok, truncate, field="query")
+        if truncate is False and q_tok.truncated[0]:
+            raise InvalidRequest("query is longer than the model's query window; shorten it or allow truncation",
+                                 field="query.text")
         d_tok, d_s = await engine.tokenize(card, "encode_marked", texts, **marked_encode_args(card, False))
         check_truncation(d_tok, truncate)
         tokenize_s = q_s + d_s
