@@ -436,11 +436,16 @@ def test_fuzzed_bodies_never_cause_a_server_error(http):
                                               "output_dtype", "truncate", "query", "top_k", "labels"]), values,
                              max_size=4)
 
-    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-    @given(body=bodies, route=st.sampled_from(["encode", "score"]))
-    def check(body, route):
-        model = DEFAULT_MODEL if route == "encode" else CROSS
-        answer = http.post(f"/v1/{route}/{model}", content=json.dumps(body))
-        assert answer.status_code < 500, (body, answer.text)
+    openai_bodies = st.fixed_dictionaries({"model": st.sampled_from([DEFAULT_MODEL, "x/y", 5])}, optional={
+        "input": values, "encoding_format": values, "dimensions": values, "user": values})
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(body=bodies, openai_body=openai_bodies, route=st.sampled_from(["encode", "score", "embeddings"]))
+    def check(body, openai_body, route):
+        if route == "embeddings":
+            answer = http.post("/v1/embeddings", content=json.dumps(openai_body))
+        else:
+            answer = http.post(f"/v1/{route}/{DEFAULT_MODEL if route == 'encode' else CROSS}", content=json.dumps(body))
+        assert answer.status_code < 500, (body, openai_body, answer.text)
 
     check()

@@ -119,3 +119,28 @@ def test_metric_names_match_the_contract_table():
             name = family.name + ("_total" if family.type == "counter" else "")
             served[name] = family.type
     assert served == documented
+
+
+async def test_large_answers_are_serialised_off_the_loop_identically():
+    for fmt in (codec.JSON, codec.MSGPACK):
+        vectors = [np.full(384, i / 7, dtype=np.float32) for i in range(8)]
+        payload = {"items": [{"id": str(i), "dense": codec.output_value(v, fmt)} for i, v in enumerate(vectors)]}
+        offloaded = await codec.serialise(payload, fmt, approx_bytes=10, offload_bytes=1)
+        assert offloaded == await codec.serialise(payload, fmt, approx_bytes=10, offload_bytes=100)
+
+
+def test_cli_lists_models_and_refuses_bad_arguments(capsys, tmp_path):
+    import json
+
+    from sie_server.cli import main
+    from tiny_models import MINILM_DIR
+
+    assert main(["models", "--json", "--model", f"local/minilm={MINILM_DIR}"]) == 0
+    listed = {row["id"]: row for row in json.loads(capsys.readouterr().out)}
+    assert listed["sentence-transformers/all-MiniLM-L6-v2"]["dims"] == 384
+    assert listed["local/minilm"]["outputs"] == ["dense"] and listed["local/minilm"]["weights"].startswith("path ")
+    assert main(["serve", "--preload", "no/such-model"]) == 2
+    assert "not in the catalog" in capsys.readouterr().err
+    assert main(["serve", "--models", str(tmp_path / "missing")]) == 2
+    with pytest.raises(SystemExit):
+        main(["serve", "--model", "no-equals-sign"])
