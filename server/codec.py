@@ -158,7 +158,8 @@ def extract_answer(result: ExtractResult) -> dict:
     return {"model": result.model, "items": plain(result.items), "usage": {"tokens": int(result.tokens)}}
 
 
-def _serialise(payload: Any, fmt: str) -> bytes:
+def dumps(payload: Any, fmt: str) -> bytes:
+    """Serialise on the calling thread (small payloads; `serialise` decides)."""
     if fmt == MSGPACK:
         return msgpack.packb(payload, use_bin_type=True)
     return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
@@ -166,8 +167,8 @@ def _serialise(payload: Any, fmt: str) -> bytes:
 
 async def serialise(payload: Any, fmt: str, approx_bytes: int, offload_bytes: int) -> bytes:
     if approx_bytes > offload_bytes:
-        return await asyncio.get_running_loop().run_in_executor(None, _serialise, payload, fmt)
-    return _serialise(payload, fmt)
+        return await asyncio.get_running_loop().run_in_executor(None, dumps, payload, fmt)
+    return dumps(payload, fmt)
 
 
 def response(body: bytes, fmt: str, status: int = 200) -> web.Response:

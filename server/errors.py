@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from sie_engine.errors import InvalidRequest, SIEError
+from sie_engine.errors import SIEError
 
 STATUS_BY_CODE: dict[str, int] = {
     "invalid_request": 400,
@@ -43,10 +43,6 @@ class HTTPProblem(SIEError):
         self.code = code
         self.retry_after = retry_after
         self.field = field
-
-
-def bad_request(message: str, field: str | None = None) -> InvalidRequest:
-    return InvalidRequest(message, field=field)
 
 
 def status_for(error: SIEError) -> int:

@@ -48,7 +48,7 @@ def error_response(request: web.Request, error: SIEError, openai_shape: bool) ->
     status = status_for(error)
     request[ERROR_CODE] = error.code
     fmt = codec.JSON if openai_shape else codec.answer_format(request)
-    response = codec.response(codec._serialise(error_body(error, openai_shape), fmt), fmt, status)
+    response = codec.response(codec.dumps(error_body(error, openai_shape), fmt), fmt, status)
     retry_after = retry_after_header(error)
     if retry_after is not None:
         response.headers["Retry-After"] = retry_after

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
-from sie_engine.postprocess import Quantized, convert_dtype
+from sie_engine.postprocess import convert_dtype
 from sie_engine.types import EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ScoredItem, ScoreResult
 from sie_engine.types import SparseVector
 from sie_server import codec
