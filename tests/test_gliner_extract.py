@@ -152,25 +152,34 @@ def long_text() -> str:
     return " ".join(TEXTS[i % len(TEXTS)] for i in range(7))  # ~100 words, many windows of 40 tokens
 
 
+def reference_candidates(reference, text: str, threshold: float) -> list[tuple[int, int, int, float]]:
+    """GLiNER's own span-label probabilities above `threshold` for one text (before its greedy
+    search), in its candidate order: (start word, width, label index, score)."""
+    prepared = reference.prepare_batch([text], LABELS)
+    batch = reference.collate_batch(prepared["input_x"], prepared["entity_types"])
+    probs = torch.sigmoid(reference.run_batch(batch, threshold=threshold).logits[0])  # [L, K, C]
+    starts, widths, labels = torch.where(probs > threshold)
+    num_words = len(prepared["tokens"][0])
+    return [(s, k, c, probs[s, k, c].item()) for s, k, c in zip(starts.tolist(), widths.tolist(), labels.tolist())
+            if s + k < num_words]
+
+
 def windowed_reference(reference, root: Path, text: str, flat: bool, threshold: float):
-    """GLiNER's own predictions on each of SIE's windows (as plain texts), kept where the
-    window answers for the span's start, resolved with GLiNER's greedy search."""
+    """GLiNER on each of SIE's windows (as plain texts): its candidates whose start lies in the
+    window's core, pooled over the text and decoded with GLiNER's greedy search."""
     from gliner.decoding.decoder import Span as GSpan, SpanDecoder
 
     config = load_gliner_config(root)
     tokenizer = TextTokenizer(root, WINDOW_TOKENS)
     prepared = prepare(tokenizer, config, [text], LABELS, class_token_id(tokenizer, config))
     words = prepared.words[0]
-    word_at_start = {start: i for i, start in enumerate(words.starts)}
-    word_at_end = {end: i for i, end in enumerate(words.ends)}
     union = []
     for window in prepared.windows:
         first, last = window.first_word, window.first_word + window.num_words - 1
         window_text = text[words.starts[first]:words.ends[last]]
-        for e in reference.predict_entities(window_text, LABELS, flat_ner=flat, threshold=threshold):
-            start, end = word_at_start[e["start"] + words.starts[first]], word_at_end[e["end"] + words.starts[first]]
-            if window.core[0] <= start < window.core[1]:
-                union.append(GSpan(start, end, e["label"], e["score"]))
+        for start, width, label, score in reference_candidates(reference, window_text, threshold):
+            if window.core[0] <= start + first < window.core[1]:
+                union.append(GSpan(start + first, start + first + width, LABELS[label], score))
     union.sort(key=lambda s: (s.start, s.end, LABELS.index(s.entity_type)))
     chosen = SpanDecoder(reference.config).greedy_search(union, flat_ner=flat)
     return prepared, [{"start": words.starts[s.start], "end": words.ends[s.end], "label": s.entity_type,
@@ -325,3 +334,19 @@ def test_extract_card_over_a_plain_model_fails_as_a_load_failure(tmp_path):
     with Engine(Catalog([card]), device="cpu") as engine:
         with pytest.raises(ModelLoadFailed, match="GLiNER checkpoint"):
             engine.extract_sync("not-gliner", ["Ada Lovelace"], ["person"])
+
+
+def test_reference_candidates_reproduce_predict_entities(models):
+    """The windowed reference above uses GLiNER's internals; on one text they give predict_entities."""
+    from gliner.decoding.decoder import Span as GSpan, SpanDecoder
+
+    from sie_engine.heads.gliner_prompt import split_words
+
+    _, reference = models["tiny-markerV0-last"]
+    for text in TEXTS:
+        words = split_words(text)
+        spans = [GSpan(s, s + k, LABELS[c], p) for s, k, c, p in reference_candidates(reference, text, 0.5)]
+        chosen = SpanDecoder(reference.config).greedy_search(spans, flat_ner=True)
+        expected = reference.predict_entities(text, LABELS, threshold=0.5)
+        assert [(words.starts[s.start], words.ends[s.end], s.entity_type, s.score) for s in chosen] == \
+            [(e["start"], e["end"], e["label"], e["score"]) for e in expected]

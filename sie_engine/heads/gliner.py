@@ -28,10 +28,13 @@ SPAN_CHUNK = 16384
 
 @dataclass
 class WindowWork:
-    """`WorkItem.extra` of an extract work item."""
+    """`WorkItem.extra` of an extract work item. `alone`: the window is its text's only one and
+    is decoded here; otherwise the head returns the candidates whose start lies in the
+    window's core, and the text is decoded once over all its windows' candidates."""
 
     window: Window
     settings: DecodeSettings
+    alone: bool = True
 
 
 def build_extract_head(runner, tensors, backbone_prefix: str) -> None:
@@ -74,7 +77,8 @@ def layout(windows: Sequence[Window], max_width: int) -> BatchLayout:
 @torch.inference_mode()
 def run_extract_head(head: GlinerHead, runner, hidden: torch.Tensor, batch: PackedBatch,
                      items: Sequence) -> list[list[Span]]:
-    """hidden `[T, H]` of the windows in `items` -> per window, its decoded spans (window word indices)."""
+    """hidden `[T, H]` of the windows in `items` -> per window, its decoded spans, or for a window of a
+    longer text its candidate spans (window word indices)."""
     windows: list[Window] = [it.extra.window for it in items]
     plan = layout(windows, head.config.max_width)
     probs = span_probabilities(head, hidden, batch, windows, plan)  # one device-to-host copy
@@ -84,10 +88,14 @@ def run_extract_head(head: GlinerHead, runner, hidden: torch.Tensor, batch: Pack
         size = plan.span_counts[i] * plan.label_counts[i]
         window_probs = probs[offset:offset + size].reshape(plan.span_counts[i], plan.label_counts[i])
         offset += size
-        settings: DecodeSettings = item.extra.settings
+        work: WindowWork = item.extra
         starts, widths = plan.grids[i]
-        results.append(greedy(candidates(window_probs, starts, widths, settings.threshold), settings.flat,
-                              settings.multi_label))
+        found = candidates(window_probs, starts, widths, work.settings.threshold)
+        if work.alone:
+            results.append(greedy(found, work.settings.flat, work.settings.multi_label))
+        else:
+            core_start, core_end = (c - work.window.first_word for c in work.window.core)
+            results.append([span for span in found if core_start <= span.start < core_end])
     return results
 
 

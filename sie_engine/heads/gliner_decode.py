@@ -6,10 +6,10 @@ decoding keeps no two overlapping spans; nested decoding allows a span inside
 another but not two that cross. Without `multi_label` a span keeps one label.
 Ties keep GLiNER's order (start, width, label), so results match it exactly.
 
-Long texts are decoded per window; `merge_windows` keeps from each window the
-spans that start in its core and runs the same greedy pass over the union, so
-entities found twice in an overlap come out once and overlapping ones resolve
-as within one window.
+A text longer than the model's window is cut into overlapping windows, each of
+which answers for the spans starting in its core (the cores split the text). Their
+candidates are pooled and decoded once, as if one window had scored the whole text:
+`merge_windows`.
 """
 
 from __future__ import annotations
@@ -78,19 +78,14 @@ def _crosses(a: Span, b: Span, multi_label: bool) -> bool:
     return not disjoint and not nested
 
 
-def merge_windows(per_window: Sequence[tuple[int, tuple[int, int], list[Span]]], settings: DecodeSettings) -> list[Span]:
-    """One text's entities from its windows' decoded spans.
+def merge_windows(per_window: Sequence[tuple[int, list[Span]]], settings: DecodeSettings) -> list[Span]:
+    """One text's entities, in text word indices.
 
-    per_window: (first word of the window in the text, core word range, spans in window
-    word indices)."""
+    per_window: (the window's first word in the text, its spans in window word indices): a
+    lone window's decoded spans, or each window's candidates from its core."""
     if len(per_window) == 1:
-        first_word, _, spans = per_window[0]
+        first_word, spans = per_window[0]
         return [Span(s.start + first_word, s.end + first_word, s.label, s.score) for s in spans]
-    union = []
-    for first_word, (core_start, core_end), spans in per_window:
-        for s in spans:
-            start = s.start + first_word
-            if core_start <= start < core_end:
-                union.append(Span(start, s.end + first_word, s.label, s.score))
+    union = [Span(s.start + first, s.end + first, s.label, s.score) for first, spans in per_window for s in spans]
     union.sort(key=lambda span: (span.start, span.end - span.start, span.label))  # GLiNER's candidate order
     return greedy(union, settings.flat, settings.multi_label)

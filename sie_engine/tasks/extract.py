@@ -2,15 +2,18 @@
 
 Each text is split into words and cut into windows that fit the model (with the
 labels' prompt in front of every window); the windows of all requests run as
-`extract` work, batched like any other, and the head decodes each window's spans.
-Here the windows' spans are merged back per text and mapped to character offsets
-in the original text.
+`extract` work, batched like any other. The head decodes a text that fits one
+window; for a longer text it returns each window's candidate spans, decoded here
+once over the whole text. Entities get character offsets in the original text.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from .. import validation as v
 from ..card import ModelCard
@@ -93,12 +96,24 @@ async def run(engine, model: str, items: Sequence[Any], labels: Any, threshold: 
     windows = prepared.windows
     request = engine.new_request(card, "extract", len(windows), timeout)
     longest_first = sorted(range(len(windows)), key=lambda i: -len(windows[i].ids))
-    work = [WorkItem(request, i, windows[i].ids, extra=WindowWork(windows[i], settings)) for i in longest_first]
+    windows_per_text = np.bincount([w.item for w in windows], minlength=len(texts))
+    work = [WorkItem(request, i, windows[i].ids,
+                     extra=WindowWork(windows[i], settings, alone=bool(windows_per_text[windows[i].item] == 1)))
+            for i in longest_first]
     decoded = await engine.run_items(card, "extract", work, request)
 
+    # decoding long texts is pure Python over possibly many candidates: off the event loop
+    result_items = await asyncio.get_running_loop().run_in_executor(
+        None, assemble, ids, texts, labels, prepared, decoded, settings)
+    return ExtractResult(card.id, result_items, prepared.num_tokens, engine._timings(request, started, tokenize_s))
+
+
+def assemble(ids: list[str], texts: list[str], labels: list[str], prepared: Prepared, decoded: list,
+             settings: DecodeSettings) -> list[ExtractedItem]:
+    """Per text: its windows' spans merged and decoded, with character offsets into the text."""
     per_text: list[list] = [[] for _ in texts]
-    for window, spans in zip(windows, decoded):
-        per_text[window.item].append((window.first_word, window.core, spans))
+    for window, spans in zip(prepared.windows, decoded):
+        per_text[window.item].append((window.first_word, spans))
     result_items = []
     for item_id, text, words, parts in zip(ids, texts, prepared.words, per_text):
         entities = []
@@ -107,4 +122,4 @@ async def run(engine, model: str, items: Sequence[Any], labels: Any, threshold: 
             entities.append(Entity(text=text[start:end], label=labels[span.label], score=float(span.score),
                                    start=start, end=end))
         result_items.append(ExtractedItem(id=item_id, entities=entities))
-    return ExtractResult(card.id, result_items, prepared.num_tokens, engine._timings(request, started, tokenize_s))
+    return result_items
