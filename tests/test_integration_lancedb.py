@@ -1,0 +1,152 @@
+"""LanceDB (embedded) with SIE's registry functions and SIEReranker, with SIE over a
+loopback server and in embedded mode. Recall@10 of LanceDB's vector search must
+equal brute force over the vectors LanceDB stored; reranked vector, FTS and hybrid
+results must come back in the order of SIE's own scores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+lancedb = pytest.importorskip("lancedb")
+from lancedb.embeddings import get_registry  # noqa: E402
+from lancedb.index import FTS  # noqa: E402
+from lancedb.pydantic import LanceModel, Vector  # noqa: E402
+
+from integration_recall import (  # noqa: E402
+    MODEL, RERANKER, assert_recall_matches, brute_force, recall, sample, sie_server, tiny_cross_encoder,
+)
+from sie_client import SIEClient  # noqa: E402
+from sie_lancedb import SIEEmbeddings, SIEReranker  # noqa: E402
+
+RERANK_QUERIES = 12
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hide_test_datasets_module():
+    """tests/datasets.py (imported by other test modules as `datasets`) is not Hugging Face
+    `datasets`, but lancedb's `add` sees the name in sys.modules and imports `Dataset` from
+    it. Hide it while this module runs; restore it afterwards."""
+    import sys
+
+    module = sys.modules.get("datasets")
+    shadowing = module is not None and not hasattr(module, "Dataset")
+    if shadowing:
+        del sys.modules["datasets"]
+    yield
+    if shadowing:
+        sys.modules.setdefault("datasets", module)
+
+
+@pytest.fixture(scope="module")
+def reranker_dir(tmp_path_factory):
+    return tiny_cross_encoder(tmp_path_factory.mktemp("tiny-ce"))
+
+
+@pytest.fixture(scope="module")
+def sie_url(reranker_dir):
+    with sie_server("--model", f"{RERANKER}={reranker_dir}") as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=["embedded", "http"])
+def mode(request, reranker_dir):
+    """(url for the registry function, a client that also serves the tiny reranker)."""
+    if request.param == "embedded":
+        return "embedded", SIEClient("embedded", local_models={RERANKER: str(reranker_dir)})
+    url = request.getfixturevalue("sie_url")
+    return url, SIEClient(url)
+
+
+@pytest.fixture(scope="module")
+def table(mode, tmp_path_factory):
+    """The sample in a LanceDB table whose schema carries the "sie" function; LanceDB
+    embeds the text column itself on add (one SIE pass per mode)."""
+    url, _ = mode
+    func = get_registry().get("sie").create(model=MODEL, url=url)
+
+    class Doc(LanceModel):
+        doc_id: str
+        text: str = func.SourceField()
+        vector: Vector(func.ndims()) = func.VectorField()
+
+    docs, _ = sample()
+    db = lancedb.connect(tmp_path_factory.mktemp("lancedb"))
+    table = db.create_table("debian", schema=Doc)
+    table.add([{"doc_id": d["id"], "text": d["text"]} for d in docs])
+    table.create_index("text", config=FTS())
+    return db, table, func
+
+
+def test_ndims_from_models_and_schema_roundtrip(table, mode):
+    db, t, func = table
+    assert func.ndims() == 384
+    reopened = db.open_table("debian")
+    config = reopened.embedding_functions["vector"]
+    assert isinstance(config.function, SIEEmbeddings) and config.source_column == "text"
+    assert config.function.model == MODEL and config.function.url == mode[0]
+
+
+def test_vector_search_recall(table, mode):
+    db, t, func = table
+    docs, queries = sample()
+    texts = [q["query"] for q in queries]
+    # The function's query vectors for every query in one SIE call; LanceDB searches with them.
+    query_vectors = np.array(func.compute_query_embeddings(texts), dtype=np.float32)
+    found = [[r["doc_id"] for r in t.search(v).distance_type("cosine").limit(10).select(["doc_id"]).to_list()]
+             for v in query_vectors]
+    through_lancedb = recall(found, queries)
+    # A search by text embeds the string through the same function (SIE's query mode):
+    # same answers as searching with its vector.
+    for text, found_ids in list(zip(texts, found))[:20]:
+        by_text = t.search(text).distance_type("cosine").limit(10).select(["doc_id"]).to_list()
+        assert [r["doc_id"] for r in by_text] == found_ids
+    stored = t.to_arrow().select(["doc_id", "vector"]).to_pylist()
+    by_id = {row["doc_id"]: row["vector"] for row in stored}
+    doc_vectors = np.array([by_id[d["id"]] for d in docs], dtype=np.float32)
+    exact = recall(brute_force([d["id"] for d in docs], doc_vectors, query_vectors), queries)
+    assert_recall_matches(through_lancedb, exact, f"lancedb vector ({mode[0]})")
+
+
+def sie_order(client, query: str, rows: list[dict]) -> list[str]:
+    scored = client.score(RERANKER, query, [r["text"] for r in rows])
+    return [rows[s.index]["doc_id"] for s in scored.scores]
+
+
+def test_rerank_vector_fts_hybrid(table, mode):
+    db, t, func = table
+    url, client = mode
+    reranker = SIEReranker(model=RERANKER, column="text", client=client)
+    _, queries = sample()
+    for q in queries[:RERANK_QUERIES]:
+        text = q["query"]
+        vector_rows = t.search(text).limit(10).select(["doc_id", "text"]).to_list()
+        reranked = t.search(text).limit(10).select(["doc_id", "text"]).rerank(reranker).to_list()
+        assert [r["doc_id"] for r in reranked] == sie_order(client, text, vector_rows)
+        assert all("_relevance_score" in r for r in reranked)
+
+        fts_rows = t.search(text, query_type="fts").limit(10).select(["doc_id", "text"]).to_list()
+        fts_reranked = t.search(text, query_type="fts").limit(10).select(["doc_id", "text"]).rerank(reranker).to_list()
+        assert [r["doc_id"] for r in fts_reranked] == sie_order(client, text, fts_rows)
+
+        hybrid = t.search(text, query_type="hybrid").limit(10).select(["doc_id", "text"]).rerank(reranker).to_list()
+        # Hybrid reranks the union of the vector and FTS candidates, then keeps the best 10.
+        union = {r["doc_id"]: r for r in vector_rows + fts_rows}
+        assert [r["doc_id"] for r in hybrid] == sie_order(client, text, list(union.values()))[:10]
+
+
+def test_reranker_names_a_missing_column(table, mode):
+    db, t, func = table
+    reranker = SIEReranker(model=RERANKER, column="body", client=mode[1])
+    with pytest.raises(ValueError, match="body"):
+        t.search("editor").limit(5).rerank(reranker).to_list()
+
+
+def test_api_key_is_a_sensitive_key():
+    with pytest.raises(ValueError, match="Sensitive key"):
+        get_registry().get("sie").create(model=MODEL, url="http://127.0.0.1:9", api_key="plain-text-key")
+    registry = get_registry()
+    registry.set_var("sie_key", "k-123")
+    func = registry.get("sie").create(model=MODEL, url="http://127.0.0.1:9", api_key="$var:sie_key")
+    assert func.client.api_key == "k-123"
+    assert func.safe_model_dump()["api_key"] == "$var:sie_key"  # the key itself never reaches the schema
