@@ -350,3 +350,30 @@ def test_reference_candidates_reproduce_predict_entities(models):
         expected = reference.predict_entities(text, LABELS, threshold=0.5)
         assert [(words.starts[s.start], words.ends[s.end], s.entity_type, s.score) for s in chosen] == \
             [(e["start"], e["end"], e["label"], e["score"]) for e in expected]
+
+
+def test_one_batch_mixes_requests_with_their_own_labels_and_settings(models):
+    """Windows of different requests (own labels, threshold, flat/nested) share one packed batch."""
+    from sie_engine.heads.gliner import WindowWork
+    from sie_engine.heads.gliner_decode import DecodeSettings
+    from sie_engine.runner import WorkItem, build_runner
+    from sie_engine.tasks.extract import prepare_request
+
+    root, reference = models["tiny-markerV1-max"]
+    card = ModelCard(id="mix", weights=WeightsSource(path=str(root)), outputs=("extract",))
+    runner = build_runner(card, root, torch.device("cpu"))
+    requests = [(["person", "city"], DecodeSettings(0.5, True)), (LABELS, DecodeSettings(0.3, False)),
+                (["organization"], DecodeSettings(0.6, True, multi_label=True))]
+    items, expected = [], []
+    for labels, settings in requests:
+        prepared = prepare_request(runner.tokenizer, card, TEXTS[:3], labels)
+        for window in prepared.windows:
+            items.append(WorkItem(None, len(items), window.ids, extra=WindowWork(window, settings)))
+            text = TEXTS[window.item]
+            expected.append((prepared.words[window.item], labels, reference.predict_entities(
+                text, labels, flat_ner=settings.flat, threshold=settings.threshold, multi_label=settings.multi_label)))
+    results = runner.run("extract", items)
+    for spans, (words, labels, reference_entities) in zip(results, expected):
+        assert [(words.starts[s.start], words.ends[s.end], labels[s.label]) for s in spans] == \
+            [(e["start"], e["end"], e["label"]) for e in reference_entities]
+        assert all(abs(s.score - e["score"]) < 1e-4 for s, e in zip(spans, reference_entities))
