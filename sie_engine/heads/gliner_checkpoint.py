@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -122,6 +123,11 @@ def backbone_source(root: Path) -> Path:
 def backbone_config(root: Path) -> dict:
     """The backbone's config.json contents for a GLiNER directory, with the vocabulary size
     the checkpoint was saved with (GLiNER grows it by its prompt tokens)."""
+    return dict(_backbone_config(Path(root)))
+
+
+@lru_cache(maxsize=64)  # read at tokenizer load, memory planning and model load; may mmap the checkpoint
+def _backbone_config(root: Path) -> dict:
     gliner = read_gliner_config(root)
     encoder = gliner.get("encoder_config")
     if encoder:
