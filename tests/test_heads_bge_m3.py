@@ -38,12 +38,12 @@ def root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(root):
-    card = ModelCard(
-        id="m3/tiny", weights=WeightsSource(path=str(root)), outputs=("dense", "sparse", "multivector"), pooling="cls",
+    cards = [ModelCard(
+        id=model_id, weights=WeightsSource(path=str(root)), outputs=("dense", "sparse", "multivector"), pooling="cls",
         normalize=True, max_seq_len=64, max_batch_tokens=1024,
-        options={"sparse": {"kind": "bge-m3"}, "multivector": {"kind": "bge-m3"}},
-    )
-    with Engine(Catalog([card]), device="cpu") as engine:
+        options={"sparse": {"kind": "bge-m3", **sparse}, "multivector": {"kind": "bge-m3"}},
+    ) for model_id, sparse in (("m3/tiny", {}), ("m3/top3", {"top_k": 3}))]
+    with Engine(Catalog(cards), device="cpu") as engine:
         yield engine
 
 
@@ -99,3 +99,12 @@ def test_score_is_mean_maxsim_of_colbert_vectors(engine, reference):
     result = engine.score_sync("m3/tiny", QUERY, TEXTS)
     got = {s.index: s.score for s in result.scores}
     np.testing.assert_allclose([got[i] for i in range(len(TEXTS))], expected, atol=1e-5)
+
+
+def test_sparse_top_k_keeps_the_largest_weights(engine, reference):
+    result = engine.encode_sync("m3/top3", TEXTS, output_types=["sparse"])
+    for text, item in zip(TEXTS, result.items):
+        lexical = reference(text)[1]
+        best = sorted(sorted(lexical, key=lambda k: -lexical[k])[:3])
+        np.testing.assert_array_equal(item.sparse.indices, best)
+        np.testing.assert_allclose(item.sparse.values, [lexical[k] for k in best], atol=1e-5)

@@ -83,13 +83,32 @@ def splade_pool(head: MLMHead, hidden: torch.Tensor, batch: PackedBatch) -> torc
     return torch.log1p(torch.relu(out))
 
 
-def bge_m3_pool(proj: nn.Linear, hidden: torch.Tensor, batch: PackedBatch, vocab: int) -> torch.Tensor:
-    """hidden `[T, H]` -> term weights `[B, vocab]`: relu(linear) per token, max over equal ids."""
+def bge_m3_sparse(proj: nn.Linear, hidden: torch.Tensor, batch: PackedBatch, vocab: int,
+                  drop_ids: torch.Tensor | None, top_k: int | None, threshold: float) -> list[SparseVector]:
+    """hidden `[T, H]` -> one SparseVector per sequence: relu(linear) per token, max over equal ids.
+
+    Works on the (sequence, term) pairs that occur, never on a `[B, vocab]` table (250k
+    columns for XLM-R vocabularies would make that a gigabyte for a batch of short texts).
+    """
     weights = torch.relu(proj(hidden)).float().squeeze(-1)  # [T]
-    out = torch.zeros(len(batch.seq_lens) * vocab, dtype=torch.float32, device=hidden.device)
-    flat = batch.seq_index() * vocab + batch.input_ids  # [T] cell of (sequence, term)
-    out.scatter_reduce_(0, flat, weights, reduce="amax", include_self=True)
-    return out.view(len(batch.seq_lens), vocab)
+    cells = batch.seq_index() * vocab + batch.input_ids  # [T] (sequence, term) cell of each token
+    keys, inverse = torch.unique(cells, sorted=True, return_inverse=True)  # [U] ascending: row-major
+    values = torch.zeros(keys.shape[0], dtype=torch.float32, device=hidden.device)
+    values.scatter_reduce_(0, inverse, weights, reduce="amax", include_self=True)
+    rows, cols = keys // vocab, keys % vocab
+    keep = values > threshold
+    if drop_ids is not None:
+        keep &= ~torch.isin(cols, drop_ids)
+    rows, cols, values = rows[keep].cpu().numpy(), cols[keep].cpu().numpy().astype(np.int32), values[keep].cpu().numpy()
+    bounds = np.searchsorted(rows, np.arange(len(batch.seq_lens) + 1))
+    out = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        indices, vals = cols[a:b], values[a:b]
+        if top_k is not None and len(vals) > top_k:
+            chosen = np.sort(np.argsort(-vals, kind="stable")[:top_k])
+            indices, vals = indices[chosen], vals[chosen]
+        out.append(SparseVector(indices=indices, values=vals.astype(np.float32, copy=False)))
+    return out
 
 
 def to_sparse(weights: torch.Tensor, drop_ids: torch.Tensor | None, top_k: int | None,
@@ -148,16 +167,16 @@ def build_sparse(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefi
 
     if kind == "splade":
         head: nn.Module = _mlm_head(runner, tensors, prefix, config)
-        pool = lambda hidden, batch: splade_pool(head, hidden, batch)  # noqa: E731
     else:
         from .colbert import _load_torch_file
 
         state = _load_torch_file(runner.root / "sparse_linear.pt")
         head = linear(state["weight"], state.get("bias"), runner.device, runner.dtype)
-        pool = lambda hidden, batch: bge_m3_pool(head, hidden, batch, vocab)  # noqa: E731
 
     def sparse(hidden: torch.Tensor, batch: PackedBatch) -> list[SparseVector]:
-        return to_sparse(pool(hidden, batch), drop_ids, top_k, threshold)
+        if kind == "bge-m3":
+            return bge_m3_sparse(head, hidden, batch, vocab, drop_ids, top_k, threshold)
+        return to_sparse(splade_pool(head, hidden, batch), drop_ids, top_k, threshold)
 
     runner.output_heads["sparse"] = sparse
     runner.dims["sparse"] = vocab
