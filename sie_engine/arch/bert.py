@@ -163,6 +163,9 @@ class BertModel(nn.Module):
         ignore=("embeddings.position_ids", "embeddings.token_type_ids"),
     )
 
+    # linear layers kept float32 under int8 quantisation (see runner.quantize_linear_int8)
+    int8_sensitive = ("output.dense",)
+
     def __init__(self, config: BertConfig, backend: AttentionBackend):
         super().__init__()
         self.config = config
