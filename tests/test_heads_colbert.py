@@ -42,10 +42,26 @@ def root(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def engine(root):
-    card = ModelCard(id="colbert/tiny", weights=WeightsSource(path=str(root)), outputs=("multivector",), max_seq_len=64,
-                     max_batch_tokens=1024, options=OPTIONS)
-    with Engine(Catalog([card]), device="cpu") as engine:
+def pylate_root(root, tmp_path_factory):
+    """The same model in PyLate's layout: backbone alone at the root, projection in 1_Dense/."""
+    dest = tmp_path_factory.mktemp("pylate")
+    for f in root.iterdir():
+        if f.is_file():
+            (dest / f.name).write_bytes(f.read_bytes())
+    weights = load_file(str(dest / "model.safetensors"))
+    linear = weights.pop("linear.weight")
+    save_file({k[len("bert."):]: v for k, v in weights.items()}, str(dest / "model.safetensors"))
+    (dest / "1_Dense").mkdir()
+    save_file({"linear.weight": linear}, str(dest / "1_Dense" / "model.safetensors"))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def engine(root, pylate_root):
+    cards = [ModelCard(id=model_id, weights=WeightsSource(path=str(path)), outputs=("multivector",), max_seq_len=64,
+                       max_batch_tokens=1024, options=OPTIONS)
+             for model_id, path in (("colbert/tiny", root), ("colbert/pylate", pylate_root))]
+    with Engine(Catalog(cards), device="cpu") as engine:
         yield engine
 
 
@@ -148,3 +164,10 @@ def test_score_refuses_a_long_query_without_truncation(engine):
         engine.score_sync("colbert/tiny", long_query, DOCS, truncate=False)
     assert info.value.field == "query.text"
     assert engine.score_sync("colbert/tiny", long_query, DOCS).scores  # cut to the query length by default
+
+
+def test_pylate_layout_loads_the_projection_from_1_dense(engine):
+    colbert_ir = engine.encode_sync("colbert/tiny", DOCS).items
+    pylate = engine.encode_sync("colbert/pylate", DOCS).items
+    for a, b in zip(colbert_ir, pylate):
+        np.testing.assert_allclose(a.multivector, b.multivector, atol=1e-6)
