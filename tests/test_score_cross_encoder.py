@@ -183,5 +183,8 @@ def test_bad_input_is_refused_with_the_field(engine):
     assert "longer than the model's window" in info.value.message
     with pytest.raises(InvalidRequest):
         engine.score_sync("ce/minilm", QUERY, DOCS, colour="blue")
+    with pytest.raises(InvalidRequest) as info:
+        engine.score_sync("ce/minilm", QUERY, DOCS, instruction="rank by relevance")
+    assert info.value.field == "instruction"
     with pytest.raises(UnsupportedTask):
         engine.encode_sync("ce/minilm", ["a text"])

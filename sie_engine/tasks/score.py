@@ -60,6 +60,8 @@ async def run(engine, model: str, query: Any, items: Sequence[Any], top_k: int |
     top_k = v.check_positive_int(top_k, "top_k")
     truncate, instruction = check_options(options or {}, engine.limits)
     score_kind = ((card.options or {}).get("score") or {}).get("kind")
+    if instruction is not None and score_kind != "yes-no":
+        raise InvalidRequest(f"model {card.id!r} takes no instruction (only prompted LLM rerankers do)", field="instruction")
 
     if score_kind == "yes-no":  # LLM reranker: one prompt per pair, P(yes) at its last token
         from ..heads.classifier import yes_no_options
