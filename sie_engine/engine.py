@@ -69,6 +69,12 @@ def default_budget(device: torch.device) -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.5)
 
 
+def default_host_cache(device: torch.device) -> int:
+    if device.type == "cuda":
+        return min(8 * 2**30, int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.25))
+    return 0
+
+
 class _LoopThread:
     """An event loop running forever in a daemon thread."""
 
@@ -149,6 +155,7 @@ class Engine:
         *,
         device: str | torch.device = "auto",
         memory_budget: int | str | None = None,
+        host_cache: int | str | None = None,
         max_queued_tokens: int = 1 << 20,
         max_total_queued_tokens: int = 1 << 22,
         limits: v.Limits = v.Limits(),
@@ -160,6 +167,9 @@ class Engine:
         self.catalog = catalog if catalog is not None else Catalog.builtin()
         self.device = resolve_device(device)
         self.budget_bytes = parse_bytes(memory_budget) if memory_budget is not None else default_budget(self.device)
+        # evicted models kept warm in host memory (see host_cache.py); CPU default 0: there
+        # the budget already is RAM, and the operator opts in to spending more of it
+        self.host_cache_bytes = parse_bytes(host_cache) if host_cache is not None else default_host_cache(self.device)
         self.limits = limits
         self._tokenize_pool = concurrent.futures.ThreadPoolExecutor(tokenizer_threads, thread_name_prefix="sie-tokenize")
         self._infer_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sie-infer")
@@ -172,6 +182,7 @@ class Engine:
             self.pool = ModelPool(
                 self.catalog, self.device, self.budget_bytes, self._load_pool,
                 events=pool_events, retry_cooldown_s=load_retry_cooldown_s, builder=self._build,
+                host_cache_bytes=self.host_cache_bytes,
             )
             self.scheduler = Scheduler(
                 self.pool, self._infer_pool, max_queued_tokens=max_queued_tokens,

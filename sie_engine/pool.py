@@ -25,6 +25,7 @@ from typing import Callable
 import torch
 
 from .card import Catalog, ModelCard
+from .host_cache import HostCache
 from .errors import ModelLoadFailed, ModelNotFound, SIEError, UnsupportedArchitecture, WeightsNotFound
 from .runner import ModelRunner, build_runner, resolve_dtype
 from .weights import read_config, resolve_weights, weights_nbytes
@@ -74,6 +75,7 @@ class ModelPool:
         events: PoolEvents | None = None,
         retry_cooldown_s: float = 30.0,
         builder: Callable[..., ModelRunner] = build_runner,
+        host_cache_bytes: int = 0,
     ):
         self.catalog = catalog
         self.device = device
@@ -89,6 +91,8 @@ class ModelPool:
         self._pins: dict[str, int] = {}
         self._failures: dict[str, LoadFailure] = {}
         self._room = asyncio.Condition()
+        self.host_cache = HostCache(host_cache_bytes)
+        self._plans: dict[str, tuple] = {}  # model id -> (root, bytes needed): resolved once
         # called after every load attempt (success or failure): the scheduler wakes on it
         self.on_load_done: Callable[[], None] = lambda: None
 
@@ -180,10 +184,16 @@ class ModelPool:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         try:
-            root, need = await loop.run_in_executor(self._executor, self._plan, card)
+            if card.id not in self._plans:
+                self._plans[card.id] = await loop.run_in_executor(self._executor, self._plan, card)
+            root, need = self._plans[card.id]
             await self._make_room(card.id, need)
             try:
-                runner = await loop.run_in_executor(self._executor, self._builder, card, root, self.device)
+                cached = self.host_cache.take(card.id)
+                if cached is not None:
+                    runner = await loop.run_in_executor(self._executor, cached.restore)
+                else:
+                    runner = await loop.run_in_executor(self._executor, self._builder, card, root, self.device)
             finally:
                 self._reserved.pop(card.id, None)
         except Exception as exc:  # every failure is reported per model, never raised past it
@@ -203,7 +213,7 @@ class ModelPool:
         log.warning("load of %s failed (%s): %s", model_id, failure.reason, failure.detail)
         return ModelLoadFailed(model_id, failure.reason, failure.detail, retry_after=self.retry_cooldown_s)
 
-    def _plan(self, card: ModelCard):
+    def _plan(self, card: ModelCard) -> tuple:
         root = resolve_weights(card)
         config = read_config(root)
         dtype = resolve_dtype(card.dtype, self.device)
@@ -238,7 +248,8 @@ class ModelPool:
         entry = self._resident.pop(model_id, None)
         if entry is None:
             return
-        entry.runner.release()
+        if not self.host_cache.put(model_id, entry.runner):
+            entry.runner.release()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         self.events.evicted(model_id)

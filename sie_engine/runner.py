@@ -118,19 +118,46 @@ class ModelRunner:
         per_output = {name: self.output_heads[name](hidden, batch) for name in wanted}
         return [{name: per_output[name][i] for name in it.outputs} for i, it in enumerate(items)]
 
+    def modules(self) -> list[torch.nn.Module]:
+        """The backbone and every head module, found through the head callables (bound
+        methods, functools.partial arguments and closure cells), so builders need no
+        extra bookkeeping."""
+        found: dict[int, torch.nn.Module] = {id(self.backbone): self.backbone}
+        for head in [*self.output_heads.values(), *self.task_heads.values()]:
+            for obj in _referenced(head):
+                if isinstance(obj, torch.nn.Module):
+                    found.setdefault(id(obj), obj)
+        return list(found.values())
+
+    def _tensors(self):
+        seen = set()
+        for module in self.modules():
+            for tensor in [*module.parameters(), *module.buffers()]:
+                if id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    yield tensor
+
     def release(self) -> None:
         """Free the weights now (eviction), without waiting for the garbage collector:
-        a full gc pass costs about a second in a process that imported transformers.
-        Heads that hold tensors should be nn.Modules (or bound methods of one) so they are freed too."""
-        modules = [self.backbone]
-        for head in [*self.output_heads.values(), *self.task_heads.values()]:
-            owner = getattr(head, "__self__", head)
-            if isinstance(owner, torch.nn.Module):
-                modules.append(owner)
+        a full gc pass costs about a second in a process that imported transformers."""
         empty = torch.empty(0, device=self.device)
-        for module in modules:
-            for tensor in [*module.parameters(), *module.buffers()]:
-                tensor.data = empty
+        for tensor in self._tensors():
+            tensor.data = empty
+
+    def offload(self) -> None:
+        """Move the weights to host memory (pinned, for fast copies back) for the host cache.
+        On the CPU they already are in host memory: nothing moves."""
+        if self.device.type != "cpu":
+            for tensor in self._tensors():
+                tensor.data = tensor.data.to("cpu").pin_memory()
+
+    def restore(self) -> "ModelRunner":
+        """Bring offloaded weights back to the device (swap-in from the host cache)."""
+        if self.device.type != "cpu":
+            for tensor in self._tensors():
+                tensor.data = tensor.data.to(self.device, non_blocking=True)
+            torch.cuda.synchronize(self.device)
+        return self
 
     def dense_head(self) -> Callable:
         """Pooling (card's mode) as a dense output head; normalisation and Matryoshka
@@ -142,6 +169,21 @@ class ModelRunner:
             return pool(mode, hidden, batch.cu_seqlens, seq_index).float().cpu().numpy()
 
         return dense
+
+
+def _referenced(fn) -> list:
+    """Objects a head callable holds: its bound instance, partial arguments, closure cells."""
+    import functools
+
+    objs = [fn, getattr(fn, "__self__", None)]
+    if isinstance(fn, functools.partial):
+        objs += [*_referenced(fn.func), *fn.args, *fn.keywords.values()]
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            objs.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    return [o for o in objs if o is not None]
 
 
 # Builders for heads beyond dense pooling register here: output or task name ->

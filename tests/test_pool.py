@@ -126,3 +126,27 @@ def test_model_larger_than_the_budget_fails_clearly(cards):
         assert info.value.reason == "out_of_memory" and "budget" in info.value.message
     finally:
         engine.close()
+
+
+def test_host_cache_swaps_evicted_models_back_without_reloading(cards, expected):
+    recorder = Recorder()
+    probe = make_engine(cards, Recorder())
+    need = model_need(probe, "tiny/a")
+    probe.close()
+    engine = make_engine(cards, recorder, memory_budget=int(need * 1.5), host_cache=10 * 2**20)
+    builds = []
+    original = engine.pool._builder
+
+    def counting_builder(*args):
+        builds.append(args[0].id)
+        return original(*args)
+
+    engine.pool._builder = counting_builder
+    try:
+        for model in ["tiny/a", "tiny/b", "tiny/a", "tiny/b", "tiny/a"]:
+            result = engine.encode_sync(model, TEXTS)
+            np.testing.assert_allclose(np.stack([i.dense for i in result.items]), expected[model], atol=1e-5)
+        assert builds == ["tiny/a", "tiny/b"], "swap-ins must come from the host cache"
+        assert len(recorder.evictions) == 4 and len(engine.pool.loaded_ids()) == 1
+    finally:
+        engine.close()

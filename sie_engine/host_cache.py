@@ -1,0 +1,40 @@
+"""Evicted models kept warm in host memory, so swapping one back in is a memory copy
+(pinned host to GPU on CUDA; nothing at all on the CPU) instead of reading, converting
+and loading its checkpoint again. Least recently evicted goes first past the budget.
+
+On CUDA the pool's budget is GPU memory and this cache uses host RAM. On the CPU both are
+RAM: the pool's budget bounds the models that run, this cache the models kept warm.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from .runner import ModelRunner
+
+
+class HostCache:
+    def __init__(self, budget_bytes: int):
+        self.budget_bytes = budget_bytes
+        self._entries: OrderedDict[str, ModelRunner] = OrderedDict()
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(r.param_bytes for r in self._entries.values())
+
+    def __contains__(self, model_id: str) -> bool:
+        return model_id in self._entries
+
+    def put(self, model_id: str, runner: ModelRunner) -> bool:
+        """Keep an evicted runner (offloaded to host memory); False when it cannot fit."""
+        if runner.param_bytes > self.budget_bytes:
+            return False
+        while self._entries and self.used_bytes + runner.param_bytes > self.budget_bytes:
+            _, oldest = self._entries.popitem(last=False)
+            oldest.release()
+        runner.offload()
+        self._entries[model_id] = runner
+        return True
+
+    def take(self, model_id: str) -> ModelRunner | None:
+        return self._entries.pop(model_id, None)
