@@ -155,9 +155,10 @@ def test_urchade_layout_from_the_hub_cache(tmp_path, monkeypatch):
         assert_same(item.entities, reference.predict_entities(text, LABELS, threshold=0.5))
 
 
-def test_catalog_has_the_urchade_cards():
+def test_catalog_has_the_gliner_cards():
     catalog = Catalog.builtin()
-    for name in ("gliner_small-v2.1", "gliner_medium-v2.1", "gliner_large-v2.1", "gliner_multi-v2.1"):
-        card = catalog.get(f"urchade/{name}")
+    for model_id in ("urchade/gliner_small-v2.1", "urchade/gliner_medium-v2.1", "urchade/gliner_large-v2.1",
+                     "urchade/gliner_multi-v2.1", "numind/NuNER_Zero", "numind/NuNER_Zero-span"):
+        card = catalog.get(model_id)
         assert card is not None and card.tasks == ("extract",) and card.family == "deberta-v2"
-        assert card.weights.hub == f"urchade/{name}"
+        assert card.weights.hub == model_id

@@ -44,6 +44,8 @@ VARIANTS = {
     "tiny-markerV1-max": ("tiny", dict(hidden_size=48, span_mode="markerV1", subtoken_pooling="max", num_rnn_layers=2,
                                        max_width=8)),
     "tiny-markerV0-last": ("tiny", dict(hidden_size=40, subtoken_pooling="last", max_width=6)),
+    # token model (NuNER Zero's kind): start / end / inside per word and label
+    "tiny-token-level": ("tiny", dict(hidden_size=32, span_mode="token_level", embed_ent_token=False)),
 }
 CALIBRATION_TEXT = TEXTS[0] + " " + TEXTS[1]
 
@@ -60,6 +62,10 @@ def build_reference(dest: Path, backbone: Path, seed: int = 0, **settings):
             if not name.startswith("token_rep_layer.bert_layer"):
                 scale = 1.0 / math.sqrt(param.shape[1]) if param.dim() >= 2 else 0.1
                 param.copy_(torch.randn(param.shape, generator=generator) * scale)
+        if settings.get("span_mode") == "token_level":
+            calibrate_token_scorer(model)
+            model.save_pretrained(dest)
+            return GLiNER.from_pretrained(str(dest), local_files_only=True)
         # centre span vectors, then scale label vectors so logits have a spread of about 3
         captured = []
         hook = model.model.span_rep_layer.register_forward_hook(lambda mod, inp, out: captured.append(out))
@@ -75,6 +81,20 @@ def build_reference(dest: Path, backbone: Path, seed: int = 0, **settings):
         model.model.prompt_rep_layer[3].bias.mul_(alpha)
     model.save_pretrained(dest)
     return GLiNER.from_pretrained(str(dest), local_files_only=True)
+
+
+def calibrate_token_scorer(model) -> None:
+    """Token models: centre each of the start / end / inside logits and give them a spread of 3."""
+    captured = []
+    hook = model.model.scorer.register_forward_hook(lambda mod, inp, out: captured.append(out))
+    model.predict_entities(CALIBRATION_TEXT, LABELS[:2], threshold=0.0)
+    hook.remove()
+    logits = captured[0].reshape(-1, 3)
+    last = model.model.scorer.out_mlp[3]
+    last.bias.sub_(logits.mean(0))
+    alpha = 3.0 / logits.std(0)
+    last.weight.mul_(alpha[:, None])
+    last.bias.mul_(alpha)
 
 
 @pytest.fixture(scope="module")
@@ -153,11 +173,20 @@ def long_text() -> str:
 
 
 def reference_candidates(reference, text: str, threshold: float) -> list[tuple[int, int, int, float]]:
-    """GLiNER's own span-label probabilities above `threshold` for one text (before its greedy
-    search), in its candidate order: (start word, width, label index, score)."""
+    """GLiNER's own candidates for one text (before its greedy search), in its candidate order:
+    (start word, width, label index, score)."""
     prepared = reference.prepare_batch([text], LABELS)
     batch = reference.collate_batch(prepared["input_x"], prepared["entity_types"])
-    probs = torch.sigmoid(reference.run_batch(batch, threshold=threshold).logits[0])  # [L, K, C]
+    logits = reference.run_batch(batch, threshold=threshold).logits[0]
+    if reference.config.span_mode == "token_level":  # [W, C, 3]: GLiNER's TokenDecoder pieces
+        decoder = reference.decoder
+        start, end, inside = logits.permute(2, 0, 1)
+        spans = decoder._calculate_span_score(
+            decoder._get_indices_above_threshold(start, threshold), decoder._get_indices_above_threshold(end, threshold),
+            torch.sigmoid(inside), torch.sigmoid(start), torch.sigmoid(end), {i + 1: l for i, l in enumerate(LABELS)},
+            threshold)
+        return [(s.start, s.end - s.start, LABELS.index(s.entity_type), s.score) for s in spans]
+    probs = torch.sigmoid(logits)  # [L, K, C]
     starts, widths, labels = torch.where(probs > threshold)
     num_words = len(prepared["tokens"][0])
     return [(s, k, c, probs[s, k, c].item()) for s, k, c in zip(starts.tolist(), widths.tolist(), labels.tolist())
@@ -180,14 +209,17 @@ def windowed_reference(reference, root: Path, text: str, flat: bool, threshold: 
         for start, width, label, score in reference_candidates(reference, window_text, threshold):
             if window.core[0] <= start + first < window.core[1]:
                 union.append(GSpan(start + first, start + first + width, LABELS[label], score))
-    union.sort(key=lambda s: (s.start, s.end, LABELS.index(s.entity_type)))
+    if reference.config.span_mode == "token_level":
+        union.sort(key=lambda s: (s.start, LABELS.index(s.entity_type), s.end))
+    else:
+        union.sort(key=lambda s: (s.start, s.end, LABELS.index(s.entity_type)))
     chosen = SpanDecoder(reference.config).greedy_search(union, flat_ner=flat)
     return prepared, [{"start": words.starts[s.start], "end": words.ends[s.end], "label": s.entity_type,
                        "score": s.score, "text": text[words.starts[s.start]:words.ends[s.end]]} for s in chosen]
 
 
 @pytest.mark.parametrize("flat", [True, False], ids=["flat", "nested"])
-@pytest.mark.parametrize("variant", ["minilm-markerV0-first", "tiny-markerV1-max"])
+@pytest.mark.parametrize("variant", ["minilm-markerV0-first", "tiny-markerV1-max", "tiny-token-level"])
 def test_long_text_windows(engine, models, variant, flat):
     root, reference = models[variant]
     text = long_text()
@@ -336,13 +368,14 @@ def test_extract_card_over_a_plain_model_fails_as_a_load_failure(tmp_path):
             engine.extract_sync("not-gliner", ["Ada Lovelace"], ["person"])
 
 
-def test_reference_candidates_reproduce_predict_entities(models):
+@pytest.mark.parametrize("variant", ["tiny-markerV0-last", "tiny-token-level"])
+def test_reference_candidates_reproduce_predict_entities(models, variant):
     """The windowed reference above uses GLiNER's internals; on one text they give predict_entities."""
     from gliner.decoding.decoder import Span as GSpan, SpanDecoder
 
     from sie_engine.heads.gliner_prompt import split_words
 
-    _, reference = models["tiny-markerV0-last"]
+    _, reference = models[variant]
     for text in TEXTS:
         words = split_words(text)
         spans = [GSpan(s, s + k, LABELS[c], p) for s, k, c, p in reference_candidates(reference, text, 0.5)]

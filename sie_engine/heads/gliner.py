@@ -17,7 +17,7 @@ import torch
 
 from ..batch import PackedBatch
 from .gliner_checkpoint import load_gliner_config
-from .gliner_decode import DecodeSettings, Span, candidates, greedy
+from .gliner_decode import DecodeSettings, Span, candidates, greedy, token_candidates
 from .gliner_head import GlinerHead, backbone_root_prefix, span_grid
 from .gliner_prompt import Window
 
@@ -80,17 +80,26 @@ def run_extract_head(head: GlinerHead, runner, hidden: torch.Tensor, batch: Pack
     """hidden `[T, H]` of the windows in `items` -> per window, its decoded spans, or for a window of a
     longer text its candidate spans (window word indices)."""
     windows: list[Window] = [it.extra.window for it in items]
-    plan = layout(windows, head.config.max_width)
-    probs = span_probabilities(head, hidden, batch, windows, plan)  # one device-to-host copy
+    token_level = head.config.token_level
+    plan = layout(windows, 0 if token_level else head.config.max_width)
+    words, labels, start_d, end_d = word_and_label_vectors(head, hidden, batch, windows, plan)
+    if token_level:
+        probs = token_probabilities(head, words, labels, plan)
+    else:
+        probs = span_probabilities(head, words, labels, start_d, end_d, plan)
     results = []
     offset = 0
     for i, item in enumerate(items):
-        size = plan.span_counts[i] * plan.label_counts[i]
-        window_probs = probs[offset:offset + size].reshape(plan.span_counts[i], plan.label_counts[i])
-        offset += size
         work: WindowWork = item.extra
-        starts, widths = plan.grids[i]
-        found = candidates(window_probs, starts, widths, work.settings.threshold)
+        threshold = work.settings.threshold
+        if token_level:
+            shape = (plan.word_counts[i], plan.label_counts[i], 3)
+            found = token_candidates(probs[offset:offset + int(np.prod(shape))].reshape(shape), threshold)
+        else:
+            shape = (plan.span_counts[i], plan.label_counts[i])
+            starts, widths = plan.grids[i]
+            found = candidates(probs[offset:offset + int(np.prod(shape))].reshape(shape), starts, widths, threshold)
+        offset += int(np.prod(shape))
         if work.alone:
             results.append(greedy(found, work.settings.flat, work.settings.multi_label))
         else:
@@ -99,18 +108,18 @@ def run_extract_head(head: GlinerHead, runner, hidden: torch.Tensor, batch: Pack
     return results
 
 
-def span_probabilities(head: GlinerHead, hidden: torch.Tensor, batch: PackedBatch, windows: Sequence[Window],
-                       plan: BatchLayout) -> np.ndarray:
-    """Every window's `[spans, labels]` probabilities, flattened window after window, on the host."""
+def word_and_label_vectors(head: GlinerHead, hidden: torch.Tensor, batch: PackedBatch, windows: Sequence[Window],
+                           plan: BatchLayout) -> tuple[torch.Tensor, ...]:
+    """Word vectors `[W_total, D]` (pooled sub-tokens, then the LSTM), label vectors `[C_total, D]`
+    (before any prompt MLP), and the spans' first and last words `[S_total]` on the device."""
     device = hidden.device
     seq_starts = np.cumsum((0,) + tuple(batch.seq_lens[:-1]))
-
-    # 1. the tokens that become word and label vectors, with every index in one host-to-device copy
     token_index = np.concatenate([s + w.word_tokens for s, w in zip(seq_starts, windows)])
     label_index = np.concatenate([s + w.label_positions for s, w in zip(seq_starts, windows)])
     slots = np.concatenate([b + w.word_slots for b, w in zip(plan.word_base, windows)])
     span_start = np.concatenate([b + starts for b, (starts, _) in zip(plan.word_base, plan.grids)])
     span_end = span_start + np.concatenate([widths for _, widths in plan.grids])
+    # every index in one host-to-device copy
     index = torch.from_numpy(np.concatenate([token_index, label_index, slots, span_start, span_end])).to(device)
     n_tokens, n_labels = len(token_index), len(label_index)
     slots_d, start_d, end_d = index[n_tokens + n_labels:].tensor_split([len(slots), len(slots) + len(span_start)])
@@ -118,36 +127,49 @@ def span_probabilities(head: GlinerHead, hidden: torch.Tensor, batch: PackedBatc
     x = hidden.index_select(0, index[: n_tokens + n_labels]).float()
     if head.projection is not None:
         x = head.projection(x)
-
-    # 2. words, then the LSTM across each window's words; labels through the prompt MLP
     words = head.word_vectors(x[:n_tokens], slots_d, sum(plan.word_counts))  # [W_total, D]
     if head.rnn is not None:
         keep = np.arange(max(plan.word_counts))[None, :] < np.asarray(plan.word_counts)[:, None]
         words = head.rnn(words, plan.word_counts, torch.from_numpy(keep).to(device))
-    labels = head.prompt(x[n_tokens:])  # [C_total, D]
+    return words, x[n_tokens:], start_d, end_d
 
-    # 3. span vectors, in chunks of whole windows, and 4. span-label probabilities
+
+def token_probabilities(head: GlinerHead, words: torch.Tensor, labels: torch.Tensor, plan: BatchLayout) -> np.ndarray:
+    """Token models: every window's `[words, labels, 3]` start / end / inside probabilities, flattened."""
+    probs = []
+    for i in range(len(plan.word_counts)):
+        w0, c0 = int(plan.word_base[i]), int(plan.label_base[i])
+        scores = head.scorer(words[w0:w0 + plan.word_counts[i]], labels[c0:c0 + plan.label_counts[i]])
+        probs.append(torch.sigmoid(scores).flatten())
+    return torch.cat(probs).cpu().numpy()  # the batch's one device-to-host copy
+
+
+def span_probabilities(head: GlinerHead, words: torch.Tensor, label_vectors: torch.Tensor, start_d: torch.Tensor,
+                       end_d: torch.Tensor, plan: BatchLayout) -> np.ndarray:
+    """Span models: every window's `[spans, labels]` probabilities, flattened window after window."""
+    labels = head.prompt(label_vectors)  # [C_total, D]
     start_terms, end_terms = head.span.word_terms(words)
     context = window_context(head, words, plan) if head.span.mode == "markerV1" else None
     probs = []
     span_base = plan.span_base
+    n_windows = len(plan.word_counts)
     first = 0
-    while first < len(windows):
+    while first < n_windows:  # chunks of whole windows
         last = first + 1
-        while last < len(windows) and span_base[last + 1] - span_base[first] <= SPAN_CHUNK:
+        while last < n_windows and span_base[last + 1] - span_base[first] <= SPAN_CHUNK:
             last += 1
         a, b = int(span_base[first]), int(span_base[last])
         pre = start_terms.index_select(0, start_d[a:b]) + end_terms.index_select(0, end_d[a:b])
         if context is not None:
-            owner = torch.from_numpy(np.repeat(np.arange(first, last), plan.span_counts[first:last])).to(device)
-            pre = pre + context.index_select(0, owner)
+            owner = np.repeat(np.arange(first, last), plan.span_counts[first:last])
+            pre = pre + context.index_select(0, torch.from_numpy(owner).to(words.device))
         spans = head.span.finish(pre)  # [S_chunk, D]
         for i in range(first, last):
             rows = spans[int(span_base[i]) - a:int(span_base[i + 1]) - a]
             window_labels = labels[int(plan.label_base[i]):int(plan.label_base[i]) + plan.label_counts[i]]
             probs.append(torch.sigmoid(rows @ window_labels.T).flatten())
         first = last
-    return torch.cat(probs).cpu().numpy()
+    return torch.cat(probs).cpu().numpy()  # the batch's one device-to-host copy
 
 
 def window_context(head: GlinerHead, words: torch.Tensor, plan: BatchLayout) -> torch.Tensor:

@@ -28,7 +28,7 @@ BACKBONE_FILES = ("*.json", "*.model", "*.txt", "tokenizer*")
 EXTRA_TOKENS = ("[FLERT]",)
 
 # What SIE implements of GLiNER: uni-encoder span models.
-SPAN_MODES = ("marker", "markerV0", "markerV1")
+SPAN_MODES = ("marker", "markerV0", "markerV1", "token_level")
 SUBTOKEN_POOLINGS = ("first", "last", "mean", "max")
 
 
@@ -73,9 +73,14 @@ class GlinerConfig:
             if config.get(key):
                 raise ValueError(f"gliner_config.json: {key}={config[key]!r} ({what}) is not supported by SIE")
         model_type = config.get("model_type")
-        if model_type not in (None, "gliner", "gliner_uni_encoder_span"):
-            raise ValueError(f"gliner_config.json: model_type={model_type!r} is not supported (only uni-encoder span models)")
+        if model_type not in (None, "gliner", "gliner_uni_encoder_span", "gliner_uni_encoder_token"):
+            raise ValueError(f"gliner_config.json: model_type={model_type!r} is not supported "
+                             "(only uni-encoder span and token models)")
         span_mode = config.get("span_mode", "markerV0")
+        if model_type == "gliner_uni_encoder_token":
+            span_mode = "token_level"
+        if span_mode == "token_level" and config.get("represent_spans"):
+            raise ValueError("gliner_config.json: represent_spans=True (token model with a span layer) is not supported")
         if span_mode not in SPAN_MODES:
             raise ValueError(f"gliner_config.json: span_mode={span_mode!r} is not supported (supported: {', '.join(SPAN_MODES)})")
         pooling = config.get("subtoken_pooling", "first")
@@ -98,6 +103,11 @@ class GlinerConfig:
             words_splitter_type=splitter,
             model_name=str(config.get("model_name", "")),
         )
+
+    @property
+    def token_level(self) -> bool:
+        """Token models score each word as start / end / inside of each label (NuNER Zero)."""
+        return self.span_mode == "token_level"
 
     @property
     def prompt_tokens(self) -> tuple[str, ...]:

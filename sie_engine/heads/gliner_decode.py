@@ -1,6 +1,8 @@
 """GLiNER's decoding: span-label probabilities -> entities.
 
-A span-label pair is a candidate when its probability is above the threshold.
+A span-label pair is a candidate when its probability is above the threshold (span
+models), or when its first word starts, its last word ends and every word in it is
+inside the label above the threshold (token models).
 Candidates are then taken greedily, best first (GLiNER's `greedy_search`): flat
 decoding keeps no two overlapping spans; nested decoding allows a span inside
 another but not two that cross. Without `multi_label` a span keeps one label.
@@ -46,6 +48,28 @@ def candidates(probs: np.ndarray, starts: np.ndarray, widths: np.ndarray, thresh
             for s, w, c, score in zip(starts[rows].tolist(), widths[rows].tolist(), labels.tolist(), scores)]
 
 
+def token_candidates(probs: np.ndarray, threshold: float) -> list[Span]:
+    """Token models (GLiNER's TokenDecoder): probs `[W, C, 3]` start / end / inside per word and
+    label. A span of label c runs from a start above the threshold to an end above it, every
+    word inside at least the threshold; its score is the least of those probabilities.
+    Candidates come in GLiNER's order: by start (word, label), then by end word."""
+    start, end, inside = probs[..., 0], probs[..., 1], probs[..., 2]
+    ends_of_label: dict[int, list[int]] = {}
+    for word, label in zip(*(x.tolist() for x in np.nonzero(end > threshold))):
+        ends_of_label.setdefault(label, []).append(word)
+    spans = []
+    for first, label in zip(*(x.tolist() for x in np.nonzero(start > threshold))):
+        for last in ends_of_label.get(label, ()):
+            if last < first:
+                continue
+            inner = inside[first:last + 1, label]
+            if (inner < threshold).any():
+                continue
+            score = min(float(inner.min()), float(start[first, label]), float(end[last, label]))
+            spans.append(Span(first, last, label, score))
+    return spans
+
+
 def greedy(spans: Iterable[Span], flat: bool, multi_label: bool) -> list[Span]:
     """Best-first selection without conflicts; the result is ordered by start."""
     ordered = sorted(spans, key=lambda span: -span.score)  # stable: ties keep candidate order
@@ -78,7 +102,8 @@ def _crosses(a: Span, b: Span, multi_label: bool) -> bool:
     return not disjoint and not nested
 
 
-def merge_windows(per_window: Sequence[tuple[int, list[Span]]], settings: DecodeSettings) -> list[Span]:
+def merge_windows(per_window: Sequence[tuple[int, list[Span]]], settings: DecodeSettings,
+                  token_level: bool = False) -> list[Span]:
     """One text's entities, in text word indices.
 
     per_window: (the window's first word in the text, its spans in window word indices): a
@@ -87,5 +112,6 @@ def merge_windows(per_window: Sequence[tuple[int, list[Span]]], settings: Decode
         first_word, spans = per_window[0]
         return [Span(s.start + first_word, s.end + first_word, s.label, s.score) for s in spans]
     union = [Span(s.start + first, s.end + first, s.label, s.score) for first, spans in per_window for s in spans]
-    union.sort(key=lambda span: (span.start, span.end - span.start, span.label))  # GLiNER's candidate order
+    # GLiNER's candidate order, which breaks ties in the greedy pass
+    union.sort(key=(lambda s: (s.start, s.label, s.end)) if token_level else (lambda s: (s.start, s.end, s.label)))
     return greedy(union, settings.flat, settings.multi_label)

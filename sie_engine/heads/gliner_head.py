@@ -8,9 +8,11 @@ From the backbone's hidden states `[T, H]` of a packed batch of windows:
   3. span vectors from each span's first and last word (markerV0 / marker /
      markerV1), label vectors through the prompt MLP;
   4. span-label logits = span vector . label vector, probabilities by sigmoid.
+Token models (span_mode token_level, NuNER Zero's kind) replace 3-4 with GLiNER's
+Scorer: start / end / inside logits per (word, label), decoded in gliner_decode.
 
 Module names mirror GLiNER's checkpoint (`span_rep_layer.span_rep_layer.*`,
-`prompt_rep_layer.*`, `rnn.lstm.*`, `token_rep_layer.projection.*`), so loading
+`prompt_rep_layer.*`, `scorer.*`, `rnn.lstm.*`, `token_rep_layer.projection.*`), so loading
 is a rename of prefixes and a strict `load_state_dict`.
 
 The head runs in float32 whatever the backbone's dtype: its probabilities are
@@ -105,6 +107,29 @@ class Lstm(nn.Module):
         return out[keep]
 
 
+class TokenScorer(nn.Module):
+    """GLiNER's token-model Scorer: for each (word, label), from the word's and the label's
+    two projections, [word_a, label_a, word_b * label_b] through an MLP -> start, end and
+    inside logits."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.proj_token = nn.Linear(hidden, 2 * hidden)
+        self.proj_label = nn.Linear(hidden, 2 * hidden)
+        # Linear, (dropout), ReLU, Linear: indices as in the checkpoint
+        self.out_mlp = nn.Sequential(nn.Linear(3 * hidden, 4 * hidden), nn.Identity(), nn.ReLU(), nn.Linear(4 * hidden, 3))
+        self.hidden = hidden
+
+    def forward(self, words: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """words `[W, D]`, labels `[C, D]` of one window -> logits `[W, C, 3]` (start, end, inside)."""
+        W, C, D = words.shape[0], labels.shape[0], self.hidden
+        word_a, word_b = self.proj_token(words).view(W, 2, D).unbind(1)
+        label_a, label_b = self.proj_label(labels).view(C, 2, D).unbind(1)
+        pairs = torch.cat([word_a[:, None].expand(W, C, D), label_a[None].expand(W, C, D),
+                           word_b[:, None] * label_b[None]], dim=-1)  # [W, C, 3D]
+        return self.out_mlp(pairs)
+
+
 class GlinerHead(nn.Module):
     def __init__(self, config: GlinerConfig, backbone_hidden: int):
         super().__init__()
@@ -112,8 +137,13 @@ class GlinerHead(nn.Module):
         self.config = config
         self.projection = nn.Linear(backbone_hidden, D) if backbone_hidden != D else None
         self.rnn = Lstm(D, config.num_rnn_layers) if config.num_rnn_layers > 0 else None
-        self.span = SpanMarker(config.span_mode, D)
-        self.prompt = projection_mlp(D, D)
+        if config.token_level:  # label vectors used as they come; one scorer per (word, label)
+            self.span = self.prompt = None
+            self.scorer = TokenScorer(D)
+        else:
+            self.span = SpanMarker(config.span_mode, D)
+            self.prompt = projection_mlp(D, D)
+            self.scorer = None
 
     # checkpoint prefix -> module prefix
     RENAMES = (
@@ -121,6 +151,7 @@ class GlinerHead(nn.Module):
         ("rnn.", "rnn."),
         ("span_rep_layer.span_rep_layer.", "span."),
         ("prompt_rep_layer.", "prompt."),
+        ("scorer.", "scorer."),
     )
 
     def load(self, tensors: Mapping[str, torch.Tensor], root_prefix: str) -> None:

@@ -104,12 +104,12 @@ async def run(engine, model: str, items: Sequence[Any], labels: Any, threshold: 
 
     # decoding long texts is pure Python over possibly many candidates: off the event loop
     result_items = await asyncio.get_running_loop().run_in_executor(
-        None, assemble, ids, texts, labels, prepared, decoded, settings)
+        None, assemble, ids, texts, labels, prepared, decoded, settings, gliner_config(card).token_level)
     return ExtractResult(card.id, result_items, prepared.num_tokens, engine._timings(request, started, tokenize_s))
 
 
 def assemble(ids: list[str], texts: list[str], labels: list[str], prepared: Prepared, decoded: list,
-             settings: DecodeSettings) -> list[ExtractedItem]:
+             settings: DecodeSettings, token_level: bool) -> list[ExtractedItem]:
     """Per text: its windows' spans merged and decoded, with character offsets into the text."""
     per_text: list[list] = [[] for _ in texts]
     for window, spans in zip(prepared.windows, decoded):
@@ -117,7 +117,7 @@ def assemble(ids: list[str], texts: list[str], labels: list[str], prepared: Prep
     result_items = []
     for item_id, text, words, parts in zip(ids, texts, prepared.words, per_text):
         entities = []
-        for span in merge_windows(parts, settings):
+        for span in merge_windows(parts, settings, token_level):
             start, end = words.starts[span.start], words.ends[span.end]
             entities.append(Entity(text=text[start:end], label=labels[span.label], score=float(span.score),
                                    start=start, end=end))
