@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
 from sie_engine.errors import UnsupportedOutput
@@ -94,3 +95,46 @@ def test_batch_invariance(engine):
 def test_dense_is_not_offered(engine):
     with pytest.raises(UnsupportedOutput):
         engine.encode_sync("splade", TEXTS, output_types=["dense"])
+
+
+def _tiny_mlm(kind: str, dest):
+    from transformers import (BertConfig, BertForMaskedLM, ModernBertConfig, ModernBertForMaskedLM,
+                              XLMRobertaForMaskedLM)
+
+    from tiny_models import save_tiny, tiny_xlmr_config
+
+    torch.manual_seed(3)
+    if kind == "xlmr":
+        model = XLMRobertaForMaskedLM(tiny_xlmr_config())
+    elif kind == "modernbert":
+        model = ModernBertForMaskedLM(ModernBertConfig(
+            vocab_size=30522, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
+            max_position_embeddings=512, local_attention=8, global_attn_every_n_layers=3, pad_token_id=0,
+            bos_token_id=101, cls_token_id=101, eos_token_id=102, sep_token_id=102))
+    else:  # untied decoder saved in the checkpoint
+        model = BertForMaskedLM(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                           intermediate_size=64, max_position_embeddings=128, tie_word_embeddings=False))
+    return save_tiny(model.eval(), dest)
+
+
+@pytest.mark.parametrize("kind", ["xlmr", "modernbert", "bert-untied"])
+def test_splade_on_other_mlm_layouts(kind, tmp_path):
+    """RoBERTa (`lm_head`), ModernBERT (`head` + tied `decoder`) and an untied BERT decoder,
+    against the SPLADE formula on transformers' MLM logits of the same tiny random model."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    root = _tiny_mlm(kind, tmp_path / kind)
+    card = ModelCard(id="mlm", weights=WeightsSource(path=str(root)), outputs=("sparse",), max_seq_len=120,
+                     max_batch_tokens=2048)
+    texts = TEXTS[:1] + TEXTS[2:]
+    with Engine(Catalog([card]), device="cpu") as engine:
+        result = engine.encode_sync("mlm", texts)
+    tokenizer = AutoTokenizer.from_pretrained(str(root))
+    model = AutoModelForMaskedLM.from_pretrained(str(root)).eval()
+    for text, item in zip(texts, result.items):
+        ids = tokenizer(text, return_tensors="pt", truncation=True, max_length=120)
+        with torch.no_grad():
+            logits = model(input_ids=ids["input_ids"], attention_mask=ids["attention_mask"]).logits[0]
+        row = torch.log1p(torch.relu(logits)).amax(0).numpy()
+        row[sorted(tokenizer.all_special_ids)] = 0.0
+        _check_equal(item.sparse, row, row > 0)
