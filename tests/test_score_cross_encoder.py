@@ -100,6 +100,9 @@ def roots(tmp_path_factory):
 def engine(roots):
     cards = [ModelCard(id=f"ce/{name}", weights=WeightsSource(path=str(root)), outputs=("score",), max_seq_len=120,
                        max_batch_tokens=2048) for name, root in roots.items()]
+    cards.append(ModelCard(id="ce/bert2-softmax", weights=WeightsSource(path=str(roots["bert2"])), outputs=("score",),
+                           max_seq_len=120, max_batch_tokens=2048,
+                           options={"score": {"activation": "softmax", "label": 1}}))
     with Engine(Catalog(cards), device="cpu") as engine:
         yield engine
 
@@ -139,6 +142,14 @@ def test_two_label_model_scores_the_last_label_raw(engine, roots):
     assert expected.shape == (3, 2)
     got = {s.index: s.score for s in result.scores}
     np.testing.assert_allclose([got[i] for i in range(3)], expected[:, 1], atol=1e-5)
+
+
+def test_card_can_ask_for_softmax_over_labels(engine, roots):
+    result = engine.score_sync("ce/bert2-softmax", QUERY, DOCS[:3])
+    logits, _ = _reference(roots["bert2"], [(QUERY, d) for d in DOCS[:3]])
+    expected = torch.softmax(torch.from_numpy(logits), dim=-1)[:, 1].numpy()
+    got = {s.index: s.score for s in result.scores}
+    np.testing.assert_allclose([got[i] for i in range(3)], expected, atol=1e-5)
 
 
 def test_top_k_and_ids(engine):
