@@ -12,17 +12,27 @@ the engine sorts its sequences by length, so the batches a large request is cut
 into hold similar lengths (the CPU attention path then needs little padding).
 Results go back to each request in its own order; a request larger than one
 batch is split across batches and reassembled.
+
+Faults stay local: a batch that raises fails only its own requests; a batch that
+runs out of device memory is retried in halves after idle models are evicted and
+the allocator's cache is emptied (only a sequence that cannot run even alone
+fails); a dispatcher that dies is restarted by a watchdog (its batch in flight
+is queued again, so no accepted work is lost), and an inference thread that is
+gone is replaced before the next batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from collections import deque
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
+
+import torch
 
 from .errors import DeadlineExceeded, Draining, InferenceFailed, ModelLoadFailed, Overloaded, PayloadTooLarge, SIEError
 from .pool import ModelPool
@@ -83,9 +93,17 @@ class Scheduler:
         max_total_queued_tokens: int = 1 << 22,
         max_batch_items: int = 1024,
         events: SchedulerEvents | None = None,
+        executor_factory: Callable[[], Executor] | None = None,
     ):
         self.pool = pool
         self._executor = infer_executor
+        # a replacement inference thread when the current one is gone (watchdog)
+        self._executor_factory = executor_factory or (
+            lambda: concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sie-infer"))
+        self._replacements: list[Executor] = []
+        self._closing = False
+        self.restarts = 0  # dispatcher or inference-thread restarts by the watchdog
+        self.oom_splits = 0  # batches split in halves after running out of memory
         self.max_queued_tokens = max_queued_tokens
         self.max_total_queued_tokens = max_total_queued_tokens
         self.max_batch_items = max_batch_items
@@ -102,8 +120,19 @@ class Scheduler:
 
     # ---- lifecycle ---------------------------------------------------------
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._dispatch_forever())
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._dispatch_forever(), name="sie-dispatcher")
+            self._task.add_done_callback(self._watchdog)
+
+    def _watchdog(self, task: asyncio.Task) -> None:
+        """The dispatcher only ends through `close`; any other end is a death: restart it."""
+        if self._closing:
+            return
+        why = "cancelled" if task.cancelled() else repr(task.exception())
+        log.error("the dispatcher stopped (%s); restarting it", why)
+        self.restarts += 1
+        self._task = None
+        self.start()
 
     async def drain(self) -> None:
         """Refuse new work and wait until every accepted request has its answer."""
@@ -112,6 +141,7 @@ class Scheduler:
             await asyncio.wait([r.future for r in list(self._inflight)])
 
     async def close(self) -> None:
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
             try:
@@ -123,6 +153,8 @@ class Scheduler:
             for item in queue.items:
                 item.request.fail(Draining("the engine shut down before this request ran"))
             queue.items.clear()
+        for executor in self._replacements:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     # ---- state -------------------------------------------------------------
     def has_work(self, model_id: str) -> bool:
@@ -169,17 +201,18 @@ class Scheduler:
     # ---- dispatch ----------------------------------------------------------
     async def _dispatch_forever(self) -> None:
         while True:
-            queue = self._next_queue()
-            if queue is None:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
             try:
+                queue = self._next_queue()
+                if queue is None:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
                 await self._run_one_batch(queue)
             except asyncio.CancelledError:
                 raise
             except Exception:  # never let the dispatcher die; the batch's requests got the error
                 log.exception("dispatcher error")
+                await asyncio.sleep(0.05)  # a fault that repeats must not spin the loop
 
     def _next_queue(self) -> _Queue | None:
         best: _Queue | None = None
@@ -256,23 +289,59 @@ class Scheduler:
         for item in items:
             if item.request.started_at is None:
                 item.request.started_at = started
-        tokens = sum(it.num_tokens for it in items)
-        loop = asyncio.get_running_loop()
+        pending = set(items)  # items whose results are not delivered yet
         with self.pool.pinned(queue.model_id):
             self.pool.touch(queue.model_id)
             try:
-                results = await loop.run_in_executor(self._executor, runner.run, queue.task, items)
+                await self._run_items(queue, runner, items, pending)
+            except asyncio.CancelledError:
+                # the dispatcher was stopped mid-batch: put the undelivered work back at the
+                # front, so the restarted dispatcher (or close's Draining answer) reaches it
+                kept = [it for it in items if it in pending and not it.request.finished]
+                queue.items.extendleft(reversed(kept))
+                queue.tokens += sum(it.num_tokens for it in kept)
+                raise
             except Exception as exc:
                 log.exception("batch of %d items for %s failed", len(items), queue.model_id)
                 error = InferenceFailed(f"inference failed for model {queue.model_id!r}: {type(exc).__name__}: {exc}")
                 for item in items:
-                    item.request.fail(error)
+                    if item in pending:
+                        item.request.fail(error)
+
+    async def _run_items(self, queue: _Queue, runner, items: list[WorkItem], pending: set) -> None:
+        """Run `items` as one batch and deliver the results. Out of device memory: free
+        memory, then run each half on its own; a lone item that still does not fit fails
+        its request alone."""
+        items = [it for it in items if not it.request.finished]
+        if not items:
+            return
+        started = time.monotonic()
+        try:
+            results = await self._infer(runner.run, queue.task, items)
+        except torch.OutOfMemoryError as exc:
+            self._free_memory(queue.model_id)
+            if len(items) == 1:
+                log.warning("one sequence of %d tokens for %s does not fit in memory: %s",
+                            items[0].num_tokens, queue.model_id, exc)
+                items[0].request.fail(InferenceFailed(
+                    f"out of memory on model {queue.model_id!r}: one sequence of {items[0].num_tokens} tokens does "
+                    f"not fit even alone; send shorter texts"))
+                pending.discard(items[0])
                 return
+            self.oom_splits += 1
+            log.warning("out of memory on a batch of %d items for %s: freed memory, running it in halves",
+                        len(items), queue.model_id)
+            half = len(items) // 2
+            await self._run_items(queue, runner, items[:half], pending)
+            await self._run_items(queue, runner, items[half:], pending)
+            return
         seconds = time.monotonic() - started
+        tokens = sum(it.num_tokens for it in items)
         self._rate = tokens / seconds if self._rate == 0 else 0.8 * self._rate + 0.2 * tokens / max(seconds, 1e-6)
         self.events.batch(queue.model_id, len(items), tokens, runner.last_padded_tokens, seconds)
         touched = set()
         for item, result in zip(items, results):
+            pending.discard(item)
             request = item.request
             if request.finished:
                 continue
@@ -283,3 +352,27 @@ class Scheduler:
                 request.inference_s += seconds
             if request.remaining == 0:
                 request.future.set_result(request.results)
+
+    async def _infer(self, fn: Callable, *args) -> Any:
+        """`fn(*args)` on the inference thread; a thread that is gone (its executor shut
+        down or broken) is replaced first. Submission fails before anything ran, so
+        running the batch on the new thread is safe."""
+        loop = asyncio.get_running_loop()
+        try:
+            future = loop.run_in_executor(self._executor, fn, *args)
+        except (RuntimeError, concurrent.futures.BrokenExecutor) as exc:
+            log.error("the inference thread is gone (%s); starting a new one", exc)
+            self.restarts += 1
+            self._executor = self._executor_factory()
+            self._replacements.append(self._executor)
+            future = loop.run_in_executor(self._executor, fn, *args)
+        return await future
+
+    def _free_memory(self, running: str) -> None:
+        """After an out-of-memory: evict every model with no queued work (never the one
+        running) and hand the allocator's cached blocks back to the device."""
+        for model_id in self.pool.loaded_ids():
+            if model_id != running and not self.has_work(model_id):
+                self.pool.evict(model_id)
+        if self.pool.device.type == "cuda":
+            torch.cuda.empty_cache()
