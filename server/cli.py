@@ -78,6 +78,12 @@ def add_serve_parser(subparsers) -> None:
                    help="tokens all models together may have queued before requests get 429")
     p.add_argument("--max-items", type=int, default=4096, metavar="N", help="items per request")
     p.add_argument("--max-body-bytes", type=_size, default=64 * 2**20, metavar="SIZE", help="request body limit")
+    p.add_argument("--max-connections", type=int, default=1024, metavar="N",
+                   help="client connections served at once; more get 503 with Retry-After")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="allow browser calls from this origin (CORS; off by default; '*' for any); repeatable")
+    p.add_argument("--no-access-log", dest="access_log", action="store_false",
+                   help="do not log one line per request (with its request id)")
     p.add_argument("--drain-timeout", type=float, default=120.0, metavar="SECONDS",
                    help="after SIGTERM, how long to wait for accepted requests")
     p.add_argument("--tokenizer-threads", type=int, default=2, metavar="N")
@@ -134,6 +140,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=args.host, port=args.port, api_keys=tuple(args.api_key) + keys_from_env(),
         api_key_file=args.api_key_file, preload=tuple(args.preload), pool=args.pool,
         max_body_bytes=args.max_body_bytes, drain_timeout_s=args.drain_timeout,
+        max_connections=args.max_connections, cors_origins=tuple(args.cors_origin), access_log=args.access_log,
     )
     metrics = ServerMetrics()
     try:

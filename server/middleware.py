@@ -18,9 +18,9 @@ from aiohttp import web
 from sie_engine.errors import SIEError
 from sie_engine.types import Timings
 
-from . import codec
+from . import codec, cors
 from .errors import HTTPProblem, error_body, retry_after_header, status_for
-from .state import API_KEYS, ERROR_CODE, LIFECYCLE, METRICS, MODEL_LABEL, TIMINGS
+from .state import API_KEYS, ERROR_CODE, LIFECYCLE, METRICS, MODEL_LABEL, SETTINGS, TIMINGS
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +80,17 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
     lifecycle = request.app[LIFECYCLE]
     metrics = request.app[METRICS]
     counted = False
+    origins = request.app[SETTINGS].cors_origins
     try:
-        _admit(request, route)
-        if route in WORK_ROUTES:
-            lifecycle.enter()
-            metrics.inflight.inc()
-            counted = True
-        response = await handler(request)
+        if cors.is_preflight(request, origins):
+            response = cors.preflight()
+        else:
+            _admit(request, route)
+            if route in WORK_ROUTES:
+                lifecycle.enter()
+                metrics.inflight.inc()
+                counted = True
+            response = await handler(request)
     except SIEError as exc:
         response = error_response(request, exc, route == "embeddings")
     except web.HTTPException as exc:
@@ -109,6 +113,12 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
     timings: Timings | None = request.get(TIMINGS)
     shown = timings or Timings()
     response.headers["X-Request-Id"] = request_id
+    if origins:
+        cors.add_headers(request, response, origins)
+    if response.status >= 500 and request.get(ERROR_CODE) not in (None, "internal_error"):
+        # the access log has the status; this says why, under the same request id
+        log.log(logging.WARNING if response.status == 500 else logging.INFO, "request %s %s %s answered %d %s",
+                request_id, request.method, request.path, response.status, request[ERROR_CODE])
     response.headers["X-SIE-Queue-Ms"] = _ms(shown.queue)
     response.headers["X-SIE-Tokenize-Ms"] = _ms(shown.tokenize)
     response.headers["X-SIE-Inference-Ms"] = _ms(shown.inference)

@@ -17,6 +17,7 @@ from aiohttp import web
 from sie_engine import Engine
 
 from .app import create_app, drain
+from .connections import ConnectionLimitedRunner
 from .metrics import ServerMetrics
 from .settings import ServerSettings
 
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 # Printed to stderr once the socket is bound; tools that start the server on
 # port 0 read the real port from it.
 LISTENING = "SIE listening on http://{host}:{port}"
+# Client, request line, status, bytes, seconds and the request id (the middleware
+# sets X-Request-Id on every answer); headers such as Authorization never appear.
+ACCESS_LOG_FORMAT = '%a "%r" %s %b %Tf request_id=%{X-Request-Id}o'
 
 
 async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics | None = None) -> int:
@@ -32,7 +36,10 @@ async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics
     app = create_app(engine, settings, metrics)
     # handler_cancellation: a client that disconnects cancels its handler, and
     # with it the engine work queued for it.
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=10.0)
+    access_log = logging.getLogger("sie_server.access") if settings.access_log else None
+    runner = ConnectionLimitedRunner(app, max_connections=settings.max_connections, handler_cancellation=True,
+                                     access_log=access_log, access_log_format=ACCESS_LOG_FORMAT,
+                                     shutdown_timeout=10.0)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, backlog=2048)
     await site.start()

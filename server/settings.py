@@ -32,6 +32,15 @@ class ServerSettings:
     # Bodies and answers larger than this are (de)serialised on a worker thread
     # so one big request never stalls the event loop for everyone else.
     offload_bytes: int = 256 * 2**10
+    # Browser origins allowed to call the API (CORS). Empty: no CORS headers at
+    # all, so browsers refuse cross-origin calls. "*" allows every origin.
+    cors_origins: tuple[str, ...] = ()
+    # Open client connections served at once; beyond it a new connection gets
+    # 503 with Retry-After and is closed (bounds sockets held by slow clients).
+    max_connections: int = 1024
+    # One line per request on the `sie_server.access` logger, with its request id
+    # (never the Authorization header).
+    access_log: bool = True
 
     @property
     def auth_enabled(self) -> bool:
