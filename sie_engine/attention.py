@@ -261,26 +261,54 @@ class FlashVarlenAttention(AttentionBackend):
 
 
 class TorchVarlenAttention(FlashVarlenAttention):
-    """PyTorch's varlen flash kernel (torch >= 2.10, CUDA): same contract as flash-attn's."""
+    """PyTorch's varlen flash kernel (torch >= 2.10, CUDA): same contract as flash-attn's.
+
+    Early releases of `varlen_attn` take no `scale`, `window_size` or `enable_gqa`; what the
+    installed one accepts is read once here. Without `scale`, q is pre-scaled; without GQA,
+    K/V heads are repeated; without windows, windowed layers take the grouped SDPA path
+    (planned lazily, once per batch)."""
 
     name = "torch_varlen"
 
     def __init__(self):
+        import inspect
+
         try:
             from torch.nn.attention.varlen import varlen_attn
         except ImportError as exc:
             raise ImportError("TorchVarlenAttention needs torch >= 2.10 (torch.nn.attention.varlen)") from exc
         self._fn = varlen_attn
+        params = inspect.signature(varlen_attn).parameters
+        self._has_scale = "scale" in params
+        self._has_window = "window_size" in params
+        self._has_gqa = "enable_gqa" in params
+        self._has_is_causal = "is_causal" in params
+        self._grouped = GroupedSDPAAttention()
 
     def __call__(self, q, k, v, meta: AttentionMetadata, *, scale: float, causal: bool = False,
                  window: Window = None) -> torch.Tensor:
-        if causal:
+        if window is not None and not self._has_window:
+            if meta.groups is None:
+                meta.groups = self._grouped.prepare(meta.seq_lens, q.device).groups
+            return self._grouped(q, k, v, meta, scale=scale, causal=causal, window=window)
+        kwargs = {}
+        if causal and self._has_is_causal:
+            kwargs["is_causal"] = True
+        elif causal:
             window = (window[0] if window is not None else -1, 0)
-        kwargs = {"window_size": window} if window is not None else {}
+        if window is not None:
+            kwargs["window_size"] = window
         if q.shape[1] != k.shape[1]:
-            kwargs["enable_gqa"] = True
-        return self._fn(q, k, v, meta.cu_seqlens, meta.cu_seqlens, meta.max_seqlen, meta.max_seqlen,
-                        scale=scale, **kwargs)
+            if self._has_gqa:
+                kwargs["enable_gqa"] = True
+            else:
+                repeat = q.shape[1] // k.shape[1]
+                k, v = k.repeat_interleave(repeat, 1), v.repeat_interleave(repeat, 1)
+        if self._has_scale:
+            kwargs["scale"] = scale
+        elif scale != default_scale(q.shape[-1]):
+            q = q * (scale / default_scale(q.shape[-1]))
+        return self._fn(q, k, v, meta.cu_seqlens, meta.cu_seqlens, meta.max_seqlen, meta.max_seqlen, **kwargs)
 
 
 def torch_varlen_available() -> bool:
