@@ -410,3 +410,18 @@ def test_one_batch_mixes_requests_with_their_own_labels_and_settings(models):
         assert [(words.starts[s.start], words.ends[s.end], labels[s.label]) for s in spans] == \
             [(e["start"], e["end"], e["label"]) for e in reference_entities]
         assert all(abs(s.score - e["score"]) < 1e-4 for s, e in zip(spans, reference_entities))
+
+
+def test_stepwise_lstm_equals_the_packed_lstm():
+    """The CPU's stepwise LSTM against torch's packed LSTM (the CUDA path), two layers."""
+    from sie_engine.heads.gliner_head import Lstm
+
+    torch.manual_seed(0)
+    packed = Lstm(32, 2, stepwise=False).eval()
+    stepwise = Lstm(32, 2, stepwise=True).eval()
+    stepwise.load_state_dict(packed.state_dict())
+    lengths = [7, 1, 30, 12, 30]
+    words = torch.randn(sum(lengths), 32)
+    keep = torch.from_numpy(np.arange(max(lengths))[None, :] < np.asarray(lengths)[:, None])
+    with torch.inference_mode():
+        torch.testing.assert_close(stepwise(words, lengths, keep), packed(words, lengths, keep), atol=1e-5, rtol=1e-5)

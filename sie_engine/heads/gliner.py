@@ -39,7 +39,7 @@ class WindowWork:
 
 def build_extract_head(runner, tensors, backbone_prefix: str) -> None:
     config = load_gliner_config(runner.root)
-    head = GlinerHead(config, runner.config.hidden_size)
+    head = GlinerHead(config, runner.config.hidden_size, runner.device)
     head.load(tensors, backbone_root_prefix(backbone_prefix))
     head = head.to(device=runner.device, dtype=torch.float32).eval()
     runner.task_heads["extract"] = partial(run_extract_head, head)
