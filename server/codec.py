@@ -49,12 +49,15 @@ def _decode(raw: bytes, is_msgpack: bool) -> Any:
     if is_msgpack:
         try:
             return msgpack.unpackb(raw, raw=False)
+        except msgpack.StackError:
+            raise InvalidRequest("the msgpack body is nested too deeply") from None
         except Exception as exc:  # msgpack raises several unrelated types for bad input
-            raise InvalidRequest(f"the body is not valid msgpack: {exc}") from None
+            raise InvalidRequest(f"the body is not valid msgpack: {type(exc).__name__}: {exc}") from None
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"the body is not valid JSON: {exc}") from None
+        raise InvalidRequest(f"the body is not valid JSON: {exc} (UTF-8 JSON; NaN and Infinity are not JSON, "
+                             f"and nesting is limited)") from None
 
 
 async def read_object(request: web.Request, max_bytes: int, offload_bytes: int) -> dict:

@@ -27,6 +27,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "draining": 503,
     "model_load_failed": 503,
     "no_worker": 503,
+    "too_many_connections": 503,
     "deadline_exceeded": 504,
 }
 
@@ -62,4 +63,8 @@ def error_body(error: SIEError, openai_shape: bool) -> dict:
         status = status_for(error)
         return {"error": {"message": error.message, "type": OPENAI_TYPES.get(status, "server_error"),
                           "param": getattr(error, "field", None), "code": error.code}}
-    return {"error": {"code": error.code, "message": error.message}}
+    body = {"code": error.code, "message": error.message}
+    field = getattr(error, "field", None)
+    if field:  # the offending request field (e.g. items[3].text), for clients that point at it
+        body["field"] = field
+    return {"error": body}

@@ -15,7 +15,8 @@ from .fields import EXTRACT_FIELDS, SCORE_FIELDS
 
 ERROR_CODES = ["invalid_request", "unsupported_task", "unsupported_output", "unauthorized", "model_not_found",
                "not_found", "method_not_allowed", "payload_too_large", "overloaded", "inference_failed",
-               "internal_error", "not_ready", "draining", "model_load_failed", "no_worker", "deadline_exceeded"]
+               "internal_error", "not_ready", "draining", "model_load_failed", "no_worker", "too_many_connections",
+               "deadline_exceeded"]
 
 
 def _ref(name: str) -> dict:
@@ -42,7 +43,8 @@ SCHEMAS = {
     "Item": {"oneOf": [{"type": "string"}, _obj({"id": {"type": "string"}, "text": {"type": "string"}}, ["text"])]},
     "Items": {"type": "array", "items": _ref("Item"), "minItems": 1},
     "Usage": _obj({"tokens": {"type": "integer"}}, ["tokens"]),
-    "Error": _obj({"error": _obj({"code": {"type": "string", "enum": ERROR_CODES}, "message": {"type": "string"}},
+    "Error": _obj({"error": _obj({"code": {"type": "string", "enum": ERROR_CODES}, "message": {"type": "string"},
+                                  "field": {"type": "string", "description": "the offending request field"}},
                                  ["code", "message"])}, ["error"]),
     "OpenAIError": _obj({"error": _obj({"message": {"type": "string"}, "type": {"type": "string"},
                                         "param": {"type": ["string", "null"]}, "code": {"type": "string"}})}),
