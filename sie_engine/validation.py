@@ -12,6 +12,9 @@ from .errors import InvalidRequest, PayloadTooLarge, UnsupportedOutput
 from .postprocess import OUTPUT_DTYPES
 
 
+MAX_DIMS = 1 << 14  # wider than any embedding SIE serves (Qwen3-Embedding-8B: 4096)
+
+
 @dataclass(frozen=True)
 class Limits:
     max_items: int = 4096
@@ -98,8 +101,11 @@ def check_dims(dims: Any, full: int | None, card: ModelCard) -> int | None:
         return None
     if isinstance(dims, bool) or not isinstance(dims, int):
         raise InvalidRequest("dims must be a positive integer", field="dims")
-    if dims <= 0 or (full is not None and dims > full):
-        raise InvalidRequest(f"dims must be between 1 and {full} for model {card.id!r}", field="dims")
+    # a card without `dims` (a local directory) is bounded by the widest embedding any family has,
+    # so a huge value never reaches post-processing; the runner's real width is checked there
+    high = full if full is not None else MAX_DIMS
+    if dims <= 0 or dims > high:
+        raise InvalidRequest(f"dims must be between 1 and {high} for model {card.id!r}", field="dims")
     return dims
 
 
