@@ -207,3 +207,32 @@ def tiny_cross_encoder(dest: Path) -> Path:
 
 
 RERANKER = "test/tiny-cross-encoder"
+
+
+COLBERT = "test/tiny-colbert"
+
+
+def tiny_colbert_cards(dest: Path) -> Path:
+    """A card directory serving a tiny random ColBERT (colbert-ir layout: BERT weights plus a
+    `linear.weight` projection to 16 dims) as COLBERT; returns the directory for `--models`
+    / `model_dirs`. No ColBERT weights install offline."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import BertModel
+
+    from tiny_models import save_tiny, tiny_bert_config
+
+    torch.manual_seed(1)
+    root = save_tiny(BertModel(tiny_bert_config(), add_pooling_layer=False).eval(), dest / "colbert")
+    weights = {f"bert.{k}": v for k, v in load_file(str(root / "model.safetensors")).items()}
+    weights["linear.weight"] = torch.randn(16, 32) * 0.2
+    save_file(weights, str(root / "model.safetensors"))
+    cards = dest / "cards"
+    cards.mkdir(exist_ok=True)
+    (cards / "tiny-colbert.yaml").write_text(json.dumps({
+        "id": COLBERT, "weights": {"path": str(root)}, "outputs": ["multivector"], "max_seq_len": 128,
+        "max_batch_tokens": 4096, "options": {"multivector": {
+            "kind": "colbert", "query_marker": "[unused0]", "document_marker": "[unused1]", "query_length": 16,
+            "expand_queries": True, "skiplist": "punctuation"}},
+    }))
+    return cards

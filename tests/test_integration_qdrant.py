@@ -11,23 +11,27 @@ pytest.importorskip("qdrant_client")
 from qdrant_client import QdrantClient, models  # noqa: E402
 
 from integration_recall import (  # noqa: E402
-    MODEL, SMALL_SAMPLE_DOCS, SPLADE, assert_recall_matches, brute_force, brute_force_sparse, idf_weights, recall, sample, sie_server,
-    splade_dir,
+    COLBERT, MODEL, SMALL_SAMPLE_DOCS, SPLADE, brute_force_maxsim, tiny_colbert_cards, assert_recall_matches, brute_force, brute_force_sparse, idf_weights, recall, sample, sie_server,
 )
 from sie_client import SIEClient  # noqa: E402
 from sie_qdrant import SIEQdrant, point_id  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def sie_url():
-    with sie_server("--model", f"{SPLADE}={splade_dir()}") as url:
+def colbert_cards(tmp_path_factory):
+    return tiny_colbert_cards(tmp_path_factory.mktemp("qdrant-colbert"))
+
+
+@pytest.fixture(scope="module")
+def sie_url(colbert_cards):
+    with sie_server("--models", str(colbert_cards)) as url:
         yield url
 
 
 @pytest.fixture(scope="module", params=["embedded", "http"])
-def sie_client(request):
+def sie_client(request, colbert_cards):
     if request.param == "embedded":
-        return SIEClient("embedded", local_models={SPLADE: splade_dir()})
+        return SIEClient("embedded", model_dirs=[str(colbert_cards)])
     return SIEClient(request.getfixturevalue("sie_url"))
 
 
@@ -112,6 +116,24 @@ def test_hybrid_rrf_recall(indexed_hybrid, sie_client):
                 scores[doc_id] = scores.get(doc_id, 0.0) + 1.0 / (rank + 2)
         fused.append(sorted(scores, key=lambda d: -scores[d])[:10])  # ties: first seen, as Qdrant's stable sort
     assert_recall_matches(through_qdrant, recall(fused, queries), f"qdrant hybrid ({sie_client.url})")
+
+
+def test_multivector_max_sim_recall(sie_client):
+    """A named multi-vector (MAX_SIM) from a late-interaction model: Qdrant's ranking equals
+    brute-force MaxSim over the stored token vectors. (The tiny ColBERT has random weights:
+    recall is compared, not judged.)"""
+    docs, queries = sample(SMALL_SAMPLE_DOCS)
+    helper, qdrant, stored = index(SIEQdrant(dense_model=None, multivector_model=COLBERT, client=sie_client), docs)
+    info = qdrant.get_collection("debian").config.params.vectors["multivector"]
+    assert info.multivector_config.comparator == models.MultiVectorComparator.MAX_SIM and info.size == 16
+    texts = [q["query"] for q in queries]
+    found = helper.search_batch(qdrant, "debian", texts, limit=10)
+    through_qdrant = recall(ranked_ids(found), queries)
+    query_vectors = [v["multivector"] for v in helper.embed_queries(texts)]
+    assert np.shape(query_vectors[0]) == (16, 16)  # expanded to the card's query length
+    exact_ranked = brute_force_maxsim([d["id"] for d in docs], [p.vector["multivector"] for p in stored], query_vectors)
+    assert abs(through_qdrant - recall(exact_ranked, queries)) <= 0.5
+    assert sum(a[:3] == [p.payload["id"] for p in b[:3]] for a, b in zip(exact_ranked, found)) >= 0.95 * len(queries)
 
 
 def test_point_ids_and_payload(indexed):
