@@ -11,10 +11,11 @@ import pytest
 lancedb = pytest.importorskip("lancedb")
 from lancedb.embeddings import get_registry  # noqa: E402
 from lancedb.index import FTS  # noqa: E402
-from lancedb.pydantic import LanceModel, Vector  # noqa: E402
+from lancedb.pydantic import LanceModel, MultiVector, Vector  # noqa: E402
 
 from integration_recall import (  # noqa: E402
-    MODEL, RERANKER, assert_recall_matches, brute_force, recall, sample, sie_server, tiny_cross_encoder,
+    COLBERT, MODEL, RERANKER, SMALL_SAMPLE_DOCS, assert_recall_matches, brute_force, brute_force_maxsim, recall, sample,
+    sie_server, tiny_colbert_cards, tiny_cross_encoder,
 )
 from sie_client import SIEClient  # noqa: E402
 from sie_lancedb import SIEEmbeddings, SIEReranker  # noqa: E402
@@ -44,8 +45,13 @@ def reranker_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def sie_url(reranker_dir):
-    with sie_server("--model", f"{RERANKER}={reranker_dir}") as url:
+def colbert_cards(tmp_path_factory):
+    return tiny_colbert_cards(tmp_path_factory.mktemp("lancedb-colbert"))
+
+
+@pytest.fixture(scope="module")
+def sie_url(reranker_dir, colbert_cards):
+    with sie_server("--model", f"{RERANKER}={reranker_dir}", "--models", str(colbert_cards)) as url:
         yield url
 
 
@@ -106,6 +112,34 @@ def test_vector_search_recall(table, mode):
     doc_vectors = np.array([by_id[d["id"]] for d in docs], dtype=np.float32)
     exact = recall(brute_force([d["id"] for d in docs], doc_vectors, query_vectors), queries)
     assert_recall_matches(through_lancedb, exact, f"lancedb vector ({mode[0]})")
+
+
+def test_multivector_function_maxsim_recall(mode, colbert_cards, tmp_path):
+    """"sie-multivector" in a MultiVector column: LanceDB's multivector search ranks as
+    brute-force MaxSim over the stored token vectors (tiny random ColBERT: compared, not judged)."""
+    url, _ = mode
+    func = get_registry().get("sie-multivector").create(
+        model=COLBERT, url=url, model_dirs=[str(colbert_cards)] if url == "embedded" else None)
+    assert func.ndims() == 16
+
+    class TokenDoc(LanceModel):
+        doc_id: str
+        text: str = func.SourceField()
+        vector: MultiVector(func.ndims()) = func.VectorField()
+
+    docs, queries = sample(SMALL_SAMPLE_DOCS)
+    table = lancedb.connect(tmp_path).create_table("tokens", schema=TokenDoc)
+    doc_vectors = func.generate_embeddings([d["text"] for d in docs])
+    table.add([{"doc_id": d["id"], "text": d["text"], "vector": v.tolist()} for d, v in zip(docs, doc_vectors)])
+    texts = [q["query"] for q in queries]
+    query_vectors = func.compute_query_embeddings(texts)
+    found = [[r["doc_id"] for r in table.search(v.tolist(), vector_column_name="vector").distance_type("cosine")
+              .limit(10).select(["doc_id"]).to_list()] for v in query_vectors]
+    for text, ids in list(zip(texts, found))[:5]:  # a text query goes through the function's query mode
+        assert [r["doc_id"] for r in table.search(text).distance_type("cosine").limit(10).to_list()] == ids
+    stored = {row["doc_id"]: np.asarray(row["vector"], dtype=np.float32) for row in table.to_arrow().to_pylist()}
+    exact = brute_force_maxsim([d["id"] for d in docs], [stored[d["id"]] for d in docs], query_vectors)
+    assert abs(recall(found, queries) - recall(exact, queries)) <= 0.5
 
 
 def sie_order(client, query: str, rows: list[dict]) -> list[str]:

@@ -27,7 +27,7 @@ class SIEEmbeddings(TextEmbeddingFunction):
     Fields: model; url (None: `SIE_URL`, else embedded mode); api_key (LanceDB treats it
     as sensitive: pass "$var:name" after `registry.set_var(name, key)`, or rely on
     `SIE_API_KEY`); timeout; instruction (query instruction override); dims (Matryoshka
-    truncation); batch_size.
+    truncation); batch_size; model_dirs (embedded mode: extra card directories).
     """
 
     model: str = DEFAULT_MODEL
@@ -37,6 +37,8 @@ class SIEEmbeddings(TextEmbeddingFunction):
     instruction: Optional[str] = None
     dims: Optional[int] = None
     batch_size: Optional[int] = None
+    # Embedded mode only: extra model-card directories to serve (see sie_client.embedded).
+    model_dirs: Optional[List[str]] = None
 
     _client: Optional[SIEClient] = PrivateAttr(default=None)
     _ndims: Optional[int] = PrivateAttr(default=None)
@@ -51,7 +53,8 @@ class SIEEmbeddings(TextEmbeddingFunction):
     @property
     def client(self) -> SIEClient:
         if self._client is None:
-            self._client = connect(url=self.url, api_key=self.api_key, timeout=self.timeout)
+            self._client = connect(url=self.url, api_key=self.api_key, timeout=self.timeout,
+                                   model_dirs=tuple(self.model_dirs or ()))
         return self._client
 
     def ndims(self) -> int:
