@@ -20,7 +20,8 @@ weaviate = pytest.importorskip("weaviate")
 from weaviate.classes.query import Filter  # noqa: E402
 
 from integration_recall import (  # noqa: E402
-    MODEL, RERANKER, assert_recall_matches, brute_force, recall, sample, sie_server, tiny_cross_encoder,
+    COLBERT, MODEL, RERANKER, SMALL_SAMPLE_DOCS, assert_recall_matches, brute_force, brute_force_maxsim, recall, sample,
+    sie_server, tiny_colbert_cards, tiny_cross_encoder,
 )
 from sie_client import SIEClient  # noqa: E402
 from sie_weaviate import SIEWeaviate, entity_property  # noqa: E402
@@ -43,16 +44,21 @@ def model_dirs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def sie_url(model_dirs):
+def colbert_cards(tmp_path_factory):
+    return tiny_colbert_cards(tmp_path_factory.mktemp("weaviate-colbert"))
+
+
+@pytest.fixture(scope="module")
+def sie_url(model_dirs, colbert_cards):
     args = [a for name, path in model_dirs.items() for a in ("--model", f"{name}={path}")]
-    with sie_server(*args) as url:
+    with sie_server(*args, "--models", str(colbert_cards)) as url:
         yield url
 
 
 @pytest.fixture(scope="module", params=["embedded", "http"])
-def sie_client(request, model_dirs):
+def sie_client(request, model_dirs, colbert_cards):
     if request.param == "embedded":
-        return SIEClient("embedded", local_models=model_dirs)
+        return SIEClient("embedded", local_models=model_dirs, model_dirs=[str(colbert_cards)])
     return SIEClient(request.getfixturevalue("sie_url"))
 
 
@@ -145,6 +151,26 @@ def test_rerank_follows_sie_scores(indexed, sie_client):
         assert [o.metadata.rerank_score for o in reranked] == pytest.approx([s.score for s in scored.scores], abs=1e-6)
         hybrid = sie.hybrid(collection, q["query"], limit=5, rerank=True, candidates=20)
         assert [o.metadata.rerank_score for o in hybrid] == sorted([o.metadata.rerank_score for o in hybrid], reverse=True)
+
+
+def test_multivector_near_text_ranks_by_maxsim(sie_client, weaviate_client):
+    """A self-provided multi-vector from a late-interaction model: near-vector search ranks as
+    brute-force MaxSim over the token vectors Weaviate returns (tiny random ColBERT)."""
+    docs, queries = sample(SMALL_SAMPLE_DOCS)
+    sie = SIEWeaviate(dense_model=None, multivector_model=COLBERT, client=sie_client)
+    name = "Tokens_" + ("embedded" if sie_client.embedded else "http")
+    collection = sie.create_collection(weaviate_client, name)
+    sie.import_objects(collection, [{"text": d["text"], "doc_id": d["id"]} for d in docs],
+                       uuids=[doc_uuid(d["id"]) for d in docs])
+    assert collection.config.get(simple=True).vector_config["multivector"].vector_index_config.multi_vector is not None
+    texts = [q["query"] for q in queries]
+    query_vectors = [v["multivector"] for v in sie.query_vectors(texts)]
+    found = [[o.properties["doc_id"] for o in collection.query.near_vector(near_vector=v, target_vector="multivector", limit=10).objects]
+             for v in query_vectors]
+    assert [o.properties["doc_id"] for o in sie.near_text(collection, texts[0], limit=10)] == found[0]
+    stored = {o.properties["doc_id"]: o.vector["multivector"] for o in collection.iterator(include_vector=True)}
+    exact = brute_force_maxsim([d["id"] for d in docs], [stored[d["id"]] for d in docs], query_vectors)
+    assert abs(recall(found, queries) - recall(exact, queries)) <= 0.5
 
 
 def test_enrichment_into_filterable_properties(sie_client, weaviate_client):

@@ -139,6 +139,8 @@ def _with_defaults(schema: dict) -> dict:
         config = vector.setdefault("vectorIndexConfig", {})
         for key, value in HNSW_DEFAULTS.items():
             config.setdefault(key, value)
+        if (config.get("multivector") or {}).get("enabled"):
+            config["multivector"].setdefault("aggregation", "maxSim")
     for prop in schema.get("properties") or []:
         text = prop["dataType"][0] in ("text", "text[]")
         prop.setdefault("indexFilterable", True)
