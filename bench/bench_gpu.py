@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource  # noqa: E402
 from sie_engine.pool import PoolEvents  # noqa: E402
+from sie_engine.validation import Limits  # noqa: E402
 
 DTYPE = "float16"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
@@ -67,7 +68,8 @@ def timed(fn, rounds: int) -> tuple[float, object]:
 def sie_run(model_dir: Path, texts, max_len: int, batch_tokens: int, rounds: int):
     card = ModelCard(id="m", weights=WeightsSource(path=str(model_dir)), pooling="mean", normalize=True,
                      max_seq_len=max_len, max_batch_tokens=batch_tokens, dtype=DTYPE)
-    engine = Engine(Catalog([card]), device=DEVICE)
+    engine = Engine(Catalog([card]), device=DEVICE, limits=Limits(max_items=len(texts)),
+                    max_queued_tokens=1 << 28, max_total_queued_tokens=1 << 28)
     try:
         engine.encode_sync("m", texts[:512])
         backend = engine.pool.resident("m").backend.name
@@ -122,6 +124,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--sie-batch-tokens", type=int, nargs="+", default=[16384, 65536])
+    parser.add_argument("--st-batch", type=int, nargs="+", default=[32, 256])
     parser.add_argument("--limit", type=int, default=None, help="documents (dry runs)")
     args = parser.parse_args()
     global DEVICE, DTYPE
@@ -138,13 +142,13 @@ def main() -> None:
         models = [("all-MiniLM-L6-v2", args.minilm, 256), ("BERT-base (random)", bert_base_dir(args.minilm, Path(tmp) / "base"), 512)]
         for name, model_dir, max_len in models:
             best_sie = None
-            for batch_tokens in (16384, 65536):
+            for batch_tokens in args.sie_batch_tokens:
                 seconds, tokens, vectors, backend = sie_run(model_dir, texts, max_len, batch_tokens, args.rounds)
                 if best_sie is None or seconds < best_sie[0]:
                     best_sie = (seconds, tokens, vectors, backend, batch_tokens)
                 print(f"{name}: SIE batch {batch_tokens}: {tokens / seconds:,.0f} tokens/s ({backend})", flush=True)
             best_st = None
-            for batch_size in (32, 256):
+            for batch_size in args.st_batch:
                 seconds, vectors = st_run(model_dir, texts, max_len, batch_size, args.rounds)
                 if best_st is None or seconds < best_st[0]:
                     best_st = (seconds, vectors, batch_size)

@@ -37,6 +37,8 @@ from .weights import read_config, resolve_weights
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("float32", "float16", "bfloat16", "int8")
+# Texts tokenised per step of a large encode request (see Engine._encode).
+TOKENIZE_CHUNK = 2048
 
 UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6, "MIB": 2**20,
          "G": 1e9, "GB": 1e9, "GIB": 2**30, "T": 1e12, "TB": 1e12, "TIB": 2**40}
@@ -302,16 +304,38 @@ class Engine:
         if prefix or suffix:
             texts = [prefix + t + suffix for t in texts]
         if "multivector" in card.outputs and uses_markers(card):  # ColBERT: markers, query expansion
-            tokenized, tokenize_s = await self.tokenize(card, "encode_marked", texts, **marked_encode_args(card, is_query))
+            method, kwargs = "encode_marked", marked_encode_args(card, is_query)
         else:
-            tokenized, tokenize_s = await self.tokenize(card, "encode", texts)
-        check_truncation(tokenized, truncate)
-        order = sorted(range(len(texts)), key=lambda i: -len(tokenized.ids[i]))
+            method, kwargs = "encode", {}
         request = self.new_request(card, "encode", len(texts), timeout)
-        work = [WorkItem(request, i, tokenized.ids[i], outputs=frozenset(outputs)) for i in order]
-        raw = await self.run_items(card, "encode", work, request)
+        outputs_set = frozenset(outputs)
+        tokens = 0
+        tokenize_s = 0.0
+        # Large requests are tokenised chunk by chunk, each chunk queued as soon as it is ready,
+        # so inference starts while the rest is still being tokenised.
+        starts = range(0, len(texts), TOKENIZE_CHUNK)
+        pending = asyncio.ensure_future(self.tokenize(card, method, texts[:TOKENIZE_CHUNK], **kwargs))
+        try:
+            for start in starts:
+                tokenized, seconds = await pending
+                if start + TOKENIZE_CHUNK < len(texts):
+                    following = texts[start + TOKENIZE_CHUNK:start + 2 * TOKENIZE_CHUNK]
+                    pending = asyncio.ensure_future(self.tokenize(card, method, following, **kwargs))
+                tokenize_s += seconds
+                tokens += tokenized.num_tokens
+                check_truncation(tokenized, truncate, offset=start)
+                # longest first inside the chunk: batches of similar lengths need little padding
+                order = sorted(range(len(tokenized.ids)), key=lambda i: -len(tokenized.ids[i]))
+                work = [WorkItem(request, start + i, tokenized.ids[i], outputs=outputs_set) for i in order]
+                self.scheduler.submit(card.id, "encode", work, request)
+        except BaseException as exc:
+            request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            if not pending.done():
+                pending.cancel()
+            raise
+        raw = await request.future
         result_items = assemble_encoded(ids, raw, outputs, dims, card.normalize if normalize is None else normalize, output_dtype)
-        return EncodeResult(card.id, result_items, tokenized.num_tokens, self._timings(request, started, tokenize_s))
+        return EncodeResult(card.id, result_items, tokens, self._timings(request, started, tokenize_s))
 
     def _timings(self, request: Request, started: float, tokenize_s: float) -> Timings:
         total = time.monotonic() - started
@@ -395,9 +419,10 @@ class Engine:
         self.close()
 
 
-def check_truncation(tokenized: Tokenized, truncate: bool | None, field: str = "items") -> None:
+def check_truncation(tokenized: Tokenized, truncate: bool | None, field: str = "items", offset: int = 0) -> None:
+    """With truncate=false, a text longer than the model's window is a 400 naming it."""
     if truncate is False:
-        for i, was_truncated in enumerate(tokenized.truncated):
+        for i, was_truncated in enumerate(tokenized.truncated, start=offset):
             if was_truncated:
                 raise InvalidRequest(
                     f"{field}[{i}] is longer than the model's window; shorten it or allow truncation", field=f"{field}[{i}].text"

