@@ -239,7 +239,11 @@ class Scheduler:
         if best is not None and unloaded_head is not None and unloaded_head < best.items[0].request.enqueued_at:
             # An older request waits for its model, whose load may have to evict the model we
             # would run: pinning it batch after batch would starve that load for as long as
-            # newer work keeps coming. Oldest first: let the load make room (it wakes us).
+            # newer work keeps coming. Oldest first: let the load make room (it wakes us). A load
+            # waiting for room looks again only when told, and nothing is pinned now: tell it.
+            notify = getattr(self.pool, "_notify_room", None)
+            if notify is not None:
+                asyncio.get_running_loop().create_task(notify())
             return None
         return best
 
