@@ -67,6 +67,9 @@ def add_serve_parser(subparsers) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--memory-budget", type=_size, default=None, metavar="SIZE",
                    help="memory for resident models, e.g. 8GiB (default: 90%% of the GPU, half the RAM on CPU)")
+    p.add_argument("--host-cache", type=_size, default=None, metavar="SIZE",
+                   help="host RAM that keeps evicted models warm for fast swap-in "
+                        "(default: min(8GiB, 25%% of RAM) with CUDA, 0 on CPU)")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",
                    help="require `Authorization: Bearer KEY`; repeatable (also SIE_API_KEYS)")
     p.add_argument("--api-key-file", type=Path, default=None, metavar="PATH",
@@ -145,7 +148,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     metrics = ServerMetrics()
     try:
         engine = Engine(
-            catalog, device=args.device, memory_budget=args.memory_budget,
+            catalog, device=args.device, memory_budget=args.memory_budget, host_cache=args.host_cache,
             max_queued_tokens=args.max_queued_tokens, max_total_queued_tokens=args.max_total_queued_tokens,
             limits=Limits(max_items=args.max_items), tokenizer_threads=args.tokenizer_threads,
             pool_events=metrics.pool_events, scheduler_events=metrics.scheduler_events,
