@@ -89,7 +89,7 @@ def test_sparse_idf_recall(indexed_hybrid, sie_client):
     query_vectors = [dict(zip(v["sparse"].indices, v["sparse"].values)) for v in helper.embed_queries(texts)]
     exact = recall(brute_force_sparse([d["id"] for d in docs], doc_vectors, query_vectors, idf=idf_weights(doc_vectors)), queries)
     assert abs(through_qdrant - exact) <= 0.5, (through_qdrant, exact)
-    # SPLADE-tiny is a 2-layer model: weaker than MiniLM, far above chance (10 / 300 docs).
+    # SPLADE-tiny is a 2-layer model: weaker than MiniLM, far above chance (10 / 200 docs).
     assert exact > 15.0, exact
 
 
