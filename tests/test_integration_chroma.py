@@ -142,3 +142,20 @@ def test_sparse_function_protocol_and_schema_roundtrip():
     config = restored.keys["sparse"].sparse_vector.sparse_vector_index.config
     assert isinstance(config.embedding_function, SIESparseEmbeddingFunction)
     assert config.embedding_function.get_config() == sparse.get_config()
+
+
+def test_sparse_function_with_real_splade(mode_url):
+    """The sparse function on the real SPLADE-tiny: Chroma-valid sparse vectors (ascending
+    indices) carrying exactly SIE's weights, in document and query mode."""
+    from sie_client import SIEClient
+
+    from integration_recall import SPLADE
+
+    texts = ["the capital of France", "apt installs Debian packages"]
+    sparse = SIESparseEmbeddingFunction(model=SPLADE, url=mode_url)
+    client = SIEClient(mode_url)
+    for got, expected in ((sparse(texts), client.encode(SPLADE, texts, output_types=["sparse"])),
+                          (sparse.embed_query(texts), client.encode(SPLADE, texts, output_types=["sparse"], is_query=True))):
+        for vector, item in zip(got, expected.items):
+            assert vector.indices == sorted(vector.indices) and len(vector.indices) > 0
+            assert dict(zip(vector.indices, vector.values)) == pytest.approx(item.sparse.to_dict(), abs=1e-6)
