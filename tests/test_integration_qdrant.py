@@ -11,7 +11,7 @@ pytest.importorskip("qdrant_client")
 from qdrant_client import QdrantClient, models  # noqa: E402
 
 from integration_recall import (  # noqa: E402
-    COLBERT, MODEL, SMALL_SAMPLE_DOCS, SPLADE, brute_force_maxsim, tiny_colbert_cards, assert_recall_matches, brute_force, brute_force_sparse, idf_weights, recall, sample, sie_server,
+    COLBERT, MODEL, RERANKER, SMALL_SAMPLE_DOCS, SPLADE, brute_force_maxsim, tiny_colbert_cards, tiny_cross_encoder, assert_recall_matches, brute_force, brute_force_sparse, idf_weights, recall, sample, sie_server,
 )
 from sie_client import SIEClient  # noqa: E402
 from sie_qdrant import SIEQdrant, point_id  # noqa: E402
@@ -23,15 +23,20 @@ def colbert_cards(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def sie_url(colbert_cards):
-    with sie_server("--models", str(colbert_cards)) as url:
+def reranker_dir(tmp_path_factory):
+    return tiny_cross_encoder(tmp_path_factory.mktemp("qdrant-ce"))
+
+
+@pytest.fixture(scope="module")
+def sie_url(colbert_cards, reranker_dir):
+    with sie_server("--models", str(colbert_cards), "--model", f"{RERANKER}={reranker_dir}") as url:
         yield url
 
 
 @pytest.fixture(scope="module", params=["embedded", "http"])
-def sie_client(request, colbert_cards):
+def sie_client(request, colbert_cards, reranker_dir):
     if request.param == "embedded":
-        return SIEClient("embedded", model_dirs=[str(colbert_cards)])
+        return SIEClient("embedded", model_dirs=[str(colbert_cards)], local_models={RERANKER: str(reranker_dir)})
     return SIEClient(request.getfixturevalue("sie_url"))
 
 
@@ -134,6 +139,19 @@ def test_multivector_max_sim_recall(sie_client):
     exact_ranked = brute_force_maxsim([d["id"] for d in docs], [p.vector["multivector"] for p in stored], query_vectors)
     assert abs(through_qdrant - recall(exact_ranked, queries)) <= 0.5
     assert sum(a[:3] == [p.payload["id"] for p in b[:3]] for a, b in zip(exact_ranked, found)) >= 0.95 * len(queries)
+
+
+def test_hybrid_with_sie_rerank(indexed_hybrid, sie_client):
+    """rerank=True: the fused candidates come back in the order of SIE's scores for them."""
+    helper, qdrant, _ = indexed_hybrid
+    reranking = SIEQdrant(dense_model=MODEL, sparse_model=SPLADE, rerank_model=RERANKER, client=sie_client)
+    _, queries = sample(SMALL_SAMPLE_DOCS)
+    for q in queries[:5]:
+        candidates = helper.hybrid_search(qdrant, "debian", q["query"], limit=20, prefetch_limit=20)
+        reranked = reranking.hybrid_search(qdrant, "debian", q["query"], limit=5, prefetch_limit=20)
+        scored = sie_client.score(RERANKER, q["query"], [p.payload["text"] for p in candidates], top_k=5)
+        assert [p.id for p in reranked] == [candidates[s.index].id for s in scored.scores]
+        assert [p.score for p in reranked] == pytest.approx([s.score for s in scored.scores], abs=1e-6)
 
 
 def test_point_ids_and_payload(indexed):
