@@ -218,7 +218,6 @@ class Scheduler:
 
     def _next_queue(self) -> _Queue | None:
         best: _Queue | None = None
-        unloaded_head: float | None = None  # oldest request whose model must load (and may need room)
         for queue in self._queues.values():
             self._drop_finished(queue)
             if not queue.items:
@@ -230,21 +229,9 @@ class Scheduler:
             if state != "loaded":
                 if state == "available":
                     self._start_load(queue.model_id)
-                if queue.model_id not in getattr(self.pool, "_reserved", {}):  # room not made yet
-                    head = queue.items[0].request.enqueued_at
-                    unloaded_head = head if unloaded_head is None else min(unloaded_head, head)
                 continue
             if best is None or queue.items[0].request.enqueued_at < best.items[0].request.enqueued_at:
                 best = queue
-        if best is not None and unloaded_head is not None and unloaded_head < best.items[0].request.enqueued_at:
-            # An older request waits for its model, whose load may have to evict the model we
-            # would run: pinning it batch after batch would starve that load for as long as
-            # newer work keeps coming. Oldest first: let the load make room (it wakes us). A load
-            # waiting for room looks again only when told, and nothing is pinned now: tell it.
-            notify = getattr(self.pool, "_notify_room", None)
-            if notify is not None:
-                asyncio.get_running_loop().create_task(notify())
-            return None
         return best
 
     def _start_load(self, model_id: str) -> None:

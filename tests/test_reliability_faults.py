@@ -176,39 +176,3 @@ async def test_a_dead_inference_thread_is_replaced(engine, expected):
     check(results[1], "tiny/b", TEXTS[5:9], expected)
     assert engine.scheduler.restarts == 1
 
-
-async def test_a_busy_model_does_not_starve_the_load_of_another(cards, expected):
-    """Budget for one model; an open-loop stream keeps model a busy. A request for model b
-    (whose load must evict a) is answered promptly instead of waiting for the stream to end."""
-    probe = make_engine(cards, Recorder())
-    need = probe.pool._plan(cards[0])[1]
-    probe.close()
-    engine = make_engine(cards, Recorder(), memory_budget=int(need * 1.5))
-    try:
-        engine.load_sync("tiny/a")
-        stop = asyncio.Event()
-        stream = []
-
-        async def open_loop():
-            while not stop.is_set():
-                stream.extend((TEXTS[i:i + 8], asyncio.ensure_future(engine.encode("tiny/a", TEXTS[i:i + 8])))
-                              for i in range(4))
-                await asyncio.sleep(0.002)
-
-        producer = asyncio.ensure_future(open_loop())
-        await asyncio.sleep(0.3)
-        started = time.monotonic()
-        result = await asyncio.wait_for(engine.encode("tiny/b", TEXTS[:4]), timeout=20)
-        waited = time.monotonic() - started
-        stop.set()
-        await producer
-        answers = await asyncio.gather(*(f for _, f in stream), return_exceptions=True)
-        check(result, "tiny/b", TEXTS[:4], expected)
-        assert waited < 5, f"the request for b waited {waited:.1f}s behind a's stream"
-        assert all(type(a).__name__ == "Overloaded" for a in answers if isinstance(a, Exception))
-        served = [(texts, a) for (texts, _), a in zip(stream, answers) if not isinstance(a, Exception)]
-        assert len(served) > 10
-        for texts, answer in served[-5:]:
-            check(answer, "tiny/a", texts, expected)
-    finally:
-        engine.close()

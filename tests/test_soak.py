@@ -30,7 +30,7 @@ from server_fixtures import metric_value, start_server
 SOAK_S = 20.0
 MODELS = ("tiny/a", "tiny/b", "tiny/c")
 TEXTS = [f"soak text {i}: {'debian packaging ' * (i % 9)}and reliability" for i in range(40)]
-MAX_QUEUED_TOKENS = 1500
+MAX_QUEUED_TOKENS = 500
 MAX_BODY = 256 * 1024
 
 
@@ -160,7 +160,7 @@ async def misbehaving_client(url, stop_at, tally: Tally, rng: random.Random):
     port = int(port)
     while time.monotonic() < stop_at:
         kind = rng.choice(["slow-reader", "slow-sender", "disconnect"])
-        body = json.dumps({"items": rng.sample(TEXTS, 30)}).encode()
+        body = json.dumps({"items": rng.sample(TEXTS, 12)}).encode()
         reader, writer, head = await raw_request(host, port, body, rng.choice(MODELS))
         try:
             if kind == "slow-sender":
@@ -219,7 +219,7 @@ async def test_soak_mixed_traffic_with_evictions_loses_nothing(setup):
         stop_at = time.monotonic() + SOAK_S
         valid = [Tally() for _ in range(6)]
         retrying, hostile, misbehaving = Tally(), Tally(), Tally()
-        work = [(MODELS[i % 3], rng.sample(TEXTS, 6)) for i in range(30)]
+        work = [(MODELS[i % 3], rng.sample(TEXTS, 6)) for i in range(20)]
         samples: list[int] = []
         memory_problems: list[str] = []
         await asyncio.gather(
@@ -242,7 +242,7 @@ async def test_soak_mixed_traffic_with_evictions_loses_nothing(setup):
           f"RSS {baseline_rss / 2**20:.0f} -> max {max(samples) / 2**20:.0f} MiB")
     # every valid request was answered (a vector or 429/503); the retrying client finished all its work
     assert sum(t.sent for t in valid) == ok + overloaded and ok > 50
-    assert retrying.ok == len(work)
+    assert retrying.ok == len(work) and retrying.overloaded >= 1  # it was refused, waited, and finished
     assert hostile.client_errors > 10 and misbehaving.sent > 5
     # models really were swapped, and memory stayed bounded
     evictions = metric_value(after, "sie_model_evictions_total") - metric_value(before, "sie_model_evictions_total")
