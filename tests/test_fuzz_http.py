@@ -251,3 +251,12 @@ def test_thousands_of_generated_requests_get_no_5xx_and_no_hang(server, http, do
     assert metric_value(metrics, "sie_requests_total", status="500") == 0
     log = server.log_text()
     assert "Traceback" not in log and "unhandled error" not in log, log[-3000:]
+
+
+def test_cors_is_off_by_default(server, http):
+    preflight = httpx.options(server.url + "/v1/encode/enc", headers={
+        "Origin": "https://elsewhere.example", "Access-Control-Request-Method": "POST"})
+    assert preflight.status_code in (401, 405)  # no key on a preflight; no CORS route either
+    assert not any(h.lower().startswith("access-control-") for h in preflight.headers)
+    answer = http.post("/v1/encode/enc", json={"items": ["x"]}, headers={"Origin": "https://elsewhere.example"})
+    assert answer.status_code == 200 and not any(h.lower().startswith("access-control-") for h in answer.headers)
