@@ -11,6 +11,7 @@ stored (within 0.5 points): nothing lost or mangled on the way.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -19,28 +20,10 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-import json
-
 import httpx
 import numpy as np
 
-# The dev corpus (../shared/data beside the repository, or $SIE_DATA_DIR). Read here rather
-# than through tests/datasets.py: a module named `datasets` in sys.modules makes lancedb
-# believe Hugging Face `datasets` is loaded and import `Dataset` from it.
-DATA_DIR = Path(os.environ.get("SIE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
-
-
-def _jsonl(name: str) -> list[dict]:
-    with open(DATA_DIR / name) as f:
-        return [json.loads(line) for line in f]
-
-
-def load_docs(limit: int) -> list[dict]:
-    return _jsonl("debian-dev-docs.jsonl")[:limit]
-
-
-def load_queries() -> list[dict]:
-    return _jsonl("debian-dev-queries.jsonl")
+from dev_corpus import load_docs, load_queries
 
 SAMPLE_DOCS = 600
 # Sparse and multi-vector paths run on a smaller sample: their models are slower per

@@ -23,22 +23,6 @@ from sie_lancedb import SIEEmbeddings, SIEReranker  # noqa: E402
 RERANK_QUERIES = 12
 
 
-@pytest.fixture(scope="module", autouse=True)
-def hide_test_datasets_module():
-    """tests/datasets.py (imported by other test modules as `datasets`) is not Hugging Face
-    `datasets`, but lancedb's `add` sees the name in sys.modules and imports `Dataset` from
-    it. Hide it while this module runs; restore it afterwards."""
-    import sys
-
-    module = sys.modules.get("datasets")
-    shadowing = module is not None and not hasattr(module, "Dataset")
-    if shadowing:
-        del sys.modules["datasets"]
-    yield
-    if shadowing:
-        sys.modules.setdefault("datasets", module)
-
-
 @pytest.fixture(scope="module")
 def reranker_dir(tmp_path_factory):
     return tiny_cross_encoder(tmp_path_factory.mktemp("tiny-ce"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from datasets import load_docs
+from dev_corpus import load_docs
 from sie_engine import Engine
 from tiny_models import MINILM_DIR
 

@@ -19,7 +19,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from datasets import load_docs
+from dev_corpus import load_docs
 from helm_tools import chart_metric_names, exposed_metric_names, render_chart
 from router_fixtures import start_router, start_workers
 from server_fixtures import DEFAULT_MODEL, metric_value

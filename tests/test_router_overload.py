@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from datasets import load_docs
+from dev_corpus import load_docs
 from router_fixtures import start_router, start_workers
 from server_fixtures import DEFAULT_MODEL, metric_value
 

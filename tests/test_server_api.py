@@ -22,7 +22,7 @@ import openai
 import pytest
 import yaml
 
-from datasets import load_docs
+from dev_corpus import load_docs
 from server_fixtures import DEFAULT_MODEL, metric_value, start_server
 from sie_engine import Catalog, Engine, card_from_local_dir
 from sie_server.codec import decode_tensor

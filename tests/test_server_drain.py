@@ -10,7 +10,7 @@ import signal
 import aiohttp
 import numpy as np
 
-from datasets import load_docs
+from dev_corpus import load_docs
 from server_fixtures import DEFAULT_MODEL, start_server
 
 ENCODE = f"/v1/encode/{DEFAULT_MODEL}"

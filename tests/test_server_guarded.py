@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from datasets import load_docs
+from dev_corpus import load_docs
 from server_fixtures import DEFAULT_MODEL, metric_value, start_server
 
 FLAG_KEY, ENV_KEYS, FILE_KEY, ROTATED_KEY = "flag-key-1", ("env-key-a", "env-key-b"), "file-key-1", "file-key-2"
