@@ -190,8 +190,10 @@ def pct(latencies: list[float], q: float) -> float:
     return float(np.percentile(latencies, q)) * 1000
 
 
-def median_pass(passes: list[Pass]) -> Pass:
-    return sorted(passes, key=lambda p: p.seconds)[len(passes) // 2]
+def summary(passes: list[Pass], tokens: int) -> tuple[float, float, float]:
+    """(median tokens/s over the rounds, p50 ms, p99 ms of all the rounds' requests together)."""
+    latencies = [x for p in passes for x in p.latencies]
+    return float(np.median([p.tokens_per_s(tokens) for p in passes])), pct(latencies, 50), pct(latencies, 99)
 
 
 async def run(args, texts: list[str], tokens: int, short_query: str) -> int:
@@ -255,20 +257,24 @@ async def run(args, texts: list[str], tokens: int, short_query: str) -> int:
             infinity.stop()
         engine.close()
 
-    reference = median_pass(results[("engine", args.levels[0])]).first if "engine" in systems else None
-    print(f"\n{'system':<12} {'clients':>7} {'tokens/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'min cos':>8}")
+    reference = results[("engine", args.levels[0])][0].first if "engine" in systems else None
+    print(f"\nmedian tokens/s of {args.rounds} rounds; latency percentiles over all their requests")
+    print(f"{'system':<12} {'clients':>7} {'tokens/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'min cos':>8}")
     for level in args.levels:
         for system in systems:
-            p = median_pass(results[(system, level)])
-            cos = f"{min_cosine(p.first, reference):.5f}" if reference is not None else "-"
-            print(f"{system:<12} {level:>7} {p.tokens_per_s(tokens):>10.0f} {pct(p.latencies, 50):>8.1f} "
-                  f"{pct(p.latencies, 99):>8.1f} {cos:>8}")
+            rate, p50, p99 = summary(results[(system, level)], tokens)
+            cos = min(min_cosine(p.first, reference) for p in results[(system, level)]) if reference is not None else None
+            print(f"{system:<12} {level:>7} {rate:>10.0f} {p50:>8.1f} {p99:>8.1f} "
+                  f"{f'{cos:.5f}' if cos is not None else '-':>8}")
     top = args.levels[-1]
     if "engine" in systems:
-        base = median_pass(results[("engine", top)]).tokens_per_s(tokens)
-        print(f"\nthroughput / in-process engine at {top} clients (target >= 0.90 for SIE):")
+        base = summary(results[("engine", top)], tokens)[0]
+        print(f"\nthroughput / in-process engine at {top} clients (target >= 0.90 for SIE); per round in brackets:")
         for system in systems[1:]:
-            print(f"  {system:<12} {median_pass(results[(system, top)]).tokens_per_s(tokens) / base:.2f}")
+            per_round = [b.seconds / a.seconds
+                         for a, b in zip(results[(system, top)], results[("engine", top)])]
+            print(f"  {system:<12} {summary(results[(system, top)], tokens)[0] / base:.2f}  "
+                  f"[{', '.join(f'{r:.2f}' for r in per_round)}]")
 
     medians = {s: float(np.median(v)) * 1000 for s, v in short.items()}
     print(f"\nshort query ({len(short_query.split())} words), median of {args.short_requests} sequential requests:")
