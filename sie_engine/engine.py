@@ -209,7 +209,11 @@ class Engine:
             current = None
         if current is self.loop:
             return await fn(*args, **kwargs)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop))
+        future = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop))
+        # A caller cancelled (client gone) just as its answer arrived never reads it: mark it read,
+        # or asyncio logs "Future exception was never retrieved" with a traceback for a plain 4xx.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return await future
 
     def _sync(self, fn: Callable[..., Awaitable], *args, **kwargs):
         return asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop).result()
@@ -434,7 +438,10 @@ def assemble_encoded(ids: list[str], raw: list[dict], outputs: Sequence[str], di
     """Per-item head outputs -> EncodedItems with the request's output options."""
     items = [EncodedItem(id=item_id) for item_id in ids]
     if "dense" in outputs:
-        dense = truncate_and_normalize(np.stack([r["dense"] for r in raw]), dims, normalize)
+        dense = np.stack([r["dense"] for r in raw])
+        if dims is not None and dims > dense.shape[1]:  # a card without `dims` is checked here, on the real width
+            raise InvalidRequest(f"dims must be between 1 and {dense.shape[1]} for this model", field="dims")
+        dense = truncate_and_normalize(dense, dims, normalize)
         for item, vector in zip(items, dense):
             item.dense = convert_dtype(vector, output_dtype)
     if "sparse" in outputs:

@@ -81,6 +81,7 @@ BAD_FIELDS = [
     ("infinite dims", ENC, {"items": ["x"], "dims": math.inf}, "msgpack", 400, "dims"),
     ("huge dims", ENC, {"items": ["x"], "dims": 2**63}, "json", 400, "dims"),
     ("dims over any width", ENC, {"items": ["x"], "dims": 20_000}, "json", 400, "dims"),
+    ("dims over the model width", ENC, {"items": ["x"], "dims": 33}, "json", 400, "dims"),
     ("huger dims", ENC, {"items": ["x"], "dims": 10**40}, "json", 400, "dims"),
     ("negative dims", ENC, {"items": ["x"], "dims": -1}, "json", 400, "dims"),
     ("string bool", ENC, {"items": ["x"], "is_query": "true"}, "json", 400, "is_query"),
