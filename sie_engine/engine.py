@@ -334,6 +334,7 @@ class Engine:
                 self.scheduler.submit(card.id, "encode", work, request)
         except BaseException as exc:
             request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            request.future.exception()  # raised below, not awaited: marked read so asyncio logs no traceback
             if not pending.done():
                 pending.cancel()
             raise
