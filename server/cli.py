@@ -3,7 +3,8 @@ when the router package is present, `router`.
 
     sie-server serve [--host 127.0.0.1] [--port 8080] [--models DIR ...] [--preload ID ...]
                      [--model NAME=PATH ...] [--device auto|cpu|cuda] [--memory-budget SIZE]
-                     [--api-key KEY ...] [--api-key-file PATH] [--pool NAME] ...
+                     [--api-key KEY ...] [--api-key-file PATH] [--pool NAME]
+                     [--max-connections N] [--cors-origin ORIGIN ...] [--no-access-log] ...
     sie-server models [--models DIR ...] [--model NAME=PATH ...] [--json]
 
 API keys also come from SIE_API_KEYS (comma-separated).
