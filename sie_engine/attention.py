@@ -9,7 +9,9 @@ with q `[total_tokens, n_heads, head_dim]`, k and v `[total_tokens, n_kv_heads, 
 (grouped-query attention passes fewer K/V heads and the backend does not repeat
 them), out `[total_tokens, n_heads, head_dim]`. `window=(left, right)` limits each
 query to keys at most `left` before and `right` after it (flash-attn's
-`window_size`; None: unlimited).
+`window_size`; None: unlimited). `prepare(..., key_lens=)` limits each sequence's keys to
+its first `key_lens[i]` tokens while every token still is a query (ColBERT's query
+expansion tokens, which colbert-ir and PyLate hide from attention).
 
 Three backends:
 
@@ -50,6 +52,7 @@ class SeqGroup:
     contiguous: (start, end) when the group is one dense slab of the packed tensor
         (every member has length L and they are adjacent): a free view replaces the gather.
     lengths: `[n]` real length of each member (for masks).
+    key_lengths: `[n]` keys each member may attend to (its length unless limited).
     """
 
     n: int
@@ -59,17 +62,21 @@ class SeqGroup:
     token_rows: torch.Tensor | None
     contiguous: tuple[int, int] | None
     lengths: torch.Tensor
+    key_lengths: torch.Tensor
+    key_limited: bool = False
     _masks: dict = field(default_factory=dict)
 
     def mask(self, causal: bool, window: Window) -> torch.Tensor | None:
         """Boolean `[n, 1, L or 1, L]` mask (True = attend), built once per batch and reused by all layers."""
         key = (causal, window)
         if key not in self._masks:
-            self._masks[key] = _build_mask(self.lengths, self.length, causal, window, self.valid is not None)
+            self._masks[key] = _build_mask(self.key_lengths, self.length, causal, window,
+                                           self.valid is not None or self.key_limited)
         return self._masks[key]
 
 
 def _build_mask(lengths: torch.Tensor, length: int, causal: bool, window: Window, padded: bool) -> torch.Tensor | None:
+    """`lengths`: keys each member attends to; `padded`: some member has fewer keys than L."""
     if not causal and window is None:
         if not padded:
             return None
@@ -102,12 +109,19 @@ class AttentionMetadata:
     seq_lens: tuple[int, ...]
     groups: list[SeqGroup] | None = None
     padded_tokens: int = 0
+    # keys limited to a prefix of each sequence (None: all tokens are keys); varlen kernels
+    # take the gathered key rows with their own cumulative lengths
+    key_lens: tuple[int, ...] | None = None
+    key_rows: torch.Tensor | None = None
+    cu_seqlens_k: torch.Tensor | None = None
+    max_seqlen_k: int = 0
 
 
 class AttentionBackend:
     name = "abstract"
 
-    def prepare(self, seq_lens: Sequence[int], device: torch.device) -> AttentionMetadata:
+    def prepare(self, seq_lens: Sequence[int], device: torch.device,
+                key_lens: Sequence[int] | None = None) -> AttentionMetadata:
         raise NotImplementedError
 
     def __call__(self, q, k, v, meta: AttentionMetadata, *, scale: float, causal: bool = False,
@@ -133,8 +147,10 @@ class GroupedSDPAAttention(AttentionBackend):
         self.max_pad_fraction = max_pad_fraction
         self.max_group_tokens = max_group_tokens
 
-    def prepare(self, seq_lens: Sequence[int], device: torch.device) -> AttentionMetadata:
+    def prepare(self, seq_lens: Sequence[int], device: torch.device,
+                key_lens: Sequence[int] | None = None) -> AttentionMetadata:
         seq_lens = tuple(int(n) for n in seq_lens)
+        key_lens = tuple(int(n) for n in key_lens) if key_lens is not None else seq_lens
         starts = [0]
         for n in seq_lens[:-1]:
             starts.append(starts[-1] + n)
@@ -153,7 +169,7 @@ class GroupedSDPAAttention(AttentionBackend):
             ):
                 members.append(order[i])
                 i += 1
-            group, group_padding = self._group(members, seq_lens, starts, longest, device)
+            group, group_padding = self._group(members, seq_lens, key_lens, starts, longest, device)
             groups.append(group)
             padded += group_padding
         return AttentionMetadata(
@@ -165,7 +181,7 @@ class GroupedSDPAAttention(AttentionBackend):
         )
 
     @staticmethod
-    def _group(members, seq_lens, starts, length, device) -> tuple[SeqGroup, int]:
+    def _group(members, seq_lens, key_lens, starts, length, device) -> tuple[SeqGroup, int]:
         lengths = [seq_lens[m] for m in members]
         n = len(members)
         same_length = all(x == length for x in lengths)
@@ -195,6 +211,8 @@ class GroupedSDPAAttention(AttentionBackend):
             token_rows=token_rows if token_rows is not None else rows.reshape(-1).to(device),
             contiguous=contiguous,
             lengths=lengths_t.to(device),
+            key_lengths=torch.tensor([key_lens[m] for m in members]).to(device),
+            key_limited=any(key_lens[m] < seq_lens[m] for m in members),
         )
         return group, n * length - sum(lengths)
 
@@ -246,16 +264,30 @@ class FlashVarlenAttention(AttentionBackend):
             raise ImportError("FlashVarlenAttention needs the flash-attn package (pip install 'sie[gpu]')") from exc
         self._fn = flash_attn_varlen_func
 
-    def prepare(self, seq_lens: Sequence[int], device: torch.device) -> AttentionMetadata:
+    def prepare(self, seq_lens: Sequence[int], device: torch.device,
+                key_lens: Sequence[int] | None = None) -> AttentionMetadata:
         seq_lens = tuple(int(n) for n in seq_lens)
-        return AttentionMetadata(
-            cu_seqlens=_cu_seqlens(seq_lens, device), max_seqlen=max(seq_lens), seq_lens=seq_lens
-        )
+        meta = AttentionMetadata(cu_seqlens=_cu_seqlens(seq_lens, device), max_seqlen=max(seq_lens), seq_lens=seq_lens)
+        if key_lens is not None and any(int(k) < n for k, n in zip(key_lens, seq_lens)):
+            key_lens = tuple(int(k) for k in key_lens)
+            starts = torch.cumsum(torch.tensor((0,) + seq_lens[:-1]), 0)
+            rows = torch.cat([torch.arange(int(s), int(s) + k) for s, k in zip(starts, key_lens)])
+            meta.key_lens, meta.key_rows = key_lens, rows.to(device)
+            meta.cu_seqlens_k, meta.max_seqlen_k = _cu_seqlens(key_lens, device), max(key_lens)
+        return meta
+
+    @staticmethod
+    def _keys(k, v, meta: AttentionMetadata):
+        """K/V rows and their cumulative lengths (a prefix of each sequence when keys are limited)."""
+        if meta.key_rows is None:
+            return k, v, meta.cu_seqlens, meta.max_seqlen
+        return k.index_select(0, meta.key_rows), v.index_select(0, meta.key_rows), meta.cu_seqlens_k, meta.max_seqlen_k
 
     def __call__(self, q, k, v, meta: AttentionMetadata, *, scale: float, causal: bool = False,
                  window: Window = None) -> torch.Tensor:
+        k, v, cu_k, max_k = self._keys(k, v, meta)
         return self._fn(
-            q, k, v, meta.cu_seqlens, meta.cu_seqlens, meta.max_seqlen, meta.max_seqlen,
+            q, k, v, meta.cu_seqlens, cu_k, meta.max_seqlen, max_k,
             softmax_scale=scale, causal=causal, window_size=window if window is not None else (-1, -1),
         )
 
@@ -289,7 +321,7 @@ class TorchVarlenAttention(FlashVarlenAttention):
                  window: Window = None) -> torch.Tensor:
         if window is not None and not self._has_window:
             if meta.groups is None:
-                meta.groups = self._grouped.prepare(meta.seq_lens, q.device).groups
+                meta.groups = self._grouped.prepare(meta.seq_lens, q.device, meta.key_lens).groups
             return self._grouped(q, k, v, meta, scale=scale, causal=causal, window=window)
         kwargs = {}
         if causal and self._has_is_causal:
@@ -308,7 +340,8 @@ class TorchVarlenAttention(FlashVarlenAttention):
             kwargs["scale"] = scale
         elif scale != default_scale(q.shape[-1]):
             q = q * (scale / default_scale(q.shape[-1]))
-        return self._fn(q, k, v, meta.cu_seqlens, meta.cu_seqlens, meta.max_seqlen, meta.max_seqlen, **kwargs)
+        k, v, cu_k, max_k = self._keys(k, v, meta)
+        return self._fn(q, k, v, meta.cu_seqlens, cu_k, meta.max_seqlen, max_k, **kwargs)
 
 
 def torch_varlen_available() -> bool:

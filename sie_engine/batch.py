@@ -51,8 +51,10 @@ def pack(
     backend: AttentionBackend,
     device: torch.device,
     type_ids: Sequence[np.ndarray] | None = None,
+    key_lens: Sequence[int] | None = None,
 ) -> PackedBatch:
-    """Pack tokenised sequences (1-D integer arrays) into one batch on `device`."""
+    """Pack tokenised sequences (1-D integer arrays) into one batch on `device`.
+    `key_lens`: attention keys limited to each sequence's first tokens (see attention.py)."""
     seq_lens = tuple(len(x) for x in ids)
     if not seq_lens or min(seq_lens) == 0:
         raise ValueError("pack needs at least one sequence and no empty sequence")
@@ -67,6 +69,6 @@ def pack(
         input_ids=flat.to(device, non_blocking=True),
         positions=positions.to(device, non_blocking=True),
         token_type_ids=types,
-        attn=backend.prepare(seq_lens, device),
+        attn=backend.prepare(seq_lens, device, key_lens) if key_lens is not None else backend.prepare(seq_lens, device),
         seq_lens=seq_lens,
     )

@@ -330,7 +330,9 @@ class Engine:
                 check_truncation(tokenized, truncate, offset=start)
                 # longest first inside the chunk: batches of similar lengths need little padding
                 order = sorted(range(len(tokenized.ids)), key=lambda i: -len(tokenized.ids[i]))
-                work = [WorkItem(request, start + i, tokenized.ids[i], outputs=outputs_set) for i in order]
+                key_lens = tokenized.key_lens or [None] * len(tokenized.ids)
+                work = [WorkItem(request, start + i, tokenized.ids[i], outputs=outputs_set, key_len=key_lens[i])
+                        for i in order]
                 self.scheduler.submit(card.id, "encode", work, request)
         except BaseException as exc:
             request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())

@@ -74,6 +74,8 @@ class WorkItem:
     type_ids: np.ndarray | None = None
     outputs: frozenset = frozenset()
     extra: Any = None  # task-specific data for the task's head
+    # attention keys limited to the first key_len tokens (ColBERT query expansion); None: all
+    key_len: int | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -105,9 +107,11 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, task: str, items: Sequence[WorkItem]) -> list:
+        limited = any(it.key_len is not None for it in items)
         batch = pack(
             [it.ids for it in items], self.backend, self.device,
             [it.type_ids for it in items] if items[0].type_ids is not None else None,
+            key_lens=[it.key_len or it.num_tokens for it in items] if limited else None,
         )
         # padding the attention backend adds (CPU grouping), read by the scheduler for metrics
         self.last_padded_tokens = batch.attn.padded_tokens

@@ -20,6 +20,7 @@ class Tokenized:
     type_ids: list[np.ndarray] | None  # segment ids (pairs only)
     truncated: list[bool]  # True where the text was longer than the window
     offsets: list[list[tuple[int, int]]] | None = None  # character offsets, when asked for
+    key_lens: list[int] | None = None  # attention keys per text when limited (query expansion)
 
     @property
     def num_tokens(self) -> int:
@@ -87,28 +88,32 @@ class TextTokenizer:
         return token_id
 
     def encode_marked(self, texts: Sequence[str], *, marker: str | None = None, length: int | None = None,
-                      expand: bool = False) -> Tokenized:
+                      expand: bool = False, attend_to_expansion: bool = False) -> Tokenized:
         """ColBERT-style input: `marker`'s id inserted after the first token ([CLS]); each text cut
         to `length` tokens (default: the window) keeping its final special token; with `expand`,
-        padded to `length` with the mask token (query augmentation)."""
+        padded to `length` with the mask token (query augmentation). The expansion tokens are
+        queries but not keys of attention unless `attend_to_expansion` (colbert-ir's
+        `attend_to_mask_tokens`, PyLate's `attend_to_expansion_tokens`, both off by default)."""
         base = self.encode(texts)
         length = min(length or self.max_length, self.max_length)
         marker_id = self.token_id(marker) if marker is not None else None
         mask_id = self.hf.mask_token_id
         if expand and mask_id is None:
             raise ValueError("query expansion needs a tokenizer with a mask token")
-        ids, truncated = [], []
+        ids, truncated, key_lens = [], [], []
         for seq, was_truncated in zip(base.ids, base.truncated):
             if marker_id is not None:
                 seq = np.concatenate([seq[:1], np.asarray([marker_id], dtype=np.int32), seq[1:]])
             if len(seq) > length:
                 seq = np.concatenate([seq[: length - 1], seq[-1:]])  # keep [SEP]
                 was_truncated = True
+            key_lens.append(len(seq))
             if expand and len(seq) < length:
                 seq = np.concatenate([seq, np.full(length - len(seq), mask_id, dtype=np.int32)])
             ids.append(seq)
             truncated.append(was_truncated)
-        return Tokenized(ids=ids, type_ids=None, truncated=truncated)
+        limit = expand and not attend_to_expansion
+        return Tokenized(ids=ids, type_ids=None, truncated=truncated, key_lens=key_lens if limit else None)
 
     def encode_wrapped(self, texts: Sequence[str], *, prefix: str, suffix: str) -> Tokenized:
         """`prefix + text + suffix` as ids, each part tokenised on its own without special tokens

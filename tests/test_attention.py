@@ -57,3 +57,20 @@ def test_padding_is_bounded_and_counted():
 def test_equal_adjacent_lengths_need_no_copy():
     meta = GroupedSDPAAttention().prepare([8, 8, 8], torch.device("cpu"))
     assert len(meta.groups) == 1 and meta.groups[0].contiguous == (0, 24) and meta.padded_tokens == 0
+
+
+@pytest.mark.parametrize("lens,key_lens", [([9, 9, 9], [4, 9, 6]), ([12, 5, 30], [3, 5, 17])])
+def test_keys_limited_to_a_prefix(lens, key_lens):
+    """Every token is a query, only the first key_lens[i] tokens of sequence i are keys."""
+    torch.manual_seed(1)
+    total, heads, dim = sum(lens), 2, 8
+    q, k, v = (torch.randn(total, heads, dim) for _ in range(3))
+    backend = GroupedSDPAAttention()
+    out = backend(q, k, v, backend.prepare(lens, torch.device("cpu"), key_lens), scale=default_scale(dim))
+    start, expected = 0, []
+    for n, keys in zip(lens, key_lens):
+        qs = q[start:start + n].transpose(0, 1)
+        ks, vs = k[start:start + keys].transpose(0, 1), v[start:start + keys].transpose(0, 1)
+        expected.append((F.softmax(qs @ ks.transpose(1, 2) * default_scale(dim), -1) @ vs).transpose(0, 1))
+        start += n
+    torch.testing.assert_close(out, torch.cat(expected), atol=1e-5, rtol=1e-5)

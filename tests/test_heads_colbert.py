@@ -61,6 +61,9 @@ def engine(root, pylate_root):
     cards = [ModelCard(id=model_id, weights=WeightsSource(path=str(path)), outputs=("multivector",), max_seq_len=64,
                        max_batch_tokens=1024, options=OPTIONS)
              for model_id, path in (("colbert/tiny", root), ("colbert/pylate", pylate_root))]
+    attending = {"multivector": {**OPTIONS["multivector"], "attend_to_expansion_tokens": True}}
+    cards.append(ModelCard(id="colbert/attend-expansion", weights=WeightsSource(path=str(root)),
+                           outputs=("multivector",), max_seq_len=64, max_batch_tokens=1024, options=attending))
     with Engine(Catalog(cards), device="cpu") as engine:
         yield engine
 
@@ -75,15 +78,21 @@ def reference(root):
     linear = load_file(str(root / "model.safetensors"))["linear.weight"]
     skip = {tokenizer.encode(c, add_special_tokens=False)[0] for c in string.punctuation}
 
-    def encode(text: str, is_query: bool) -> np.ndarray:
+    def encode(text: str, is_query: bool, attend_to_expansion: bool = False) -> np.ndarray:
+        """colbert-ir's encoding: the [MASK] expansion is hidden from attention as keys
+        (attention_mask 0, `attend_to_mask_tokens=False`) unless `attend_to_expansion`."""
         ids = tokenizer.encode(text)  # [CLS] ... [SEP]
         marker = tokenizer.convert_tokens_to_ids("[unused0]" if is_query else "[unused1]")
         ids = [ids[0], marker] + ids[1:]
+        real = len(ids)
         if is_query:
             ids = ids[: QUERY_LENGTH - 1] + [ids[-1]] if len(ids) > QUERY_LENGTH else ids
+            real = len(ids)
             ids = ids + [tokenizer.mask_token_id] * (QUERY_LENGTH - len(ids))
+        mask = [1] * len(ids) if attend_to_expansion else [1] * real + [0] * (len(ids) - real)
         with torch.no_grad():
-            hidden = model(input_ids=torch.tensor([ids]), token_type_ids=torch.zeros(1, len(ids), dtype=torch.long)).last_hidden_state[0]
+            hidden = model(input_ids=torch.tensor([ids]), attention_mask=torch.tensor([mask]),
+                           token_type_ids=torch.zeros(1, len(ids), dtype=torch.long)).last_hidden_state[0]
         vectors = F.normalize(hidden @ linear.T, dim=-1).numpy()
         keep = [True] * len(ids) if is_query else [i not in skip for i in ids]
         return vectors[np.asarray(keep)]
@@ -106,6 +115,15 @@ def test_multivector_matches_reference(engine, reference):
         np.testing.assert_allclose(item.multivector, expected, atol=1e-5)
     info = engine.model_info("colbert/tiny")
     assert info.dims["multivector"] == DIM and set(info.tasks) == {"encode", "score"}
+
+
+def test_expansion_tokens_are_hidden_as_keys_unless_the_card_says(engine, reference):
+    encode, _ = reference
+    hidden = engine.encode_sync("colbert/tiny", [QUERY], is_query=True).items[0].multivector
+    attending = engine.encode_sync("colbert/attend-expansion", [QUERY], is_query=True).items[0].multivector
+    np.testing.assert_allclose(hidden, encode(QUERY, True), atol=1e-5)
+    np.testing.assert_allclose(attending, encode(QUERY, True, attend_to_expansion=True), atol=1e-5)
+    assert np.abs(hidden - attending).max() > 1e-3  # the two modes really differ
 
 
 def test_score_by_maxsim(engine, reference):

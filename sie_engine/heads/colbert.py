@@ -15,13 +15,14 @@ MaxSim: score(q, d) = sum over query vectors of the best dot product with a docu
 vector (`score: mean` divides by the number of query vectors, as BGE-M3 does).
 
 Card options (`options.multivector`): kind, query_marker, document_marker,
-query_length, expand_queries, skiplist (`punctuation`, a list of tokens, or none),
-normalize, score (sum | mean).
+query_length, expand_queries, attend_to_expansion_tokens, skiplist (`punctuation`, a list
+of tokens, or none), normalize, score (sum | mean).
 
-Query expansion here lets every token attend to the [MASK] tokens (PyLate's
-`attend_to_expansion_tokens=True`). Checkpoints trained with the [MASK] tokens
-hidden as attention keys (colbert-ir's default `attend_to_mask_tokens=False`) get
-slightly different query vectors: packed variable-length attention has no per-key mask.
+Query expansion: the [MASK] tokens are queries of attention (each gets a vector) but not
+keys, as colbert-ir (`attend_to_mask_tokens=False`) and PyLate
+(`attend_to_expansion_tokens=False`) run them by default; the attention backends limit
+each query's keys to its real tokens (`key_lens`). `attend_to_expansion_tokens: true`
+lets every token attend to them.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def marked_encode_args(card: ModelCard, is_query: bool) -> dict[str, Any]:
             "marker": options.get("query_marker"),
             "length": options.get("query_length"),
             "expand": bool(options.get("expand_queries", False)),
+            "attend_to_expansion": bool(options.get("attend_to_expansion_tokens", False)),
         }
     return {"marker": options.get("document_marker")}
 

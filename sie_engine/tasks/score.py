@@ -97,7 +97,8 @@ async def run(engine, model: str, query: Any, items: Sequence[Any], top_k: int |
         tokens = q_tok.num_tokens + d_tok.num_tokens
         q_request = engine.new_request(card, "encode", 1, timeout)
         (encoded,) = await engine.run_items(
-            card, "encode", [WorkItem(q_request, 0, q_tok.ids[0], outputs=frozenset({"multivector"}))], q_request
+            card, "encode", [WorkItem(q_request, 0, q_tok.ids[0], outputs=frozenset({"multivector"}),
+                                      key_len=q_tok.key_lens[0] if q_tok.key_lens else None)], q_request
         )
         query_vectors = encoded["multivector"]
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
