@@ -91,6 +91,7 @@ class ModelPool:
         self._pins: dict[str, int] = {}
         self._failures: dict[str, LoadFailure] = {}
         self._room = asyncio.Condition()
+        self._room_waiters = 0  # loads waiting for a pinned model to be released
         self.host_cache = HostCache(host_cache_bytes)
         self._plans: dict[str, tuple] = {}  # model id -> (root, bytes needed): resolved once
         # called after every load attempt (success or failure): the scheduler wakes on it
@@ -152,6 +153,13 @@ class ModelPool:
             self._pins[model_id] -= 1
             if not self._pins[model_id]:
                 del self._pins[model_id]
+                if self._room_waiters:
+                    # A load is waiting for room: make it now, before the dispatcher can pin
+                    # this model again for its next batch (a busy model would otherwise keep
+                    # the room forever and starve the older request behind the load).
+                    victim = self._victim()
+                    if victim is not None:
+                        self.evict(victim)
                 asyncio.get_running_loop().create_task(self._notify_room())
 
     async def _notify_room(self) -> None:
@@ -232,7 +240,12 @@ class ModelPool:
             while self.used_bytes + need > self.budget_bytes:
                 victim = self._victim()
                 if victim is None:
-                    await self._room.wait()  # only pinned models left: wait for a batch to end
+                    # only pinned models left: the batch's end evicts one (see pinned)
+                    self._room_waiters += 1
+                    try:
+                        await self._room.wait()
+                    finally:
+                        self._room_waiters -= 1
                     continue
                 self.evict(victim)
             self._reserved[model_id] = need

@@ -10,9 +10,11 @@ import pytest
 
 from engine_fixtures import Recorder, make_engine, tiny_cards
 from sie_engine import ModelCard, WeightsSource
-from sie_engine.errors import ModelLoadFailed
+from sie_engine.errors import ModelLoadFailed, Overloaded
 
 TEXTS = ["the first text", "a second, longer text about eviction", "third"]
+# requests that keep a tiny model busy for longer than the gap between them
+HEAVY = TEXTS + [" ".join(["a longer document about model pools and eviction"] * 10)] * 40
 
 
 @pytest.fixture(scope="module")
@@ -149,4 +151,41 @@ def test_host_cache_swaps_evicted_models_back_without_reloading(cards, expected)
         assert builds == ["tiny/a", "tiny/b"], "swap-ins must come from the host cache"
         assert len(recorder.evictions) == 4 and len(engine.pool.loaded_ids()) == 1
     finally:
+        engine.close()
+
+
+async def test_a_load_is_not_starved_by_a_busy_model(cards, expected):
+    """A stream of requests keeps one model busy under a budget for one model; a request for
+    another model still gets its load and its answer (the busy model is evicted between two
+    of its batches, and reloaded afterwards)."""
+    recorder = Recorder()
+    engine = engine_holding(cards, 1.5, recorder)
+    stop = asyncio.Event()
+
+    sent = []
+
+    async def open_loop_stream():  # requests for a arrive whether or not earlier ones finished
+        while not stop.is_set() and len(sent) < 200:
+            sent.extend(asyncio.ensure_future(engine.encode("tiny/a", HEAVY)) for _ in range(4))
+            await asyncio.sleep(0.002)
+
+    try:
+        await engine.encode("tiny/a", TEXTS)
+        stream = asyncio.ensure_future(open_loop_stream())
+        await asyncio.sleep(0.3)
+        result = await asyncio.wait_for(engine.encode("tiny/b", TEXTS), timeout=3)
+        np.testing.assert_allclose(np.stack([i.dense for i in result.items]), expected["tiny/b"], atol=1e-5)
+        stop.set()
+        await stream
+        answers = await asyncio.gather(*sent, return_exceptions=True)
+        # the stream outruns the model: some of it is refused (429), the rest is answered right
+        assert all(isinstance(a, Overloaded) for a in answers if isinstance(a, Exception))
+        served = [a for a in answers if not isinstance(a, Exception)]
+        assert served
+        for answer in served:
+            np.testing.assert_allclose(np.stack([i.dense for i in answer.items])[:3], expected["tiny/a"], atol=1e-5)
+        final = await asyncio.wait_for(engine.encode("tiny/a", TEXTS), timeout=20)
+        np.testing.assert_allclose(np.stack([i.dense for i in final.items]), expected["tiny/a"], atol=1e-5)
+    finally:
+        stop.set()
         engine.close()
