@@ -84,13 +84,13 @@ class STSystem:
 
         self.model = SentenceTransformer(str(MINILM_DIR), device="cpu")
         self.model.max_seq_length = MAX_LEN
-        self._computed = None
+        self._computed: dict[int, int] = {}  # tokens computed, by corpus size
 
     def run(self, texts):
         vectors = self.model.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
-        if self._computed is None:
-            self._computed = st_computed_tokens(texts, self.model.tokenizer)
-        return vectors, self._computed
+        if len(texts) not in self._computed:
+            self._computed[len(texts)] = st_computed_tokens(texts, self.model.tokenizer)
+        return vectors, self._computed[len(texts)]
 
     def close(self):
         pass

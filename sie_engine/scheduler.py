@@ -294,7 +294,7 @@ class Scheduler:
 
     async def _run_one_batch(self, queue: _Queue) -> None:
         runner = self.pool.resident(queue.model_id)
-        items = self._take_batch(queue, runner.card.max_batch_tokens)
+        items = self._take_batch(queue, runner.batch_tokens or runner.card.max_batch_tokens)
         self.events.queue_changed(queue.model_id, *self.queued(queue.model_id))
         if not items:  # everything left belonged to finished requests
             return
