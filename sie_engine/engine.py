@@ -139,7 +139,7 @@ class _Tokenizers:
             positions -= int(config.get("pad_token_id", 1)) + 1
         if positions:
             max_len = min(max_len, positions)
-        return TextTokenizer(root, max_len)
+        return TextTokenizer(root, max_len, trust_remote_code=card.trust_remote_code)
 
 
 class Engine:

@@ -228,7 +228,8 @@ def build_runner(card: ModelCard, root: Path, device: torch.device,
     if card.dtype == "int8":
         backbone = quantize_linear_int8(backbone)
     if tokenizer is None:
-        tokenizer = TextTokenizer(root, max_length=min(card.max_seq_len, getattr(typed_config, "max_seq_len", card.max_seq_len)))
+        tokenizer = TextTokenizer(root, max_length=min(card.max_seq_len, getattr(typed_config, "max_seq_len", card.max_seq_len)),
+                                  trust_remote_code=card.trust_remote_code)
     runner = ModelRunner(
         card=card, root=root, family=family, config=typed_config, backbone=backbone, tokenizer=tokenizer,
         device=device, dtype=dtype, backend=backend,

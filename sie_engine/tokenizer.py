@@ -28,7 +28,9 @@ class Tokenized:
 
 
 class TextTokenizer:
-    def __init__(self, root: Path, max_length: int):
+    def __init__(self, root: Path, max_length: int, trust_remote_code: bool = False):
+        """`trust_remote_code`: let a checkpoint's own tokenizer code run; only a card that
+        opts in sets it (SIE's forward passes never run checkpoint code)."""
         from transformers import AutoTokenizer
 
         gliner = (Path(root) / "gliner_config.json").is_file()
@@ -37,7 +39,7 @@ class TextTokenizer:
             from .heads.gliner_checkpoint import tokenizer_source  # GLiNER saves may lack a tokenizer
 
             source, extra_tokens = tokenizer_source(Path(root))
-        hf = AutoTokenizer.from_pretrained(str(source), use_fast=True)
+        hf = AutoTokenizer.from_pretrained(str(source), use_fast=True, trust_remote_code=trust_remote_code)
         if gliner:  # as GLiNER loads its tokenizer: bos/eos on where the tokenizer has them, then its prompt tokens
             for flag, token_id in (("add_bos_token", hf.bos_token_id), ("add_eos_token", hf.eos_token_id)):
                 if hasattr(hf, flag) and token_id is not None:

@@ -166,10 +166,9 @@ def test_model_ids_resolve_only_to_the_catalog(server, http, roots):
     assert "load of" not in server.log_text()  # nothing was ever tried
 
 
-def test_checkpoint_code_never_runs(tmp_path):
-    """A directory shipping custom code (auto_map in its configs) is served by SIE's own
-    forward pass and tokenizer loading; the shipped module is never imported."""
-    from sie_engine import Catalog, Engine, ModelCard, WeightsSource
+def _remote_code_model(tmp_path):
+    """A tiny model directory whose configs point at a shipped custom_code.py that leaves a
+    marker file when imported; returns (root, marker)."""
     from tiny_models import make_tiny_bert
 
     root = make_tiny_bert(tmp_path / "remote", seed=2)
@@ -184,15 +183,25 @@ def test_checkpoint_code_never_runs(tmp_path):
         if name == "tokenizer_config.json":
             config["tokenizer_class"] = "CustomTokenizer"
         (root / name).write_text(json.dumps(config))
-    card = ModelCard(id="remote", weights=WeightsSource(path=str(root)), max_seq_len=64)
-    assert card.trust_remote_code is False
+    return root, marker
+
+
+@pytest.mark.parametrize("opted_in", [False, True])
+def test_checkpoint_code_runs_only_when_the_card_opts_in(tmp_path, opted_in):
+    """A directory shipping custom code (auto_map in its configs) is served by SIE's own
+    forward pass; its tokenizer code is imported only for a card with trust_remote_code."""
+    from sie_engine import Catalog, Engine, ModelCard, WeightsSource
+
+    root, marker = _remote_code_model(tmp_path)
+    card = ModelCard(id="remote", weights=WeightsSource(path=str(root)), max_seq_len=64,
+                     trust_remote_code=opted_in)
     engine = Engine(Catalog([card]), device="cpu")
     try:
         vector = engine.encode_sync("remote", ["hello"]).items[0].dense
         assert np.isfinite(vector).all()
     finally:
         engine.close()
-    assert not marker.exists()
+    assert marker.exists() is opted_in
 
 
 def test_keys_never_reach_the_log_but_request_ids_do(server, http):
