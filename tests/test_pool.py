@@ -28,6 +28,19 @@ def cards(tmp_path_factory):
     return cards + [missing, odd]
 
 
+def record_builds(engine) -> list[str]:
+    """The ids of the models the pool builds from their checkpoints, in order."""
+    builds = []
+    original = engine.pool._builder
+
+    def counting_builder(*args):
+        builds.append(args[0].id)
+        return original(*args)
+
+    engine.pool._builder = counting_builder
+    return builds
+
+
 def model_need(engine, model_id) -> int:
     return engine.pool._plan(engine.card(model_id))[1]
 
@@ -42,11 +55,12 @@ def expected(cards):
         engine.close()
 
 
-def engine_holding(cards, models: float, recorder):
+def engine_holding(cards, models: float, recorder, **options):
+    """An engine whose memory budget holds `models` tiny models."""
     probe = make_engine(cards, Recorder())
     need = model_need(probe, "tiny/a")
     probe.close()
-    return make_engine(cards, recorder, memory_budget=int(need * models))
+    return make_engine(cards, recorder, memory_budget=int(need * models), **options)
 
 
 def test_lru_is_refreshed_by_use_not_load_order(cards, expected):
@@ -82,14 +96,7 @@ async def test_budget_for_one_model_serves_interleaved_requests_without_loss(car
 async def test_concurrent_first_requests_share_one_load(cards, expected):
     recorder = Recorder()
     engine = make_engine(cards, recorder)
-    builds = []
-    original = engine.pool._builder
-
-    def counting_builder(*args):
-        builds.append(args[0].id)
-        return original(*args)
-
-    engine.pool._builder = counting_builder
+    builds = record_builds(engine)
     try:
         results = await asyncio.gather(*(engine.encode("tiny/b", TEXTS) for _ in range(10)),
                                        *(engine.load("tiny/b") for _ in range(3)))
@@ -132,18 +139,8 @@ def test_model_larger_than_the_budget_fails_clearly(cards):
 
 def test_host_cache_swaps_evicted_models_back_without_reloading(cards, expected):
     recorder = Recorder()
-    probe = make_engine(cards, Recorder())
-    need = model_need(probe, "tiny/a")
-    probe.close()
-    engine = make_engine(cards, recorder, memory_budget=int(need * 1.5), host_cache=10 * 2**20)
-    builds = []
-    original = engine.pool._builder
-
-    def counting_builder(*args):
-        builds.append(args[0].id)
-        return original(*args)
-
-    engine.pool._builder = counting_builder
+    engine = engine_holding(cards, 1.5, recorder, host_cache=10 * 2**20)
+    builds = record_builds(engine)
     try:
         for model in ["tiny/a", "tiny/b", "tiny/a", "tiny/b", "tiny/a"]:
             result = engine.encode_sync(model, TEXTS)
