@@ -62,8 +62,8 @@ def quantize_linear_int8(module: torch.nn.Module) -> torch.nn.Module:
 
     Layers named in the backbone's `int8_sensitive` stay float32: the projections fed by
     wide-range activations (BERT's attention and MLP output projections) lose the most
-    under per-tensor activation scales (all-MiniLM-L6-v2: min cosine 0.90 with every layer
-    quantised, 0.98 with those kept, measured 2026-11-29)."""
+    under per-tensor activation scales (all-MiniLM-L6-v2 on 200 dev documents: min cosine
+    0.90 with every layer quantised, 0.98 with those kept; 0.963 over 2,000; 2026-11-29)."""
     import warnings
 
     from torch.ao.quantization import per_channel_dynamic_qconfig
