@@ -144,34 +144,6 @@ class _EmbeddedBase:
         return model_answer(self.engine.model_info(model))
 
 
-class EmbeddedTransport(_EmbeddedBase):
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        route, model = _route(method, path)
-        engine = self.engine
-        body = body or {}
-        try:
-            if route == "models":
-                return self._models(model)
-            if route == "encode":
-                options = {k: body[k] for k in ENCODE_OPTIONS if k in body}
-                return encode_answer(engine.encode_sync(model, body.get("items"), timeout=self._timeout, **options))
-            if route == "score":
-                return score_answer(engine.score_sync(model, body.get("query"), body.get("items"),
-                                                      top_k=body.get("top_k"), timeout=self._timeout))
-            return extract_answer(engine.extract_sync(model, body.get("items"), body.get("labels"),
-                                                      threshold=body.get("threshold", 0.5), flat=body.get("flat", True),
-                                                      timeout=self._timeout))
-        except SIEError:
-            raise
-        except Exception as exc:
-            if hasattr(exc, "code"):
-                raise _error(exc) from exc
-            raise
-
-    def close(self) -> None:
-        pass  # the engine is shared by the process; it lives as long as the process does
-
-
 class AsyncEmbeddedTransport(_EmbeddedBase):
     async def request(self, method: str, path: str, body: Any = None) -> Any:
         route, model = _route(method, path)
@@ -198,3 +170,16 @@ class AsyncEmbeddedTransport(_EmbeddedBase):
 
     async def close(self) -> None:
         pass
+
+
+class EmbeddedTransport(_EmbeddedBase):
+    """The async transport's request, run to completion on the engine's own event loop."""
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        import asyncio
+
+        coro = AsyncEmbeddedTransport.request(self, method, path, body)
+        return asyncio.run_coroutine_threadsafe(coro, self.engine.loop).result()
+
+    def close(self) -> None:
+        pass  # the engine is shared by the process; it lives as long as the process does
