@@ -69,6 +69,6 @@ def pack(
         input_ids=flat.to(device, non_blocking=True),
         positions=positions.to(device, non_blocking=True),
         token_type_ids=types,
-        attn=backend.prepare(seq_lens, device, key_lens) if key_lens is not None else backend.prepare(seq_lens, device),
+        attn=backend.prepare(seq_lens, device, key_lens),
         seq_lens=seq_lens,
     )
