@@ -38,6 +38,7 @@ class Resident:
     runner: ModelRunner
     nbytes: int
     last_used: float
+    fresh: bool = True  # loaded, and no batch has run on it yet
 
 
 @dataclass
@@ -141,6 +142,7 @@ class ModelPool:
         entry = self._resident.get(model_id)
         if entry is not None:
             entry.last_used = time.monotonic()
+            entry.fresh = False
             self._resident.move_to_end(model_id)
 
     @contextlib.contextmanager
@@ -160,7 +162,15 @@ class ModelPool:
                     victim = self._victim()
                     if victim is not None:
                         self.evict(victim)
-                asyncio.get_running_loop().create_task(self._notify_room())
+                self.wake_room_waiters()
+
+    def wake_room_waiters(self) -> None:
+        """Loads waiting for room look again. Called when room may have appeared: a batch
+        ended, a load ended (its reservation is gone; its model may be a candidate), a model
+        was evicted, or the dispatcher went idle (a model loaded for work that then went
+        away, its clients gone, is idle now: no batch end will ever free it)."""
+        if self._room_waiters:
+            asyncio.get_running_loop().create_task(self._notify_room())
 
     async def _notify_room(self) -> None:
         async with self._room:
@@ -204,6 +214,7 @@ class ModelPool:
                     runner = await loop.run_in_executor(self._executor, self._builder, card, root, self.device)
             finally:
                 self._reserved.pop(card.id, None)
+                self.wake_room_waiters()
         except Exception as exc:  # every failure is reported per model, never raised past it
             raise self.record_failure(card.id, exc) from exc
         self._failures.pop(card.id, None)
@@ -251,8 +262,11 @@ class ModelPool:
             self._reserved[model_id] = need
 
     def _victim(self) -> str | None:
-        """Least recently used unpinned model, preferring models with no queued work."""
-        candidates = [m for m in self._resident if m not in self._pins]
+        """Least recently used unpinned model, preferring models with no queued work. A model
+        loaded for queued work is not a candidate until a batch has run on it: two loads
+        waiting for room would otherwise evict each other's fresh model forever."""
+        candidates = [m for m, entry in self._resident.items()
+                      if m not in self._pins and not (entry.fresh and self._has_work(m))]
         idle = [m for m in candidates if not self._has_work(m)]
         pick = idle or candidates
         return pick[0] if pick else None  # _resident is in LRU order
@@ -267,6 +281,7 @@ class ModelPool:
             torch.cuda.empty_cache()
         self.events.evicted(model_id)
         log.info("evicted %s", model_id)
+        self.wake_room_waiters()
 
 
 def _classify(exc: BaseException) -> ModelLoadFailed:

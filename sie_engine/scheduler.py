@@ -206,6 +206,7 @@ class Scheduler:
             try:
                 queue = self._next_queue()
                 if queue is None:
+                    self.pool.wake_room_waiters()  # no batch will end soon to make room
                     self._wake.clear()
                     await self._wake.wait()
                     continue
