@@ -38,6 +38,16 @@ class ServerProcess:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def log_containing(self, *needles: str, timeout: float = 10.0) -> str:
+        """The log once every needle is in it (or after `timeout`): the access log line of a
+        request is written after its answer is sent, so a client can see the answer first."""
+        stop = time.monotonic() + timeout
+        while True:
+            text = self.log_text()
+            if all(n in text for n in needles) or time.monotonic() > stop:
+                return text
+            time.sleep(0.05)
+
     def signal(self, sig: int = signal.SIGTERM) -> None:
         if self.process.poll() is None:
             self.process.send_signal(sig)

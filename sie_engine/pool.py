@@ -7,7 +7,8 @@ RAM budget on CPU). "Used" is refreshed by every batch (`touch`), not only by
 loads. A model pinned by a running batch is never evicted; a model with queued
 but not running work is evicted only when no idle model can make room, and its
 queue simply waits for a reload (the scheduler re-loads it when its turn
-comes), so no queued work is lost. Concurrent loads of one model share one load.
+comes), so no queued work is lost. A model loaded for queued work is not evicted before a
+batch has run on it. Concurrent loads of one model share one load.
 A failed load is remembered with its reason and retried after a cool-down.
 """
 

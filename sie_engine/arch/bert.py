@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import AttentionBackend, AttentionMetadata, default_scale
-from .layers import activation
+from .layers import activation, residual_linear_
 from .weights import WeightSpec
 
 
@@ -106,15 +106,14 @@ class BertAttention(nn.Module):
         qkv = self.qkv(x).view(T, 3, self.num_heads, self.head_dim)  # [T, 3, heads, head_dim]
         q, k, v = qkv.unbind(1)
         context = self.backend(q, k, v, attn, scale=self.scale).reshape(T, H)
-        out = self.output.dense(context)
-        return self.output.LayerNorm(out + x)
+        return self.output.LayerNorm(residual_linear_(x, self.output.dense, context))
 
 
 class BertIntermediate(nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, act: str):
         super().__init__()
         self.dense = nn.Linear(hidden_size, intermediate_size)
-        self.act = activation(act)
+        self.act = activation(act, inplace=True)
 
 
 class BertOutput(nn.Module):
@@ -133,9 +132,10 @@ class BertLayer(nn.Module):
         self.output = BertOutput(config.intermediate_size, config.hidden_size, eps)
 
     def forward(self, x: torch.Tensor, attn: AttentionMetadata) -> torch.Tensor:
+        # both sublayers overwrite their input x in place (it is not used again)
         x = self.attention(x, attn)
         h = self.intermediate.act(self.intermediate.dense(x))
-        return self.output.LayerNorm(self.output.dense(h) + x)
+        return self.output.LayerNorm(residual_linear_(x, self.output.dense, h))
 
 
 class BertEncoder(nn.Module):
