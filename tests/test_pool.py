@@ -173,7 +173,7 @@ async def test_a_load_is_not_starved_by_a_busy_model(cards, expected):
         await engine.encode("tiny/a", TEXTS)
         stream = asyncio.ensure_future(open_loop_stream())
         await asyncio.sleep(0.3)
-        result = await asyncio.wait_for(engine.encode("tiny/b", TEXTS), timeout=3)
+        result = await asyncio.wait_for(engine.encode("tiny/b", TEXTS), timeout=10)
         np.testing.assert_allclose(np.stack([i.dense for i in result.items]), expected["tiny/b"], atol=1e-5)
         stop.set()
         await stream
