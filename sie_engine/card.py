@@ -208,14 +208,27 @@ def read_sentence_transformers_layout(root: Path) -> dict[str, Any] | None:
     return found
 
 
+# sentence-transformers' pooling modes SIE runs, by the name its 6.x config stores
+_ST_POOLING = {"cls": "cls", "mean": "mean", "lasttoken": "last"}
+
+
 def _pooling_from_st(config: Mapping[str, Any]) -> str:
-    if config.get("pooling_mode_cls_token"):
-        return "cls"
-    if config.get("pooling_mode_lasttoken"):
-        return "last"
-    if config.get("pooling_mode_mean_tokens"):
-        return "mean"
-    raise ValueError(f"unsupported sentence-transformers pooling config {dict(config)}")
+    """The pooling of a `1_Pooling/config.json`: sentence-transformers 6 stores `pooling_mode`
+    (a name, or a list for concatenated modes); earlier releases one boolean per mode."""
+    mode = config.get("pooling_mode")
+    if isinstance(mode, list) and len(mode) == 1:
+        mode = mode[0]
+    if isinstance(mode, str) and mode in _ST_POOLING:
+        return _ST_POOLING[mode]
+    if mode is None:
+        if config.get("pooling_mode_cls_token"):
+            return "cls"
+        if config.get("pooling_mode_lasttoken"):
+            return "last"
+        if config.get("pooling_mode_mean_tokens"):
+            return "mean"
+    raise ValueError(f"unsupported sentence-transformers pooling config {dict(config)} "
+                     f"(SIE pools by {', '.join(sorted(_ST_POOLING))})")
 
 
 class Catalog:

@@ -180,16 +180,22 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
         return self
 
-    def dense_head(self) -> Callable:
-        """Pooling (card's mode) as a dense output head; normalisation and Matryoshka
+    def dense_head(self) -> tuple[Callable, int]:
+        """Pooling (card's mode), then sentence-transformers' Dense modules where the model
+        has them, as a dense output head, and its dimension. Normalisation and Matryoshka
         truncation are per-request post-processing."""
         mode = self.card.pooling
+        projection = pooled_dense_stack(self.root, self.device, self.dtype)
 
         def dense(hidden: torch.Tensor, batch: PackedBatch) -> np.ndarray:
             seq_index = batch.seq_index() if mode == "mean" else None
-            return pool(mode, hidden, batch.cu_seqlens, seq_index).float().cpu().numpy()
+            pooled = pool(mode, hidden, batch.cu_seqlens, seq_index)
+            if projection is not None:
+                pooled = projection(pooled.to(self.dtype))
+            return pooled.float().cpu().numpy()
 
-        return dense
+        dims = projection[-1].projection.out_features if projection is not None else self.config.hidden_size
+        return dense, dims
 
 
 def _referenced(fn) -> list:
@@ -238,8 +244,7 @@ def build_runner(card: ModelCard, root: Path, device: torch.device,
     )
     for output in card.outputs:
         if output == "dense":
-            runner.output_heads["dense"] = runner.dense_head()
-            runner.dims["dense"] = typed_config.hidden_size
+            runner.output_heads["dense"], runner.dims["dense"] = runner.dense_head()
         elif output in HEAD_BUILDERS:
             HEAD_BUILDERS[output](runner, tensors, report.prefix)
         else:
@@ -250,5 +255,6 @@ def build_runner(card: ModelCard, root: Path, device: torch.device,
 # Imported last: head modules import HEAD_BUILDERS, ModelRunner and WorkItem from this module.
 from . import heads as _heads  # noqa: E402,F401  (importing the heads registers their builders)
 from .heads.pooling import pool  # noqa: E402
+from .heads.st_dense import pooled_dense_stack  # noqa: E402
 
 __all__ = ["ModelRunner", "WorkItem", "build_runner", "resolve_dtype", "HEAD_BUILDERS", "WeightLoadError"]

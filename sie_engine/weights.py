@@ -22,7 +22,7 @@ GLINER_CONFIG = "gliner_config.json"
 # Files a model needs; the hub download asks only for these.
 HUB_PATTERNS = [
     "*.json", "*.safetensors", "*.txt", "*.model", "tokenizer*", "*/config.json", "*/*.safetensors",
-    "1_Pooling/*", "2_Dense/*", "3_Dense/*", "sparse_linear.pt", "colbert_linear.pt",
+    "1_Pooling/*", "*_Dense*/*", "sparse_linear.pt", "colbert_linear.pt",
 ]
 
 

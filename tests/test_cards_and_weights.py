@@ -57,6 +57,25 @@ def test_local_directory_without_card_reads_sentence_transformers_files(tmp_path
     assert (card.pooling, card.normalize, card.outputs) == ("mean", True, ("dense",))
 
 
+@pytest.mark.parametrize("config, pooling", [
+    ({"pooling_mode_mean_tokens": True}, "mean"),  # sentence-transformers before 6
+    ({"pooling_mode_lasttoken": True, "pooling_mode_mean_tokens": False}, "last"),
+    ({"embedding_dimension": 32, "pooling_mode": "cls", "include_prompt": True}, "cls"),  # 6.x
+    ({"embedding_dimension": 32, "pooling_mode": ["lasttoken"]}, "last"),
+    ({"embedding_dimension": 32, "pooling_mode": "max"}, None),
+    ({"embedding_dimension": 32, "pooling_mode": ["cls", "mean"]}, None),
+])
+def test_pooling_configs_of_both_sentence_transformers_formats(tmp_path, config, pooling):
+    root = tmp_path / "model"
+    shutil.copytree(MINILM_DIR, root)
+    (root / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    if pooling is None:
+        with pytest.raises(ValueError, match="unsupported sentence-transformers pooling"):
+            card_from_local_dir("m", root)
+    else:
+        assert card_from_local_dir("m", root).pooling == pooling
+
+
 def test_hub_weights_resolve_offline_from_a_hand_laid_cache(tmp_path, monkeypatch):
     """A hub id resolves through huggingface_hub's cache layout with HF_HUB_OFFLINE=1."""
     cache = tmp_path / "hub"

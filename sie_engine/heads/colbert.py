@@ -40,6 +40,7 @@ from ..batch import PackedBatch
 from ..card import ModelCard
 from ..runner import HEAD_BUILDERS, ModelRunner, WorkItem
 from .common import head_options, linear, module_bytes, optional, tensor
+from .st_dense import load_module_weights
 
 KINDS = ("colbert", "bge-m3")
 SCORES = ("sum", "mean")
@@ -144,12 +145,8 @@ def _projection(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], kind: 
 
 def _st_dense(root: Path) -> dict[str, torch.Tensor] | None:
     for folder in sorted(root.glob("1_Dense*")):
-        if (folder / "model.safetensors").is_file():
-            from safetensors.torch import load_file
-
-            return load_file(str(folder / "model.safetensors"))
-        if (folder / "pytorch_model.bin").is_file():
-            return _load_torch_file(folder / "pytorch_model.bin")
+        if (folder / "model.safetensors").is_file() or (folder / "pytorch_model.bin").is_file():
+            return load_module_weights(folder)
     return None
 
 

@@ -1,0 +1,62 @@
+"""sentence-transformers models with Dense modules after pooling (LaBSE, stella, sentence-t5
+layouts) encode through SIE like sentence-transformers itself: a tiny BERT saved by
+sentence-transformers with pooling, two Dense modules (tanh; identity with a residual) and
+Normalize, compared with SentenceTransformer.encode on the same directory (float32,
+within 1e-5); the served dimension is the last Dense's. A module SIE does not apply after
+pooling fails the load with its name instead of serving other vectors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sie_engine import Catalog, Engine, card_from_local_dir
+from sie_engine.errors import ModelLoadFailed
+from tiny_models import make_tiny_bert
+
+TEXTS = ["a short query", "a longer document about packages, pooling and projections " * 3, "x"]
+
+
+def _st_model(tmp_path, residual: bool):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
+
+    backbone = Transformer(str(make_tiny_bert(tmp_path / "backbone", seed=5)))
+    hidden = backbone.get_embedding_dimension()
+    torch.manual_seed(6)
+    modules = [backbone, Pooling(hidden, pooling_mode="mean"), Dense(hidden, 24)]  # tanh, the default
+    if residual:
+        modules.append(Dense(24, 16, activation_function=torch.nn.Identity(), use_residual=True))
+    modules.append(Normalize())
+    model = SentenceTransformer(modules=modules, device="cpu")
+    model.save(str(tmp_path / "st"))
+    return model, tmp_path / "st"
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_dense_modules_after_pooling_match_sentence_transformers(tmp_path, residual):
+    reference, root = _st_model(tmp_path, residual)
+    expected = reference.encode(TEXTS, convert_to_numpy=True)
+    card = card_from_local_dir("local/st-dense", root)
+    with Engine(Catalog([card]), device="cpu") as engine:
+        result = engine.encode_sync("local/st-dense", TEXTS)
+        info = engine.model_info("local/st-dense")
+    got = np.stack([item.dense for item in result.items])
+    assert got.shape == expected.shape == (len(TEXTS), 16 if residual else 24)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert info.dims["dense"] == got.shape[1]
+
+
+def test_an_unknown_module_after_pooling_fails_the_load_naming_it(tmp_path):
+    _, root = _st_model(tmp_path, residual=False)
+    modules = json.loads((root / "modules.json").read_text())
+    modules.insert(2, {"idx": 9, "name": "9", "path": "9_LayerNorm", "type": "sentence_transformers.models.LayerNorm"})
+    (root / "modules.json").write_text(json.dumps(modules))
+    card = card_from_local_dir("local/st-odd", root)
+    with Engine(Catalog([card]), device="cpu") as engine:
+        with pytest.raises(ModelLoadFailed) as failure:
+            engine.encode_sync("local/st-odd", TEXTS)
+    assert "LayerNorm" in failure.value.message and "after pooling" in failure.value.message
