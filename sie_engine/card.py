@@ -143,7 +143,8 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
     The family comes from config.json `architectures` at load time; pooling and
     normalisation from sentence-transformers' `modules.json` and
     `1_Pooling/config.json` where present, otherwise the family's usual default
-    (mean pooling, normalised, for encoders).
+    (mean pooling, normalised, for encoders); query and document prompts from
+    `config_sentence_transformers.json`.
     """
     root = Path(path).expanduser().resolve()
     if (root / "gliner_config.json").is_file():  # a GLiNER checkpoint (no config.json): extraction only
@@ -173,12 +174,15 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
         pooling = st.get("pooling", pooling)
         normalize = st.get("normalize", False)
         max_seq_len = st.get("max_seq_length", max_seq_len)
+    query_prompt, document_prompt = read_sentence_transformers_prompts(root)
     return ModelCard(
         id=name,
         weights=WeightsSource(path=str(root)),
         outputs=outputs,
         pooling=pooling,
         normalize=normalize,
+        query_template=query_prompt + "{text}",
+        document_template=document_prompt + "{text}",
         max_seq_len=min(max_seq_len, 8192),
         max_batch_tokens=max(16384, min(max_seq_len, 8192)),
         description=f"local directory {root}",
@@ -210,6 +214,21 @@ def read_sentence_transformers_layout(root: Path) -> dict[str, Any] | None:
 
 # sentence-transformers' pooling modes SIE runs, by the name its 6.x config stores
 _ST_POOLING = {"cls": "cls", "mean": "mean", "lasttoken": "last"}
+
+
+def read_sentence_transformers_prompts(root: Path) -> tuple[str, str]:
+    """The (query, document) prompts of `config_sentence_transformers.json`, chosen as
+    sentence-transformers' `encode_query` / `encode_document` choose them: the prompt named
+    "query"; the first of "document", "passage", "corpus"; else the default prompt."""
+    path = root / "config_sentence_transformers.json"
+    if not path.is_file():
+        return "", ""
+    config = json.loads(path.read_text())
+    prompts = config.get("prompts") or {}
+    default = prompts.get(config.get("default_prompt_name") or "", "")
+    query = prompts.get("query", default)
+    document = next((prompts[n] for n in ("document", "passage", "corpus") if n in prompts), default)
+    return query, document
 
 
 def _pooling_from_st(config: Mapping[str, Any]) -> str:

@@ -76,6 +76,19 @@ def test_pooling_configs_of_both_sentence_transformers_formats(tmp_path, config,
         assert card_from_local_dir("m", root).pooling == pooling
 
 
+@pytest.mark.parametrize("config, prompts", [
+    ({"prompts": {"query": "q: ", "passage": "p: ", "corpus": "c: "}}, ("q: ", "p: ")),
+    ({"prompts": {"corpus": "c: "}}, ("", "c: ")),
+    ({"prompts": {"retrieval": "r: ", "query": "q: "}, "default_prompt_name": "retrieval"}, ("q: ", "r: ")),
+    ({"prompts": {}, "default_prompt_name": None}, ("", "")),
+])
+def test_prompts_are_chosen_as_sentence_transformers_chooses_them(tmp_path, config, prompts):
+    from sie_engine.card import read_sentence_transformers_prompts
+
+    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps(config))
+    assert read_sentence_transformers_prompts(tmp_path) == prompts
+
+
 def test_hub_weights_resolve_offline_from_a_hand_laid_cache(tmp_path, monkeypatch):
     """A hub id resolves through huggingface_hub's cache layout with HF_HUB_OFFLINE=1."""
     cache = tmp_path / "hub"

@@ -1,9 +1,12 @@
-"""sentence-transformers models with Dense modules after pooling (LaBSE, stella, sentence-t5
-layouts) encode through SIE like sentence-transformers itself: a tiny BERT saved by
-sentence-transformers with pooling, two Dense modules (tanh; identity with a residual) and
-Normalize, compared with SentenceTransformer.encode on the same directory (float32,
-within 1e-5); the served dimension is the last Dense's. A module SIE does not apply after
-pooling fails the load with its name instead of serving other vectors."""
+"""Directories saved by sentence-transformers (6.x) serve through SIE without a card exactly
+as sentence-transformers encodes them (float32, within 1e-5):
+
+- Dense modules after pooling (LaBSE, stella, sentence-t5 layouts): a tiny BERT with
+  pooling, two Dense modules (tanh; identity with a residual) and Normalize; the served
+  dimension is the last Dense's. A module SIE does not apply after pooling fails the load
+  with its name instead of serving other vectors.
+- Query and document prompts (`config_sentence_transformers.json`): `is_query` matches
+  `encode_query`, documents match `encode_document`."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from tiny_models import make_tiny_bert
 TEXTS = ["a short query", "a longer document about packages, pooling and projections " * 3, "x"]
 
 
-def _st_model(tmp_path, residual: bool):
+def _st_model(tmp_path, residual: bool, prompts: dict | None = None):
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
 
@@ -31,7 +34,7 @@ def _st_model(tmp_path, residual: bool):
     if residual:
         modules.append(Dense(24, 16, activation_function=torch.nn.Identity(), use_residual=True))
     modules.append(Normalize())
-    model = SentenceTransformer(modules=modules, device="cpu")
+    model = SentenceTransformer(modules=modules, device="cpu", prompts=prompts)
     model.save(str(tmp_path / "st"))
     return model, tmp_path / "st"
 
@@ -60,3 +63,16 @@ def test_an_unknown_module_after_pooling_fails_the_load_naming_it(tmp_path):
         with pytest.raises(ModelLoadFailed) as failure:
             engine.encode_sync("local/st-odd", TEXTS)
     assert "LayerNorm" in failure.value.message and "after pooling" in failure.value.message
+
+
+def test_prompts_of_the_saved_model_apply_to_queries_and_documents(tmp_path):
+    reference, root = _st_model(tmp_path, residual=False, prompts={"query": "query: ", "document": "passage: "})
+    card = card_from_local_dir("local/st-prompts", root)
+    assert (card.query_template, card.document_template) == ("query: {text}", "passage: {text}")
+    with Engine(Catalog([card]), device="cpu") as engine:
+        queries = engine.encode_sync("local/st-prompts", TEXTS, is_query=True)
+        documents = engine.encode_sync("local/st-prompts", TEXTS)
+    np.testing.assert_allclose(np.stack([i.dense for i in queries.items]), reference.encode_query(TEXTS), atol=1e-5)
+    np.testing.assert_allclose(np.stack([i.dense for i in documents.items]), reference.encode_document(TEXTS),
+                               atol=1e-5)
+    assert queries.tokens == documents.tokens  # "query: " and "passage: " are both 2 tokens here
