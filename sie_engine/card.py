@@ -20,7 +20,7 @@ from .errors import InvalidRequest
 
 ENCODE_OUTPUTS = ("dense", "sparse", "multivector")
 ALL_OUTPUTS = ENCODE_OUTPUTS + ("score", "extract")
-POOLINGS = ("cls", "mean", "last", "none")
+POOLINGS = ("cls", "mean", "last", "max", "weightedmean", "mean_sqrt_len", "none")
 # Compute precision. "int8": float32 weights with dynamically quantised linear layers (CPU only).
 DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
 
@@ -58,6 +58,8 @@ class ModelCard:
     family: str | None = None
     # What the model offers: dense / sparse / multivector (encode), score, extract.
     outputs: tuple[str, ...] = ("dense",)
+    # cls | mean | last | max | weightedmean | mean_sqrt_len (sentence-transformers' modes),
+    # none for models without a pooled output
     pooling: str = "mean"
     normalize: bool = True
     max_seq_len: int = 512
@@ -213,7 +215,8 @@ def read_sentence_transformers_layout(root: Path) -> dict[str, Any] | None:
 
 
 # sentence-transformers' pooling modes SIE runs, by the name its 6.x config stores
-_ST_POOLING = {"cls": "cls", "mean": "mean", "lasttoken": "last"}
+_ST_POOLING = {"cls": "cls", "mean": "mean", "lasttoken": "last", "max": "max", "weightedmean": "weightedmean",
+               "mean_sqrt_len_tokens": "mean_sqrt_len"}
 
 
 def read_sentence_transformers_prompts(root: Path) -> tuple[str, str]:
@@ -230,6 +233,12 @@ def read_sentence_transformers_prompts(root: Path) -> tuple[str, str]:
     document = next((prompts[n] for n in ("document", "passage", "corpus") if n in prompts), default)
     return query, document
 
+_ST_LEGACY_POOLING = {
+    "pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_lasttoken": "last",
+    "pooling_mode_max_tokens": "max", "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+}
+
 
 def _pooling_from_st(config: Mapping[str, Any]) -> str:
     """The pooling of a `1_Pooling/config.json`: sentence-transformers 6 stores `pooling_mode`
@@ -239,13 +248,10 @@ def _pooling_from_st(config: Mapping[str, Any]) -> str:
         mode = mode[0]
     if isinstance(mode, str) and mode in _ST_POOLING:
         return _ST_POOLING[mode]
-    if mode is None:
-        if config.get("pooling_mode_cls_token"):
-            return "cls"
-        if config.get("pooling_mode_lasttoken"):
-            return "last"
-        if config.get("pooling_mode_mean_tokens"):
-            return "mean"
+    if mode is None:  # one boolean per mode; exactly one set
+        chosen = [name for key, name in _ST_LEGACY_POOLING.items() if config.get(key)]
+        if len(chosen) == 1:
+            return chosen[0]
     raise ValueError(f"unsupported sentence-transformers pooling config {dict(config)} "
                      f"(SIE pools by {', '.join(sorted(_ST_POOLING))})")
 

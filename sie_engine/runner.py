@@ -188,7 +188,7 @@ class ModelRunner:
         projection = pooled_dense_stack(self.root, self.device, self.dtype)
 
         def dense(hidden: torch.Tensor, batch: PackedBatch) -> np.ndarray:
-            seq_index = batch.seq_index() if mode == "mean" else None
+            seq_index = batch.seq_index() if mode in NEEDS_SEQ_INDEX else None
             pooled = pool(mode, hidden, batch.cu_seqlens, seq_index)
             if projection is not None:
                 pooled = projection(pooled.to(self.dtype))
@@ -254,7 +254,7 @@ def build_runner(card: ModelCard, root: Path, device: torch.device,
 
 # Imported last: head modules import HEAD_BUILDERS, ModelRunner and WorkItem from this module.
 from . import heads as _heads  # noqa: E402,F401  (importing the heads registers their builders)
-from .heads.pooling import pool  # noqa: E402
+from .heads.pooling import NEEDS_SEQ_INDEX, pool  # noqa: E402
 from .heads.st_dense import pooled_dense_stack  # noqa: E402
 
 __all__ = ["ModelRunner", "WorkItem", "build_runner", "resolve_dtype", "HEAD_BUILDERS", "WeightLoadError"]

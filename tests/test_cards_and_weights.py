@@ -62,8 +62,11 @@ def test_local_directory_without_card_reads_sentence_transformers_files(tmp_path
     ({"pooling_mode_lasttoken": True, "pooling_mode_mean_tokens": False}, "last"),
     ({"embedding_dimension": 32, "pooling_mode": "cls", "include_prompt": True}, "cls"),  # 6.x
     ({"embedding_dimension": 32, "pooling_mode": ["lasttoken"]}, "last"),
-    ({"embedding_dimension": 32, "pooling_mode": "max"}, None),
-    ({"embedding_dimension": 32, "pooling_mode": ["cls", "mean"]}, None),
+    ({"embedding_dimension": 32, "pooling_mode": "weightedmean"}, "weightedmean"),
+    ({"pooling_mode_max_tokens": True, "pooling_mode_mean_tokens": False}, "max"),
+    ({"embedding_dimension": 32, "pooling_mode": ["cls", "mean"]}, None),  # concatenated modes
+    ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": True}, None),
+    ({"embedding_dimension": 32, "pooling_mode": "median"}, None),
 ])
 def test_pooling_configs_of_both_sentence_transformers_formats(tmp_path, config, pooling):
     root = tmp_path / "model"

@@ -5,6 +5,8 @@ as sentence-transformers encodes them (float32, within 1e-5):
   pooling, two Dense modules (tanh; identity with a residual) and Normalize; the served
   dimension is the last Dense's. A module SIE does not apply after pooling fails the load
   with its name instead of serving other vectors.
+- Every pooling mode sentence-transformers offers but concatenations: cls, mean, lasttoken,
+  max, weightedmean, mean_sqrt_len_tokens.
 - Query and document prompts (`config_sentence_transformers.json`): `is_query` matches
   `encode_query`, documents match `encode_document`."""
 
@@ -23,14 +25,14 @@ from tiny_models import make_tiny_bert
 TEXTS = ["a short query", "a longer document about packages, pooling and projections " * 3, "x"]
 
 
-def _st_model(tmp_path, residual: bool, prompts: dict | None = None):
+def _st_model(tmp_path, residual: bool, prompts: dict | None = None, pooling: str = "mean"):
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
 
     backbone = Transformer(str(make_tiny_bert(tmp_path / "backbone", seed=5)))
     hidden = backbone.get_embedding_dimension()
     torch.manual_seed(6)
-    modules = [backbone, Pooling(hidden, pooling_mode="mean"), Dense(hidden, 24)]  # tanh, the default
+    modules = [backbone, Pooling(hidden, pooling_mode=pooling), Dense(hidden, 24)]  # tanh, the default
     if residual:
         modules.append(Dense(24, 16, activation_function=torch.nn.Identity(), use_residual=True))
     modules.append(Normalize())
@@ -76,3 +78,12 @@ def test_prompts_of_the_saved_model_apply_to_queries_and_documents(tmp_path):
     np.testing.assert_allclose(np.stack([i.dense for i in documents.items]), reference.encode_document(TEXTS),
                                atol=1e-5)
     assert queries.tokens == documents.tokens  # "query: " and "passage: " are both 2 tokens here
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean", "lasttoken", "max", "weightedmean", "mean_sqrt_len_tokens"])
+def test_pooling_modes_match_sentence_transformers(tmp_path, pooling):
+    reference, root = _st_model(tmp_path, residual=False, pooling=pooling)
+    card = card_from_local_dir("local/st-pooling", root)
+    with Engine(Catalog([card]), device="cpu") as engine:
+        got = np.stack([i.dense for i in engine.encode_sync("local/st-pooling", TEXTS).items])
+    np.testing.assert_allclose(got, reference.encode(TEXTS), atol=1e-5)

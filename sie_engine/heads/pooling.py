@@ -26,7 +26,31 @@ def mean_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.T
     return sums / lengths[:, None]
 
 
-POOLERS = {"cls": cls_pool, "last": last_token_pool, "mean": mean_pool}
+def mean_sqrt_len_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
+    """The sum over each sequence's tokens divided by the square root of its length."""
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.float32)
+    return mean_pool(hidden, cu_seqlens, seq_index) * lengths.sqrt()[:, None]
+
+
+def max_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
+    """Element-wise maximum over each sequence's tokens."""
+    out = torch.full((cu_seqlens.shape[0] - 1, hidden.shape[1]), float("-inf"), dtype=torch.float32, device=hidden.device)
+    return out.scatter_reduce_(0, seq_index[:, None].expand(-1, hidden.shape[1]), hidden.float(), "amax")
+
+
+def weighted_mean_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
+    """Mean weighted by position (1 for a sequence's first token, n for its n-th; SGPT)."""
+    weights = (torch.arange(hidden.shape[0], device=hidden.device) - cu_seqlens[seq_index] + 1).to(torch.float32)
+    sums = torch.zeros(cu_seqlens.shape[0] - 1, hidden.shape[1], dtype=torch.float32, device=hidden.device)
+    sums.index_add_(0, seq_index, hidden.float() * weights[:, None])
+    totals = torch.zeros(cu_seqlens.shape[0] - 1, dtype=torch.float32, device=hidden.device).index_add_(0, seq_index, weights)
+    return sums / totals[:, None]
+
+
+POOLERS = {"cls": cls_pool, "last": last_token_pool, "mean": mean_pool, "max": max_pool,
+           "weightedmean": weighted_mean_pool, "mean_sqrt_len": mean_sqrt_len_pool}
+# poolers that read every token (the others index one token per sequence)
+NEEDS_SEQ_INDEX = frozenset({"mean", "max", "weightedmean", "mean_sqrt_len"})
 
 
 def pool(mode: str, hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
