@@ -177,6 +177,9 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
         normalize = st.get("normalize", False)
         max_seq_len = st.get("max_seq_length", max_seq_len)
     query_prompt, document_prompt = read_sentence_transformers_prompts(root)
+    if (query_prompt or document_prompt) and st is not None and not st.get("include_prompt", True):
+        raise ValueError(f"{root} pools without its prompt tokens (include_prompt: false in its pooling config), "
+                         f"which SIE does not implement: its vectors would differ from sentence-transformers'")
     return ModelCard(
         id=name,
         weights=WeightsSource(path=str(root)),
@@ -205,18 +208,15 @@ def read_sentence_transformers_layout(root: Path) -> dict[str, Any] | None:
         elif kind.endswith("Pooling"):
             pooling_config = root / module.get("path", "1_Pooling") / "config.json"
             if pooling_config.is_file():
-                found["pooling"] = _pooling_from_st(json.loads(pooling_config.read_text()))
+                config = json.loads(pooling_config.read_text())
+                found["pooling"] = _pooling_from_st(config)
+                found["include_prompt"] = config.get("include_prompt", True)
     st_config = root / "sentence_bert_config.json"
     if st_config.is_file():
         max_len = json.loads(st_config.read_text()).get("max_seq_length")
         if max_len:
             found["max_seq_length"] = int(max_len)
     return found
-
-
-# sentence-transformers' pooling modes SIE runs, by the name its 6.x config stores
-_ST_POOLING = {"cls": "cls", "mean": "mean", "lasttoken": "last", "max": "max", "weightedmean": "weightedmean",
-               "mean_sqrt_len_tokens": "mean_sqrt_len"}
 
 
 def read_sentence_transformers_prompts(root: Path) -> tuple[str, str]:
@@ -233,6 +233,11 @@ def read_sentence_transformers_prompts(root: Path) -> tuple[str, str]:
     document = next((prompts[n] for n in ("document", "passage", "corpus") if n in prompts), default)
     return query, document
 
+
+# sentence-transformers' pooling modes SIE runs, by the name its 6.x config stores, and by
+# the boolean keys of earlier releases
+_ST_POOLING = {"cls": "cls", "mean": "mean", "lasttoken": "last", "max": "max", "weightedmean": "weightedmean",
+               "mean_sqrt_len_tokens": "mean_sqrt_len"}
 _ST_LEGACY_POOLING = {
     "pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_lasttoken": "last",
     "pooling_mode_max_tokens": "max", "pooling_mode_weightedmean_tokens": "weightedmean",

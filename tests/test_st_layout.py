@@ -87,3 +87,11 @@ def test_pooling_modes_match_sentence_transformers(tmp_path, pooling):
     with Engine(Catalog([card]), device="cpu") as engine:
         got = np.stack([i.dense for i in engine.encode_sync("local/st-pooling", TEXTS).items])
     np.testing.assert_allclose(got, reference.encode(TEXTS), atol=1e-5)
+
+
+def test_prompts_excluded_from_pooling_are_refused_rather_than_served_differently(tmp_path):
+    _, root = _st_model(tmp_path, residual=False, prompts={"query": "query: "})
+    pooling_config = next(root.glob("*_Pooling")) / "config.json"
+    pooling_config.write_text(json.dumps({**json.loads(pooling_config.read_text()), "include_prompt": False}))
+    with pytest.raises(ValueError, match="include_prompt"):
+        card_from_local_dir("local/st-no-prompt-pooling", root)
