@@ -72,7 +72,7 @@ def test_hidden_states_and_pooling_match_transformers(kind, tmp_path):
     for pooling, expected in [("mean", ref_mean), ("cls", ref_hidden[:, 0])]:
         runner.card = ModelCard(id="tiny", weights=runner.card.weights, pooling=pooling)
         items = [WorkItem(None, i, ids, outputs=frozenset({"dense"})) for i, ids in enumerate(tokenized.ids)]
-        runner.output_heads["dense"] = runner.dense_head()
+        runner.output_heads["dense"], _ = runner.dense_head()
         got = np.stack([r["dense"] for r in runner.run("encode", items)])
         np.testing.assert_allclose(got, expected.numpy(), atol=TOL, rtol=0)
 
