@@ -173,9 +173,12 @@ def _remote_code_model(tmp_path):
 
     root = make_tiny_bert(tmp_path / "remote", seed=2)
     marker = tmp_path / "code-ran"
+    # subclasses, not aliases: loading remote code marks its classes for auto-class saving, and
+    # marking transformers' own BertTokenizerFast would break every later save in the process
     (root / "custom_code.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
-                                         "from transformers import BertTokenizerFast as CustomTokenizer\n"
-                                         "from transformers import BertModel as CustomModel\n")
+                                         "from transformers import BertModel, BertTokenizerFast\n"
+                                         "class CustomTokenizer(BertTokenizerFast):\n    pass\n"
+                                         "class CustomModel(BertModel):\n    pass\n")
     for name, auto_map in (("tokenizer_config.json", {"AutoTokenizer": [None, "custom_code.CustomTokenizer"]}),
                            ("config.json", {"AutoModel": "custom_code.CustomModel"})):
         config = json.loads((root / name).read_text())
