@@ -156,14 +156,14 @@ class ModelPool:
             self._pins[model_id] -= 1
             if not self._pins[model_id]:
                 del self._pins[model_id]
-                if self._room_waiters:
-                    # A load is waiting for room: make it now, before the dispatcher can pin
-                    # this model again for its next batch (a busy model would otherwise keep
-                    # the room forever and starve the older request behind the load).
-                    victim = self._victim()
-                    if victim is not None:
-                        self.evict(victim)
-                self.wake_room_waiters()
+                # A load waiting for room gets it now, before the dispatcher can pin this model
+                # again for its next batch (a busy model would otherwise keep the room forever
+                # and starve the older request behind the load).
+                victim = self._victim() if self._room_waiters else None
+                if victim is not None:
+                    self.evict(victim)  # wakes the waiters
+                else:
+                    self.wake_room_waiters()
 
     def wake_room_waiters(self) -> None:
         """Loads waiting for room look again. Called when room may have appeared: a batch

@@ -11,40 +11,35 @@ def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x, approximate="tanh")
 
 
-ACTIVATIONS = {
-    "gelu": F.gelu,
-    "gelu_python": F.gelu,
-    "gelu_new": _gelu_tanh,
-    "gelu_pytorch_tanh": _gelu_tanh,
-    "gelu_fast": _gelu_tanh,
-    "relu": F.relu,
-    "silu": F.silu,
-    "swish": F.silu,
-}
-
-
 def _gelu_tanh_(x: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten.gelu_(x, approximate="tanh")
 
 
-# The same functions, overwriting their input: the MLP's `[T, intermediate]` activation is the
-# largest tensor of a layer, and on CPU a fresh one per layer costs an allocation and a pass
-# over cold memory.
-INPLACE_ACTIVATIONS = {
-    "gelu": torch.ops.aten.gelu_,
-    "gelu_python": torch.ops.aten.gelu_,
-    "gelu_new": _gelu_tanh_,
-    "gelu_pytorch_tanh": _gelu_tanh_,
-    "gelu_fast": _gelu_tanh_,
-    "relu": torch.relu_,
-    "silu": lambda x: F.silu(x, inplace=True),
-    "swish": lambda x: F.silu(x, inplace=True),
+def _silu_(x: torch.Tensor) -> torch.Tensor:
+    return F.silu(x, inplace=True)
+
+
+# name -> (function, the same function overwriting its input). The in-place form serves the
+# MLP's `[T, intermediate]` activation, the largest tensor of a layer: on CPU a fresh one per
+# layer costs an allocation and a pass over cold memory.
+_GELU = (F.gelu, torch.ops.aten.gelu_)
+_GELU_TANH = (_gelu_tanh, _gelu_tanh_)
+_SILU = (F.silu, _silu_)
+ACTIVATIONS = {
+    "gelu": _GELU,
+    "gelu_python": _GELU,
+    "gelu_new": _GELU_TANH,
+    "gelu_pytorch_tanh": _GELU_TANH,
+    "gelu_fast": _GELU_TANH,
+    "relu": (F.relu, torch.relu_),
+    "silu": _SILU,
+    "swish": _SILU,
 }
 
 
 def activation(name: str, inplace: bool = False):
     try:
-        return (INPLACE_ACTIVATIONS if inplace else ACTIVATIONS)[name]
+        return ACTIVATIONS[name][inplace]
     except KeyError:
         raise ValueError(f"hidden_act {name!r} is not supported (supported: {', '.join(sorted(ACTIVATIONS))})") from None
 

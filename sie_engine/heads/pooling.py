@@ -18,18 +18,24 @@ def last_token_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: t
     return hidden.index_select(0, cu_seqlens[1:].long() - 1)
 
 
+def _sums(values: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
+    """Per-sequence sums of `[T, ...]` values in float32. `seq_index` `[T]`: sequence of each token."""
+    sums = torch.zeros(cu_seqlens.shape[0] - 1, *values.shape[1:], dtype=torch.float32, device=values.device)
+    return sums.index_add_(0, seq_index, values.float())
+
+
+def _lengths(cu_seqlens: torch.Tensor) -> torch.Tensor:
+    return (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.float32)
+
+
 def mean_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
-    """Mean over each sequence's tokens, accumulated in float32. `seq_index` `[T]`: sequence of each token."""
-    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.float32)
-    sums = torch.zeros(lengths.shape[0], hidden.shape[1], dtype=torch.float32, device=hidden.device)
-    sums.index_add_(0, seq_index, hidden.float())
-    return sums / lengths[:, None]
+    """Mean over each sequence's tokens, accumulated in float32."""
+    return _sums(hidden, cu_seqlens, seq_index) / _lengths(cu_seqlens)[:, None]
 
 
 def mean_sqrt_len_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
     """The sum over each sequence's tokens divided by the square root of its length."""
-    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.float32)
-    return mean_pool(hidden, cu_seqlens, seq_index) * lengths.sqrt()[:, None]
+    return _sums(hidden, cu_seqlens, seq_index) / _lengths(cu_seqlens).sqrt()[:, None]
 
 
 def max_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
@@ -41,10 +47,7 @@ def max_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Te
 def weighted_mean_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
     """Mean weighted by position (1 for a sequence's first token, n for its n-th; SGPT)."""
     weights = (torch.arange(hidden.shape[0], device=hidden.device) - cu_seqlens[seq_index] + 1).to(torch.float32)
-    sums = torch.zeros(cu_seqlens.shape[0] - 1, hidden.shape[1], dtype=torch.float32, device=hidden.device)
-    sums.index_add_(0, seq_index, hidden.float() * weights[:, None])
-    totals = torch.zeros(cu_seqlens.shape[0] - 1, dtype=torch.float32, device=hidden.device).index_add_(0, seq_index, weights)
-    return sums / totals[:, None]
+    return _sums(hidden.float() * weights[:, None], cu_seqlens, seq_index) / _sums(weights, cu_seqlens, seq_index)[:, None]
 
 
 POOLERS = {"cls": cls_pool, "last": last_token_pool, "mean": mean_pool, "max": max_pool,
