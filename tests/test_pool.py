@@ -31,16 +31,21 @@ def cards(tmp_path_factory):
     return cards + [missing, odd]
 
 
+def before_each_build(engine, hook) -> None:
+    """Call `hook(card)` on the load thread before the pool builds a model from its checkpoint."""
+    original = engine.pool._builder
+
+    def hooked_builder(card, *args):
+        hook(card)
+        return original(card, *args)
+
+    engine.pool._builder = hooked_builder
+
+
 def record_builds(engine) -> list[str]:
     """The ids of the models the pool builds from their checkpoints, in order."""
     builds = []
-    original = engine.pool._builder
-
-    def counting_builder(*args):
-        builds.append(args[0].id)
-        return original(*args)
-
-    engine.pool._builder = counting_builder
+    before_each_build(engine, lambda card: builds.append(card.id))
     return builds
 
 
@@ -198,14 +203,7 @@ async def test_a_load_waiting_for_room_proceeds_when_the_load_ahead_of_it_ends_u
     (the soak test hung here on a CI run, 2026-11-29)."""
     engine = engine_holding(cards, 1.5, Recorder())
     gate = threading.Event()
-    original = engine.pool._builder
-
-    def gated_builder(card, *args):
-        if card.id == "tiny/b":
-            gate.wait(10)
-        return original(card, *args)
-
-    engine.pool._builder = gated_builder
+    before_each_build(engine, lambda card: card.id == "tiny/b" and gate.wait(10))
     try:
         await engine.encode("tiny/c", TEXTS)  # c's plan is known: its reload goes straight to the room
         await engine.encode("tiny/a", TEXTS)
@@ -233,13 +231,7 @@ async def test_churn_with_disconnects_and_deadlines_leaves_no_request_hanging(ca
     engine = engine_holding(cards, 1.5, Recorder())
     rng = random.Random(7)
     models = ["tiny/a", "tiny/b", "tiny/c"]
-    original = engine.pool._builder
-
-    def slow_builder(*args):  # loads long enough for clients to leave during them
-        time.sleep(0.03)
-        return original(*args)
-
-    engine.pool._builder = slow_builder
+    before_each_build(engine, lambda card: time.sleep(0.03))  # loads long enough for clients to leave during them
 
     async def one(i: int):
         model = rng.choice(models)
