@@ -33,13 +33,14 @@ def _reference(q, k, v, lens, scale, causal, window):
 @pytest.mark.parametrize("lens", [[5], [7, 7, 7], [3, 17, 9, 16, 1, 30, 29], [64, 2]])
 @pytest.mark.parametrize("causal,window", [(False, None), (True, None), (False, (4, 4)), (True, (6, 0))])
 @pytest.mark.parametrize("kv_heads", [4, 2])
-def test_grouped_sdpa_matches_reference(lens, causal, window, kv_heads):
+@pytest.mark.parametrize("solo_min_len", [None, 16, 1])
+def test_grouped_sdpa_matches_reference(lens, causal, window, kv_heads, solo_min_len):
     torch.manual_seed(0)
     total, heads, dim = sum(lens), 4, 8
     q = torch.randn(total, heads, dim)
     k = torch.randn(total, kv_heads, dim)
     v = torch.randn(total, kv_heads, dim)
-    backend = GroupedSDPAAttention()
+    backend = GroupedSDPAAttention(solo_min_len=solo_min_len)
     meta = backend.prepare(lens, torch.device("cpu"))
     out = backend(q, k, v, meta, scale=default_scale(dim), causal=causal, window=window)
     expected = _reference(q, k, v, lens, default_scale(dim), causal, window)
@@ -59,13 +60,26 @@ def test_equal_adjacent_lengths_need_no_copy():
     assert len(meta.groups) == 1 and meta.groups[0].contiguous == (0, 24) and meta.padded_tokens == 0
 
 
+def test_long_sequences_run_alone_on_views():
+    """Sequences of solo_min_len tokens or more get a call of their own on a slice of the
+    packed tensor; shorter ones still share padded calls."""
+    lens = [40, 8, 33, 7, 32, 31]
+    meta = GroupedSDPAAttention(solo_min_len=32).prepare(lens, torch.device("cpu"))
+    solo = {(g.contiguous, g.n) for g in meta.groups if g.length >= 32}
+    assert solo == {((0, 40), 1), ((48, 81), 1), ((88, 120), 1)}
+    short = sorted(g.n for g in meta.groups if g.length < 32)
+    assert short == [1, 2]  # 31 alone (8 and 7 are too short to join it), then 8 with 7
+    assert meta.padded_tokens == 1
+
+
 @pytest.mark.parametrize("lens,key_lens", [([9, 9, 9], [4, 9, 6]), ([12, 5, 30], [3, 5, 17])])
-def test_keys_limited_to_a_prefix(lens, key_lens):
+@pytest.mark.parametrize("solo_min_len", [None, 1])
+def test_keys_limited_to_a_prefix(lens, key_lens, solo_min_len):
     """Every token is a query, only the first key_lens[i] tokens of sequence i are keys."""
     torch.manual_seed(1)
     total, heads, dim = sum(lens), 2, 8
     q, k, v = (torch.randn(total, heads, dim) for _ in range(3))
-    backend = GroupedSDPAAttention()
+    backend = GroupedSDPAAttention(solo_min_len=solo_min_len)
     out = backend(q, k, v, backend.prepare(lens, torch.device("cpu"), key_lens), scale=default_scale(dim))
     start, expected = 0, []
     for n, keys in zip(lens, key_lens):
