@@ -91,6 +91,8 @@ def add_serve_parser(subparsers) -> None:
     p.add_argument("--drain-timeout", type=float, default=120.0, metavar="SECONDS",
                    help="after SIGTERM, how long to wait for accepted requests")
     p.add_argument("--tokenizer-threads", type=int, default=2, metavar="N")
+    p.add_argument("--cpu-batches", type=int, default=None, metavar="N",
+                   help="batches run side by side on CPU, each on a share of torch's threads (default 2)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=cmd_serve)
 
@@ -152,6 +154,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             catalog, device=args.device, memory_budget=args.memory_budget, host_cache=args.host_cache,
             max_queued_tokens=args.max_queued_tokens, max_total_queued_tokens=args.max_total_queued_tokens,
             limits=Limits(max_items=args.max_items), tokenizer_threads=args.tokenizer_threads,
+            cpu_batches=args.cpu_batches,
             pool_events=metrics.pool_events, scheduler_events=metrics.scheduler_events,
         )
     except ValueError as exc:

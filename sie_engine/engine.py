@@ -3,8 +3,9 @@ wrappers, on top of the catalog, the model pool and the scheduler.
 
 The engine runs its scheduler on an event loop of its own, in a background
 thread, so it serves callers from any event loop (the server's, a notebook's)
-or from plain threads. Tokenisation runs on a thread pool and inference on one
-inference thread per engine; neither blocks any event loop.
+or from plain threads. Tokenisation runs on a thread pool and inference on
+inference threads (one on CUDA; on CPU `cpu_batches`, default two, each batch on a
+share of torch's threads); neither blocks any event loop.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 from .arch import family_for
 from .card import Catalog, ModelCard
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
+from .parallelism import BatchParallelism
 from .pool import ModelPool, PoolEvents
 from .postprocess import Quantized, convert_dtype, truncate_and_normalize
 from .runner import WorkItem, build_runner
@@ -162,6 +164,7 @@ class Engine:
         max_total_queued_tokens: int = 1 << 22,
         limits: v.Limits = v.Limits(),
         tokenizer_threads: int = 2,
+        cpu_batches: int | None = None,
         pool_events: PoolEvents | None = None,
         scheduler_events: SchedulerEvents | None = None,
         load_retry_cooldown_s: float = 30.0,
@@ -174,7 +177,9 @@ class Engine:
         self.host_cache_bytes = parse_bytes(host_cache) if host_cache is not None else default_host_cache(self.device)
         self.limits = limits
         self._tokenize_pool = concurrent.futures.ThreadPoolExecutor(tokenizer_threads, thread_name_prefix="sie-tokenize")
-        self._infer_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sie-infer")
+        # on CPU, batches side by side on a share of torch's threads each (parallelism.py)
+        self.parallelism = BatchParallelism.for_device(self.device, cpu_batches)
+        self._infer_pool = concurrent.futures.ThreadPoolExecutor(self.parallelism.batches, thread_name_prefix="sie-infer")
         self._load_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sie-load")
         self._loop_thread = _LoopThread("sie-engine")
         self.loop = self._loop_thread.loop
@@ -189,6 +194,7 @@ class Engine:
             self.scheduler = Scheduler(
                 self.pool, self._infer_pool, max_queued_tokens=max_queued_tokens,
                 max_total_queued_tokens=max_total_queued_tokens, events=scheduler_events,
+                parallelism=self.parallelism,
             )
             self.pool._has_work = self.scheduler.has_work
             self._tokenizers = _Tokenizers(self._tokenize_pool, self.pool)

@@ -15,7 +15,6 @@ A failed load is remembered with its reason and retried after a cool-down.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -146,24 +145,22 @@ class ModelPool:
             entry.fresh = False
             self._resident.move_to_end(model_id)
 
-    @contextlib.contextmanager
-    def pinned(self, model_id: str):
-        """Hold a model resident while a batch runs on it."""
+    def pin(self, model_id: str) -> None:
+        """Hold a model resident while a batch runs on it (until `unpin`); pins count up."""
         self._pins[model_id] = self._pins.get(model_id, 0) + 1
-        try:
-            yield
-        finally:
-            self._pins[model_id] -= 1
-            if not self._pins[model_id]:
-                del self._pins[model_id]
-                # A load waiting for room gets it now, before the dispatcher can pin this model
-                # again for its next batch (a busy model would otherwise keep the room forever
-                # and starve the older request behind the load).
-                victim = self._victim() if self._room_waiters else None
-                if victim is not None:
-                    self.evict(victim)  # wakes the waiters
-                else:
-                    self.wake_room_waiters()
+
+    def unpin(self, model_id: str) -> None:
+        self._pins[model_id] -= 1
+        if not self._pins[model_id]:
+            del self._pins[model_id]
+            # A load waiting for room gets it now, before the dispatcher can pin this model
+            # again for its next batch (a busy model would otherwise keep the room forever
+            # and starve the older request behind the load).
+            victim = self._victim() if self._room_waiters else None
+            if victim is not None:
+                self.evict(victim)  # wakes the waiters
+            else:
+                self.wake_room_waiters()
 
     def wake_room_waiters(self) -> None:
         """Loads waiting for room look again. Called when room may have appeared: a batch

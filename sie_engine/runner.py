@@ -9,6 +9,7 @@ Validation happens here, at load; forward passes never check configs.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -118,9 +119,15 @@ class ModelRunner:
     task_heads: dict[str, TaskHead] = field(default_factory=dict)
     dims: dict[str, int] = field(default_factory=dict)
     param_bytes: int = 0
-    last_padded_tokens: int = 0
     # tokens per batch (the scheduler's budget): the card's, capped on CPU (see batch_budget)
     batch_tokens: int = 0
+    # per inference thread: batches of one model may run side by side on CPU
+    _local: threading.local = field(default_factory=threading.local, repr=False)
+
+    @property
+    def last_padded_tokens(self) -> int:
+        """Padding the attention backend added (CPU grouping) to the last batch this thread ran."""
+        return getattr(self._local, "padded_tokens", 0)
 
     @torch.inference_mode()
     def run(self, task: str, items: Sequence[WorkItem]) -> list:
@@ -130,8 +137,7 @@ class ModelRunner:
             [it.type_ids for it in items] if items[0].type_ids is not None else None,
             key_lens=[it.key_len or it.num_tokens for it in items] if limited else None,
         )
-        # padding the attention backend adds (CPU grouping), read by the scheduler for metrics
-        self.last_padded_tokens = batch.attn.padded_tokens
+        self._local.padded_tokens = batch.attn.padded_tokens  # for the scheduler's metrics
         hidden = self.backbone(batch.input_ids, batch.positions, batch.attn, batch.token_type_ids)
         if task != "encode":
             return self.task_heads[task](self, hidden, batch, items)

@@ -5,7 +5,8 @@ queue whose oldest sequence is oldest among the models that are loaded (starting
 loads for the others), takes sequences from its front up to the card's
 `max_batch_tokens` real tokens, and runs them as one packed batch on the
 inference thread. While a batch runs, new requests queue up and are merged into
-the next one; an idle model runs a lone request at once.
+the next one; an idle model runs a lone request at once. On CPU two batches may run
+side by side, each on half of the threads (see parallelism.py).
 
 Ordering: requests are served oldest first, so nothing starves; inside a request
 the engine sorts its sequences by length, so the batches a large request is cut
@@ -16,15 +17,16 @@ batch is split across batches and reassembled.
 Faults stay local: a batch that raises fails only its own requests; a batch that
 runs out of device memory is retried in halves after idle models are evicted and
 the allocator's cache is emptied (only a sequence that cannot run even alone
-fails); a dispatcher that dies is restarted by a watchdog (its batch in flight
-is queued again, so no accepted work is lost), and an inference thread that is
-gone is replaced before the next batch.
+fails); a dispatcher that dies is restarted by a watchdog (batches run in tasks
+of their own, so those in flight finish and no accepted work is lost), and an
+inference thread that is gone is replaced before the next batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import time
 from collections import deque
@@ -35,6 +37,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .errors import DeadlineExceeded, Draining, InferenceFailed, ModelLoadFailed, Overloaded, PayloadTooLarge, SIEError
+from .parallelism import BatchParallelism, on_threads
 from .pool import ModelPool
 from .runner import WorkItem
 
@@ -94,12 +97,14 @@ class Scheduler:
         max_batch_items: int = 1024,
         events: SchedulerEvents | None = None,
         executor_factory: Callable[[], Executor] | None = None,
+        parallelism: BatchParallelism = BatchParallelism(),
     ):
         self.pool = pool
-        self._executor = infer_executor
-        # a replacement inference thread when the current one is gone (watchdog)
+        self._executor = infer_executor  # at least `parallelism.batches` threads
+        # replacement inference threads when the current ones are gone (watchdog)
         self._executor_factory = executor_factory or (
-            lambda: concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sie-infer"))
+            lambda: concurrent.futures.ThreadPoolExecutor(parallelism.batches, thread_name_prefix="sie-infer"))
+        self.parallelism = parallelism
         self._replacements: list[Executor] = []
         self._closing = False
         self.restarts = 0  # dispatcher or inference-thread restarts by the watchdog
@@ -112,8 +117,8 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._draining = False
-        self._running: Request | None = None
         self._inflight: set[Request] = set()
+        self._batches: dict[asyncio.Task, int | None] = {}  # running batch -> its torch threads
         # drain rate (tokens/s), an exponential moving average over batches: Retry-After
         self._rate = 0.0
         pool.on_load_done = self._wake.set
@@ -142,17 +147,17 @@ class Scheduler:
 
     async def close(self) -> None:
         self._closing = True
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        tasks = [self._task] if self._task is not None else []
+        tasks += list(self._batches)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
         for queue in self._queues.values():
-            for item in queue.items:
-                item.request.fail(Draining("the engine shut down before this request ran"))
             queue.items.clear()
+            queue.tokens = 0
+        for request in list(self._inflight):  # queued, or in a batch that was cancelled
+            request.fail(Draining("the engine shut down before this request ran"))
         for executor in self._replacements:
             executor.shutdown(wait=False, cancel_futures=True)
 
@@ -204,13 +209,15 @@ class Scheduler:
     async def _dispatch_forever(self) -> None:
         while True:
             try:
-                queue = self._next_queue()
+                room = self.parallelism.room_for_another(list(self._batches.values()))
+                queue = self._next_queue() if room else None
                 if queue is None:
-                    self.pool.wake_room_waiters()  # no batch will end soon to make room
+                    if not self._batches:
+                        self.pool.wake_room_waiters()  # no batch will end soon to make room
                     self._wake.clear()
-                    await self._wake.wait()
+                    await self._wake.wait()  # set by new work, a load's or a batch's end
                     continue
-                await self._run_one_batch(queue)
+                self._start_batch(queue)
             except asyncio.CancelledError:
                 raise
             except Exception:  # never let the dispatcher die; the batch's requests got the error
@@ -293,45 +300,58 @@ class Scheduler:
         queue.tokens -= tokens
         return batch
 
-    async def _run_one_batch(self, queue: _Queue) -> None:
+    def _start_batch(self, queue: _Queue) -> None:
+        """Take a batch from the queue's front and run it in a task of its own (the
+        dispatcher goes on at once; it may start another next to it)."""
         runner = self.pool.resident(queue.model_id)
         items = self._take_batch(queue, runner.batch_tokens or runner.card.max_batch_tokens)
         self.events.queue_changed(queue.model_id, *self.queued(queue.model_id))
         if not items:  # everything left belonged to finished requests
             return
+        alone = not self._batches and not any(q.items for q in self._queues.values())
+        threads = self.parallelism.threads_for(running_alone=alone)
+        # pinned from now, not from the task's first step: a load that runs in between
+        # must not evict the model
+        self.pool.pin(queue.model_id)
+        self.pool.touch(queue.model_id)
+        task = asyncio.get_running_loop().create_task(self._run_batch(queue, runner, items, threads))
+        self._batches[task] = threads
+        task.add_done_callback(functools.partial(self._batch_done, queue.model_id))
+
+    def _batch_done(self, model_id: str, task: asyncio.Task) -> None:
+        del self._batches[task]
+        self.pool.unpin(model_id)
+        self._wake.set()
+
+    async def _run_batch(self, queue: _Queue, runner, items: list[WorkItem], threads: int | None) -> None:
         started = time.monotonic()
         for item in items:
             if item.request.started_at is None:
                 item.request.started_at = started
         pending = set(items)  # items whose results are not delivered yet
-        with self.pool.pinned(queue.model_id):
-            self.pool.touch(queue.model_id)
-            try:
-                await self._run_items(queue, runner, items, pending)
-            except asyncio.CancelledError:
-                # the dispatcher was stopped mid-batch: put the undelivered work back at the
-                # front, so the restarted dispatcher (or close's Draining answer) reaches it
-                kept = [it for it in items if it in pending and not it.request.finished]
-                queue.items.extendleft(reversed(kept))
-                queue.tokens += sum(it.num_tokens for it in kept)
-                raise
-            except Exception as exc:
-                log.exception("batch of %d items for %s failed", len(items), queue.model_id)
-                error = InferenceFailed(f"inference failed for model {queue.model_id!r}: {type(exc).__name__}: {exc}")
-                for item in items:
-                    if item in pending:
-                        item.request.fail(error)
+        try:
+            await self._run_items(queue, runner, items, pending, threads)
+        except Exception as exc:  # (cancelled only by close, which answers every request)
+            log.exception("batch of %d items for %s failed", len(items), queue.model_id)
+            error = InferenceFailed(f"inference failed for model {queue.model_id!r}: {type(exc).__name__}: {exc}")
+            for item in items:
+                if item in pending:
+                    item.request.fail(error)
 
-    async def _run_items(self, queue: _Queue, runner, items: list[WorkItem], pending: set) -> None:
+    async def _run_items(self, queue: _Queue, runner, items: list[WorkItem], pending: set,
+                         threads: int | None) -> None:
         """Run `items` as one batch and deliver the results. Out of device memory: free
         memory, then run each half on its own; a lone item that still does not fit fails
         its request alone."""
         items = [it for it in items if not it.request.finished]
         if not items:
             return
+        def run(task, batch_items):
+            return runner.run(task, batch_items), runner.last_padded_tokens  # read on the thread that ran it
+
         started = time.monotonic()
         try:
-            results = await self._infer(runner.run, queue.task, items)
+            results, padded = await self._infer(on_threads(threads, run), queue.task, items)
         except torch.OutOfMemoryError as exc:
             self._free_memory(queue.model_id)
             if len(items) == 1:
@@ -346,13 +366,14 @@ class Scheduler:
             log.warning("out of memory on a batch of %d items for %s: freed memory, running it in halves",
                         len(items), queue.model_id)
             half = len(items) // 2
-            await self._run_items(queue, runner, items[:half], pending)
-            await self._run_items(queue, runner, items[half:], pending)
+            await self._run_items(queue, runner, items[:half], pending, threads)
+            await self._run_items(queue, runner, items[half:], pending, threads)
             return
         seconds = time.monotonic() - started
         tokens = sum(it.num_tokens for it in items)
-        self._rate = tokens / seconds if self._rate == 0 else 0.8 * self._rate + 0.2 * tokens / max(seconds, 1e-6)
-        self.events.batch(queue.model_id, len(items), tokens, runner.last_padded_tokens, seconds)
+        rate = tokens / max(seconds, 1e-6) * max(1, len(self._batches))  # batches running side by side add up
+        self._rate = rate if self._rate == 0 else 0.8 * self._rate + 0.2 * rate
+        self.events.batch(queue.model_id, len(items), tokens, padded, seconds)
         touched = set()
         for item, result in zip(items, results):
             pending.discard(item)

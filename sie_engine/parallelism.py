@@ -1,0 +1,70 @@
+"""How batches share the CPU: several at once, each on a share of the cores.
+
+On CPU the encoder's operators are small (a MiniLM layer over 2,048 tokens is a few
+milliseconds of matmul, then attention calls per sequence group, norms and activations):
+torch's threads meet at a barrier after every one of them, and the elementwise passes
+and attention kernels scale poorly across cores. Two batches side by side, each on half
+of the threads, keep every core busy instead (all-MiniLM-L6-v2, dev corpus, 2-core box,
+2026-11-30: 1.12x the tokens/s of one batch on both threads).
+
+A batch that is alone, with nothing queued behind it, still gets every thread: a lone
+request's latency is then what one batch on all cores gives. While such a wide batch
+runs, no other starts (the cores would be oversubscribed); the next batch waits for it,
+as it always did.
+
+On CUDA one batch runs at a time and torch's CPU threads are left as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+
+@dataclass(frozen=True)
+class BatchParallelism:
+    """`batches`: how many may run at once. `wide_threads`: torch threads of a batch that
+    runs alone; `narrow_threads`: of a batch that shares the CPU. None: threads untouched."""
+
+    batches: int = 1
+    wide_threads: int | None = None
+    narrow_threads: int | None = None
+
+    @staticmethod
+    def for_device(device: torch.device, batches: int | None = None) -> "BatchParallelism":
+        """CPU: `batches` at once (default two where there are two threads or more), sharing
+        the threads torch was given (`torch.set_num_threads`, `OMP_NUM_THREADS`)."""
+        if batches is not None and batches < 1:
+            raise ValueError(f"concurrent batches must be at least 1, not {batches}")
+        if device.type != "cpu":
+            return BatchParallelism()
+        threads = torch.get_num_threads()
+        batches = min(batches or 2, threads)
+        return BatchParallelism(batches, threads, threads // batches)
+
+    def threads_for(self, running_alone: bool) -> int | None:
+        return self.wide_threads if running_alone else self.narrow_threads
+
+    def room_for_another(self, running: list[int | None]) -> bool:
+        """May one more batch start next to the ones running (their thread counts)?"""
+        if not running:
+            return True
+        if len(running) >= self.batches:
+            return False
+        return all(threads == self.narrow_threads for threads in running)
+
+
+def on_threads(threads: int | None, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` run with `threads` torch threads in the calling thread (a thread-local setting of
+    OpenMP and MKL), or untouched when None."""
+    if threads is None:
+        return fn
+
+    def run(*args):
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        return fn(*args)
+
+    return run

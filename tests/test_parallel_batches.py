@@ -1,0 +1,131 @@
+"""Batches side by side on CPU (sie_engine/parallelism.py): the plan that splits torch's
+threads, and a real engine over tiny random BERT models running two batches at once,
+each on its share of the threads, with the same vectors as one batch at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+
+from engine_fixtures import Recorder, make_engine, tiny_cards
+from sie_engine.parallelism import BatchParallelism, on_threads
+
+TEXTS = [f"document {i} on {'parallel ' * (i % 4)}batches of packages" for i in range(48)]
+CPU = torch.device("cpu")
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cpu_batches_share_torchs_threads():
+    with torch_threads(4):
+        assert BatchParallelism.for_device(CPU) == BatchParallelism(batches=2, wide_threads=4, narrow_threads=2)
+        assert BatchParallelism.for_device(CPU, 3) == BatchParallelism(3, 4, 1)
+        assert BatchParallelism.for_device(CPU, 8) == BatchParallelism(4, 4, 1)  # never more batches than threads
+        assert BatchParallelism.for_device(CPU, 1) == BatchParallelism(1, 4, 4)
+    with torch_threads(1):
+        assert BatchParallelism.for_device(CPU) == BatchParallelism(1, 1, 1)
+    assert BatchParallelism.for_device(torch.device("cuda")) == BatchParallelism(1, None, None)
+    with pytest.raises(ValueError, match="at least 1"):
+        BatchParallelism.for_device(CPU, 0)
+
+
+def test_a_wide_batch_holds_every_core():
+    plan = BatchParallelism(2, 4, 2)
+    assert plan.threads_for(running_alone=True) == 4 and plan.threads_for(running_alone=False) == 2
+    assert plan.room_for_another([]) and plan.room_for_another([2])
+    assert not plan.room_for_another([4])  # the lone batch on all threads: the next one waits
+    assert not plan.room_for_another([2, 2])
+    cuda = BatchParallelism()
+    assert cuda.room_for_another([]) and not cuda.room_for_another([None])
+
+
+def test_thread_count_is_set_in_the_inference_thread_only():
+    main = torch.get_num_threads()
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(on_threads(1, torch.get_num_threads)).result() == 1
+    assert torch.get_num_threads() == main
+    assert on_threads(None, torch.get_num_threads)() == main  # None: untouched
+
+
+@pytest.fixture(scope="module")
+def cards(tmp_path_factory):
+    # 120-token batches: the 48 short texts make several batches
+    return tiny_cards(tmp_path_factory.mktemp("parallel"), names=("a",), max_batch_tokens=120)
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time(cards):
+    engine = make_engine(cards, Recorder(), cpu_batches=1)
+    try:
+        return np.stack([item.dense for item in engine.encode_sync("tiny/a", TEXTS).items])
+    finally:
+        engine.close()
+
+
+@pytest.fixture
+def engine(cards):
+    with torch_threads(2):
+        engine = make_engine(cards, Recorder(), cpu_batches=2)
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def record_batches(engine, seconds: float) -> list:
+    """Wrap the runner's `run`: each batch is slowed by `seconds` and recorded as
+    (start, end, torch threads of the thread that ran it)."""
+    engine.load_sync("tiny/a")
+    runner = engine.pool.resident("tiny/a")
+    original, log, lock = runner.run, [], threading.Lock()
+
+    def run(task, items):
+        start = time.monotonic()
+        threads = torch.get_num_threads()
+        time.sleep(seconds)
+        result = original(task, items)
+        with lock:
+            log.append((start, time.monotonic(), threads))
+        return result
+
+    runner.run = run
+    return log
+
+
+def overlapping(log) -> bool:
+    spans = sorted(log)
+    return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+
+
+async def test_a_large_request_runs_two_batches_at_once_on_half_the_threads(engine, one_at_a_time):
+    log = record_batches(engine, 0.2)
+    result = await engine.encode("tiny/a", TEXTS)
+    assert len(log) >= 3 and overlapping(log)
+    assert all(threads == 1 for _, _, threads in log[:-1])  # the last may have run alone
+    np.testing.assert_allclose(np.stack([item.dense for item in result.items]), one_at_a_time, atol=1e-6)
+
+
+async def test_a_lone_request_gets_every_thread_and_holds_them(engine, one_at_a_time):
+    log = record_batches(engine, 0.3)
+    first = asyncio.ensure_future(engine.encode("tiny/a", TEXTS[:3]))
+    await asyncio.sleep(0.1)  # the lone batch runs on both threads
+    second = await engine.encode("tiny/a", TEXTS[3:6])
+    await first
+    assert [threads for _, _, threads in log] == [2, 2]
+    assert not overlapping(log)  # the second batch waited for the wide one
+    np.testing.assert_allclose(second.items[0].dense, one_at_a_time[3], atol=1e-6)
