@@ -55,6 +55,7 @@ class SIESystem:
     def __init__(self, precision: str):
         from sie_engine import Engine
         from sie_engine.scheduler import SchedulerEvents
+        from sie_engine.validation import Limits
 
         class Padding(SchedulerEvents):
             padded = 0
@@ -64,7 +65,8 @@ class SIESystem:
 
         self.padding = Padding
         self.precision = precision
-        self.engine = Engine(device="cpu", scheduler_events=Padding())
+        # the whole corpus (6,000 documents) is one request: lift the 4,096-item limit
+        self.engine = Engine(device="cpu", scheduler_events=Padding(), limits=Limits(max_items=1 << 16))
         self.name = f"SIE engine {precision}"
 
     def run(self, texts):
