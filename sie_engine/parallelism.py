@@ -5,7 +5,7 @@ milliseconds of matmul, then attention calls per sequence group, norms and activ
 torch's threads meet at a barrier after every one of them, and the elementwise passes
 and attention kernels scale poorly across cores. Two batches side by side, each on half
 of the threads, keep every core busy instead (all-MiniLM-L6-v2, dev corpus, 2-core box,
-2026-11-30: 1.12x the tokens/s of one batch on both threads).
+2026-11-30: 1.12x-1.14x the tokens/s of one batch on both threads).
 
 A batch that is alone, with nothing queued behind it, still gets every thread: a lone
 request's latency is then what one batch on all cores gives. While such a wide batch
@@ -37,7 +37,7 @@ class BatchParallelism:
         """CPU: `batches` at once (default two where there are two threads or more), sharing
         the threads torch was given (`torch.set_num_threads`, `OMP_NUM_THREADS`)."""
         if batches is not None and batches < 1:
-            raise ValueError(f"concurrent batches must be at least 1, not {batches}")
+            raise ValueError(f"cpu_batches must be at least 1, not {batches}")
         if device.type != "cpu":
             return BatchParallelism()
         threads = torch.get_num_threads()
