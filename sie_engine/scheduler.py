@@ -220,7 +220,7 @@ class Scheduler:
                 self._start_batch(queue)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # never let the dispatcher die; the batch's requests got the error
+            except Exception:  # never let the dispatcher die (a batch's own errors end in its task)
                 log.exception("dispatcher error")
                 await asyncio.sleep(0.05)  # a fault that repeats must not spin the loop
 
@@ -346,6 +346,7 @@ class Scheduler:
         items = [it for it in items if not it.request.finished]
         if not items:
             return
+
         def run(task, batch_items):
             return runner.run(task, batch_items), runner.last_padded_tokens  # read on the thread that ran it
 

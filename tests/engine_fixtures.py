@@ -42,3 +42,13 @@ def tiny_cards(tmp: Path, names=("a", "b", "c"), max_batch_tokens: int = 512) ->
 
 def make_engine(cards, recorder: Recorder, **kwargs) -> Engine:
     return Engine(Catalog(cards), device="cpu", pool_events=recorder, scheduler_events=recorder, **kwargs)
+
+
+def patch_run(engine, model, wrapper):
+    """Wrap the loaded runner's `run` (the function the inference thread calls):
+    `wrapper(original_run, task, items)` runs in its place."""
+    engine.load_sync(model)
+    runner = engine.pool.resident(model)
+    original = runner.run
+    runner.run = lambda task, items: wrapper(original, task, items)
+    return runner

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine_fixtures import Recorder, make_engine, tiny_cards
+from engine_fixtures import Recorder, make_engine, patch_run, tiny_cards
 from sie_engine.parallelism import BatchParallelism, on_threads
 
 TEXTS = [f"document {i} on {'parallel ' * (i % 4)}batches of packages" for i in range(48)]
@@ -90,20 +90,18 @@ def engine(cards):
 def record_batches(engine, seconds: float) -> list:
     """Wrap the runner's `run`: each batch is slowed by `seconds` and recorded as
     (start, end, torch threads of the thread that ran it)."""
-    engine.load_sync("tiny/a")
-    runner = engine.pool.resident("tiny/a")
-    original, log, lock = runner.run, [], threading.Lock()
+    log, lock = [], threading.Lock()
 
-    def run(task, items):
+    def slowed(run, task, items):
         start = time.monotonic()
         threads = torch.get_num_threads()
         time.sleep(seconds)
-        result = original(task, items)
+        result = run(task, items)
         with lock:
             log.append((start, time.monotonic(), threads))
         return result
 
-    runner.run = run
+    patch_run(engine, "tiny/a", slowed)
     return log
 
 

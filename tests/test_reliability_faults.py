@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine_fixtures import Recorder, make_engine, tiny_cards
+from engine_fixtures import Recorder, make_engine, patch_run, tiny_cards
 from sie_engine.errors import InferenceFailed, ModelLoadFailed
 
 TEXTS = [f"text number {i} about {'packages ' * (i % 5)}reliability" for i in range(24)]
@@ -48,15 +48,6 @@ def engine(cards):
 def check(result, model, texts, expected):
     for text, item in zip(texts, result.items):
         np.testing.assert_allclose(item.dense, expected[model][text], atol=1e-5)
-
-
-def patch_run(engine, model, wrapper):
-    """Wrap the loaded runner's `run` (the function the inference thread calls)."""
-    engine.load_sync(model)
-    runner = engine.pool.resident(model)
-    original = runner.run
-    runner.run = lambda task, items: wrapper(original, task, items)
-    return runner
 
 
 async def test_a_batch_that_raises_fails_only_its_requests(engine, expected):
