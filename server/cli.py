@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -48,14 +49,23 @@ def _add_catalog_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_catalog(args: argparse.Namespace):
+    """The catalog the options describe; ValueError names a bad directory, card or path."""
     from sie_engine import Catalog, card_from_local_dir
 
     catalog = Catalog() if args.no_builtin else Catalog.builtin()
     for directory in args.models:
         catalog.add_directory(directory)
     for name, path in args.model:
+        if not Path(path).expanduser().is_dir():
+            raise ValueError(f"--model {name}={path}: {path} does not exist (give a Hugging Face-layout directory)")
         catalog.add(card_from_local_dir(name, path))
     return catalog
+
+
+def usage_error(message: str) -> int:
+    """A mistake in the command line: one line on stderr, exit code 2 (as argparse's own)."""
+    print(f"sie-server: {message}", file=sys.stderr)
+    return 2
 
 
 def add_serve_parser(subparsers) -> None:
@@ -90,7 +100,8 @@ def add_serve_parser(subparsers) -> None:
                    help="do not log one line per request (with its request id)")
     p.add_argument("--drain-timeout", type=float, default=120.0, metavar="SECONDS",
                    help="after SIGTERM, how long to wait for accepted requests")
-    p.add_argument("--tokenizer-threads", type=int, default=2, metavar="N")
+    p.add_argument("--tokenizer-threads", type=int, default=2, metavar="N",
+                   help="threads that tokenise requests, beside the batches that run the models")
     p.add_argument("--cpu-batches", type=int, default=None, metavar="N",
                    help="batches run side by side on CPU, each on a share of torch's threads (default 2)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -105,7 +116,10 @@ def add_models_parser(subparsers) -> None:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    catalog = build_catalog(args)
+    try:
+        catalog = build_catalog(args)
+    except ValueError as exc:
+        return usage_error(str(exc))
     rows = [{"id": c.id, "tasks": list(c.tasks), "outputs": list(c.outputs), "dims": c.dims,
              "max_seq_len": c.max_seq_len, "weights": c.weights.describe(), "description": c.description}
             for c in catalog]
@@ -125,23 +139,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .auth import keys_from_env
     from .metrics import ServerMetrics
-    from .serve import serve
+    from .serve import CannotListen, serve
     from .settings import ServerSettings
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         catalog = build_catalog(args)
     except ValueError as exc:
-        print(f"sie-server: {exc}", file=sys.stderr)
-        return 2
+        return usage_error(str(exc))
     unknown = [m for m in args.preload if m not in catalog]
     if unknown:
-        print(f"sie-server: --preload {', '.join(unknown)}: not in the catalog (sie-server models lists it)",
-              file=sys.stderr)
-        return 2
+        return usage_error(f"--preload {', '.join(unknown)}: not in the catalog (sie-server models lists it)")
     if args.api_key_file is not None and not args.api_key_file.is_file():
-        print(f"sie-server: --api-key-file {args.api_key_file} does not exist", file=sys.stderr)
-        return 2
+        return usage_error(f"--api-key-file {args.api_key_file} does not exist")
     settings = ServerSettings(
         host=args.host, port=args.port, api_keys=tuple(args.api_key) + keys_from_env(),
         api_key_file=args.api_key_file, preload=tuple(args.preload), pool=args.pool,
@@ -158,12 +168,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             pool_events=metrics.pool_events, scheduler_events=metrics.scheduler_events,
         )
     except ValueError as exc:
-        print(f"sie-server: {exc}", file=sys.stderr)
-        return 2
+        return usage_error(str(exc))
+    served = False
     try:
-        code = asyncio.run(serve(engine, settings, metrics))
+        code, served = asyncio.run(serve(engine, settings, metrics)), True
+    except CannotListen as exc:
+        print(f"sie-server: {exc}", file=sys.stderr)  # the one line: nothing was served
+        code = 1
     finally:
         engine.close()
+    if served:
         logging.getLogger("sie_server").info("engine closed")
     # Every request is answered and the engine is closed. Interpreter teardown of
     # torch / transformers takes seconds more (native, measured 2-5 s here) and
@@ -190,7 +204,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        code = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, where it can be handled
+        return code
+    except BrokenPipeError:
+        # `sie-server models | head`: the reader has what it wanted. Point stdout at
+        # /dev/null so the interpreter's last flush does not fail again, and exit as
+        # a process killed by SIGPIPE would.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -3,12 +3,15 @@
 On the signal: /readyz turns 503 and new work is answered 503 `draining` (so a
 load balancer or the router moves on), every request already accepted is
 finished and answered, then the listener closes and the engine shuts down.
+A second signal during the drain quits at once (Ctrl-C twice).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import signal
 import sys
 
@@ -16,19 +19,39 @@ from aiohttp import web
 
 from sie_engine import Engine
 
+from . import access_log
 from .app import create_app, drain
 from .connections import ConnectionLimitedRunner
 from .metrics import ServerMetrics
 from .settings import ServerSettings
+from .state import LIFECYCLE
 
 log = logging.getLogger(__name__)
 
 # Printed to stderr once the socket is bound; tools that start the server on
 # port 0 read the real port from it.
 LISTENING = "SIE listening on http://{host}:{port}"
-# Client, request line, status, bytes, seconds and the request id (the middleware
-# sets X-Request-Id on every answer); headers such as Authorization never appear.
-ACCESS_LOG_FORMAT = '%a "%r" %s %b %Tf request_id=%{X-Request-Id}o'
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# What to do when the address cannot be bound, by errno.
+_LISTEN_HINTS = {
+    errno.EADDRINUSE: "another process is using it; stop that one or pick another --port (0: any free port)",
+    errno.EACCES: "ports below 1024 need privileges; pick another --port",
+    errno.EADDRNOTAVAIL: "--host is not an address of this machine (127.0.0.1: this machine only; 0.0.0.0: all)",
+}
+
+
+class CannotListen(Exception):
+    """The server's address could not be bound; the message says why and what to do."""
+
+
+def startup_summary(engine: Engine, settings: ServerSettings) -> str:
+    """One line with what this server runs on and serves."""
+    batches = engine.parallelism.batches
+    side_by_side = f", {batches} batches side by side" if batches > 1 else ""
+    host_cache = f"{engine.host_cache_bytes / 2**30:.1f} GiB" if engine.host_cache_bytes else "off"
+    preload = ", ".join(settings.preload) or "none (models load on first use)"
+    return (f"device {engine.device}{side_by_side}; memory budget {engine.budget_bytes / 2**30:.1f} GiB; "
+            f"host cache {host_cache}; {len(engine.catalog)} models in the catalog; preloading {preload}")
 
 
 async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics | None = None) -> int:
@@ -36,28 +59,50 @@ async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics
     app = create_app(engine, settings, metrics)
     # handler_cancellation: a client that disconnects cancels its handler, and
     # with it the engine work queued for it.
-    access_log = logging.getLogger("sie_server.access") if settings.access_log else None
+    logger = logging.getLogger(access_log.LOGGER) if settings.access_log else None
     runner = ConnectionLimitedRunner(app, max_connections=settings.max_connections, handler_cancellation=True,
-                                     access_log=access_log, access_log_format=ACCESS_LOG_FORMAT,
+                                     access_log=logger, access_log_format=access_log.FORMAT,
                                      shutdown_timeout=10.0)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, backlog=2048)
-    await site.start()
+    await _listen(runner, settings)
     host, port = runner.addresses[0][:2]
     print(LISTENING.format(host=host, port=port), file=sys.stderr, flush=True)
+    log.info("%s", startup_summary(engine, settings))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
-        log.info("stop signal: draining (up to %.0fs)", settings.drain_timeout_s)
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, _quit_now, sig, app)
+        log.info("stop signal: draining (up to %.0fs; Ctrl-C again to quit at once)", settings.drain_timeout_s)
         finished = await drain(app)
         log.info("drained (%s); closing", "all answered" if finished else "timed out")
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
         await runner.cleanup()
         log.info("listener closed")
     return 0
+
+
+async def _listen(runner: web.AppRunner, settings: ServerSettings) -> None:
+    site = web.TCPSite(runner, settings.host, settings.port, backlog=2048)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        hint = _LISTEN_HINTS.get(exc.errno, "check --host and --port")
+        why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        raise CannotListen(f"cannot listen on {settings.host}:{settings.port}: {why}; {hint}") from exc
+
+
+def _quit_now(sig: int, app: web.Application) -> None:
+    """A second stop signal during the drain: the operator does not want to wait."""
+    log.warning("second %s: quitting now, %d accepted request(s) unanswered", signal.Signals(sig).name,
+                app[LIFECYCLE].inflight)
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(128 + sig)  # as a process killed by the signal would
