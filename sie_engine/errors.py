@@ -36,18 +36,29 @@ class ModelNotFound(SIEError):
     code = "model_not_found"
 
 
+# Load failures that waiting does not fix: the files, their architecture or their
+# contents must change first. Callers fail at once instead of retrying them.
+PERMANENT_LOAD_FAILURES = frozenset({"not_found", "unsupported_architecture", "invalid_weights"})
+
+
 class ModelLoadFailed(SIEError):
     """A model could not be loaded. `reason` is one of not_found, out_of_memory,
-    unsupported_architecture, invalid_weights, error."""
+    unsupported_architecture, invalid_weights, error.
+
+    `retryable` says whether trying again later can succeed: false for the reasons in
+    PERMANENT_LOAD_FAILURES and for a model larger than the whole memory budget; true
+    for what may pass (memory held by other models, an unexpected error)."""
 
     code = "model_load_failed"
 
-    def __init__(self, model: str, reason: str, detail: str, retry_after: float = 0.0):
+    def __init__(self, model: str, reason: str, detail: str, retry_after: float = 0.0,
+                 retryable: bool | None = None):
         super().__init__(f"model {model!r} failed to load ({reason}): {detail}")
         self.model = model
         self.reason = reason
         self.detail = detail
         self.retry_after = retry_after
+        self.retryable = reason not in PERMANENT_LOAD_FAILURES if retryable is None else retryable
 
 
 class Overloaded(SIEError):
