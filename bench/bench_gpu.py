@@ -3,7 +3,7 @@ sentence-transformers float16 on the same GPU and the same texts, for all-MiniLM
 and a BERT-base-class model (random weights: throughput does not depend on their
 values), plus swap-in time of an evicted model from the pinned host cache.
 
-    python bench/bench_gpu.py --minilm DIR --docs debian-dev-docs.jsonl [--copies 5]
+    python bench/bench_gpu.py --minilm DIR --docs data/debian-dev-docs.jsonl.gz [--copies 5]
 
 DIR holds all-MiniLM-L6-v2 in the Hugging Face layout (float16 weights are fine).
 The corpus is repeated `--copies` times so each timed run lasts long enough to measure.
@@ -12,6 +12,7 @@ The corpus is repeated `--copies` times so each timed run lasts long enough to m
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shutil
 import statistics
@@ -131,7 +132,9 @@ def main() -> None:
     global DEVICE, DTYPE
     DEVICE = args.device
     DTYPE = "float16" if DEVICE == "cuda" else "float32"
-    base = [json.loads(line)["text"] for line in open(args.docs)][: args.limit]
+    opener = gzip.open if args.docs.suffix == ".gz" else open  # the repository's corpus is gzipped
+    with opener(args.docs, "rt", encoding="utf-8") as f:
+        base = [json.loads(line)["text"] for line in f][: args.limit]
     texts = base * args.copies
     gpu = torch.cuda.get_device_name() if DEVICE == "cuda" else "none (dry run on CPU)"
     lines = [f"GPU: {gpu}, torch {torch.__version__}; {len(texts)} texts "
