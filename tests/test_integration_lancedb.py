@@ -5,6 +5,9 @@ results must come back in the order of SIE's own scores."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Optional
+
 import numpy as np
 import pytest
 
@@ -17,7 +20,7 @@ from integration_recall import (  # noqa: E402
     COLBERT, MODEL, RERANKER, SMALL_SAMPLE_DOCS, assert_recall_matches, brute_force, brute_force_maxsim, recall, sample,
     sie_server, tiny_colbert_cards, tiny_cross_encoder,
 )
-from sie_client import SIEClient  # noqa: E402
+from sie_client import SIEClient, SIEError  # noqa: E402
 from sie_lancedb import SIEEmbeddings, SIEReranker  # noqa: E402
 
 RERANK_QUERIES = 12
@@ -168,3 +171,82 @@ def test_api_key_is_a_sensitive_key():
     func = registry.get("sie").create(model=MODEL, url="http://127.0.0.1:9", api_key="$var:sie_key")
     assert func.client.api_key == "k-123"
     assert func.safe_model_dump()["api_key"] == "$var:sie_key"  # the key itself never reaches the schema
+
+
+@pytest.fixture
+def lancedb_sleeps(monkeypatch):
+    """The sleeps of LanceDB's own retry loop, recorded instead of slept (its module's
+    `time` only: SIE's client and engine keep the real one)."""
+    import lancedb.embeddings.utils as lance_utils
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(lance_utils, "time", SimpleNamespace(sleep=sleeps.append))
+    return sleeps
+
+
+def test_sie_errors_raise_at_once(mode, lancedb_sleeps, tmp_path):
+    """An SIE error (an unknown model here) comes out of `search` as the SIEError itself and
+    out of `table.add` with SIE's message (LanceDB's Rust writer wraps what its row reader
+    raises in a RuntimeError), with no LanceDB retry: its loop would sleep 2 s, 4 s, ...
+    7 times around SIE's own retries (minutes) and then raise "Maximum number of retries"."""
+    url, _ = mode
+    func = get_registry().get("sie").create(model="test/no-such-model", url=url, dims=384)  # dims: no /v1/models probe
+
+    class Doc(LanceModel):
+        text: str = func.SourceField()
+        vector: Vector(func.ndims()) = func.VectorField()
+
+    table = lancedb.connect(tmp_path).create_table("unknown-model", schema=Doc)
+    with pytest.raises(Exception, match="404 model_not_found: model 'test/no-such-model'"):
+        table.add([{"text": "apt installs Debian packages"}])
+    with pytest.raises(SIEError) as raised:
+        table.search("install a package").limit(1).to_list()
+    assert raised.value.status == 404
+    assert lancedb_sleeps == []
+    # Retrying stays available on request, around SIE's own retries.
+    retrying = get_registry().get("sie").create(model="test/no-such-model", url=url, dims=384, max_retries=2)
+    with pytest.raises(Exception, match="Maximum number of retries"):
+        retrying.compute_source_embeddings_with_retry(["x"])
+    assert len(lancedb_sleeps) == 2
+
+
+def test_empty_and_none_texts_get_no_vector(mode, lancedb_sleeps, tmp_path):
+    """Empty, blank and None texts get None (as LanceDB's built-in functions give), so the
+    table's on_bad_vectors policy applies; the other rows are embedded in the same call."""
+    url, client = mode
+    func = get_registry().get("sie").create(model=MODEL, url=url)
+
+    class Doc(LanceModel):
+        text: Optional[str] = func.SourceField()
+        vector: Vector(func.ndims()) = func.VectorField()
+
+    texts = ["apt installs Debian packages", "", None, "   ", "a PNG image library"]
+    assert [v is None for v in func.generate_embeddings(texts)] == [False, True, True, True, False]
+    table = lancedb.connect(tmp_path).create_table("blanks", schema=Doc)
+    with pytest.raises(Exception, match="on_bad_vectors"):  # LanceDB's default policy names the choices (wrapped by its writer)
+        table.add([{"text": t} for t in texts])
+    table.add([{"text": t} for t in texts], on_bad_vectors="null")
+    rows = table.to_arrow().to_pylist()
+    assert [r["text"] for r in rows] == texts
+    assert [r["vector"] is None for r in rows] == [False, True, True, True, False]
+    expected = client.encode(MODEL, [texts[0], texts[4]]).dense_matrix()
+    np.testing.assert_allclose([rows[0]["vector"], rows[4]["vector"]], expected, atol=2e-5)
+    assert lancedb_sleeps == []
+
+
+def test_progress_bar_on_bulk_add(mode, tmp_path, capfd):
+    """progress=True shows the client's bar while LanceDB embeds the rows of an add."""
+    url, _ = mode
+    func = get_registry().get("sie").create(model=MODEL, url=url, progress=True, batch_size=8)
+
+    class Doc(LanceModel):
+        text: str = func.SourceField()
+        vector: Vector(func.ndims()) = func.VectorField()
+
+    docs, _ = sample()
+    table = lancedb.connect(tmp_path).create_table("progress", schema=Doc)
+    capfd.readouterr()
+    table.add([{"text": d["text"]} for d in docs[:40]])
+    err = capfd.readouterr().err
+    assert "encode:" in err and "/40 [" in err  # the client's bar, over the 40 rows
+    assert table.count_rows() == 40

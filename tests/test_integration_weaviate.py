@@ -23,8 +23,8 @@ from integration_recall import (  # noqa: E402
     COLBERT, MODEL, RERANKER, SMALL_SAMPLE_DOCS, assert_recall_matches, brute_force, brute_force_maxsim, recall, sample,
     sie_server, tiny_colbert_cards, tiny_cross_encoder,
 )
-from sie_client import SIEClient  # noqa: E402
-from sie_weaviate import SIEWeaviate, entity_property  # noqa: E402
+from sie_client import AsyncSIEClient, SIEClient  # noqa: E402
+from sie_weaviate import AsyncSIEWeaviate, SIEWeaviate, entity_property  # noqa: E402
 from weaviate_test_server import WeaviateTestServer  # noqa: E402
 
 EXTRACTOR = "test/tiny-gliner"
@@ -63,16 +63,21 @@ def sie_client(request, model_dirs, colbert_cards):
 
 
 @pytest.fixture(scope="module")
-def weaviate_client():
+def weaviate_server():
     with WeaviateTestServer() as server:
-        client = weaviate.connect_to_custom(
-            http_host="127.0.0.1", http_port=server.http_port, http_secure=False,
-            grpc_host="127.0.0.1", grpc_port=server.grpc_port, grpc_secure=False,
-        )
-        try:
-            yield client
-        finally:
-            client.close()
+        yield server
+
+
+@pytest.fixture(scope="module")
+def weaviate_client(weaviate_server):
+    client = weaviate.connect_to_custom(
+        http_host="127.0.0.1", http_port=weaviate_server.http_port, http_secure=False,
+        grpc_host="127.0.0.1", grpc_port=weaviate_server.grpc_port, grpc_secure=False,
+    )
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def doc_uuid(doc_id: str) -> str:
@@ -203,6 +208,63 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="rerank_model"):
         sie.rerank("q", [])
     assert entity_property("Programming Language") == "entities_programming_language"
+
+
+def test_a_plain_string_is_one_text(indexed):
+    """query_vectors / document_vectors / enrich take one string as one text (a str is a
+    sequence too: iterating it would encode each character)."""
+    sie, _ = indexed
+    assert sie.query_vectors("install a package") == sie.query_vectors(["install a package"])
+    assert len(sie.document_vectors("apt installs Debian packages")) == 1
+    assert len(sie.enrich("Ada Lovelace lived in London", LABELS)) == 1
+
+
+def test_sync_helper_refuses_the_async_client(weaviate_server):
+    client = weaviate.use_async_with_custom(
+        http_host="127.0.0.1", http_port=weaviate_server.http_port, http_secure=False,
+        grpc_host="127.0.0.1", grpc_port=weaviate_server.grpc_port, grpc_secure=False)
+    with pytest.raises(TypeError, match="AsyncSIEWeaviate"):
+        SIEWeaviate(url="http://127.0.0.1:9").create_collection(client, "Docs")
+    with pytest.raises(TypeError, match="AsyncSIEClient"):
+        AsyncSIEWeaviate(client=SIEClient("http://127.0.0.1:9"))
+
+
+async def test_async_client_end_to_end(weaviate_server, sie_url):
+    """AsyncSIEWeaviate on Weaviate's async client and AsyncSIEClient over HTTP: create,
+    import (with entities), near-text recall equal to brute force over the stored vectors,
+    hybrid, and a rerank in SIE's score order."""
+    docs, queries = sample()
+    sie_client = SIEClient(sie_url)
+    async with AsyncSIEClient(sie_url) as client:
+        sie = AsyncSIEWeaviate(dense_model=MODEL, rerank_model=RERANKER, extract_model=EXTRACTOR, client=client)
+        async with weaviate.use_async_with_custom(
+                http_host="127.0.0.1", http_port=weaviate_server.http_port, http_secure=False,
+                grpc_host="127.0.0.1", grpc_port=weaviate_server.grpc_port, grpc_secure=False) as wclient:
+            if await wclient.collections.exists("DebianAsync"):
+                await wclient.collections.delete("DebianAsync")
+            collection = await sie.create_collection(wclient, "DebianAsync", entity_labels=LABELS)
+            objects = [{"text": d["text"], "doc_id": d["id"]} for d in docs]
+            written = await sie.import_objects(collection, objects, uuids=[doc_uuid(d["id"]) for d in docs],
+                                               entity_labels=LABELS, chunk=256)
+            assert written == len(docs)
+            texts = [q["query"] for q in queries]
+            found = [[o.properties["doc_id"] for o in await sie.near_text(collection, t, limit=10, rerank=False)]
+                     for t in texts]
+            stored, properties = {}, []
+            async for obj in collection.iterator(include_vector=True):
+                stored[obj.properties["doc_id"]] = obj.vector["dense"]
+                properties.append(obj.properties)
+            keyword = await sie.hybrid(collection, texts[0], alpha=0.0, limit=5, rerank=False)
+            candidates = await sie.near_text(collection, texts[0], limit=20, rerank=False)
+            reranked = await sie.near_text(collection, texts[0], limit=5, candidates=20)
+    assert all(entity_property(label) in props for props in properties for label in LABELS)
+    query_vectors = sie_client.encode(MODEL, texts, is_query=True).dense_matrix()
+    doc_vectors = np.array([stored[d["id"]] for d in docs], dtype=np.float32)
+    exact = recall(brute_force([d["id"] for d in docs], doc_vectors, query_vectors), queries)
+    assert_recall_matches(recall(found, queries), exact, "weaviate async near-vector")
+    assert [o.metadata.score for o in keyword] == sorted([o.metadata.score for o in keyword], reverse=True)
+    scored = sie_client.score(RERANKER, texts[0], [o.properties["text"] for o in candidates], top_k=5)
+    assert [o.uuid for o in reranked] == [candidates[s.index].uuid for s in scored.scores]
 
 
 @pytest.mark.skipif(not os.environ.get("WEAVIATE_URL"),

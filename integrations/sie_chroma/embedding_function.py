@@ -11,11 +11,18 @@ from typing import Any, Dict, List
 
 import numpy as np
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
-from chromadb.utils.embedding_functions import register_embedding_function
+from chromadb.utils.embedding_functions import known_embedding_functions, register_embedding_function
 
 from sie_client import DEFAULT_MODEL, SIEClient
 
-from .config import PERSISTED, check_config, make_client
+from .config import PERSISTED, check_config, check_update, known_config, make_client, rebuilt_client
+
+# The name Chroma stores with a collection. Chroma has no plugin discovery: a process
+# that reopens the collection must import sie_chroma first, and when it has not,
+# Chroma's "Embedding function <name> not found" message is the only one shown, so
+# the name is the import path.
+NAME = "sie_chroma.SIEEmbeddingFunction"
+LEGACY_NAMES = ("sie",)  # written by sie_chroma 0.1.0
 
 
 @register_embedding_function
@@ -29,26 +36,30 @@ class SIEEmbeddingFunction(EmbeddingFunction[Documents]):
 
     def __init__(self, model: str = DEFAULT_MODEL, url: str | None = None, api_key: str | None = None, *,
                  api_key_env_var: str = "SIE_API_KEY", timeout: float | None = None, instruction: str | None = None,
-                 dims: int | None = None, batch_size: int | None = None, client: SIEClient | None = None):
+                 dims: int | None = None, batch_size: int | None = None, progress: bool | None = None,
+                 client: SIEClient | None = None):
         """
         model: SIE model id. url: server URL, "embedded", or None for `SIE_URL` (else embedded).
         api_key: defaults to the variable named by `api_key_env_var`. instruction: query instruction
-        override for instruction-tuned models. dims: Matryoshka truncation. client: an existing SIEClient.
+        override for instruction-tuned models. dims: Matryoshka truncation. progress: a progress bar
+        over each add's documents. client: an existing SIEClient (its URL is the one persisted).
         """
+        self._client = make_client(url, api_key, api_key_env_var, timeout, client)
         self.model = model
-        self.url = url
+        self.url = self._client.url  # the effective URL, persisted (see config.py)
         self.api_key_env_var = api_key_env_var
         self.timeout = timeout
         self.instruction = instruction
         self.dims = dims
         self.batch_size = batch_size
-        self._client = make_client(url, api_key, api_key_env_var, timeout, client)
+        self.progress = progress
 
     def _encode(self, input: Documents, is_query: bool) -> Embeddings:
         texts = [input] if isinstance(input, str) else list(input)
         result = self._client.encode(
             self.model, texts, output_types=["dense"], is_query=is_query,
             instruction=self.instruction if is_query else None, dims=self.dims, batch_size=self.batch_size,
+            progress=self.progress and not is_query,
         )
         return [np.asarray(v, dtype=np.float32) for v in result.dense_matrix()]
 
@@ -60,7 +71,7 @@ class SIEEmbeddingFunction(EmbeddingFunction[Documents]):
 
     @staticmethod
     def name() -> str:
-        return "sie"
+        return NAME
 
     def default_space(self) -> Space:
         return "cosine"
@@ -74,14 +85,16 @@ class SIEEmbeddingFunction(EmbeddingFunction[Documents]):
     @staticmethod
     def build_from_config(config: Dict[str, Any]) -> "SIEEmbeddingFunction":
         SIEEmbeddingFunction.validate_config(config)
-        return SIEEmbeddingFunction(**config)
+        config = known_config(config, "SIEEmbeddingFunction")
+        return SIEEmbeddingFunction(**config, client=rebuilt_client(config))
 
     @staticmethod
     def validate_config(config: Dict[str, Any]) -> None:
         check_config(config, "SIEEmbeddingFunction")
 
     def validate_config_update(self, old_config: Dict[str, Any], new_config: Dict[str, Any]) -> None:
-        # Vectors already stored came from the old model and size: mixing would corrupt search.
-        for key in ("model", "dims"):
-            if key in new_config and new_config[key] != old_config.get(key):
-                raise ValueError(f"cannot change {key} of an existing collection's SIE embedding function; re-embed into a new collection")
+        check_update(old_config, new_config)
+
+
+for _name in LEGACY_NAMES:
+    known_embedding_functions[_name] = SIEEmbeddingFunction

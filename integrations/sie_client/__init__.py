@@ -2,6 +2,7 @@
 default), or in-process with the embedded engine. No torch unless embedded."""
 
 from .client import DEFAULT_MODEL, EMBEDDED, AsyncSIEClient, SIEClient, connect, resolve_url
+from .adapters import Clients, connect_async
 from .errors import SIEConnectionError, SIEError
 from .retry import RetryPolicy
 from .types import (
@@ -10,7 +11,7 @@ from .types import (
 )
 
 __all__ = [
-    "AsyncSIEClient", "DEFAULT_MODEL", "EMBEDDED", "EncodedItem", "EncodeResult", "Entity", "ExtractedItem",
+    "AsyncSIEClient", "Clients", "DEFAULT_MODEL", "EMBEDDED", "EncodedItem", "EncodeResult", "Entity", "ExtractedItem",
     "ExtractResult", "ModelInfo", "Quantized", "RetryPolicy", "SIEClient", "SIEConnectionError", "SIEError",
-    "ScoredItem", "ScoreResult", "SparseVector", "connect", "resolve_url",
+    "ScoredItem", "ScoreResult", "SparseVector", "connect", "connect_async", "resolve_url",
 ]

@@ -6,6 +6,13 @@ A table whose schema names one of these functions (through a `LanceModel` with
 The function's settings are stored in the table's schema metadata, so reopening
 the table recreates it; `ndims()` asks SIE's `/v1/models` for the vector size.
 
+Failures raise the client's `SIEError` at once: LanceDB's own retry loop (every
+exception, exponential backoff from 2 s, 7 times) is off, because SIE's client
+already retries what can succeed later (429, 503, lost connections) within a
+bounded wait, and a 400, 401 or 404 will not change by waiting. Rows whose text
+is empty or None get no vector (None), as LanceDB's built-in functions do; the
+table's `on_bad_vectors` policy decides what becomes of them.
+
     func = get_registry().get("sie").create(model="sentence-transformers/all-MiniLM-L6-v2")
 """
 
@@ -27,7 +34,8 @@ class SIEEmbeddings(TextEmbeddingFunction):
     Fields: model; url (None: `SIE_URL`, else embedded mode); api_key (LanceDB treats it
     as sensitive: pass "$var:name" after `registry.set_var(name, key)`, or rely on
     `SIE_API_KEY`); timeout; instruction (query instruction override); dims (Matryoshka
-    truncation); batch_size; model_dirs (embedded mode: extra card directories).
+    truncation); batch_size; model_dirs (embedded mode: extra card directories);
+    progress (a progress bar over each bulk embedding, such as `table.add` of many rows).
     """
 
     model: str = DEFAULT_MODEL
@@ -39,6 +47,10 @@ class SIEEmbeddings(TextEmbeddingFunction):
     batch_size: Optional[int] = None
     # Embedded mode only: extra model-card directories to serve (see sie_client.embedded).
     model_dirs: Optional[List[str]] = None
+    progress: Optional[bool] = None
+    # LanceDB's retry loop, off by default (see the module docstring); a positive
+    # value turns it back on around SIE's own retries.
+    max_retries: int = 0
 
     _client: Optional[SIEClient] = PrivateAttr(default=None)
     _ndims: Optional[int] = PrivateAttr(default=None)
@@ -69,16 +81,36 @@ class SIEEmbeddings(TextEmbeddingFunction):
                 self._ndims = int(size)
         return self._ndims
 
-    def _encode(self, texts: List[str], is_query: bool) -> list:
+    def compute_source_embeddings_with_retry(self, *args, **kwargs) -> list:
+        if self.max_retries > 0:
+            return super().compute_source_embeddings_with_retry(*args, **kwargs)
+        # Called directly, not through LanceDB's wrapper with 0 retries, which would
+        # re-raise an SIEError as a plain Exception("Maximum number of retries ...").
+        return self.compute_source_embeddings(*args, **kwargs)
+
+    def compute_query_embeddings_with_retry(self, *args, **kwargs) -> list:
+        if self.max_retries > 0:
+            return super().compute_query_embeddings_with_retry(*args, **kwargs)
+        return self.compute_query_embeddings(*args, **kwargs)
+
+    def _encode(self, texts: List[Optional[str]], is_query: bool) -> list:
+        """One vector per text; None where the text is not a non-blank string."""
+        texts = list(texts)
+        valid = [i for i, text in enumerate(texts) if isinstance(text, str) and text.strip()]
+        out: list = [None] * len(texts)
+        if not valid:
+            return out
         result = self.client.encode(
-            self.model, list(texts), output_types=[self.output], is_query=is_query,
+            self.model, [texts[i] for i in valid], output_types=[self.output], is_query=is_query,
             instruction=self.instruction if is_query else None, dims=self.dims if self.output == "dense" else None,
-            batch_size=self.batch_size,
+            batch_size=self.batch_size, progress=self.progress,
         )
-        return [np.asarray(getattr(item, self.output), dtype=np.float32) for item in result.items]
+        for i, item in zip(valid, result.items):
+            out[i] = np.asarray(getattr(item, self.output), dtype=np.float32)
+        return out
 
     def generate_embeddings(self, texts: Union[List[str], np.ndarray], *args, **kwargs) -> list:
-        """Document-mode vectors, one per text (`[ndims]` float32 each)."""
+        """Document-mode vectors, one per text (`[ndims]` float32 each; None for empty or None texts)."""
         return self._encode(texts, is_query=False)
 
     def compute_query_embeddings(self, query: str, *args, **kwargs) -> list:

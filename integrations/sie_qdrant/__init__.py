@@ -1,7 +1,11 @@
 """Qdrant helpers backed by SIE: collection configs sized from `/v1/models`, points
 with named dense / sparse / multivector vectors from one SIE call per model,
-single-vector and hybrid (prefetch + fusion) queries, and an optional SIE rerank."""
+single-vector, hybrid (prefetch + fusion) and multi-stage (prefetch + multivector
+rescoring) queries, bulk upload, and an optional SIE rerank; `SIEQdrant` for
+QdrantClient, `AsyncSIEQdrant` for AsyncQdrantClient."""
 
-from .vectors import SIEQdrant, point_id
+from .async_vectors import AsyncSIEQdrant
+from .points import point_id
+from .vectors import SIEQdrant
 
-__all__ = ["SIEQdrant", "point_id"]
+__all__ = ["AsyncSIEQdrant", "SIEQdrant", "point_id"]

@@ -3,54 +3,36 @@
 One collection can hold up to three named vectors per point:
 
 - dense (cosine), from a dense model;
-- sparse, with Qdrant's IDF modifier by default (Qdrant weighs each term by its
-  inverse document frequency at query time);
+- sparse, from a SPLADE-style model (Qdrant's IDF modifier only on request);
 - multivector with the MAX_SIM comparator (late interaction, ColBERT-style).
 
 When one model offers several of these outputs they come from one SIE call
-(one forward pass). Queries use SIE's query mode (`is_query=True`).
+(one forward pass). Queries use SIE's query mode (`is_query=True`). For
+`AsyncQdrantClient` use `AsyncSIEQdrant` (async_vectors.py).
 """
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
-from qdrant_client import QdrantClient, models
+from qdrant_client import AsyncQdrantClient, QdrantClient, models
+from tqdm.auto import tqdm
 
-from sie_client import DEFAULT_MODEL, EncodeResult, SIEClient, connect
+from sie_client import DEFAULT_MODEL, SIEClient, connect
 
-# Qdrant point ids are unsigned ints or UUIDs; other ids map to a stable UUID.
-_ID_NAMESPACE = uuid.UUID("6f1b8a52-3c0e-4f7e-9b51-5e2d7a0c9a11")
-
-
-def point_id(value: Any) -> int | str:
-    """A Qdrant point id for `value`: ints and UUID strings as they are, other strings as uuid5."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    text = str(value)
-    try:
-        return str(uuid.UUID(text))
-    except ValueError:
-        return str(uuid.uuid5(_ID_NAMESPACE, text))
+from .plan import QdrantPlan
+from .points import NamedVector
 
 
-@dataclass(frozen=True)
-class NamedVector:
-    """One named vector of the collection: its name, SIE output kind and model."""
-
-    name: str
-    kind: str  # dense | sparse | multivector
-    model: str
+def _sync_only(qdrant: Any) -> None:
+    # An AsyncQdrantClient's methods return coroutines: called here they would be
+    # dropped unawaited, so create_collection would silently do nothing.
+    if isinstance(qdrant, AsyncQdrantClient):
+        raise TypeError("SIEQdrant drives a QdrantClient; for AsyncQdrantClient use sie_qdrant.AsyncSIEQdrant")
 
 
-def _sparse(sparse) -> models.SparseVector:
-    return models.SparseVector(indices=sparse.indices.astype(int).tolist(), values=sparse.values.astype(float).tolist())
-
-
-class SIEQdrant:
+class SIEQdrant(QdrantPlan):
     """Encode with SIE for a Qdrant collection of named vectors.
 
     Example:
@@ -63,36 +45,22 @@ class SIEQdrant:
     def __init__(self, *, dense_model: str | None = DEFAULT_MODEL, sparse_model: str | None = None,
                  multivector_model: str | None = None, rerank_model: str | None = None,
                  dense_name: str = "dense", sparse_name: str = "sparse", multivector_name: str = "multivector",
-                 sparse_idf: bool = True, instruction: str | None = None, client: SIEClient | None = None,
+                 sparse_idf: bool = False, instruction: str | None = None, client: SIEClient | None = None,
                  url: str | None = None, api_key: str | None = None, timeout: float | None = None,
                  batch_size: int | None = None, progress: bool | None = None):
         """
-        *_model: the SIE model for each named vector (None leaves that vector out).
-        rerank_model: an SIE score model used by `hybrid_search(rerank=True)` / `rerank`.
-        sparse_idf: configure the sparse vector with Qdrant's IDF modifier.
-        client / url / api_key / timeout: an SIEClient or the options to make one
-        (SIE_URL / SIE_API_KEY by default; no URL means embedded mode).
+        See QdrantPlan for the vectors and options. client / url / api_key / timeout: an
+        SIEClient or the options to make one (SIE_URL / SIE_API_KEY by default; no URL
+        means embedded mode).
         """
-        self.vectors = [
-            NamedVector(name, kind, model)
-            for name, kind, model in ((dense_name, "dense", dense_model), (sparse_name, "sparse", sparse_model),
-                                      (multivector_name, "multivector", multivector_model))
-            if model is not None
-        ]
-        if not self.vectors:
-            raise ValueError("give at least one of dense_model, sparse_model, multivector_model")
-        self.rerank_model = rerank_model
-        self.sparse_idf = sparse_idf
-        self.instruction = instruction
-        self.batch_size = batch_size
-        self.progress = progress
+        super().__init__(dense_model=dense_model, sparse_model=sparse_model, multivector_model=multivector_model,
+                         rerank_model=rerank_model, dense_name=dense_name, sparse_name=sparse_name,
+                         multivector_name=multivector_name, sparse_idf=sparse_idf, instruction=instruction,
+                         batch_size=batch_size, progress=progress)
         self.client = connect(client, url=url, api_key=api_key, timeout=timeout)
         self._dims: dict[tuple[str, str], int] = {}
 
     # ---- collection configuration -----------------------------------------
-    def vector(self, kind: str) -> NamedVector | None:
-        return next((v for v in self.vectors if v.kind == kind), None)
-
     def dims(self, vector: NamedVector) -> int:
         """The vector size: from `/v1/models`, else (model not loaded yet) from one probe encoding."""
         key = (vector.model, vector.kind)
@@ -105,48 +73,24 @@ class SIEQdrant:
         return self._dims[key]
 
     def vectors_config(self, distance: models.Distance = models.Distance.COSINE) -> dict[str, models.VectorParams]:
-        config = {}
-        for v in self.vectors:
-            if v.kind == "dense":
-                config[v.name] = models.VectorParams(size=self.dims(v), distance=distance)
-            elif v.kind == "multivector":
-                config[v.name] = models.VectorParams(
-                    size=self.dims(v), distance=distance,
-                    multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM),
-                )
-        return config
-
-    def sparse_vectors_config(self) -> dict[str, models.SparseVectorParams]:
-        modifier = models.Modifier.IDF if self.sparse_idf else None
-        return {v.name: models.SparseVectorParams(modifier=modifier) for v in self.vectors if v.kind == "sparse"}
+        sizes = {v.name: self.dims(v) for v in self.vectors if v.kind != "sparse"}
+        return super().vectors_config(sizes, distance)
 
     def create_collection(self, qdrant: QdrantClient, collection: str, **kwargs) -> None:
         """Create `collection` with this helper's named vectors (kwargs go to qdrant's create_collection)."""
+        _sync_only(qdrant)
         qdrant.create_collection(collection, vectors_config=self.vectors_config(),
                                  sparse_vectors_config=self.sparse_vectors_config() or None, **kwargs)
 
     # ---- encoding ----------------------------------------------------------
-    def _encode(self, texts: Sequence[str], is_query: bool) -> list[dict[str, Any]]:
+    def _encode(self, texts: Sequence[str], is_query: bool, progress: bool | None = None) -> list[dict[str, Any]]:
         """Per text, `{vector name: qdrant vector}`; one SIE call per distinct model."""
-        texts = list(texts)
-        out: list[dict[str, Any]] = [{} for _ in texts]
-        by_model: dict[str, list[NamedVector]] = {}
-        for v in self.vectors:
-            by_model.setdefault(v.model, []).append(v)
-        for model, wanted in by_model.items():
-            result: EncodeResult = self.client.encode(
-                model, texts, output_types=[v.kind for v in wanted], is_query=is_query,
-                instruction=self.instruction if is_query else None, batch_size=self.batch_size, progress=self.progress,
-            )
-            for row, item in zip(out, result.items):
-                for v in wanted:
-                    if v.kind == "dense":
-                        row[v.name] = np.asarray(item.dense, dtype=np.float32).tolist()
-                    elif v.kind == "sparse":
-                        row[v.name] = _sparse(item.sparse)
-                    else:
-                        row[v.name] = np.asarray(item.multivector, dtype=np.float32).tolist()
-        return out
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        rows: list[dict[str, Any]] = [{} for _ in texts]
+        for model, wanted in self.by_model().items():
+            result = self.client.encode(model, texts, **self.encode_options(wanted, is_query, progress))
+            self.fill_rows(rows, wanted, result)
+        return rows
 
     def embed_documents(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         return self._encode(texts, is_query=False)
@@ -155,27 +99,18 @@ class SIEQdrant:
         return self._encode(texts, is_query=True)
 
     def points(self, texts: Sequence[str], ids: Sequence[Any] | None = None,
-               payloads: Sequence[Mapping[str, Any]] | None = None, text_field: str = "text") -> list[models.PointStruct]:
-        """PointStructs with every named vector; the text is kept in the payload under `text_field`
-        (for reranking), and an id that is not an int or UUID under `id`."""
-        ids = list(ids) if ids is not None else list(range(len(texts)))
-        if len(ids) != len(texts) or (payloads is not None and len(payloads) != len(texts)):
-            raise ValueError("texts, ids and payloads must have the same length")
-        points = []
-        for i, (text, vectors) in enumerate(zip(texts, self.embed_documents(texts))):
-            payload = dict(payloads[i]) if payloads is not None else {}
-            payload.setdefault(text_field, text)
-            pid = point_id(ids[i])
-            if pid != ids[i]:
-                payload.setdefault("id", ids[i])
-            points.append(models.PointStruct(id=pid, vector=vectors, payload=payload))
-        return points
+               payloads: Sequence[Mapping[str, Any]] | None = None, text_field: str = "text",
+               progress: bool | None = None) -> list[models.PointStruct]:
+        """PointStructs with every named vector (see QdrantPlan.build_points)."""
+        ids = self.check_lengths(texts, ids, payloads)
+        return self.build_points(texts, ids, payloads, text_field, self._encode(texts, False, progress))
 
     def upsert(self, qdrant: QdrantClient, collection: str, texts: Sequence[str], ids: Sequence[Any] | None = None,
                payloads: Sequence[Mapping[str, Any]] | None = None, text_field: str = "text",
                chunk: int = 512) -> int:
         """Encode and upsert in chunks of `chunk` texts; returns the number of points written."""
-        ids = list(ids) if ids is not None else list(range(len(texts)))
+        _sync_only(qdrant)
+        ids = self.check_lengths(texts, ids, payloads)
         for start in range(0, len(texts), chunk):
             end = start + chunk
             qdrant.upsert(collection, points=self.points(texts[start:end], ids[start:end],
@@ -183,14 +118,31 @@ class SIEQdrant:
                                                          text_field))
         return len(texts)
 
-    # ---- queries -----------------------------------------------------------
-    def _using(self, using: str | None) -> str:
-        if using is None:
-            return self.vectors[0].name
-        if using not in {v.name for v in self.vectors}:
-            raise ValueError(f"unknown vector {using!r}; this helper has {[v.name for v in self.vectors]}")
-        return using
+    def iter_points(self, texts: Sequence[str], ids: Sequence[Any] | None = None,
+                    payloads: Sequence[Mapping[str, Any]] | None = None, text_field: str = "text",
+                    chunk: int = 512) -> Iterator[models.PointStruct]:
+        """Points encoded `chunk` texts at a time, as a stream (one progress bar over all texts
+        when `progress` is on): memory stays bounded by a chunk however many texts there are."""
+        ids = self.check_lengths(texts, ids, payloads)
+        with tqdm(total=len(texts), desc="encode", unit="item", disable=not self.progress, leave=False) as bar:
+            for start in range(0, len(texts), chunk):
+                end = start + chunk
+                yield from self.points(texts[start:end], ids[start:end],
+                                       payloads[start:end] if payloads is not None else None, text_field,
+                                       progress=False)
+                bar.update(len(texts[start:end]))
 
+    def upload(self, qdrant: QdrantClient, collection: str, texts: Sequence[str], ids: Sequence[Any] | None = None,
+               payloads: Sequence[Mapping[str, Any]] | None = None, text_field: str = "text", *, chunk: int = 512,
+               batch_size: int = 64, parallel: int = 1, max_retries: int = 3, wait: bool = True) -> int:
+        """Bulk load through qdrant-client's `upload_points` (its batching, parallel upload
+        processes and retries) from a stream of SIE-encoded points; returns the count."""
+        _sync_only(qdrant)
+        qdrant.upload_points(collection, points=self.iter_points(texts, ids, payloads, text_field, chunk),
+                             batch_size=batch_size, parallel=parallel, max_retries=max_retries, wait=wait)
+        return len(texts)
+
+    # ---- queries -----------------------------------------------------------
     def search(self, qdrant: QdrantClient, collection: str, query: str, *, using: str | None = None, limit: int = 10,
                query_filter: models.Filter | None = None, with_payload: bool | Sequence[str] = True,
                **kwargs) -> list[models.ScoredPoint]:
@@ -202,61 +154,62 @@ class SIEQdrant:
                      limit: int = 10, query_filter: models.Filter | None = None,
                      with_payload: bool | Sequence[str] = True, **kwargs) -> list[list[models.ScoredPoint]]:
         """`search` for many queries: one SIE call and one Qdrant batch request."""
-        name = self._using(using)
-        requests = [
-            models.QueryRequest(query=vectors[name], using=name, limit=limit, filter=query_filter,
-                                with_payload=with_payload, **kwargs)
-            for vectors in self.embed_queries(queries)
-        ]
+        _sync_only(qdrant)
+        requests = self.search_requests(self.embed_queries(queries), using, limit, query_filter, with_payload,
+                                        **kwargs)
         return [answer.points for answer in qdrant.query_batch_points(collection, requests=requests)]
 
     def hybrid_search(self, qdrant: QdrantClient, collection: str, query: str, *, limit: int = 10,
                       prefetch_limit: int | None = None, fusion: models.Fusion = models.Fusion.RRF,
+                      weights: Mapping[str, float] | None = None, rrf_k: int | None = None,
                       query_filter: models.Filter | None = None, rerank: bool | None = None,
                       text_field: str = "text") -> list[models.ScoredPoint]:
         """Prefetch from every named vector, fuse (RRF by default), then optionally rerank with SIE.
 
-        prefetch_limit: candidates per vector (default 4 * limit). rerank: use `rerank_model`
-        (default: when one is configured) on the fused candidates' `text_field` payload.
+        prefetch_limit: candidates per vector (default 4 * limit). weights: RRF weight per vector
+        name (others 1.0); rrf_k: RRF's rank constant (Qdrant's default when None). rerank: use
+        `rerank_model` (default: when one is configured) on the fused candidates' `text_field`.
         """
         return self.hybrid_search_batch(qdrant, collection, [query], limit=limit, prefetch_limit=prefetch_limit,
-                                        fusion=fusion, query_filter=query_filter, rerank=rerank,
-                                        text_field=text_field)[0]
+                                        fusion=fusion, weights=weights, rrf_k=rrf_k, query_filter=query_filter,
+                                        rerank=rerank, text_field=text_field)[0]
 
     def hybrid_search_batch(self, qdrant: QdrantClient, collection: str, queries: Sequence[str], *, limit: int = 10,
                             prefetch_limit: int | None = None, fusion: models.Fusion = models.Fusion.RRF,
+                            weights: Mapping[str, float] | None = None, rrf_k: int | None = None,
                             query_filter: models.Filter | None = None, rerank: bool | None = None,
                             text_field: str = "text") -> list[list[models.ScoredPoint]]:
-        rerank = self.rerank_model is not None if rerank is None else rerank
-        if rerank and self.rerank_model is None:
-            raise ValueError("rerank=True needs SIEQdrant(rerank_model=...)")
+        _sync_only(qdrant)
+        rerank = self.wants_rerank(rerank)
         prefetch_limit = prefetch_limit or 4 * limit
-        fused_limit = prefetch_limit if rerank else limit
-        requests = [
-            models.QueryRequest(
-                prefetch=[models.Prefetch(query=vectors[v.name], using=v.name, limit=prefetch_limit, filter=query_filter)
-                          for v in self.vectors],
-                query=models.FusionQuery(fusion=fusion), limit=fused_limit, with_payload=True,
-            )
-            for vectors in self.embed_queries(queries)
-        ]
+        requests = self.hybrid_requests(self.embed_queries(queries), limit=prefetch_limit if rerank else limit,
+                                        prefetch_limit=prefetch_limit, fusion=fusion, weights=weights, rrf_k=rrf_k,
+                                        query_filter=query_filter)
         answers = [answer.points for answer in qdrant.query_batch_points(collection, requests=requests)]
         if not rerank:
             return answers
         return [self.rerank(query, points, limit=limit, text_field=text_field) for query, points in zip(queries, answers)]
 
+    def multistage_search(self, qdrant: QdrantClient, collection: str, query: str, *, limit: int = 10,
+                          prefetch_limit: int = 100, query_filter: models.Filter | None = None
+                          ) -> list[models.ScoredPoint]:
+        """Dense / sparse candidates rescored by the multivector (MaxSim) in one Qdrant query."""
+        return self.multistage_search_batch(qdrant, collection, [query], limit=limit, prefetch_limit=prefetch_limit,
+                                            query_filter=query_filter)[0]
+
+    def multistage_search_batch(self, qdrant: QdrantClient, collection: str, queries: Sequence[str], *,
+                                limit: int = 10, prefetch_limit: int = 100,
+                                query_filter: models.Filter | None = None) -> list[list[models.ScoredPoint]]:
+        _sync_only(qdrant)
+        requests = self.multistage_requests(self.embed_queries(queries), limit=limit, prefetch_limit=prefetch_limit,
+                                            query_filter=query_filter)
+        return [answer.points for answer in qdrant.query_batch_points(collection, requests=requests)]
+
     def rerank(self, query: str, points: Sequence[models.ScoredPoint], *, limit: int | None = None,
                text_field: str = "text") -> list[models.ScoredPoint]:
         """Reorder points by the SIE score model; each point's score becomes the model's score."""
-        if self.rerank_model is None:
-            raise ValueError("rerank needs SIEQdrant(rerank_model=...)")
         points = list(points)
+        texts = self.rerank_texts(points, text_field)
         if not points:
             return []
-        texts = []
-        for p in points:
-            if not p.payload or text_field not in p.payload:
-                raise ValueError(f"point {p.id} has no {text_field!r} payload to rerank on; store texts with upsert()")
-            texts.append(p.payload[text_field])
-        scored = self.client.score(self.rerank_model, query, texts, top_k=limit)
-        return [points[s.index].model_copy(update={"score": s.score}) for s in scored.scores]
+        return self.reorder(points, self.client.score(self.rerank_model, query, texts, top_k=limit))

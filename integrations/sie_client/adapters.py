@@ -1,0 +1,62 @@
+"""What the database and framework adapters share: the clients they hold.
+
+An adapter takes either a client of the user's or the options to make one
+(`url` / `api_key` default to `SIE_URL` / `SIE_API_KEY`; no url means embedded
+mode). Framework interfaces (LangChain, LlamaIndex, Haystack) have sync and
+async methods side by side, so those adapters hold both kinds of client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from .client import AsyncSIEClient, SIEClient, connect
+
+
+def connect_async(client: AsyncSIEClient | None = None, *, url: str | None = None, api_key: str | None = None,
+                  timeout: float | None = None, **options) -> AsyncSIEClient:
+    """`connect` for async adapters: the `AsyncSIEClient` given, else a new one from the options."""
+    if client is not None:
+        if not isinstance(client, AsyncSIEClient):
+            raise TypeError(f"this adapter awaits its SIE calls: pass an AsyncSIEClient, not {type(client).__name__}")
+        return client
+    if timeout is not None:
+        options["timeout"] = timeout
+    return AsyncSIEClient(url, api_key=api_key, **options)
+
+
+class Clients:
+    """A sync client and an async one with the same options, each made on first use.
+
+    With `client=` only, async calls run the sync client in a worker thread: an
+    embedded client's own options (local models, card directories) cannot be
+    copied to a new client faithfully, so none is guessed. Pass `async_client=`
+    as well for natively awaited calls.
+    """
+
+    def __init__(self, *, url: str | None = None, api_key: str | None = None, timeout: float | None = None,
+                 client: SIEClient | None = None, async_client: AsyncSIEClient | None = None):
+        if client is not None and not isinstance(client, SIEClient):
+            raise TypeError(f"client= takes an SIEClient (pass an AsyncSIEClient as async_client=), "
+                            f"not {type(client).__name__}")
+        self._options = dict(url=url, api_key=api_key, timeout=timeout)
+        self._sync = client
+        self._async = connect_async(async_client) if async_client is not None else None
+        self._threaded = client is not None and async_client is None
+
+    @property
+    def sync(self) -> SIEClient:
+        if self._sync is None:
+            self._sync = connect(**self._options)
+        return self._sync
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Await `method` (encode, score or extract) on the async client, or on the
+        sync client in a thread when only a sync client was given."""
+        if self._threaded:
+            bound: Callable = getattr(self.sync, method)
+            return await asyncio.to_thread(bound, *args, **kwargs)
+        if self._async is None:
+            self._async = connect_async(**self._options)
+        return await getattr(self._async, method)(*args, **kwargs)

@@ -1,0 +1,123 @@
+"""`AsyncSIEWeaviate`: SIEWeaviate's calls for Weaviate's async client
+(`WeaviateAsyncClient`, from `weaviate.use_async_with_*`), awaited, with SIE's
+`AsyncSIEClient` computing the vectors. Objects go in through
+`collection.data.insert_many`, one call per encoded chunk."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from weaviate.classes.data import DataObject
+from weaviate.classes.query import MetadataQuery
+from weaviate.client import WeaviateAsyncClient
+
+from sie_client import DEFAULT_MODEL, AsyncSIEClient, connect_async
+
+from .plan import WeaviatePlan, as_texts
+
+
+def _async_only(weaviate_client: Any) -> None:
+    if not isinstance(weaviate_client, WeaviateAsyncClient):
+        raise TypeError(f"AsyncSIEWeaviate awaits a WeaviateAsyncClient, not {type(weaviate_client).__name__}; "
+                        f"for WeaviateClient use sie_weaviate.SIEWeaviate")
+
+
+class AsyncSIEWeaviate(WeaviatePlan):
+    """SIEWeaviate for asyncio programs.
+
+    Example:
+        sie = AsyncSIEWeaviate(dense_model="sentence-transformers/all-MiniLM-L6-v2", url="http://127.0.0.1:8080")
+        async with weaviate.use_async_with_local(port=8081) as client:
+            docs = await sie.create_collection(client, "Docs")
+            await sie.import_objects(docs, [{"text": t} for t in texts])
+            hits = await sie.near_text(docs, "how do I mount a disk?", limit=10)
+    """
+
+    def __init__(self, *, dense_model: str | None = DEFAULT_MODEL, multivector_model: str | None = None,
+                 rerank_model: str | None = None, extract_model: str | None = None, dense_name: str = "dense",
+                 multivector_name: str = "multivector", text_property: str = "text", instruction: str | None = None,
+                 client: AsyncSIEClient | None = None, url: str | None = None, api_key: str | None = None,
+                 timeout: float | None = None, batch_size: int | None = None, progress: bool | None = None):
+        super().__init__(dense_model=dense_model, multivector_model=multivector_model, rerank_model=rerank_model,
+                         extract_model=extract_model, dense_name=dense_name, multivector_name=multivector_name,
+                         text_property=text_property, instruction=instruction, batch_size=batch_size,
+                         progress=progress)
+        self.client = connect_async(client, url=url, api_key=api_key, timeout=timeout)
+
+    async def create_collection(self, weaviate_client: WeaviateAsyncClient, name: str, *,
+                                properties: Sequence[Any] | None = None, entity_labels: Sequence[str] = (),
+                                **kwargs) -> Any:
+        _async_only(weaviate_client)
+        props = list(properties) if properties is not None else self.properties(entity_labels)
+        return await weaviate_client.collections.create(name, properties=props, vector_config=self.vector_config(),
+                                                        **kwargs)
+
+    async def _encode(self, texts: str | Sequence[str], is_query: bool) -> list[dict[str, list]]:
+        texts = as_texts(texts)
+        rows: list[dict[str, list]] = [{} for _ in texts]
+        for model, wanted in self.by_model().items():
+            self.fill_rows(rows, wanted, await self.client.encode(model, texts, **self.encode_options(wanted, is_query)))
+        return rows
+
+    async def document_vectors(self, texts: str | Sequence[str]) -> list[dict[str, list]]:
+        return await self._encode(texts, is_query=False)
+
+    async def query_vectors(self, texts: str | Sequence[str]) -> list[dict[str, list]]:
+        return await self._encode(texts, is_query=True)
+
+    async def enrich(self, texts: str | Sequence[str], labels: Sequence[str], *,
+                     threshold: float | None = None) -> list[dict[str, list[str]]]:
+        options = self.enrich_options(threshold)
+        result = await self.client.extract(self.extract_model, as_texts(texts), list(labels), **options)
+        return self.entity_properties(result, labels)
+
+    async def import_objects(self, collection: Any, objects: Sequence[Mapping[str, Any]], *,
+                             uuids: Sequence[Any] | None = None, entity_labels: Sequence[str] = (),
+                             chunk: int = 512) -> int:
+        """Encode and insert `chunk` objects at a time; raises on any failed object."""
+        written = 0
+        for start, part in self.import_parts(objects, uuids, chunk):
+            texts = self.texts_of(part)
+            vectors = await self.document_vectors(texts)
+            entities = await self.enrich(texts, entity_labels) if entity_labels else [{} for _ in part]
+            batch = [DataObject(properties={**obj, **extra}, vector=vector,
+                                uuid=uuids[start + offset] if uuids is not None else None)
+                     for offset, (obj, vector, extra) in enumerate(zip(part, vectors, entities))]
+            answer = await collection.data.insert_many(batch)
+            if answer.has_errors:
+                first = next(iter(answer.errors.values()))
+                raise RuntimeError(f"{len(answer.errors)} objects failed to import; first: {first.message}")
+            written += len(batch)
+        return written
+
+    async def near_text(self, collection: Any, query: str, *, target_vector: str | None = None, limit: int = 10,
+                        filters: Any = None, rerank: bool | None = None, candidates: int | None = None,
+                        **kwargs) -> list:
+        target = self.target(target_vector)
+        rerank = self.wants_rerank(rerank)
+        vector = (await self.query_vectors(query))[0][target.name]
+        answer = await collection.query.near_vector(
+            near_vector=vector, target_vector=target.name, limit=(candidates or 4 * limit) if rerank else limit,
+            filters=filters, return_metadata=MetadataQuery(distance=True), **kwargs,
+        )
+        return await self.rerank(query, answer.objects, limit=limit) if rerank else list(answer.objects)
+
+    async def hybrid(self, collection: Any, query: str, *, alpha: float = 0.5, target_vector: str | None = None,
+                     limit: int = 10, filters: Any = None, rerank: bool | None = None, candidates: int | None = None,
+                     **kwargs) -> list:
+        target = self.target(target_vector)
+        rerank = self.wants_rerank(rerank)
+        vector = (await self.query_vectors(query))[0][target.name]
+        answer = await collection.query.hybrid(
+            query=query, vector=vector, target_vector=target.name, alpha=alpha,
+            limit=(candidates or 4 * limit) if rerank else limit, filters=filters,
+            return_metadata=MetadataQuery(score=True), **kwargs,
+        )
+        return await self.rerank(query, answer.objects, limit=limit) if rerank else list(answer.objects)
+
+    async def rerank(self, query: str, objects: Sequence[Any], *, limit: int | None = None) -> list:
+        objects = list(objects)
+        texts = self.rerank_texts(objects)
+        if not objects:
+            return []
+        return self.reorder(objects, await self.client.score(self.rerank_model, query, texts, top_k=limit))
