@@ -173,7 +173,8 @@ def test_sparse_function_with_real_splade(mode_url):
     sparse = SIESparseEmbeddingFunction(model=SPLADE, url=mode_url)
     client = SIEClient(mode_url)
     for got, expected in ((sparse(texts), client.encode(SPLADE, texts, output_types=["sparse"])),
-                          (sparse.embed_query(texts), client.encode(SPLADE, texts, output_types=["sparse"], is_query=True))):
+                          (sparse.embed_query(texts),
+                           client.encode(SPLADE, texts, output_types=["sparse"], is_query=True))):
         for vector, item in zip(got, expected.items):
             assert vector.indices == sorted(vector.indices) and len(vector.indices) > 0
             assert dict(zip(vector.indices, vector.values)) == pytest.approx(item.sparse.to_dict(), abs=1e-6)

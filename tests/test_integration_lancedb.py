@@ -223,7 +223,8 @@ def test_empty_and_none_texts_get_no_vector(mode, lancedb_sleeps, tmp_path):
     texts = ["apt installs Debian packages", "", None, "   ", "a PNG image library"]
     assert [v is None for v in func.generate_embeddings(texts)] == [False, True, True, True, False]
     table = lancedb.connect(tmp_path).create_table("blanks", schema=Doc)
-    with pytest.raises(Exception, match="on_bad_vectors"):  # LanceDB's default policy names the choices (wrapped by its writer)
+    # LanceDB's default policy refuses the rows and names the choices (its writer wraps the error).
+    with pytest.raises(Exception, match="on_bad_vectors"):
         table.add([{"text": t} for t in texts])
     table.add([{"text": t} for t in texts], on_bad_vectors="null")
     rows = table.to_arrow().to_pylist()

@@ -12,7 +12,8 @@ pytest.importorskip("qdrant_client")
 from qdrant_client import AsyncQdrantClient, QdrantClient, models  # noqa: E402
 
 from integration_recall import (  # noqa: E402
-    COLBERT, MODEL, RERANKER, SMALL_SAMPLE_DOCS, SPLADE, brute_force_maxsim, tiny_colbert_cards, tiny_cross_encoder, assert_recall_matches, brute_force, brute_force_sparse, idf_weights, recall, sample, sie_server,
+    COLBERT, MODEL, RERANKER, SMALL_SAMPLE_DOCS, SPLADE, assert_recall_matches, brute_force, brute_force_maxsim,
+    brute_force_sparse, idf_weights, recall, sample, sie_server, tiny_colbert_cards, tiny_cross_encoder,
 )
 from sie_client import AsyncSIEClient, SIEClient  # noqa: E402
 from sie_qdrant import AsyncSIEQdrant, SIEQdrant, point_id  # noqa: E402
@@ -288,7 +289,8 @@ async def test_async_client_end_to_end(sie_url):
         await helper.create_collection(qdrant, "debian")
         info = (await qdrant.get_collection("debian")).config.params
         assert info.vectors["dense"].size == 384 and info.sparse_vectors["sparse"].modifier is None
-        assert await helper.upsert(qdrant, "debian", [d["text"] for d in docs], ids=[d["id"] for d in docs]) == len(docs)
+        written = await helper.upsert(qdrant, "debian", [d["text"] for d in docs], ids=[d["id"] for d in docs])
+        assert written == len(docs)
         dense = await helper.search_batch(qdrant, "debian", texts, limit=10)
         hybrid = await helper.hybrid_search_batch(qdrant, "debian", texts, limit=10, prefetch_limit=40, rerank=False)
         reranked = await helper.hybrid_search(qdrant, "debian", texts[0], limit=5, prefetch_limit=20)

@@ -99,7 +99,8 @@ def check_recall(sie: SIEWeaviate, collection, label: str):
     docs, queries = sample()
     texts = [q["query"] for q in queries]
     query_vectors = [v["dense"] for v in sie.query_vectors(texts)]
-    found = [[o.properties["doc_id"] for o in collection.query.near_vector(near_vector=v, target_vector="dense", limit=10).objects]
+    found = [[o.properties["doc_id"]
+              for o in collection.query.near_vector(near_vector=v, target_vector="dense", limit=10).objects]
              for v in query_vectors]
     through_weaviate = recall(found, queries)
     # near_text embeds the string itself (SIE's query mode): same answers as its vector.
@@ -110,7 +111,8 @@ def check_recall(sie: SIEWeaviate, collection, label: str):
         stored[obj.properties["doc_id"]] = obj.vector["dense"]
     assert len(stored) == len(docs)
     doc_vectors = np.array([stored[d["id"]] for d in docs], dtype=np.float32)
-    exact = recall(brute_force([d["id"] for d in docs], doc_vectors, np.array(query_vectors, dtype=np.float32)), queries)
+    exact = recall(brute_force([d["id"] for d in docs], doc_vectors, np.array(query_vectors, dtype=np.float32)),
+                   queries)
     assert_recall_matches(through_weaviate, exact, label)
 
 
@@ -155,7 +157,8 @@ def test_rerank_follows_sie_scores(indexed, sie_client):
         assert [o.uuid for o in reranked] == [candidates[s.index].uuid for s in scored.scores]
         assert [o.metadata.rerank_score for o in reranked] == pytest.approx([s.score for s in scored.scores], abs=1e-6)
         hybrid = sie.hybrid(collection, q["query"], limit=5, rerank=True, candidates=20)
-        assert [o.metadata.rerank_score for o in hybrid] == sorted([o.metadata.rerank_score for o in hybrid], reverse=True)
+        hybrid_scores = [o.metadata.rerank_score for o in hybrid]
+        assert hybrid_scores == sorted(hybrid_scores, reverse=True)
 
 
 def test_multivector_near_text_ranks_by_maxsim(sie_client, weaviate_client):
@@ -170,7 +173,8 @@ def test_multivector_near_text_ranks_by_maxsim(sie_client, weaviate_client):
     assert collection.config.get(simple=True).vector_config["multivector"].vector_index_config.multi_vector is not None
     texts = [q["query"] for q in queries]
     query_vectors = [v["multivector"] for v in sie.query_vectors(texts)]
-    found = [[o.properties["doc_id"] for o in collection.query.near_vector(near_vector=v, target_vector="multivector", limit=10).objects]
+    found = [[o.properties["doc_id"]
+              for o in collection.query.near_vector(near_vector=v, target_vector="multivector", limit=10).objects]
              for v in query_vectors]
     assert [o.properties["doc_id"] for o in sie.near_text(collection, texts[0], limit=10)] == found[0]
     stored = {o.properties["doc_id"]: o.vector["multivector"] for o in collection.iterator(include_vector=True)}
@@ -184,17 +188,20 @@ def test_enrichment_into_filterable_properties(sie_client, weaviate_client):
     sie = SIEWeaviate(dense_model=MODEL, extract_model=EXTRACTOR, client=sie_client)
     name = "Enriched_" + ("embedded" if sie_client.embedded else "http")
     collection = sie.create_collection(weaviate_client, name, entity_labels=LABELS)
-    sie.import_objects(collection, [{"text": t} for t in texts], uuids=[doc_uuid(t) for t in texts], entity_labels=LABELS)
+    sie.import_objects(collection, [{"text": t} for t in texts], uuids=[doc_uuid(t) for t in texts],
+                       entity_labels=LABELS)
     expected = sie.enrich(texts, LABELS)
     assert any(props[entity_property(label)] for props in expected for label in LABELS), "no entities to filter on"
     extracted = sie_client.extract(EXTRACTOR, texts, LABELS)
     for props, item in zip(expected, extracted.items):
         for label in LABELS:
-            assert props[entity_property(label)] == list(dict.fromkeys(e.text for e in item.entities if e.label == label))
+            found_texts = [e.text for e in item.entities if e.label == label]
+            assert props[entity_property(label)] == list(dict.fromkeys(found_texts))
     # Every object carries every entity property (possibly empty), and filters select on them.
     label = next(label for label in LABELS if any(p[entity_property(label)] for p in expected))
     value = next(p[entity_property(label)][0] for p in expected if p[entity_property(label)])
-    hits = collection.query.fetch_objects(filters=Filter.by_property(entity_property(label)).contains_any([value]), limit=100)
+    hits = collection.query.fetch_objects(filters=Filter.by_property(entity_property(label)).contains_any([value]),
+                                          limit=100)
     want = {doc_uuid(t) for t, p in zip(texts, expected) if value in p[entity_property(label)]}
     assert {str(o.uuid) for o in hits.objects} == want
 
@@ -240,24 +247,33 @@ async def test_async_client_end_to_end(weaviate_server, sie_url):
         async with weaviate.use_async_with_custom(
                 http_host="127.0.0.1", http_port=weaviate_server.http_port, http_secure=False,
                 grpc_host="127.0.0.1", grpc_port=weaviate_server.grpc_port, grpc_secure=False) as wclient:
-            if await wclient.collections.exists("DebianAsync"):
-                await wclient.collections.delete("DebianAsync")
-            collection = await sie.create_collection(wclient, "DebianAsync", entity_labels=LABELS)
+            for name in ("DebianAsync", "EnrichedAsync"):
+                if await wclient.collections.exists(name):
+                    await wclient.collections.delete(name)
+            collection = await sie.create_collection(wclient, "DebianAsync")
             objects = [{"text": d["text"], "doc_id": d["id"]} for d in docs]
             written = await sie.import_objects(collection, objects, uuids=[doc_uuid(d["id"]) for d in docs],
-                                               entity_labels=LABELS, chunk=256)
+                                               chunk=256)
             assert written == len(docs)
+            enriched = await sie.create_collection(wclient, "EnrichedAsync", entity_labels=LABELS)
+            await sie.import_objects(enriched, objects[:20], entity_labels=LABELS)
+            properties = [o.properties async for o in enriched.iterator()]
             texts = [q["query"] for q in queries]
             found = [[o.properties["doc_id"] for o in await sie.near_text(collection, t, limit=10, rerank=False)]
                      for t in texts]
-            stored, properties = {}, []
+            stored = {}
             async for obj in collection.iterator(include_vector=True):
                 stored[obj.properties["doc_id"]] = obj.vector["dense"]
-                properties.append(obj.properties)
             keyword = await sie.hybrid(collection, texts[0], alpha=0.0, limit=5, rerank=False)
             candidates = await sie.near_text(collection, texts[0], limit=20, rerank=False)
             reranked = await sie.near_text(collection, texts[0], limit=5, candidates=20)
-    assert all(entity_property(label) in props for props in properties for label in LABELS)
+    assert len(properties) == 20 and all(entity_property(label) in props for props in properties for label in LABELS)
+    expected = sie_client.extract(EXTRACTOR, [o["text"] for o in objects[:20]], LABELS)
+    by_text = {props["text"]: props for props in properties}
+    for obj, item in zip(objects[:20], expected.items):
+        for label in LABELS:
+            found_texts = [e.text for e in item.entities if e.label == label]
+            assert by_text[obj["text"]][entity_property(label)] == list(dict.fromkeys(found_texts))
     query_vectors = sie_client.encode(MODEL, texts, is_query=True).dense_matrix()
     doc_vectors = np.array([stored[d["id"]] for d in docs], dtype=np.float32)
     exact = recall(brute_force([d["id"] for d in docs], doc_vectors, query_vectors), queries)

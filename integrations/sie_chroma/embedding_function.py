@@ -31,7 +31,8 @@ class SIEEmbeddingFunction(EmbeddingFunction[Documents]):
 
     Example:
         ef = SIEEmbeddingFunction(model="sentence-transformers/all-MiniLM-L6-v2", url="http://127.0.0.1:8080")
-        collection = chroma.create_collection("docs", embedding_function=ef, configuration={"hnsw": {"space": "cosine"}})
+        collection = chroma.create_collection("docs", embedding_function=ef,
+                                              configuration={"hnsw": {"space": "cosine"}})
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, url: str | None = None, api_key: str | None = None, *,

@@ -24,7 +24,8 @@ def to_chroma(sparse) -> SparseVector:
     No `labels` (token strings): SIE answers vocabulary ids only, and the tokenizer that
     would name them lives with the model, on the server."""
     order = np.argsort(sparse.indices, kind="stable")
-    return SparseVector(indices=[int(i) for i in sparse.indices[order]], values=[float(v) for v in sparse.values[order]])
+    return SparseVector(indices=[int(i) for i in sparse.indices[order]],
+                        values=[float(v) for v in sparse.values[order]])
 
 
 @register_sparse_embedding_function
@@ -32,8 +33,9 @@ class SIESparseEmbeddingFunction(SparseEmbeddingFunction[Documents]):
     """Sparse (vocabulary-weight) embeddings from an SIE model.
 
     Example:
-        schema.create_index(config=SparseVectorIndexConfig(
-            source_key=K.DOCUMENT, embedding_function=SIESparseEmbeddingFunction(model="sie/splade-tiny")), key="sparse")
+        sparse = SIESparseEmbeddingFunction(model="sie/splade-tiny")
+        schema.create_index(config=SparseVectorIndexConfig(source_key=K.DOCUMENT, embedding_function=sparse),
+                            key="sparse")
     """
 
     def __init__(self, model: str, url: str | None = None, api_key: str | None = None, *,

@@ -32,7 +32,8 @@ class Clients:
     With `client=` only, async calls run the sync client in a worker thread: an
     embedded client's own options (local models, card directories) cannot be
     copied to a new client faithfully, so none is guessed. Pass `async_client=`
-    as well for natively awaited calls.
+    as well for natively awaited calls. With `async_client=` only, a sync client is
+    made for its URL, key and timeout.
     """
 
     def __init__(self, *, url: str | None = None, api_key: str | None = None, timeout: float | None = None,
@@ -40,15 +41,18 @@ class Clients:
         if client is not None and not isinstance(client, SIEClient):
             raise TypeError(f"client= takes an SIEClient (pass an AsyncSIEClient as async_client=), "
                             f"not {type(client).__name__}")
-        self._options = dict(url=url, api_key=api_key, timeout=timeout)
+        self._url, self._api_key, self._timeout = url, api_key, timeout
         self._sync = client
         self._async = connect_async(async_client) if async_client is not None else None
+        if self._async is not None and client is None and url is None:
+            # A sync client made later talks to the same server as the async one given.
+            self._url, self._api_key, self._timeout = self._async.url, self._async.api_key, self._async.timeout
         self._threaded = client is not None and async_client is None
 
     @property
     def sync(self) -> SIEClient:
         if self._sync is None:
-            self._sync = connect(**self._options)
+            self._sync = connect(url=self._url, api_key=self._api_key, timeout=self._timeout)
         return self._sync
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -58,5 +62,5 @@ class Clients:
             bound: Callable = getattr(self.sync, method)
             return await asyncio.to_thread(bound, *args, **kwargs)
         if self._async is None:
-            self._async = connect_async(**self._options)
+            self._async = connect_async(url=self._url, api_key=self._api_key, timeout=self._timeout)
         return await getattr(self._async, method)(*args, **kwargs)

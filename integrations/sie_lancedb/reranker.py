@@ -15,7 +15,8 @@ class SIEReranker(Reranker):
     """Rerank LanceDB results with `POST /v1/score`.
 
     Example:
-        table.search("query", query_type="hybrid").rerank(SIEReranker(model="cross-encoder/ms-marco-MiniLM-L-6-v2")).to_list()
+        reranker = SIEReranker(model="cross-encoder/ms-marco-MiniLM-L-6-v2")
+        table.search("query", query_type="hybrid").rerank(reranker).to_list()
 
     model: the SIE score model. column: the text column scored against the query.
     return_score: "relevance" keeps only `_relevance_score`; "all" keeps the search scores too.

@@ -50,7 +50,8 @@ class AsyncSIEQdrant(QdrantPlan):
         if key not in self._dims:
             size = (await self.client.model(vector.model)).dims.get(vector.kind)
             if not size:
-                probe = (await self.client.encode(vector.model, ["dimension probe"], output_types=[vector.kind])).items[0]
+                probe = (await self.client.encode(vector.model, ["dimension probe"],
+                                                  output_types=[vector.kind])).items[0]
                 size = int(np.shape(getattr(probe, vector.kind))[-1])
             self._dims[key] = int(size)
         return self._dims[key]
@@ -123,7 +124,8 @@ class AsyncSIEQdrant(QdrantPlan):
                                   limit: int = 10, prefetch_limit: int | None = None,
                                   fusion: models.Fusion = models.Fusion.RRF, weights: Mapping[str, float] | None = None,
                                   rrf_k: int | None = None, query_filter: models.Filter | None = None,
-                                  rerank: bool | None = None, text_field: str = "text") -> list[list[models.ScoredPoint]]:
+                                  rerank: bool | None = None,
+                                  text_field: str = "text") -> list[list[models.ScoredPoint]]:
         _async_only(qdrant)
         rerank = self.wants_rerank(rerank)
         prefetch_limit = prefetch_limit or 4 * limit

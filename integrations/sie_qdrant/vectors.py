@@ -188,7 +188,8 @@ class SIEQdrant(QdrantPlan):
         answers = [answer.points for answer in qdrant.query_batch_points(collection, requests=requests)]
         if not rerank:
             return answers
-        return [self.rerank(query, points, limit=limit, text_field=text_field) for query, points in zip(queries, answers)]
+        return [self.rerank(query, points, limit=limit, text_field=text_field)
+                for query, points in zip(queries, answers)]
 
     def multistage_search(self, qdrant: QdrantClient, collection: str, query: str, *, limit: int = 10,
                           prefetch_limit: int = 100, query_filter: models.Filter | None = None

@@ -56,7 +56,8 @@ class AsyncSIEWeaviate(WeaviatePlan):
         texts = as_texts(texts)
         rows: list[dict[str, list]] = [{} for _ in texts]
         for model, wanted in self.by_model().items():
-            self.fill_rows(rows, wanted, await self.client.encode(model, texts, **self.encode_options(wanted, is_query)))
+            result = await self.client.encode(model, texts, **self.encode_options(wanted, is_query))
+            self.fill_rows(rows, wanted, result)
         return rows
 
     async def document_vectors(self, texts: str | Sequence[str]) -> list[dict[str, list]]:

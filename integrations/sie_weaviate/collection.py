@@ -20,7 +20,8 @@ from .plan import WeaviatePlan, as_texts
 def _sync_only(weaviate_client: Any) -> None:
     # The async client's calls return coroutines: made here they would never run.
     if isinstance(weaviate_client, WeaviateAsyncClient):
-        raise TypeError("SIEWeaviate drives a WeaviateClient; for WeaviateAsyncClient use sie_weaviate.AsyncSIEWeaviate")
+        raise TypeError("SIEWeaviate drives a WeaviateClient; "
+                        "for WeaviateAsyncClient use sie_weaviate.AsyncSIEWeaviate")
 
 
 class SIEWeaviate(WeaviatePlan):

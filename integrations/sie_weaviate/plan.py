@@ -46,7 +46,8 @@ class WeaviatePlan:
         """
         self.vectors = [
             NamedVector(name, kind, model)
-            for name, kind, model in ((dense_name, "dense", dense_model), (multivector_name, "multivector", multivector_model))
+            for name, kind, model in ((dense_name, "dense", dense_model),
+                                      (multivector_name, "multivector", multivector_model))
             if model is not None
         ]
         if not self.vectors:
@@ -151,7 +152,8 @@ class WeaviatePlan:
         for obj in objects:
             text = (obj.properties or {}).get(self.text_property)
             if not isinstance(text, str):
-                raise ValueError(f"object {obj.uuid} has no {self.text_property!r} property to rerank on; return it in the query")
+                raise ValueError(f"object {obj.uuid} has no {self.text_property!r} property to rerank on; "
+                                 f"return it in the query")
             texts.append(text)
         return texts
 

@@ -1,0 +1,17 @@
+"""Haystack integration: SIE as Haystack components.
+
+- `SIETextEmbedder` / `SIEDocumentEmbedder`: query and document embedders (SIE's query
+  and document modes), for any Haystack document store's embedding retriever.
+- `SIERanker`: rerank documents with an SIE score model.
+- `SIEEntityExtractor`: annotate documents with SIE's zero-shot entities.
+
+Every component takes `model=`, `url=` (None: `SIE_URL` when it runs, else embedded
+mode), `api_key=` (a Haystack Secret; default: the `SIE_API_KEY` variable) and
+`timeout=`, serialises with `to_dict` and has `run_async`.
+"""
+
+from .embedders import SIEDocumentEmbedder, SIETextEmbedder
+from .extractor import SIEEntityExtractor
+from .ranker import SIERanker
+
+__all__ = ["SIEDocumentEmbedder", "SIEEntityExtractor", "SIERanker", "SIETextEmbedder"]

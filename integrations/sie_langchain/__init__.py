@@ -1,0 +1,17 @@
+"""LangChain integration: SIE behind LangChain's own interfaces.
+
+- `SIEEmbeddings` (`Embeddings`): document and query mode, sync and async.
+- `SIEReranker` (`BaseDocumentCompressor`): rerank retrieved documents with an SIE score model.
+- `SIEEntityExtractor` (`BaseDocumentTransformer`): tag documents with SIE's zero-shot entities.
+- `sie_langchain.sparse.SIESparseEmbeddings`: langchain-qdrant's `SparseEmbeddings` (import it
+  from there; it needs langchain-qdrant).
+
+Every class takes `model=`, `url=` (None: `SIE_URL`, else embedded mode), `api_key=`
+(None: `SIE_API_KEY`) and `timeout=`, or ready-made `client=` / `async_client=`.
+"""
+
+from .embeddings import SIEEmbeddings
+from .extractor import SIEEntityExtractor
+from .reranker import SIEReranker
+
+__all__ = ["SIEEmbeddings", "SIEEntityExtractor", "SIEReranker"]

@@ -1,0 +1,53 @@
+"""`SIEEmbeddings`: LangChain's `Embeddings` interface over an SIE dense model.
+
+`embed_documents` uses SIE's document mode and `embed_query` its query mode,
+which differ for models with query templates or instructions (E5, BGE, ...):
+LangChain vector stores call the one or the other, so retrieval gets both right.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from langchain_core.embeddings import Embeddings
+
+from sie_client import DEFAULT_MODEL
+
+from .connection import SIEConnection
+
+
+class SIEEmbeddings(SIEConnection, Embeddings):
+    """Dense vectors from an SIE model.
+
+    Example:
+        embeddings = SIEEmbeddings(model="sentence-transformers/all-MiniLM-L6-v2", url="http://127.0.0.1:8080")
+        store = QdrantVectorStore.from_texts(texts, embeddings, location=":memory:", collection_name="docs")
+
+    instruction: a query instruction for instruction-tuned models (SIE's card default otherwise).
+    dims: Matryoshka truncation. batch_size: texts per SIE request. progress: a progress bar
+    over `embed_documents`.
+    """
+
+    model: str = DEFAULT_MODEL
+    instruction: Optional[str] = None
+    dims: Optional[int] = None
+    batch_size: Optional[int] = None
+    progress: Optional[bool] = None
+
+    def _options(self, is_query: bool) -> dict[str, Any]:
+        return dict(output_types=["dense"], is_query=is_query, instruction=self.instruction if is_query else None,
+                    dims=self.dims, batch_size=self.batch_size, progress=False if is_query else self.progress)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._clients.sync.encode(self.model, list(texts), **self._options(False)).dense_matrix().tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._clients.sync.encode(self.model, [text], **self._options(True)).dense_matrix()[0].tolist()
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        result = await self._clients.call("encode", self.model, list(texts), **self._options(False))
+        return result.dense_matrix().tolist()
+
+    async def aembed_query(self, text: str) -> list[float]:
+        result = await self._clients.call("encode", self.model, [text], **self._options(True))
+        return result.dense_matrix()[0].tolist()

@@ -1,0 +1,15 @@
+"""LlamaIndex integration: SIE behind LlamaIndex's own interfaces.
+
+- `SIEEmbedding` (`BaseEmbedding`): text (document) and query mode, sync and async.
+- `SIERerank` (`BaseNodePostprocessor`): rerank retrieved nodes with an SIE score model.
+- `SIEEntityExtractor` (`BaseExtractor`): entity metadata from SIE's zero-shot extraction.
+
+Every class takes `model=`, `url=` (None: `SIE_URL`, else embedded mode), `api_key=`
+(None: `SIE_API_KEY`) and `timeout=`, or ready-made `client=` / `async_client=`.
+"""
+
+from .embedding import SIEEmbedding
+from .extractor import SIEEntityExtractor
+from .rerank import SIERerank
+
+__all__ = ["SIEEmbedding", "SIEEntityExtractor", "SIERerank"]
