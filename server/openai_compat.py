@@ -3,9 +3,16 @@
 Request: `model`, `input` (a string or a list of strings), `encoding_format`
 (`float` | `base64`: little-endian float32 bytes, what the official client
 asks for by default), `dimensions` (Matryoshka truncation, then
-renormalisation), `user` (ignored). Token-id input is refused with 400: SIE
-tokenises with each model's own tokenizer. Errors use OpenAI's shape (the
-middleware picks it for this route).
+renormalisation; refused on models trained without Matryoshka sizes), `user`
+(ignored), and SIE's `input_type` (`query` | `document`) for query mode. A
+client that can send no extra field selects query mode with the model alias
+`<model>#query`.
+
+Token-id input is refused with 400: the ids such clients send come from
+OpenAI's tokenizer (tiktoken), which SIE's models do not share, so decoding
+them would embed the wrong text. LangChain's `OpenAIEmbeddings` sends them
+unless given `check_embedding_ctx_length=False`; the message says so. Errors
+use OpenAI's shape (the middleware picks it for this route).
 """
 
 from __future__ import annotations
@@ -15,16 +22,21 @@ import base64
 import numpy as np
 from aiohttp import web
 
-from sie_engine.card import validate_model_id
-from sie_engine.errors import InvalidRequest, PayloadTooLarge
 from sie_engine import validation
+from sie_engine.errors import InvalidRequest, PayloadTooLarge
 
-from . import codec
-from .fields import EMBEDDINGS_FIELDS as FIELDS
-from .handlers import body_of, timeout_of
-from .state import ENGINE, MODEL_LABEL, SETTINGS, TIMINGS
+from . import codec, compat
+from .fields import EMBEDDINGS_FIELDS
+from .handlers import body_of
+from .state import ENGINE, SETTINGS
 
 ENCODING_FORMATS = ("float", "base64")
+# SIE's query-mode extension: `query` / `document`, and the names other providers give them
+# (NVIDIA NIM's `passage`, Cohere's and Nomic's `search_query` / `search_document`).
+INPUT_TYPES = {"query": True, "search_query": True, "document": False, "passage": False, "search_document": False}
+FIELDS = EMBEDDINGS_FIELDS + ("input_type",)
+TOKEN_IDS = ("token-id input is not supported: the ids come from another tokenizer than the model's own, so SIE "
+             "cannot read them; send the text (LangChain's OpenAIEmbeddings: check_embedding_ctx_length=False)")
 
 
 def input_texts(value, limits: validation.Limits) -> list[str]:
@@ -35,14 +47,22 @@ def input_texts(value, limits: validation.Limits) -> list[str]:
     if not texts:
         raise InvalidRequest("input must not be empty", field="input")
     if all(isinstance(t, int) and not isinstance(t, bool) for t in texts) or any(isinstance(t, list) for t in texts):
-        raise InvalidRequest("token-id input is not supported: send the text (SIE tokenises with the model's own "
-                             "tokenizer)", field="input")
+        raise InvalidRequest(TOKEN_IDS, field="input")
     if len(texts) > limits.max_items:
         raise PayloadTooLarge(f"input holds {len(texts)} strings; at most {limits.max_items} per request",
                               field="input")
     for i, text in enumerate(texts):
         validation.check_text(text, limits, f"input[{i}]" if not isinstance(value, str) else "input")
     return texts
+
+
+def input_type(value) -> bool | None:
+    """`input_type` -> is_query (None when absent)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in INPUT_TYPES:
+        raise InvalidRequest(f"input_type must be one of {', '.join(INPUT_TYPES)}", field="input_type")
+    return INPUT_TYPES[value]
 
 
 def embedding_value(vector: np.ndarray, encoding_format: str):
@@ -55,27 +75,21 @@ async def embeddings(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     body = await body_of(request)
     codec.check_fields(body, FIELDS, required=("model", "input"))
-    model = validate_model_id(body["model"])
-    if model in engine.catalog:
-        request[MODEL_LABEL] = model
+    model, alias = compat.split_mode(body["model"])
+    is_query = compat.choose_mode(alias, input_type(body.get("input_type")), "input_type")
     encoding_format = body.get("encoding_format") or "float"
     if encoding_format not in ENCODING_FORMATS:
         raise InvalidRequest(f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}", field="encoding_format")
-    dims = validation.check_positive_int(body.get("dimensions"), "dimensions")
+    dims = compat.check_dimensions(request, model, body.get("dimensions"), "dimensions")
     texts = input_texts(body["input"], engine.limits)
-    try:
-        result = await engine.encode(model, texts, output_types=["dense"], dims=dims,
-                                     normalize=True if dims is not None else None, timeout=timeout_of(request))
-    except InvalidRequest as exc:
-        if exc.field == "dims":  # the engine's name for OpenAI's `dimensions`
-            raise InvalidRequest(exc.message.replace("dims", "dimensions", 1), field="dimensions") from None
-        raise
-    request[TIMINGS] = result.timings
+    result = await compat.encode(request, model, texts, names={"dims": "dimensions", "items": "input"},
+                                 output_types=["dense"], is_query=is_query, dims=dims,
+                                 normalize=True if dims is not None else None)
     data = [{"object": "embedding", "index": i, "embedding": embedding_value(item.dense, encoding_format)}
             for i, item in enumerate(result.items)]
     payload = {"object": "list", "data": data, "model": result.model,
                "usage": {"prompt_tokens": int(result.tokens), "total_tokens": int(result.tokens)}}
-    size = sum(item.dense.nbytes for item in result.items)
     # OpenAI answers JSON; clients of this route expect nothing else.
-    body_bytes = await codec.serialise(payload, codec.JSON, size, request.app[SETTINGS].offload_bytes)
+    body_bytes = await codec.serialise(payload, codec.JSON, sum(item.dense.nbytes for item in result.items),
+                                       request.app[SETTINGS].offload_bytes)
     return codec.response(body_bytes, codec.JSON)

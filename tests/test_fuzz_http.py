@@ -152,8 +152,10 @@ MODEL_IDS = st.one_of(st.sampled_from(MODELS), st.sampled_from([
 @st.composite
 def requests(draw, document: dict):
     components = document["components"]["schemas"]
-    # work routes three times as often: they are where input reaches the models
-    paths = sorted(document["paths"].items())
+    # work routes three times as often: they are where input reaches the models. The ecosystem's
+    # APIs (tagged compat:*) answer in their own error shapes: tests/test_compat_protocols.py fuzzes them.
+    paths = sorted((path, ops) for path, ops in document["paths"].items()
+                   if not any(tag.startswith("compat:") for op in ops.values() for tag in op.get("tags", ())))
     path, operations = draw(st.sampled_from(paths + [p for p in paths if "post" in p[1]] * 2))
     method = draw(st.sampled_from(sorted(operations))).upper() if draw(st.integers(0, 19)) else \
         draw(st.sampled_from(["GET", "POST", "PUT", "DELETE", "OPTIONS"]))

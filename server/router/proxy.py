@@ -231,7 +231,8 @@ class Forwarder:
                                         sock_connect=self.config.connect_timeout_s)
         try:
             async with self.session.request(
-                request.method, worker.url + request.rel_url.path_qs,
+                # the raw path: a decoded one would turn `%23query` (a mode alias) into a fragment
+                request.method, worker.url + request.rel_url.raw_path_qs,
                 data=body if body else None, headers=headers, timeout=timeout,
             ) as resp:
                 data = await resp.read()

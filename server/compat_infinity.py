@@ -1,0 +1,132 @@
+"""Infinity's API (michaelfeil/infinity): `POST /embeddings`, `POST /rerank`, `GET /models`.
+
+Infinity names the model in the body, so these are served at Infinity's own paths (its
+default, empty `--url-prefix`). Checked against infinity_emb 0.0.77 (infinity_server.py and
+fastapi_schemas/pymodels.py, commit fcb951c):
+
+- `/embeddings`: `{model, input, encoding_format, dimensions (0: full), user, modality}` ->
+  `{object: list, data: [{object, embedding, index}], model, usage, id, created}`. Only the
+  text modality is served (SIE has no image or audio models yet). Infinity has no query mode:
+  name the model `<model>#query` for queries. `dimensions` follows the Matryoshka rule.
+- `/rerank`: `{model, query, documents, top_n, return_documents (false), raw_scores}` ->
+  `{object: rerank, results: [{relevance_score, index, document?: text}], model, usage, id,
+  created}`, best first. `raw_scores` (logits) is refused: SIE answers activated scores.
+- `/models`: `{object: list, data: [{id, object, owned_by, created, backend, capabilities, stats}]}`.
+
+Errors are Infinity's `{"error": {message, type, param, code: <status>}}` with SIE's statuses.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from aiohttp import web
+
+from sie_engine import validation
+from sie_engine.errors import InvalidRequest, SIEError
+
+from . import codec, compat
+from .handlers import body_of
+from .openai_compat import ENCODING_FORMATS, embedding_value, input_texts
+from .state import ENGINE, LIFECYCLE
+
+EMBEDDINGS_FIELDS = ("model", "input", "encoding_format", "dimensions", "user", "modality")
+RERANK_FIELDS = ("model", "query", "documents", "top_n", "return_documents", "raw_scores")
+CAPABILITIES = {"encode": "embed", "score": "rerank"}  # SIE's tasks -> Infinity's capabilities
+
+
+def infinity_error(error: SIEError, status: int) -> tuple[int, dict]:
+    return status, {"error": {"message": error.message, "type": error.code, "param": getattr(error, "field", None),
+                              "code": status}}
+
+
+infinity = compat.foreign_errors(infinity_error)
+
+
+def _model(body: dict) -> tuple[str, bool | None]:
+    if body.get("model") is None:  # Infinity defaults to its only model; SIE serves many
+        raise InvalidRequest("model is required: name one of the served models (GET /models)", field="model")
+    return compat.split_mode(body["model"])
+
+
+@infinity
+async def embeddings(request: web.Request) -> web.Response:
+    body = await body_of(request)
+    codec.check_fields(body, EMBEDDINGS_FIELDS, required=("input",))
+    model, alias = _model(body)
+    if body.get("modality", "text") != "text":
+        raise InvalidRequest("modality: only text is served (SIE has no image or audio models yet)", field="modality")
+    encoding_format = body.get("encoding_format") or "float"
+    if encoding_format not in ENCODING_FORMATS:
+        raise InvalidRequest(f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}", field="encoding_format")
+    dimensions = body.get("dimensions")
+    dims = compat.check_dimensions(request, model, None if dimensions == 0 else dimensions, "dimensions")
+    texts = input_texts(body["input"], request.app[ENGINE].limits)
+    result = await compat.encode(request, model, texts, names={"dims": "dimensions", "items": "input"},
+                                 output_types=["dense"], is_query=bool(alias), dims=dims,
+                                 normalize=True if dims is not None else None)
+    data = [{"object": "embedding", "embedding": embedding_value(item.dense, encoding_format), "index": i}
+            for i, item in enumerate(result.items)]
+    return await compat.answer(request, {
+        "object": "list", "data": data, "model": result.model,
+        "usage": {"prompt_tokens": int(result.tokens), "total_tokens": int(result.tokens)},
+        "id": f"infinity-{uuid.uuid4()}", "created": int(time.time()),
+    }, sum(item.dense.nbytes for item in result.items))
+
+
+@infinity
+async def rerank(request: web.Request) -> web.Response:
+    body = await body_of(request)
+    codec.check_fields(body, RERANK_FIELDS, required=("query", "documents"))
+    model, _ = _model(body)
+    if compat.check_bool(body, "raw_scores", False):
+        raise InvalidRequest("raw_scores is not supported: SIE's rerankers answer activated scores", field="raw_scores")
+    limits = request.app[ENGINE].limits
+    query = validation.check_text(body["query"], limits, "query")
+    documents = compat.texts_of(body["documents"], limits, "documents", single=False)
+    top_n = validation.check_positive_int(body.get("top_n"), "top_n")
+    return_documents = compat.check_bool(body, "return_documents", False)
+    result = await compat.score(request, model, query, documents, top_k=top_n,
+                                names={"items": "documents", "query.text": "query", "top_k": "top_n"})
+    results = []
+    for scored in result.scores:  # best first
+        entry = {"relevance_score": float(scored.score), "index": scored.index}
+        if return_documents:
+            entry["document"] = documents[scored.index]
+        results.append(entry)
+    return await compat.answer(request, {
+        "object": "rerank", "results": results, "model": result.model,
+        "usage": {"prompt_tokens": int(result.tokens), "total_tokens": int(result.tokens)},
+        "id": f"infinity-{uuid.uuid4()}", "created": int(time.time()),
+    })
+
+
+@infinity
+async def models(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    created = int(request.app[LIFECYCLE].started_at)
+    snapshot = await engine.status()
+    data = []
+    for info in engine.models():
+        queued = snapshot.models.get(info.id)
+        data.append({
+            "id": info.id, "object": "model", "owned_by": "sie", "created": created, "backend": "sie",
+            "capabilities": sorted({CAPABILITIES[t] for t in info.tasks if t in CAPABILITIES}),
+            "stats": {"queued_items": queued.queued_items if queued else 0,
+                      "queued_tokens": queued.queued_tokens if queued else 0, "state": info.state},
+        })
+    return await compat.answer(request, {"object": "list", "data": data})
+
+
+ROUTES = (
+    ("POST", "/embeddings", embeddings, "infinity_embeddings"),
+    ("POST", "/rerank", rerank, "infinity_rerank"),
+    ("GET", "/models", models, "infinity_models"),
+)
+WORK = frozenset(name for method, _, _, name in ROUTES if method == "POST")
+
+
+def add_routes(app: web.Application) -> None:
+    for method, path, handler, name in ROUTES:
+        app.router.add_route(method, path, handler, name=name)

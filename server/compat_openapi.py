@@ -1,0 +1,157 @@
+"""OpenAPI paths and schemas of the compatibility APIs (TEI, Cohere/Jina, Weaviate's modules,
+Infinity): the same fields their handlers accept (server/compat_*.py), their answers and
+their own error shapes. Each operation is tagged `compat:<api>`, so tools that exercise SIE's
+own contract (its error shape) can tell these apart."""
+
+from __future__ import annotations
+
+from sie_contract.schemas import NUMBERS, obj, ref
+
+STRINGS = {"type": "array", "items": {"type": "string"}}
+TEXTS = {"oneOf": [{"type": "string"}, STRINGS]}
+PAIR = {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2}
+BOOL = {"type": "boolean"}
+POSITIVE = {"type": "integer", "minimum": 1}
+TRUNCATION = {"truncate": BOOL, "truncation_direction": {"enum": ["right", "Right"]}}
+PROMPT = {"prompt_name": {"enum": ["query", "document", "passage", "corpus"]}}
+RANK_DOCUMENTS = {"type": "array", "items": {"oneOf": [{"type": "string"},
+                                                       {"type": "object", "properties": {"text": {"type": "string"}}}]}}
+USAGE = obj({"prompt_tokens": {"type": "integer"}, "total_tokens": {"type": "integer"}})
+
+SCHEMAS = {
+    "TEIError": obj({"error": {"type": "string"}, "error_type": {
+        "enum": ["Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer", "Empty"]}}, ["error", "error_type"]),
+    "CohereError": obj({"message": {"type": "string"}}, ["message"]),
+    "WeaviateError": obj({"error": {"type": "string"}}, ["error"]),
+    "InfinityError": obj({"error": obj({"message": {"type": "string"}, "type": {"type": ["string", "null"]},
+                                        "param": {"type": ["string", "null"]}, "code": {"type": "integer"}})}),
+    "TEIEmbedRequest": obj({"inputs": TEXTS, "normalize": BOOL, "dimensions": {"type": "integer", "minimum": 1},
+                            "encoding_format": {"enum": ["float"]}, **PROMPT, **TRUNCATION}, ["inputs"]),
+    "TEIInputsRequest": obj({"inputs": TEXTS, **PROMPT, **TRUNCATION}, ["inputs"]),
+    "TEIRerankRequest": obj({"query": {"type": "string"}, "texts": STRINGS, "raw_scores": {"const": False},
+                             "return_text": BOOL, **TRUNCATION}, ["query", "texts"]),
+    "TEIPredictRequest": obj({"inputs": {"oneOf": [PAIR, {"type": "array", "items": PAIR}]},
+                              "raw_scores": {"const": False}, "parameters": {"type": "object"}, **TRUNCATION},
+                             ["inputs"]),
+    "TEISimilarityRequest": obj({"inputs": obj({"source_sentence": {"type": "string"}, "sentences": STRINGS},
+                                               ["source_sentence", "sentences"]),
+                                 "parameters": obj({**PROMPT, **TRUNCATION})}, ["inputs"]),
+    "TEITokenizeRequest": obj({"inputs": TEXTS, "add_special_tokens": BOOL, **PROMPT}, ["inputs"]),
+    "TEIRootRequest": {"oneOf": [ref("TEIEmbedRequest"), ref("TEIRerankRequest"), ref("TEIPredictRequest"),
+                                 ref("TEISimilarityRequest")]},
+    "TEIInfo": {"type": "object", "required": ["model_id", "model_type", "max_input_length", "version"]},
+    "CohereRerankRequest": obj({
+        "model": {"type": "string"}, "query": {"type": "string"}, "documents": RANK_DOCUMENTS,
+        "top_n": POSITIVE, "rank_fields": STRINGS, "return_documents": BOOL,
+        "max_chunks_per_doc": POSITIVE, "max_tokens_per_doc": POSITIVE,
+        "priority": {"type": "integer", "minimum": 0}}, ["model", "query", "documents"]),
+    "CohereRerankResponse": {"type": "object", "required": ["id", "results", "meta"], "properties": {
+        "id": {"type": "string"}, "model": {"type": "string"}, "meta": {"type": "object"},
+        "usage": obj({"total_tokens": {"type": "integer"}}),
+        "results": {"type": "array", "items": {
+            "type": "object", "required": ["index", "relevance_score"], "properties": {
+                "index": {"type": "integer"}, "relevance_score": {"type": "number"},
+                "document": {"type": "object"}}}}}},
+    "WeaviateVectorsRequest": obj({
+        "text": {"type": "string"}, "dims": {"type": "integer"}, "vector": {"type": ["array", "null"]},
+        "error": {"type": "string"}, "config": obj({"pooling_strategy": {"type": "string"},
+                                                    "task_type": {"enum": ["query", "passage"]},
+                                                    "dimensions": {"type": "integer", "minimum": 1}})}, ["text"]),
+    "WeaviateVectorsResponse": obj({"text": {"type": "string"}, "vector": NUMBERS, "dim": {"type": "integer"},
+                                    "dims": {"type": "integer"}}, ["text", "vector", "dims"]),
+    "WeaviateRerankRequest": obj({"query": {"type": "string"}, "documents": STRINGS, "property": {"type": "string"}},
+                                 ["query"]),
+    "WeaviateRerankResponse": obj({
+        "query": {"type": "string"}, "property": {"type": ["string", "null"]}, "score": {"type": ["number", "null"]},
+        "scores": {"type": ["array", "null"],
+                   "items": obj({"document": {"type": "string"}, "score": {"type": "number"}})}}, ["query"]),
+    "InfinityEmbeddingsRequest": obj({
+        "model": {"type": "string"}, "input": TEXTS, "encoding_format": {"enum": ["float", "base64"]},
+        "dimensions": {"type": "integer", "minimum": 0}, "user": {"type": "string"}, "modality": {"const": "text"}},
+        ["model", "input"]),
+    "InfinityEmbeddingsResponse": {"type": "object", "required": ["object", "data", "model", "usage"], "properties": {
+        "object": {"const": "list"}, "model": {"type": "string"}, "usage": USAGE, "id": {"type": "string"},
+        "created": {"type": "integer"},
+        "data": {"type": "array", "items": obj({"object": {"const": "embedding"}, "index": {"type": "integer"},
+                                                "embedding": {"oneOf": [NUMBERS, {"type": "string"}]}})}}},
+    "InfinityRerankRequest": obj({
+        "model": {"type": "string"}, "query": {"type": "string"}, "documents": STRINGS,
+        "top_n": POSITIVE, "return_documents": BOOL, "raw_scores": {"const": False}},
+        ["model", "query", "documents"]),
+    "InfinityRerankResponse": {"type": "object", "required": ["object", "results", "model", "usage"], "properties": {
+        "object": {"const": "rerank"}, "model": {"type": "string"}, "usage": USAGE, "id": {"type": "string"},
+        "created": {"type": "integer"},
+        "results": {"type": "array", "items": obj({"relevance_score": {"type": "number"}, "index": {"type": "integer"},
+                                                   "document": {"type": "string"}})}}},
+}
+
+MODEL = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"},
+         "description": "model id, slashes included; `%23query` appended selects query mode"}
+_ERRORS = {"400": "bad request", "401": "missing or wrong API key", "404": "unknown model", "413": "too large",
+           "422": "invalid field (TEI)", "429": "overloaded (Retry-After)",
+           "503": "not ready or draining (Retry-After)", "504": "deadline passed"}
+
+
+def _op(api: str, summary: str, answer: dict | None, error: str, request: str | None = None, model: bool = False,
+        content_type: str = "application/json") -> dict:
+    operation: dict = {"tags": [f"compat:{api}"], "summary": summary}
+    if model:
+        operation["parameters"] = [MODEL]
+    if request:
+        operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(request)}}}
+    ok = {"description": "OK"}
+    if answer is not None:
+        ok["content"] = {content_type: {"schema": answer}}
+    errors = {code: {"description": text, "content": {"application/json": {"schema": ref(error)}}}
+              for code, text in _ERRORS.items()}
+    return {**operation, "responses": {"200": ok, **errors}}
+
+
+def _tei(summary: str, request: str | None, answer: dict | None) -> dict:
+    return _op("tei", summary, answer, "TEIError", request, model=True)
+
+
+MATRIX = {"type": "array", "items": NUMBERS}
+TEI_TOKENS = {"type": "array", "items": {"type": "array", "items": {"type": "object", "required": ["id", "text"]}}}
+
+PATHS = {
+    "/tei/{model}/embed": {"post": _tei("TEI: dense embeddings", "TEIEmbedRequest", MATRIX)},
+    "/tei/{model}/embed_sparse": {"post": _tei("TEI: sparse embeddings", "TEIInputsRequest", {
+        "type": "array", "items": {"type": "array", "items": obj({"index": {"type": "integer"},
+                                                                  "value": {"type": "number"}})}})},
+    "/tei/{model}/embed_all": {"post": _tei("TEI: per-token vectors (multi-vector models)", "TEIInputsRequest",
+                                            {"type": "array", "items": MATRIX})},
+    "/tei/{model}/rerank": {"post": _tei("TEI: rerank, best first", "TEIRerankRequest", {
+        "type": "array", "items": obj({"index": {"type": "integer"}, "score": {"type": "number"},
+                                       "text": {"type": "string"}})})},
+    "/tei/{model}/predict": {"post": _tei("TEI: score (query, text) pairs", "TEIPredictRequest", {"type": "array"})},
+    "/tei/{model}/similarity": {"post": _tei("TEI: cosine similarity to a source sentence", "TEISimilarityRequest",
+                                             NUMBERS)},
+    "/tei/{model}/tokenize": {"post": _tei("TEI: the model's tokens", "TEITokenizeRequest", TEI_TOKENS)},
+    "/tei/{model}/info": {"get": _tei("TEI: model info", None, ref("TEIInfo"))},
+    "/tei/{model}/health": {"get": _tei("TEI: 200 while the model can serve", None, None)},
+    "/tei/{model}": {"post": _tei("TEI's root route: the model's own call (embed, embed_sparse, rerank, predict)",
+                                  "TEIRootRequest", {}),
+                     "get": _tei("TEI's root health", None, None)},
+    "/v1/rerank": {"post": _op("cohere", "Cohere v1 / Jina rerank", ref("CohereRerankResponse"), "CohereError",
+                               "CohereRerankRequest")},
+    "/v2/rerank": {"post": _op("cohere", "Cohere v2 rerank", ref("CohereRerankResponse"), "CohereError",
+                               "CohereRerankRequest")},
+    "/weaviate/{model}/vectors": {"post": _op("weaviate", "Weaviate text2vec-transformers: one vector",
+                                              ref("WeaviateVectorsResponse"), "WeaviateError",
+                                              "WeaviateVectorsRequest", model=True)},
+    "/weaviate/{model}/rerank": {"post": _op("weaviate", "Weaviate reranker-transformers: scores in document order",
+                                             ref("WeaviateRerankResponse"), "WeaviateError", "WeaviateRerankRequest",
+                                             model=True)},
+    "/weaviate/{model}/meta": {"get": _op("weaviate", "Weaviate module meta", {"type": "object"}, "WeaviateError",
+                                          model=True)},
+    "/weaviate/{model}/.well-known/ready": {"get": _op("weaviate", "204 when ready", None, "WeaviateError",
+                                                       model=True)},
+    "/weaviate/{model}/.well-known/live": {"get": _op("weaviate", "204 while alive", None, "WeaviateError",
+                                                      model=True)},
+    "/embeddings": {"post": _op("infinity", "Infinity embeddings", ref("InfinityEmbeddingsResponse"), "InfinityError",
+                                "InfinityEmbeddingsRequest")},
+    "/rerank": {"post": _op("infinity", "Infinity rerank", ref("InfinityRerankResponse"), "InfinityError",
+                            "InfinityRerankRequest")},
+    "/models": {"get": _op("infinity", "Infinity's model list", {"type": "object"}, "InfinityError")},
+}

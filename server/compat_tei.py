@@ -1,0 +1,386 @@
+"""Hugging Face text-embeddings-inference's API, one model per base URL: `/tei/{model}/...`.
+
+TEI serves one model per process and names none in its requests, so each served model gets
+its own base URL, `http://host:8080/tei/<model id>`; a TEI client given it works unchanged.
+Checked field by field against TEI v1.9.3 (router/src/http/types.rs and server.rs, commit
+0d124dc, and its docs/openapi.json):
+
+| route | SIE call |
+| --- | --- |
+| `POST /embed` `{inputs, normalize, truncate, truncation_direction, prompt_name, dimensions}` | encode dense |
+| `POST /embed_sparse` `{inputs, truncate, truncation_direction, prompt_name}` | encode sparse |
+| `POST /embed_all` (per-token vectors) | encode multivector (models with one) |
+| `POST /rerank` `{query, texts, truncate, truncation_direction, raw_scores, return_text}` | score |
+| `POST /predict` `{inputs: [query, text] or a batch of pairs, ...}` | score, pair by pair |
+| `POST /similarity` `{inputs: {source_sentence, sentences}, parameters}` | encode, cosine |
+| `POST /tokenize` `{inputs, add_special_tokens, prompt_name}` | the model's tokenizer |
+| `GET /info`, `GET /health`, `GET /` | the card, the model's state |
+| `POST /` (huggingface_hub's InferenceClient posts here) | by model: embed, embed_sparse, rerank, predict |
+
+`prompt_name` `query` is SIE's query mode; `document` / `passage` / `corpus` (or none) its
+document mode (the card's document template applies, where TEI would apply no prompt).
+`raw_scores` (logits) and `truncation_direction: left` are refused: SIE's rerankers answer
+activated scores and truncate on the right. Token-id inputs are refused: send the text.
+Errors are TEI's `{"error", "error_type"}` with TEI's statuses (422 validation, 400 empty,
+413, 429 overloaded, 424 backend, 503 unhealthy), and 404 for a model not served here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+
+from sie_engine.errors import InvalidRequest, PayloadTooLarge, SIEError, UnsupportedTask
+from sie_engine.tasks.encode import apply_template
+
+from . import codec, compat
+from .errors import HTTPProblem
+from .handlers import body_of
+from .state import ENGINE, LIFECYCLE, SETTINGS
+
+VERSION = "1.9.3"  # the TEI release whose API this follows
+NAMES = {"items": "inputs"}
+PROMPTS = {"query": True, "document": False, "passage": False, "corpus": False}
+POOLING = {"last": "last_token", "cls": "cls", "mean": "mean"}  # SIE's names -> TEI's
+TRUNCATE = ("truncate", "truncation_direction")
+FIELDS = {
+    "embed": ("inputs", "normalize", "prompt_name", "dimensions", "encoding_format", *TRUNCATE),
+    "embed_sparse": ("inputs", "prompt_name", *TRUNCATE),
+    "embed_all": ("inputs", "prompt_name", *TRUNCATE),
+    "rerank": ("query", "texts", "raw_scores", "return_text", *TRUNCATE),
+    # `parameters`: the Inference API's envelope huggingface_hub sends (TEI ignores it)
+    "predict": ("inputs", "raw_scores", "parameters", *TRUNCATE),
+    "similarity": ("inputs", "parameters"),
+    "tokenize": ("inputs", "add_special_tokens", "prompt_name"),
+}
+SIMILARITY_PARAMETERS = ("prompt_name", *TRUNCATE)
+
+
+def tei_error(error: SIEError, status: int) -> tuple[int, dict]:
+    """TEI's ErrorResponse: `error` and `error_type` (one of TEI's ErrorType names)."""
+    if isinstance(error, compat.EmptyInput):
+        status, kind = 400, "Empty"
+    elif status == 400:
+        status, kind = 422, "Validation"  # TEI answers validation errors 422
+    elif status == 429:
+        kind = "Overloaded"
+    elif status == 503:
+        kind = "Unhealthy"
+    elif error.code == "inference_failed":
+        status, kind = 424, "Backend"
+    elif status >= 500:
+        kind = "Backend"
+    else:
+        kind = "Validation"
+    return status, {"error": error.message, "error_type": kind}
+
+
+tei = compat.foreign_errors(tei_error)
+
+
+# ---- request values -----------------------------------------------------------------
+def path_model(request: web.Request) -> tuple[str, bool | None]:
+    return compat.split_mode(request.match_info["model"])
+
+
+def mode(body: dict, alias: bool | None) -> bool:
+    """`prompt_name` -> query mode (the path's `#query` alias without it)."""
+    name = body.get("prompt_name")
+    if name is not None and (not isinstance(name, str) or name not in PROMPTS):
+        raise InvalidRequest(f"prompt_name must be one of {', '.join(PROMPTS)} (SIE serves each model's query "
+                             "and document prompts)", field="prompt_name")
+    return compat.choose_mode(alias, PROMPTS.get(name) if name is not None else None, "prompt_name")
+
+
+def truncate(body: dict) -> bool:
+    direction = body.get("truncation_direction")
+    if direction is not None and direction not in ("right", "Right", "left", "Left"):
+        raise InvalidRequest("truncation_direction must be right or left", field="truncation_direction")
+    if direction in ("left", "Left"):
+        raise InvalidRequest("truncation_direction left is not supported: SIE truncates on the right",
+                             field="truncation_direction")
+    return compat.check_bool(body, "truncate", True)
+
+
+def no_raw_scores(body: dict) -> None:
+    if compat.check_bool(body, "raw_scores", False):
+        raise InvalidRequest("raw_scores is not supported: SIE's rerankers answer activated scores (the model's "
+                             "own activation, sigmoid for one label)", field="raw_scores")
+
+
+async def read(request: web.Request, route: str, required: tuple[str, ...]) -> dict:
+    body = await body_of(request)
+    codec.check_fields(body, FIELDS[route], required=required)
+    return body
+
+
+# ---- embeddings -----------------------------------------------------------------------
+async def _embed(request: web.Request, model: str, alias: bool | None, body: dict) -> web.Response:
+    encoding_format = body.get("encoding_format")
+    if encoding_format not in (None, "float"):
+        raise InvalidRequest("encoding_format: TEI's /embed answers floats only", field="encoding_format")
+    texts = compat.texts_of(body["inputs"], request.app[ENGINE].limits, "inputs")
+    dims = compat.check_dimensions(request, model, body.get("dimensions"), "dimensions")
+    result = await compat.encode(request, model, texts, names={**NAMES, "dims": "dimensions"}, output_types=["dense"],
+                                 is_query=mode(body, alias), truncate=truncate(body), dims=dims,
+                                 normalize=compat.check_bool(body, "normalize", True))
+    vectors = [item.dense for item in result.items]
+    return await compat.answer(request, vectors, sum(v.nbytes for v in vectors))
+
+
+async def _embed_sparse(request: web.Request, model: str, alias: bool | None, body: dict) -> web.Response:
+    texts = compat.texts_of(body["inputs"], request.app[ENGINE].limits, "inputs")
+    result = await compat.encode(request, model, texts, names=NAMES, output_types=["sparse"],
+                                 is_query=mode(body, alias), truncate=truncate(body))
+    payload = [[{"index": int(i), "value": float(v)} for i, v in zip(item.sparse.indices, item.sparse.values)]
+               for item in result.items]
+    return await compat.answer(request, payload, sum(item.sparse.values.nbytes * 4 for item in result.items))
+
+
+@tei
+async def embed(request: web.Request) -> web.Response:
+    model, alias = path_model(request)
+    return await _embed(request, model, alias, await read(request, "embed", ("inputs",)))
+
+
+@tei
+async def embed_sparse(request: web.Request) -> web.Response:
+    model, alias = path_model(request)
+    return await _embed_sparse(request, model, alias, await read(request, "embed_sparse", ("inputs",)))
+
+
+@tei
+async def embed_all(request: web.Request) -> web.Response:
+    model, alias = path_model(request)
+    body = await read(request, "embed_all", ("inputs",))
+    if "multivector" not in request.app[ENGINE].model_info(model).outputs:
+        raise InvalidRequest(f"model {model!r} has no per-token output: /embed_all is served for multi-vector "
+                             "models (ColBERT, BGE-M3); use /embed", field="inputs")
+    texts = compat.texts_of(body["inputs"], request.app[ENGINE].limits, "inputs")
+    result = await compat.encode(request, model, texts, names=NAMES, output_types=["multivector"],
+                                 is_query=mode(body, alias), truncate=truncate(body))
+    matrices = [item.multivector for item in result.items]
+    return await compat.answer(request, matrices, sum(m.nbytes for m in matrices))
+
+
+@tei
+async def similarity(request: web.Request) -> web.Response:
+    model, alias = path_model(request)
+    return await _similarity(request, model, alias, await read(request, "similarity", ("inputs",)))
+
+
+async def _similarity(request: web.Request, model: str, alias: bool | None, body: dict) -> web.Response:
+    inputs, parameters = body["inputs"], body.get("parameters") or {}
+    if not isinstance(inputs, dict) or set(inputs) != {"source_sentence", "sentences"}:
+        raise InvalidRequest("inputs must be {source_sentence, sentences}", field="inputs")
+    if not isinstance(parameters, dict):
+        raise InvalidRequest("parameters must be an object", field="parameters")
+    codec.check_fields(parameters, SIMILARITY_PARAMETERS)
+    source = compat.texts_of(inputs["source_sentence"], request.app[ENGINE].limits, "inputs.source_sentence")
+    if len(source) != 1:
+        raise InvalidRequest("inputs.source_sentence must be one string", field="inputs.source_sentence")
+    others = compat.texts_of(inputs["sentences"], request.app[ENGINE].limits, "inputs.sentences", single=False)
+    result = await compat.encode(request, model, source + others, names=NAMES, output_types=["dense"],
+                                 is_query=mode(parameters, alias), truncate=truncate(parameters), normalize=True)
+    vectors = np.stack([item.dense for item in result.items])
+    return await compat.answer(request, [float(s) for s in vectors[1:] @ vectors[0]])
+
+
+# ---- rerankers --------------------------------------------------------------------------
+@tei
+async def rerank(request: web.Request) -> web.Response:
+    model, _ = path_model(request)
+    return await _rerank(request, model, await read(request, "rerank", ("query", "texts")))
+
+
+async def _rerank(request: web.Request, model: str, body: dict) -> web.Response:
+    no_raw_scores(body)
+    limits = request.app[ENGINE].limits
+    query = compat.texts_of(body["query"], limits, "query")
+    if len(query) != 1:
+        raise InvalidRequest("query must be a string", field="query")
+    texts = compat.texts_of(body["texts"], limits, "texts", single=False)
+    return_text = compat.check_bool(body, "return_text", False)
+    result = await compat.score(request, model, query[0], texts, names={"items": "texts", "query.text": "query"},
+                                truncate=truncate(body))
+    ranks = []
+    for scored in result.scores:  # best first, as TEI sorts them
+        rank = {"index": scored.index, "score": float(scored.score)}
+        if return_text:
+            rank["text"] = texts[scored.index]
+        ranks.append(rank)
+    return await compat.answer(request, ranks)
+
+
+def pairs_of(inputs: Any) -> tuple[list[tuple[str, str]], bool]:
+    """TEI's PredictInput -> (query, text) pairs and whether it was a batch. SIE's rerankers
+    score pairs; a single text (classification) has no SIE model to serve it."""
+    def pair(value: Any, where: str) -> tuple[str, str]:
+        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
+            return value[0], value[1]
+        raise InvalidRequest(f"{where} must be a pair [query, text]: SIE's rerankers score pairs, and single-text "
+                             "classification is not served", field="inputs")
+
+    if isinstance(inputs, list) and inputs and all(isinstance(v, list) for v in inputs):
+        return [pair(v, f"inputs[{i}]") for i, v in enumerate(inputs)], True
+    return [pair(inputs, "inputs")], False
+
+
+@tei
+async def predict(request: web.Request) -> web.Response:
+    model, _ = path_model(request)
+    return await _predict(request, model, await read(request, "predict", ("inputs",)))
+
+
+async def _predict(request: web.Request, model: str, body: dict) -> web.Response:
+    no_raw_scores(body)
+    pairs, batch = pairs_of(body["inputs"])
+    limits = request.app[ENGINE].limits
+    if len(pairs) > limits.max_items:
+        raise PayloadTooLarge(f"inputs holds {len(pairs)} pairs; at most {limits.max_items} per request",
+                              field="inputs")
+    by_query: dict[str, list[int]] = {}
+    for i, (query, _) in enumerate(pairs):
+        by_query.setdefault(query, []).append(i)
+    cut = truncate(body)
+    results = await asyncio.gather(*[
+        compat.score(request, model, query, [pairs[i][1] for i in rows], truncate=cut,
+                     names={"items": "inputs", "query.text": "inputs"})
+        for query, rows in by_query.items()])
+    scores = [0.0] * len(pairs)
+    for rows, result in zip(by_query.values(), results):
+        for scored in result.scores:
+            scores[rows[scored.index]] = float(scored.score)
+    # A one-label reranker's prediction, as TEI labels it from config.json's default id2label.
+    predictions = [[{"score": s, "label": "LABEL_0"}] for s in scores]
+    return await compat.answer(request, predictions if batch else predictions[0])
+
+
+# ---- tokenizer, info, health -------------------------------------------------------------
+def _tokens(tokenizer, texts: list[str], add_special_tokens: bool) -> list[list[dict]]:
+    """TEI's SimpleTokens: special tokens by their vocabulary text, the others by the text's
+    bytes they cover (TEI's offsets are UTF-8 byte offsets; Python's tokenizers give characters)."""
+    answer = []
+    for text, encoding in zip(texts, tokenizer.hf.backend_tokenizer.encode_batch(
+            texts, add_special_tokens=add_special_tokens)):
+        byte_at = np.concatenate([[0], np.cumsum([len(c.encode("utf-8")) for c in text])])
+        tokens = []
+        for token_id, token, (start, stop), special in zip(encoding.ids, encoding.tokens, encoding.offsets,
+                                                           encoding.special_tokens_mask):
+            if special:
+                tokens.append({"id": token_id, "text": token, "special": True, "start": None, "stop": None})
+            else:
+                tokens.append({"id": token_id, "text": text[start:stop], "special": False,
+                               "start": int(byte_at[start]), "stop": int(byte_at[stop])})
+        answer.append(tokens)
+    return answer
+
+
+@tei
+async def tokenize(request: web.Request) -> web.Response:
+    model, alias = path_model(request)
+    body = await read(request, "tokenize", ("inputs",))
+    engine = request.app[ENGINE]
+    texts = compat.texts_of(body["inputs"], engine.limits, "inputs")
+    add_special = compat.check_bool(body, "add_special_tokens", True)
+    card = engine.card(model)
+    texts = apply_template(texts, *card.template_for(mode(body, alias), None))
+    compat.label(request, model)
+    # The engine's tokenizers live on its loop: ask there (the model's weights are not loaded).
+    future = asyncio.run_coroutine_threadsafe(engine.with_tokenizer(card, _tokens, texts, add_special), engine.loop)
+    tokens, _ = await asyncio.wrap_future(future)
+    return await compat.answer(request, tokens)
+
+
+def _model_type(card, outputs: tuple[str, ...]) -> dict:
+    if "score" in outputs:  # a one-label reranker, labelled as config.json's default id2label
+        return {"reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}}
+    if "dense" in outputs or "multivector" in outputs:
+        return {"embedding": {"pooling": POOLING.get(card.pooling, card.pooling)}}
+    if "sparse" in outputs:
+        return {"embedding": {"pooling": "splade"}}
+    return {"classifier": {"id2label": {}, "label2id": {}}}
+
+
+@tei
+async def info(request: web.Request) -> web.Response:
+    model, _ = path_model(request)
+    engine = request.app[ENGINE]
+    card, model_info = engine.card(model), engine.model_info(model)
+    compat.label(request, model)
+    dtype = card.dtype if card.dtype != "auto" else ("float16" if engine.device.type == "cuda" else "float32")
+    return await compat.answer(request, {
+        "model_id": model, "model_sha": None, "served_model_name": model, "model_dtype": dtype,
+        "model_type": _model_type(card, model_info.outputs),
+        "max_concurrent_requests": request.app[SETTINGS].max_connections,
+        "max_input_length": model_info.max_seq_len, "max_batch_tokens": card.max_batch_tokens,
+        "max_batch_requests": None, "max_client_batch_size": engine.limits.max_items,
+        # SIE's tokenizer threads are the engine's own (--tokenizer-threads), not reported here
+        "auto_truncate": True, "tokenization_workers": 0,
+        "version": VERSION, "sha": None, "docker_label": None,
+    })
+
+
+@tei
+async def health(request: web.Request) -> web.Response:
+    model, _ = path_model(request)
+    base, _, tail = model.rpartition("/")
+    if model not in request.app[ENGINE].catalog and base in request.app[ENGINE].catalog and f"/{tail}" in POSTS:
+        # GET /tei/<model>/embed reached the root's GET (model ids hold slashes): say what is wrong
+        raise HTTPProblem("method_not_allowed", f"/{tail} takes POST")
+    lifecycle = request.app[LIFECYCLE]
+    state = request.app[ENGINE].model_info(model).state  # 404 for a model not served here
+    if lifecycle.draining or not lifecycle.ready or state == "failed":
+        return await compat.answer(request, {"error": "unhealthy", "error_type": "Unhealthy"}, status=503)
+    return web.Response(status=200)
+
+
+# ---- the root route ------------------------------------------------------------------------
+@tei
+async def root(request: web.Request) -> web.Response:
+    """`POST /tei/{model}`: TEI's root serves the model's own kind of call (what
+    huggingface_hub's InferenceClient posts `{"inputs": ...}` to)."""
+    model, alias = path_model(request)
+    outputs = request.app[ENGINE].model_info(model).outputs
+    body = await body_of(request)
+    if "score" in outputs:
+        if "query" in body:
+            codec.check_fields(body, FIELDS["rerank"], required=("query", "texts"))
+            return await _rerank(request, model, body)
+        codec.check_fields(body, FIELDS["predict"], required=("inputs",))
+        return await _predict(request, model, body)
+    if isinstance(body.get("inputs"), dict):  # sentence-similarity's {source_sentence, sentences}
+        codec.check_fields(body, FIELDS["similarity"], required=("inputs",))
+        return await _similarity(request, model, alias, body)
+    if "dense" in outputs:
+        codec.check_fields(body, FIELDS["embed"], required=("inputs",))
+        return await _embed(request, model, alias, body)
+    if "sparse" in outputs:
+        codec.check_fields(body, FIELDS["embed_sparse"], required=("inputs",))
+        return await _embed_sparse(request, model, alias, body)
+    raise UnsupportedTask(f"model {model!r} serves none of TEI's calls (embed, embed_sparse, rerank)", field="model")
+
+
+ROUTES = (  # (method, path under /tei/{model}, handler, route name); the root last: it matches any path
+    ("POST", "/embed", embed, "tei_embed"),
+    ("POST", "/embed_sparse", embed_sparse, "tei_embed_sparse"),
+    ("POST", "/embed_all", embed_all, "tei_embed_all"),
+    ("POST", "/rerank", rerank, "tei_rerank"),
+    ("POST", "/predict", predict, "tei_predict"),
+    ("POST", "/similarity", similarity, "tei_similarity"),
+    ("POST", "/tokenize", tokenize, "tei_tokenize"),
+    ("GET", "/info", info, "tei_info"),
+    ("GET", "/health", health, "tei_health"),
+    ("POST", "", root, "tei_root"),
+    ("GET", "", health, "tei_root_health"),
+)
+WORK = frozenset(name for method, _, _, name in ROUTES if method == "POST")
+POSTS = frozenset(path for method, path, _, _ in ROUTES if method == "POST" and path)
+
+
+def add_routes(app: web.Application) -> None:
+    for method, path, handler, name in ROUTES:
+        app.router.add_route(method, "/tei/{model:.+}" + path, handler, name=name)

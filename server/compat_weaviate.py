@@ -1,0 +1,150 @@
+"""Weaviate's inference-container protocols, one model per base URL: `/weaviate/{model}/...`.
+
+Weaviate's text2vec-transformers and reranker-transformers modules call a container that
+serves one model; give a module `http://host:8080/weaviate/<model id>` as its inference URL
+(`inferenceUrl`, or `passageInferenceUrl` / `queryInferenceUrl`) and Weaviate vectorises and
+reranks through SIE with no client code. Checked against Weaviate's module clients
+(usecases/modulecomponents/clients/transformers/transformers.go, modules/text2vec-transformers/
+clients, modules/reranker-transformers/clients/ranker.go; weaviate commit adcffc5, v1.38 line)
+and the containers they call (weaviate/t2v-transformers-models app.py and meta.py,
+weaviate/reranker-transformers app.py and crossencoder.py):
+
+- `POST /vectors` (and `/vectors/`): `{text, dims, vector, error, config: {pooling_strategy,
+  task_type: query | passage, dimensions}}` -> `{text, vector, dim, dims}`. `task_type` is
+  SIE's query mode; `pooling_strategy` is accepted and the card's pooling applies;
+  `dimensions` follows the Matryoshka rule of the other APIs.
+- `POST /rerank`: `{query, documents, property}` -> `{query, scores: [{document, score}] in
+  the documents' order, property, score}`; without documents, `{query, property}` scores the
+  one pair into `score` (the container's older form).
+- `GET /meta` -> `{"model": {...}}` (the containers send their model's config.json; SIE sends
+  what its card knows), `GET /.well-known/ready` and `/.well-known/live` -> 204.
+
+multi2vec-clip (`/vectorize`, images) is not served: SIE has no image models yet.
+Errors are the containers' `{"error": "..."}` (what the module prints) with SIE's statuses.
+Weaviate's module clients send no Authorization header: serve these to Weaviate from an SIE
+without API keys (on a private network).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from sie_engine import validation
+from sie_engine.errors import InvalidRequest, SIEError
+
+from . import codec, compat
+from .handlers import body_of
+from .state import ENGINE, LIFECYCLE
+
+TASK_TYPES = {"query": True, "passage": False}
+VECTOR_FIELDS = ("text", "dims", "vector", "error", "config")  # Weaviate's vecRequest, sent whole
+CONFIG_FIELDS = ("pooling_strategy", "task_type", "dimensions")
+RERANK_FIELDS = ("query", "documents", "property")  # Weaviate's RankInput
+
+
+def weaviate_error(error: SIEError, status: int) -> tuple[int, dict]:
+    return status, {"error": error.message}
+
+
+weaviate = compat.foreign_errors(weaviate_error)
+
+
+@weaviate
+async def vectors(request: web.Request) -> web.Response:
+    model, alias = compat.split_mode(request.match_info["model"])
+    body = await body_of(request)
+    codec.check_fields(body, VECTOR_FIELDS, required=("text",))
+    config = body.get("config") or {}
+    if not isinstance(config, dict):
+        raise InvalidRequest("config must be an object", field="config")
+    codec.check_fields(config, CONFIG_FIELDS)
+    task_type = config.get("task_type")
+    if task_type is not None and (not isinstance(task_type, str) or task_type not in TASK_TYPES):
+        raise InvalidRequest("config.task_type must be query or passage", field="config.task_type")
+    if config.get("pooling_strategy") is not None and not isinstance(config["pooling_strategy"], str):
+        raise InvalidRequest("config.pooling_strategy must be a string", field="config.pooling_strategy")
+    is_query = compat.choose_mode(alias, TASK_TYPES.get(task_type) if task_type else None, "config.task_type")
+    text = validation.check_text(body["text"], request.app[ENGINE].limits, "text")
+    dims = compat.check_dimensions(request, model, config.get("dimensions"), "config.dimensions")
+    result = await compat.encode(request, model, [text], names={"items[0].text": "text", "dims": "config.dimensions"},
+                                 output_types=["dense"], is_query=is_query, dims=dims,
+                                 normalize=True if dims is not None else None)
+    vector = result.items[0].dense
+    # `dim` is what the t2v container answers, `dims` what Weaviate's vecRequest struct reads
+    return await compat.answer(request, {"text": text, "vector": vector, "dim": len(vector), "dims": len(vector)},
+                               vector.nbytes)
+
+
+@weaviate
+async def rerank(request: web.Request) -> web.Response:
+    model, _ = compat.split_mode(request.match_info["model"])
+    body = await body_of(request)
+    codec.check_fields(body, RERANK_FIELDS, required=("query",))
+    limits = request.app[ENGINE].limits
+    query = validation.check_text(body["query"], limits, "query")
+    documents = body.get("documents")
+    single = documents is None
+    if single:  # the container's one-pair form: score (query, property)
+        documents = [body.get("property")]
+    if not isinstance(documents, list):
+        raise InvalidRequest("documents must be a list of strings", field="documents")
+    if not documents:  # Weaviate sends none; the container answers an empty list
+        return await compat.answer(request, {"query": query, "scores": [], "property": None, "score": None})
+    texts = [validation.check_text(d, limits, "property" if single else f"documents[{i}]")
+             for i, d in enumerate(documents)]
+    result = await compat.score(request, model, query, texts, names={"items": "documents", "query.text": "query"})
+    by_index: dict[int, float] = {s.index: float(s.score) for s in result.scores}
+    if single:
+        return await compat.answer(request, {"query": query, "scores": None, "property": texts[0],
+                                             "score": by_index[0]})
+    scores: list[dict[str, Any]] = [{"document": t, "score": by_index[i]} for i, t in enumerate(texts)]
+    return await compat.answer(request, {"query": query, "scores": scores, "property": None, "score": None})
+
+
+@weaviate
+async def meta(request: web.Request) -> web.Response:
+    model, _ = compat.split_mode(request.match_info["model"])
+    engine = request.app[ENGINE]
+    info, card = engine.model_info(model), engine.card(model)
+    compat.label(request, model)
+    return await compat.answer(request, {"model": {
+        "_name_or_path": model, "model_type": info.family, "outputs": list(info.outputs), "tasks": list(info.tasks),
+        "dims": dict(info.dims), "matryoshka_dims": list(info.matryoshka_dims),
+        "max_position_embeddings": info.max_seq_len, "pooling": card.pooling, "state": info.state,
+        "description": info.description, "server": "sie",
+    }})
+
+
+@weaviate
+async def ready(request: web.Request) -> web.Response:
+    """204 once the server is ready and the model is served (and has not failed to load)."""
+    model, _ = compat.split_mode(request.match_info["model"])
+    lifecycle = request.app[LIFECYCLE]
+    state = request.app[ENGINE].model_info(model).state  # 404 for a model not served here
+    if lifecycle.draining or not lifecycle.ready or state == "failed":
+        return await compat.answer(request, {"error": "not ready"}, status=503)
+    return web.Response(status=204)
+
+
+@weaviate
+async def live(request: web.Request) -> web.Response:
+    compat.split_mode(request.match_info["model"])
+    return web.Response(status=204)
+
+
+ROUTES = (  # (method, path under /weaviate/{model}, handler, route name)
+    ("POST", "/vectors", vectors, "weaviate_vectors"),
+    ("POST", "/vectors/", vectors, "weaviate_vectors_slash"),
+    ("POST", "/rerank", rerank, "weaviate_rerank"),
+    ("GET", "/meta", meta, "weaviate_meta"),
+    ("GET", "/.well-known/ready", ready, "weaviate_ready"),
+    ("GET", "/.well-known/live", live, "weaviate_live"),
+)
+WORK = frozenset(name for method, _, _, name in ROUTES if method == "POST")
+
+
+def add_routes(app: web.Application) -> None:
+    for method, path, handler, name in ROUTES:
+        app.router.add_route(method, "/weaviate/{model:.+}" + path, handler, name=name)
