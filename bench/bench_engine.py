@@ -110,7 +110,9 @@ async def main():
         await engine.embed(sentences=texts[:64])
         times = []
         for _ in range(rounds):
-            start = time.perf_counter(); vectors, _ = await engine.embed(sentences=texts); times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            vectors, _ = await engine.embed(sentences=texts)
+            times.append(time.perf_counter() - start)
         np.save(out, np.asarray(vectors, dtype=np.float32))
         print(json.dumps({"seconds": times}))
 asyncio.run(main())
@@ -184,7 +186,8 @@ def main() -> None:
     header = (f"{len(texts)} documents, {real_tokens} real tokens (truncation {MAX_LEN}), {args.threads} threads, "
               f"median of {args.rounds} alternating rounds; matmul peak fp32 {peak['float32'] / 1e9:.0f} GFLOP/s, "
               f"bf16 {peak['bfloat16'] / 1e9:.0f} GFLOP/s")
-    table = ["| system | tokens/s | vs sentence-transformers | min cosine to ST fp32 | computed / real tokens | GFLOP/s | of matmul peak |",
+    table = ["| system | tokens/s | vs sentence-transformers | min cosine to ST fp32 | computed / real tokens "
+             "| GFLOP/s | of matmul peak |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, tps, ratio, cos, pad, gflops, frac in rows:
         table.append(f"| {name} | {tps:,.0f} | {ratio:.2f}x | {cos:.7f} | {pad:.3f} | {gflops:.0f} | {frac:.0%} |")
@@ -194,7 +197,8 @@ def main() -> None:
         print("(infinity-emb: no bench/.venv-infinity; create it with bench/setup_infinity.sh to include it)")
     if args.record:
         with open(Path(__file__).parent / "RESULTS.md", "a") as f:
-            f.write(f"\n### Engine throughput, {time.strftime('%Y-%m-%d')}, {machine()}\n\n{header}\n\n" + "\n".join(table) + "\n")
+            f.write(f"\n### Engine throughput, {time.strftime('%Y-%m-%d')}, {machine()}\n\n{header}\n\n"
+                    + "\n".join(table) + "\n")
     for system in systems:
         system.close()
 

@@ -87,8 +87,8 @@ def st_run(model_dir: Path, texts, max_len: int, batch_size: int, rounds: int):
     model = SentenceTransformer(str(model_dir), device=DEVICE, model_kwargs={"torch_dtype": getattr(torch, DTYPE)})
     model.max_seq_length = max_len
     model.encode(texts[:512], batch_size=batch_size)
-    seconds, vectors = timed(lambda: model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
-                                                  convert_to_numpy=True), rounds)
+    seconds, vectors = timed(lambda model=model: model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
+                                                              convert_to_numpy=True), rounds)
     del model
     if DEVICE == "cuda":
         torch.cuda.empty_cache()
@@ -105,7 +105,7 @@ def swap_in_times(model_dir: Path, texts) -> list[float]:
     cards = [ModelCard(id=f"m{i}", weights=WeightsSource(path=str(model_dir)), max_seq_len=256, max_batch_tokens=8192,
                        dtype=DTYPE) for i in range(2)]
     probe = Engine(Catalog(cards), device=DEVICE)
-    need = probe.pool._plan(cards[0])[1]
+    need = probe.pool._plan(cards[0]).need
     probe.close()
     engine = Engine(Catalog(cards), device=DEVICE, memory_budget=int(need * 1.5), host_cache="2GiB",
                     pool_events=Loads())
@@ -139,10 +139,12 @@ def main() -> None:
     gpu = torch.cuda.get_device_name() if DEVICE == "cuda" else "none (dry run on CPU)"
     lines = [f"GPU: {gpu}, torch {torch.__version__}; {len(texts)} texts "
              f"({len(base)} dev documents x {args.copies})", "",
-             "| model | SIE tokens/s | SIE batch tokens | attention | ST fp16 tokens/s (batch) | SIE / ST | min cosine |",
+             "| model | SIE tokens/s | SIE batch tokens | attention | ST fp16 tokens/s (batch) | SIE / ST "
+             "| min cosine |",
              "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
     with tempfile.TemporaryDirectory() as tmp:
-        models = [("all-MiniLM-L6-v2", args.minilm, 256), ("BERT-base (random)", bert_base_dir(args.minilm, Path(tmp) / "base"), 512)]
+        models = [("all-MiniLM-L6-v2", args.minilm, 256),
+                  ("BERT-base (random)", bert_base_dir(args.minilm, Path(tmp) / "base"), 512)]
         for name, model_dir, max_len in models:
             best_sie = None
             for batch_tokens in args.sie_batch_tokens:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -33,7 +32,7 @@ def make_engine(device: str, host_cache: int, budget_models: float):
     cards = [ModelCard(id=f"minilm-{name}", weights=WeightsSource(path=str(MINILM_DIR)), max_seq_len=256,
                        max_batch_tokens=8192) for name in ("a", "b")]
     probe = Engine(Catalog(cards), device=device)
-    need = probe.pool._plan(cards[0])[1]
+    need = probe.pool._plan(cards[0]).need
     probe.close()
     Loads.seconds = []
     engine = Engine(Catalog(cards), device=device, memory_budget=int(need * budget_models), host_cache=host_cache,

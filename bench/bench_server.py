@@ -263,7 +263,8 @@ async def run(args, texts: list[str], tokens: int, short_query: str) -> int:
     for level in args.levels:
         for system in systems:
             rate, p50, p99 = summary(results[(system, level)], tokens)
-            cos = min(min_cosine(p.first, reference) for p in results[(system, level)]) if reference is not None else None
+            cos = (min(min_cosine(p.first, reference) for p in results[(system, level)])
+                   if reference is not None else None)
             print(f"{system:<12} {level:>7} {rate:>10.0f} {p50:>8.1f} {p99:>8.1f} "
                   f"{f'{cos:.5f}' if cos is not None else '-':>8}")
     top = args.levels[-1]

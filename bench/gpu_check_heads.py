@@ -37,7 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from sie_engine.card import ModelCard, WeightsSource  # noqa: E402
-from sie_engine.runner import WorkItem, build_runner  # noqa: E402
+from sie_engine.runner import build_runner  # noqa: E402
+from sie_engine.work import WorkItem  # noqa: E402
+
+SCORE = frozenset({"score"})  # the head a score work item asks for
 from sie_engine.tokenizer import TextTokenizer  # noqa: E402
 
 VOCAB = 4096
@@ -95,7 +98,8 @@ def save(model, root: Path, tokenizer_dir: Path) -> Path:
 # ---- checks: each returns (max difference, note) for one dtype --------------------------
 def check_cross_encoder(kind, work, tokenizer_dir, tokenizer, device, dtype):
     from transformers import (BertConfig, BertForSequenceClassification, ModernBertConfig,
-                              ModernBertForSequenceClassification, XLMRobertaConfig, XLMRobertaForSequenceClassification)
+                              ModernBertForSequenceClassification, XLMRobertaConfig,
+                              XLMRobertaForSequenceClassification)
 
     torch.manual_seed(0)
     common = dict(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
@@ -123,8 +127,8 @@ def check_cross_encoder(kind, work, tokenizer_dir, tokenizer, device, dtype):
     with torch.no_grad():
         expected = torch.sigmoid(model(input_ids=input_ids, attention_mask=mask, **extra).logits[:, 0]).cpu().numpy()
     runner = runner_for(root, tokenizer, device, dtype, outputs=("score",))
-    items = [WorkItem(None, i, x, type_ids=t) for i, (x, t) in enumerate(zip(ids, types))]
-    got = np.asarray(runner.run("score", items))
+    items = [WorkItem(None, i, x, type_ids=t, outputs=SCORE) for i, (x, t) in enumerate(zip(ids, types))]
+    got = np.asarray([r["score"] for r in runner.run(items)])
     return float(np.abs(got - expected).max()), f"scores {np.round(expected[:3], 3)}"
 
 
@@ -141,10 +145,11 @@ def check_llm_reranker(work, tokenizer_dir, tokenizer, device, dtype):
     model = model.to(device)
     with torch.no_grad():  # one at a time: the reference needs no padding side
         logits = [model(input_ids=torch.from_numpy(x.astype(np.int64))[None].to(device)).logits[0, -1] for x in ids]
-    expected = np.asarray([torch.softmax(torch.stack([l[SPECIAL["no"]], l[SPECIAL["yes"]]]), 0)[1].item() for l in logits])
+    expected = np.asarray([torch.softmax(torch.stack([last[SPECIAL["no"]], last[SPECIAL["yes"]]]), 0)[1].item()
+                           for last in logits])
     runner = runner_for(root, tokenizer, device, dtype, family="qwen3", outputs=("score",),
                         options={"score": {"kind": "yes-no"}})
-    got = np.asarray(runner.run("score", [WorkItem(None, i, x) for i, x in enumerate(ids)]))
+    got = np.asarray([r["score"] for r in runner.run([WorkItem(None, i, x, outputs=SCORE) for i, x in enumerate(ids)])])
     return float(np.abs(got - expected).max()), ""
 
 
@@ -164,7 +169,7 @@ def check_splade(work, tokenizer_dir, tokenizer, device, dtype):
         expected = (torch.log1p(torch.relu(logits)) * mask[..., None]).amax(1).cpu().numpy()
     expected[:, sorted(set(SPECIAL.values()) & set(range(5)))] = 0.0  # the tokenizer's special ids
     runner = runner_for(root, tokenizer, device, dtype, outputs=("sparse",))
-    got = runner.run("encode", [WorkItem(None, i, x, outputs=frozenset({"sparse"})) for i, x in enumerate(ids)])
+    got = runner.run([WorkItem(None, i, x, outputs=frozenset({"sparse"})) for i, x in enumerate(ids)])
     worst, jaccard = 0.0, 1.0
     for row, out in zip(expected, got):
         dense = np.zeros(VOCAB, dtype=np.float32)
@@ -199,11 +204,11 @@ def check_colbert(work, tokenizer_dir, tokenizer, device, dtype):
     expected_scores = np.asarray([(q @ d.T).max(axis=1).sum() for d in expected_docs])
     runner = runner_for(root, tokenizer, device, dtype, outputs=("multivector",), options={"multivector": {
         "kind": "colbert", "query_marker": "[unused0]", "document_marker": "[unused1]", "skiplist": ["!"]}})
-    encoded = runner.run("encode", [WorkItem(None, i, x, outputs=frozenset({"multivector"}))
+    encoded = runner.run([WorkItem(None, i, x, outputs=frozenset({"multivector"}))
                                     for i, x in enumerate([query] + docs)])
     worst = max(float(np.abs(e["multivector"] - r).max()) for e, r in zip(encoded, [q] + expected_docs))
-    scores = np.asarray(runner.run("score", [WorkItem(None, i, d, extra=encoded[0]["multivector"])
-                                             for i, d in enumerate(docs)]))
+    scores = np.asarray([r["score"] for r in runner.run([WorkItem(None, i, d, extra=encoded[0]["multivector"],
+                                                                 outputs=SCORE) for i, d in enumerate(docs)])])
     score_err = float(np.abs(scores - expected_scores).max() / np.abs(expected_scores).max())
     return max(worst, score_err), f"vectors {worst:.2e}, MaxSim rel {score_err:.2e}"
 
@@ -230,7 +235,7 @@ def check_bge_m3(work, tokenizer_dir, tokenizer, device, dtype):
         vectors = F.normalize(colbert(hidden[:, 1:]), dim=-1).cpu().numpy()
     runner = runner_for(root, tokenizer, device, dtype, outputs=("dense", "sparse", "multivector"), pooling="cls",
                         options={"sparse": {"kind": "bge-m3"}, "multivector": {"kind": "bge-m3"}})
-    got = runner.run("encode", [WorkItem(None, i, x, outputs=frozenset({"dense", "sparse", "multivector"}))
+    got = runner.run([WorkItem(None, i, x, outputs=frozenset({"dense", "sparse", "multivector"}))
                                 for i, x in enumerate(ids)])
     worst = 0.0
     for i, (x, out) in enumerate(zip(ids, got)):
@@ -277,8 +282,8 @@ def main() -> int:
                     diff, note = check(work / f"{name}-{dtype}".replace(" ", "_").replace("/", "_"), tokenizer_dir,
                                        tokenizer, device, dtype)
                     ok = diff <= TOL[DTYPES[dtype]]
-                    print(f"{name:<30} {dtype:<9} {diff:10.2e} {TOL[DTYPES[dtype]]:7.0e}  {'PASS' if ok else 'FAIL'} {note}",
-                          flush=True)
+                    print(f"{name:<30} {dtype:<9} {diff:10.2e} {TOL[DTYPES[dtype]]:7.0e}  "
+                          f"{'PASS' if ok else 'FAIL'} {note}", flush=True)
                 except Exception:  # one failing check must not hide the others
                     ok = False
                     print(f"{name:<30} {dtype:<9} {'error':>10}          FAIL", flush=True)

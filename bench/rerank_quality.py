@@ -91,7 +91,8 @@ def sparse_rerank(engine: Engine, queries: list[dict], docs: list[dict],
         result = engine.encode_sync(SPLADE, [docs[i]["text"] for i in chunk], output_types=["sparse"])
         doc_sparse.update({i: item.sparse for i, item in zip(chunk, result.items)})
     query_sparse = [item.sparse for item in
-                    engine.encode_sync(SPLADE, [q["query"] for q in queries], output_types=["sparse"], is_query=True).items]
+                    engine.encode_sync(SPLADE, [q["query"] for q in queries], output_types=["sparse"],
+                                       is_query=True).items]
     reranked = []
     for q, cands in zip(query_sparse, candidates):
         scores = []
@@ -166,7 +167,8 @@ def main() -> int:
             report(f"dense {DENSE}", f"first stage; recall@{k} = {recall_at(candidates, relevant, k):.3f} "
                    "is the ceiling for reranking", candidates, seconds)
 
-            rerankers = [card for card in catalog if "score" in card.tasks and card.id != "bench/random-head-cross-encoder"]
+            rerankers = [card for card in catalog
+                         if "score" in card.tasks and card.id != "bench/random-head-cross-encoder"]
             for card in rerankers:
                 kind = "cross-encoder" if "score" in card.outputs else "late interaction (MaxSim)"
                 try:
@@ -189,8 +191,10 @@ def main() -> int:
                        rrf(candidates, sparse), 0.0)
 
             n = min(args.plumbing_queries, len(queries))
-            _, seconds, pairs = rerank_with(engine, "bench/random-head-cross-encoder", queries[:n], docs, candidates[:n])
-            report("plumbing: random-head cross-encoder", f"{pairs} pairs through `score`, {pairs / seconds:.0f} pairs/s",
+            _, seconds, pairs = rerank_with(engine, "bench/random-head-cross-encoder", queries[:n], docs,
+                                            candidates[:n])
+            report("plumbing: random-head cross-encoder",
+                   f"{pairs} pairs through `score`, {pairs / seconds:.0f} pairs/s",
                    None, seconds, "random weights: the ranking means nothing, so no recall is reported")
 
     if args.json:

@@ -12,37 +12,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from aiohttp import web
 
+from sie_contract import all_tasks
 from sie_engine import Engine
 from sie_engine.errors import SIEError
-from sie_engine.pool import PoolEvents
-from sie_engine.scheduler import SchedulerEvents
 
-from . import handlers
+from . import compat_infinity, compat_rerank, compat_tei, compat_weaviate, handlers
 from .auth import ApiKeys
 from .metrics import ServerMetrics
 from .middleware import frame
 from .openai_compat import embeddings
 from .settings import ServerSettings
-from .state import API_KEYS, ENGINE, LIFECYCLE, METRICS, SETTINGS, Lifecycle
+from .state import API_KEYS, ENGINE, LIFECYCLE, METRICS, SETTINGS, TASKS, WORK_ROUTES, Lifecycle
 
 log = logging.getLogger(__name__)
 
 
 def create_app(engine: Engine, settings: ServerSettings | None = None,
                metrics: ServerMetrics | None = None) -> web.Application:
-    """The server app. Pass the `ServerMetrics` whose `pool_events` / `scheduler_events`
-    the engine was built with; without one, a fresh one is made and hooked into the
-    engine (loads that happened before are then not counted)."""
+    """The server app. Pass the `ServerMetrics` whose `pool_events` / `scheduler_events` the
+    engine was built with (`serve.build_engine` does both); without one, the app counts
+    requests but not the engine's loads, batches and queues. Every task registered in
+    `sie_contract` now gets its route."""
     settings = settings or ServerSettings()
-    if metrics is None:
-        metrics = ServerMetrics()
-        if type(engine.pool.events) is PoolEvents:
-            engine.pool.events = metrics.pool_events
-        if type(engine.scheduler.events) is SchedulerEvents:
-            engine.scheduler.events = metrics.scheduler_events
+    metrics = metrics or ServerMetrics()
     metrics.memory_budget.set(engine.budget_bytes)
 
     app = web.Application(middlewares=[frame], client_max_size=settings.max_body_bytes)
@@ -51,10 +47,15 @@ def create_app(engine: Engine, settings: ServerSettings | None = None,
     app[METRICS] = metrics
     app[LIFECYCLE] = Lifecycle(ready=not settings.preload)
     app[API_KEYS] = ApiKeys(tuple(settings.api_keys), settings.api_key_file)
+    tasks = tuple(all_tasks())
+    app[TASKS] = tasks
+    # the ecosystem's APIs (TEI, Cohere/Jina, Weaviate's modules, Infinity) over the same engine calls
+    compat_apis = (compat_tei, compat_rerank, compat_weaviate, compat_infinity)
+    app[WORK_ROUTES] = frozenset(task.name for task in tasks) | {"embeddings"} | frozenset().union(
+        *(api.WORK for api in compat_apis))
 
-    app.router.add_post("/v1/encode/{model:.+}", handlers.encode, name="encode")
-    app.router.add_post("/v1/score/{model:.+}", handlers.score, name="score")
-    app.router.add_post("/v1/extract/{model:.+}", handlers.extract, name="extract")
+    for task in tasks:
+        app.router.add_post(task.route("{model:.+}"), handlers.task_handler(task), name=task.name)
     app.router.add_post("/v1/embeddings", embeddings, name="embeddings")
     app.router.add_get("/v1/models", handlers.list_models, name="models")
     app.router.add_get("/v1/models/{model:.+}", handlers.get_model, name="model")
@@ -63,6 +64,8 @@ def create_app(engine: Engine, settings: ServerSettings | None = None,
     app.router.add_get("/readyz", handlers.readyz, name="readyz")
     app.router.add_get("/metrics", handlers.metrics, name="metrics")
     app.router.add_get("/openapi.json", handlers.openapi, name="openapi")
+    for api in compat_apis:
+        api.add_routes(app)
 
     app.cleanup_ctx.append(_preload)
     app.cleanup_ctx.append(_watch_key_file)
@@ -76,6 +79,7 @@ async def _preload(app: web.Application):
 
     async def run():
         for model in app[SETTINGS].preload:
+            started = time.monotonic()  # the whole wait as a user sees it: files, tokenizer, weights, retries
             while True:
                 try:
                     await engine.load(model)
@@ -85,7 +89,7 @@ async def _preload(app: web.Application):
                     lifecycle.preload_error = exc.message
                     log.error("preload of %s failed: %s", model, exc.message)
                     await asyncio.sleep(max(1.0, getattr(exc, "retry_after", 0) or 5.0))
-            log.info("preloaded %s", model)
+            log.info("preloaded %s in %.1fs", model, time.monotonic() - started)
         lifecycle.ready = True
 
     task = asyncio.create_task(run()) if app[SETTINGS].preload else None

@@ -116,20 +116,26 @@ def add_models_parser(subparsers) -> None:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
+    from sie_engine.weights import locate_weights
+
     try:
         catalog = build_catalog(args)
     except ValueError as exc:
         return usage_error(str(exc))
-    rows = [{"id": c.id, "tasks": list(c.tasks), "outputs": list(c.outputs), "dims": c.dims,
-             "max_seq_len": c.max_seq_len, "weights": c.weights.describe(), "description": c.description}
-            for c in catalog]
+    rows = []
+    for c in catalog:
+        where = locate_weights(c)
+        rows.append({"id": c.id, "tasks": list(c.tasks), "outputs": list(c.outputs), "dims": c.dims,
+                     "max_seq_len": c.max_seq_len, "weights": where.source, "available": where.status,
+                     "detail": where.detail, "description": c.description})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     width = max([len(r["id"]) for r in rows] + [2])
-    print(f"{'ID':<{width}}  {'OUTPUTS':<24}  {'DIMS':>5}  WEIGHTS")
+    print(f"{'ID':<{width}}  {'OUTPUTS':<24}  {'DIMS':>5}  {'AVAILABLE':<11}  WEIGHTS")
     for r in rows:
-        print(f"{r['id']:<{width}}  {','.join(r['outputs']):<24}  {str(r['dims'] or '-'):>5}  {r['weights']}")
+        print(f"{r['id']:<{width}}  {','.join(r['outputs']):<24}  {str(r['dims'] or '-'):>5}  "
+              f"{r['available']:<11}  {r['weights']}")
     return 0
 
 

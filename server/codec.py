@@ -12,7 +12,6 @@ shortest text that reads back to the same float32). Bodies larger than
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any
 
 import msgpack
@@ -20,9 +19,9 @@ import numpy as np
 import orjson
 from aiohttp import web
 
+from sie_contract.answers import to_wire
+from sie_contract.values import Quantized
 from sie_engine.errors import InvalidRequest, PayloadTooLarge
-from sie_engine.postprocess import Quantized
-from sie_engine.types import EncodeResult, ExtractResult, ScoreResult, SparseVector
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -68,7 +67,8 @@ async def read_object(request: web.Request, max_bytes: int, offload_bytes: int) 
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(f"the body is larger than {max_bytes} bytes; split the items over several requests") from None
+        raise PayloadTooLarge(f"the body is larger than {max_bytes} bytes; "
+                              "split the items over several requests") from None
     if not raw:
         raise InvalidRequest("the request body is empty: send a JSON (or msgpack) object")
     is_msgpack = request_is_msgpack(request)
@@ -100,65 +100,28 @@ def tensor(array: np.ndarray) -> dict:
     return {"dtype": array.dtype.name, "shape": list(array.shape), "data": little.tobytes()}
 
 
-def output_value(value: Any, fmt: str) -> Any:
-    """One encode output (dense / multivector / sparse) in the answer's format."""
-    if isinstance(value, Quantized):
-        if fmt == MSGPACK:
-            return {**tensor(value.data), "scale": float(value.scale)}
-        return {"data": np.ascontiguousarray(value.data), "scale": float(value.scale)}
-    if isinstance(value, SparseVector):
-        indices = np.asarray(value.indices, dtype=np.int32)
-        values = np.asarray(value.values, dtype=np.float32)
-        if fmt == MSGPACK:
-            return {"indices": tensor(indices), "values": tensor(values)}
-        return {"indices": indices, "values": values}
-    array = np.asarray(value)
-    return tensor(array) if fmt == MSGPACK else np.ascontiguousarray(array)
+def task_answer(result: Any, fmt: str) -> tuple[dict, int]:
+    """A task's answer in the format (arrays as msgpack tensors, or left for orjson to write),
+    and the bytes of numbers it carries (to decide on offloading the serialisation)."""
+    size = 0
 
+    def leaves(value: Any) -> Any:
+        nonlocal size
+        if isinstance(value, dict):
+            return {k: leaves(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [leaves(v) for v in value]
+        if isinstance(value, Quantized):
+            size += value.data.nbytes
+            if fmt == MSGPACK:
+                return {**tensor(value.data), "scale": float(value.scale)}
+            return {"data": np.ascontiguousarray(value.data), "scale": float(value.scale)}
+        if isinstance(value, np.ndarray):
+            size += value.nbytes
+            return tensor(value) if fmt == MSGPACK else np.ascontiguousarray(value)
+        return value
 
-def _nbytes(value: Any) -> int:
-    if isinstance(value, Quantized):
-        return value.data.nbytes
-    if isinstance(value, SparseVector):
-        return np.asarray(value.indices).nbytes + np.asarray(value.values).nbytes
-    return getattr(value, "nbytes", 0)
-
-
-def encode_answer(result: EncodeResult, fmt: str) -> tuple[dict, int]:
-    """The encode answer and the bytes of numbers it carries (to decide on offloading)."""
-    items, size = [], 0
-    for item in result.items:
-        entry: dict[str, Any] = {"id": item.id}
-        for name in ("dense", "sparse", "multivector"):
-            value = getattr(item, name)
-            if value is not None:
-                entry[name] = output_value(value, fmt)
-                size += _nbytes(value)
-        items.append(entry)
-    return {"model": result.model, "items": items, "usage": {"tokens": int(result.tokens)}}, size
-
-
-def plain(value: Any) -> Any:
-    """Dataclasses, numpy scalars and arrays -> JSON/msgpack-ready values."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name != "timings"}
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return value
-
-
-def score_answer(result: ScoreResult) -> dict:
-    return {"model": result.model, "scores": plain(result.scores), "usage": {"tokens": int(result.tokens)}}
-
-
-def extract_answer(result: ExtractResult) -> dict:
-    return {"model": result.model, "items": plain(result.items), "usage": {"tokens": int(result.tokens)}}
+    return leaves(to_wire(result)), size
 
 
 def dumps(payload: Any, fmt: str) -> bytes:

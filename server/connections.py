@@ -21,7 +21,8 @@ from aiohttp import web
 log = logging.getLogger(__name__)
 
 _BODY = orjson.dumps({"error": {"code": "too_many_connections",
-                                "message": "too many open connections to this server; retry after Retry-After seconds"}})
+                                "message": "too many open connections to this server; "
+                                           "retry after Retry-After seconds"}})
 REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
            b"Connection: close\r\nContent-Length: " + str(len(_BODY)).encode() + b"\r\n\r\n" + _BODY)
 # How long a refused connection may take to send its request head before it is just closed.

@@ -9,27 +9,8 @@ from __future__ import annotations
 
 import math
 
+from sie_contract.errors import STATUS_BY_CODE, status_of  # noqa: F401  (the table, re-exported for the docs test)
 from sie_engine.errors import SIEError
-
-STATUS_BY_CODE: dict[str, int] = {
-    "invalid_request": 400,
-    "unsupported_task": 400,
-    "unsupported_output": 400,
-    "unauthorized": 401,
-    "model_not_found": 404,
-    "not_found": 404,
-    "method_not_allowed": 405,
-    "payload_too_large": 413,
-    "overloaded": 429,
-    "inference_failed": 500,
-    "internal_error": 500,
-    "not_ready": 503,
-    "draining": 503,
-    "model_load_failed": 503,
-    "no_worker": 503,
-    "too_many_connections": 503,
-    "deadline_exceeded": 504,
-}
 
 # OpenAI's `type` per status class, so its client maps errors to its exception classes.
 OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
@@ -47,15 +28,35 @@ class HTTPProblem(SIEError):
 
 
 def status_for(error: SIEError) -> int:
-    return STATUS_BY_CODE.get(error.code, 500)
+    return status_of(error.code)
+
+
+def retryable(error: SIEError) -> bool:
+    """Whether the same request can succeed later: 429 and 503 answers are, unless the
+    error says waiting will not help (a model whose weights are missing, say)."""
+    return status_for(error) in (429, 503) and getattr(error, "retryable", True)
 
 
 def retry_after_header(error: SIEError) -> str | None:
-    """Whole seconds (at least 1) for 429 / 503 answers."""
+    """Whole seconds (at least 1) for retryable 429 / 503 answers; none for the others,
+    so clients that honour Retry-After do not wait for what will not change."""
+    if status_for(error) in (429, 503) and not retryable(error):
+        return None
     seconds = getattr(error, "retry_after", None)
     if seconds is None and status_for(error) in (429, 503):
         seconds = 1.0
     return None if seconds is None else str(max(1, math.ceil(seconds)))
+
+
+def retry_headers(error: SIEError) -> dict[str, str]:
+    """`Retry-After` for what waiting can fix; for a 429 / 503 that waiting will not fix,
+    `X-Should-Retry: false`, which OpenAI's clients obey instead of retrying 5xx."""
+    retry_after = retry_after_header(error)
+    if retry_after is not None:
+        return {"Retry-After": retry_after}
+    if status_for(error) in (429, 503):
+        return {"X-Should-Retry": "false"}
+    return {}
 
 
 def error_body(error: SIEError, openai_shape: bool) -> dict:
@@ -67,4 +68,9 @@ def error_body(error: SIEError, openai_shape: bool) -> dict:
     field = getattr(error, "field", None)
     if field:  # the offending request field (e.g. items[3].text), for clients that point at it
         body["field"] = field
+    reason = getattr(error, "reason", None)
+    if reason:  # why a model failed to load (not_found, out_of_memory, ...)
+        body["reason"] = reason
+    if status_for(error) in (429, 503):
+        body["retryable"] = retryable(error)
     return {"error": body}

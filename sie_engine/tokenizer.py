@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .checkpoints import CheckpointLayout, describe
+
 
 @dataclass
 class Tokenized:
@@ -28,24 +30,23 @@ class Tokenized:
 
 
 class TextTokenizer:
-    def __init__(self, root: Path, max_length: int, trust_remote_code: bool = False):
-        """`trust_remote_code`: let a checkpoint's own tokenizer code run; only a card that
-        opts in sets it (SIE's forward passes never run checkpoint code)."""
+    def __init__(self, layout: CheckpointLayout | Path, max_length: int, trust_remote_code: bool = False):
+        """The tokenizer of a checkpoint (its layout, or its directory). `trust_remote_code`: let a
+        checkpoint's own tokenizer code run; only a card that opts in sets it (SIE's forward passes
+        never run checkpoint code)."""
         from transformers import AutoTokenizer
 
-        gliner = (Path(root) / "gliner_config.json").is_file()
-        source, extra_tokens = Path(root), ()
-        if gliner:
-            from .heads.gliner_checkpoint import tokenizer_source  # GLiNER saves may lack a tokenizer
-
-            source, extra_tokens = tokenizer_source(Path(root))
-        hf = AutoTokenizer.from_pretrained(str(source), use_fast=True, trust_remote_code=trust_remote_code)
-        if gliner:  # as GLiNER loads its tokenizer: bos/eos on where the tokenizer has them, then its prompt tokens
+        if not isinstance(layout, CheckpointLayout):
+            layout = describe(layout)
+        root = layout.root
+        hf = AutoTokenizer.from_pretrained(str(layout.tokenizer_source), use_fast=True,
+                                           trust_remote_code=trust_remote_code)
+        if layout.bos_eos:  # as GLiNER loads its tokenizer: bos/eos on where the tokenizer has them
             for flag, token_id in (("add_bos_token", hf.bos_token_id), ("add_eos_token", hf.eos_token_id)):
                 if hasattr(hf, flag) and token_id is not None:
                     setattr(hf, flag, True)
-            if extra_tokens:
-                hf.add_tokens(list(extra_tokens), special_tokens=True)
+        if layout.extra_tokens:
+            hf.add_tokens(list(layout.extra_tokens), special_tokens=True)
         if not hf.is_fast:
             raise ValueError(f"{root}: SIE needs a fast (Rust) tokenizer")
         self.hf = hf
@@ -64,7 +65,8 @@ class TextTokenizer:
     def encode(self, texts: Sequence[str], *, add_special_tokens: bool = True,
                with_offsets: bool = False) -> Tokenized:
         # encode_batch_fast skips character offsets: about 15% faster when they are not needed
-        encode = self._tok.encode_batch if with_offsets else getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        encode = (self._tok.encode_batch if with_offsets
+                  else getattr(self._tok, "encode_batch_fast", self._tok.encode_batch))
         encodings = encode(list(texts), add_special_tokens=add_special_tokens)
         return Tokenized(
             ids=[np.asarray(e.ids, dtype=np.int32) for e in encodings],
@@ -81,6 +83,10 @@ class TextTokenizer:
             type_ids=[np.asarray(e.type_ids, dtype=np.int32) for e in encodings] if self.uses_type_ids else None,
             truncated=[bool(e.overflowing) for e in encodings],
         )
+
+    def plain_ids(self, text: str) -> np.ndarray:
+        """A text's ids without special tokens (e.g. to find a symbol's vocabulary entry)."""
+        return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int32)
 
     def token_id(self, token: str) -> int:
         """The id of one vocabulary token (a marker such as `[unused0]`); raises if the vocabulary lacks it."""

@@ -5,13 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-
-@dataclass
-class SparseVector:
-    indices: np.ndarray  # int32 token ids
-    values: np.ndarray  # float32 weights
+from sie_contract.values import SparseVector
 
 
 @dataclass
@@ -66,9 +60,17 @@ class Entity:
 
 
 @dataclass
+class Classification:
+    label: str
+    score: float
+
+
+@dataclass
 class ExtractedItem:
     id: str
     entities: list[Entity]
+    # zero-shot classification models: the labels with their scores, best first (None: an entity model)
+    classifications: list[Classification] | None = None
 
 
 @dataclass
@@ -92,3 +94,30 @@ class ModelInfo:
     memory_bytes: int
     error: str | None = None
     description: str = ""
+    # where the weights are: local (package, directory or hub cache), download (fetched on first
+    # load) or unavailable (not installed, missing, or uncached while offline); see weights.locate_weights
+    weights: str = "local"
+    weights_source: str = ""
+    weights_detail: str = ""
+
+
+@dataclass
+class ModelStatus:
+    state: str  # available, loading, loaded, failed
+    queued_items: int
+    queued_tokens: int
+
+
+@dataclass
+class EngineStatus:
+    """A consistent snapshot of the engine's models and queues."""
+
+    models: dict[str, ModelStatus]
+
+    @property
+    def queued_items(self) -> int:
+        return sum(m.queued_items for m in self.models.values())
+
+    @property
+    def queued_tokens(self) -> int:
+        return sum(m.queued_tokens for m in self.models.values())

@@ -41,7 +41,8 @@ def parse_items(items: Any, limits: Limits, field: str = "items") -> tuple[list[
             item_id = item.get("id", str(i))
             unknown = set(item) - {"id", "text"}
             if unknown:
-                raise InvalidRequest(f"{field}[{i}] has unknown fields {sorted(unknown)} (allowed: id, text)", field=f"{field}[{i}]")
+                raise InvalidRequest(f"{field}[{i}] has unknown fields {sorted(unknown)} (allowed: id, text)",
+                                     field=f"{field}[{i}]")
             if item_id is None:
                 item_id = str(i)
             if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
@@ -70,16 +71,19 @@ def check_output_types(output_types: Any, card: ModelCard) -> tuple[str, ...]:
     offered = card.encode_outputs
     if output_types is None:
         if not offered:
-            raise UnsupportedOutput(f"model {card.id!r} offers no encode outputs (its tasks: {', '.join(card.tasks)})", field="output_types")
+            raise UnsupportedOutput(f"model {card.id!r} offers no encode outputs (its tasks: {', '.join(card.tasks)})",
+                                    field="output_types")
         return (offered[0],)
     if isinstance(output_types, str):
         output_types = [output_types]
     if not isinstance(output_types, (list, tuple)) or not output_types:
-        raise InvalidRequest("output_types must be a non-empty list of dense, sparse, multivector", field="output_types")
+        raise InvalidRequest("output_types must be a non-empty list of dense, sparse, multivector",
+                             field="output_types")
     result = []
     for output in output_types:
         if output not in ("dense", "sparse", "multivector"):
-            raise InvalidRequest(f"output_types: unknown output {output!r} (known: dense, sparse, multivector)", field="output_types")
+            raise InvalidRequest(f"output_types: unknown output {output!r} (known: dense, sparse, multivector)",
+                                 field="output_types")
         if output not in offered:
             raise UnsupportedOutput(
                 f"model {card.id!r} does not offer {output!r} output (it offers: {', '.join(offered) or 'none'})",
@@ -121,14 +125,16 @@ def check_instruction(value: Any, limits: Limits) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or len(value) > limits.max_instruction_chars:
-        raise InvalidRequest(f"instruction must be a string of at most {limits.max_instruction_chars} characters", field="instruction")
+        raise InvalidRequest(f"instruction must be a string of at most {limits.max_instruction_chars} characters",
+                             field="instruction")
     return value
 
 
 def check_number(value: Any, field: str, low: float, high: float, default: float) -> float:
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not low <= value <= high:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not low <= value <= high):
         raise InvalidRequest(f"{field} must be a number between {low} and {high}", field=field)
     return float(value)
 

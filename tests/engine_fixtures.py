@@ -46,9 +46,9 @@ def make_engine(cards, recorder: Recorder, **kwargs) -> Engine:
 
 def patch_run(engine, model, wrapper):
     """Wrap the loaded runner's `run` (the function the inference thread calls):
-    `wrapper(original_run, task, items)` runs in its place."""
+    `wrapper(original_run, items)` runs in its place."""
     engine.load_sync(model)
     runner = engine.pool.resident(model)
     original = runner.run
-    runner.run = lambda task, items: wrapper(original, task, items)
+    runner.run = lambda items: wrapper(original, items)
     return runner

@@ -126,4 +126,5 @@ def test_config_reads_hub_layout_and_new_layout():
     assert a.layer_types == b.layer_types == ("full_attention", "sliding_attention") * 2
     assert (a.global_rope_theta, a.local_rope_theta) == (b.global_rope_theta, b.local_rope_theta) == (80000.0, 5000.0)
     with pytest.raises(ValueError, match="rope_type"):
-        ModernBertConfig.from_hf({**new, "rope_parameters": {"full_attention": {"rope_type": "yarn", "rope_theta": 1.0}}})
+        ModernBertConfig.from_hf({**new,
+                                  "rope_parameters": {"full_attention": {"rope_type": "yarn", "rope_theta": 1.0}}})

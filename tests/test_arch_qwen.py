@@ -38,7 +38,8 @@ def tiny_qwen(kind: str):
     common = dict(vocab_size=QWEN_VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, intermediate_size=96, max_position_embeddings=512, rms_norm_eps=1e-6)
     if kind == "qwen3":
-        return Qwen3Model(Qwen3Config(head_dim=32, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **common))
+        return Qwen3Model(Qwen3Config(head_dim=32, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                                      **common))
     config = Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **common)
     if kind == "qwen2-bidirectional":
         config.is_causal = False
@@ -141,7 +142,8 @@ def test_engine_end_to_end_with_instruction_template(model_dir):
         cases = [
             (dict(is_query=False), TEXTS),
             (dict(is_query=True), [QWEN3_TEMPLATE.format(instruction=QWEN3_INSTRUCTION, text=t) for t in TEXTS]),
-            (dict(is_query=True, instruction="Find code"), [QWEN3_TEMPLATE.format(instruction="Find code", text=t) for t in TEXTS]),
+            (dict(is_query=True, instruction="Find code"),
+             [QWEN3_TEMPLATE.format(instruction="Find code", text=t) for t in TEXTS]),
         ]
         for options, templated in cases:
             got = np.stack([item.dense for item in engine.encode_sync(card.id, TEXTS, **options).items])

@@ -11,7 +11,8 @@ import torch
 
 from sie_engine.arch.weights import WeightLoadError, load_checkpoint
 from sie_engine.card import ModelCard, WeightsSource
-from sie_engine.runner import WorkItem, build_runner
+from sie_engine.runner import build_runner
+from sie_engine.work import WorkItem
 from tiny_models import save_tiny, tiny_bert_config, tiny_xlmr_config
 
 TEXTS = [
@@ -70,10 +71,9 @@ def test_hidden_states_and_pooling_match_transformers(kind, tmp_path):
     mask = enc["attention_mask"].unsqueeze(-1).float()
     ref_mean = (ref_hidden * mask).sum(1) / mask.sum(1)
     for pooling, expected in [("mean", ref_mean), ("cls", ref_hidden[:, 0])]:
-        runner.card = ModelCard(id="tiny", weights=runner.card.weights, pooling=pooling)
+        runner = _runner(root, pooling)
         items = [WorkItem(None, i, ids, outputs=frozenset({"dense"})) for i, ids in enumerate(tokenized.ids)]
-        runner.output_heads["dense"], _ = runner.dense_head()
-        got = np.stack([r["dense"] for r in runner.run("encode", items)])
+        got = np.stack([r["dense"] for r in runner.run(items)])
         np.testing.assert_allclose(got, expected.numpy(), atol=TOL, rtol=0)
 
 
@@ -83,9 +83,9 @@ def test_batch_invariance(tmp_path):
     runner = _runner(root)
     tokenized = runner.tokenizer.encode(TEXTS)
     items = [WorkItem(None, i, ids, outputs=frozenset({"dense"})) for i, ids in enumerate(tokenized.ids)]
-    together = runner.run("encode", items)
+    together = runner.run(items)
     for item, joint in zip(items, together):
-        alone = runner.run("encode", [item])[0]
+        alone = runner.run([item])[0]
         np.testing.assert_allclose(joint["dense"], alone["dense"], atol=1e-6, rtol=0)
 
 

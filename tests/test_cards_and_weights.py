@@ -86,7 +86,7 @@ def test_pooling_configs_of_both_sentence_transformers_formats(tmp_path, config,
     ({"prompts": {}, "default_prompt_name": None}, ("", "")),
 ])
 def test_prompts_are_chosen_as_sentence_transformers_chooses_them(tmp_path, config, prompts):
-    from sie_engine.card import read_sentence_transformers_prompts
+    from sie_engine.local_card import read_sentence_transformers_prompts
 
     (tmp_path / "config_sentence_transformers.json").write_text(json.dumps(config))
     assert read_sentence_transformers_prompts(tmp_path) == prompts

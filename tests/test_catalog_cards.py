@@ -24,7 +24,9 @@ from sie_engine import Catalog, Engine, WeightsSource
 from sie_engine.arch import FAMILIES
 
 CATALOG = Catalog.builtin()
-DENSE_CARDS = [card for card in CATALOG if tuple(card.outputs) == ("dense",)]
+# Static embedders (model2vec) have no transformer to stand in for: tests/test_arch_static.py
+# checks their cards against model2vec itself.
+DENSE_CARDS = [card for card in CATALOG if tuple(card.outputs) == ("dense",) and card.family != "static"]
 
 # bert-family cards whose real checkpoint is XLM-RoBERTa (position offset, pad index 1), besides
 # those whose description names XLM-R.
@@ -33,7 +35,8 @@ XLMR_CARDS = {
     "Snowflake/snowflake-arctic-embed-l-v2.0", "sentence-transformers/paraphrase-multilingual-mpnet-base-v2",
     "BAAI/bge-m3", "ibm-granite/granite-embedding-278m-multilingual",
 }
-QUERY, DOCUMENT = "how do packed batches work", "Sequences are concatenated without padding and attention runs per sequence."
+QUERY, DOCUMENT = ("how do packed batches work",
+                   "Sequences are concatenated without padding and attention runs per sequence.")
 
 
 def _bert():
@@ -85,9 +88,17 @@ def _nomic_bert():
                                           num_attention_heads=4, intermediate_size=48, max_position_embeddings=512)), 0
 
 
+def _mpnet():
+    from transformers import MPNetConfig, MPNetModel
+
+    config = MPNetConfig(vocab_size=MINILM_VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=514)
+    return MPNetModel(config, add_pooling_layer=False), 1  # positions from padding_idx + 1, as RoBERTa's
+
+
 # family -> builder of (tiny transformers model, pad id). A new family needs a stand-in here.
 STAND_INS = {"bert": _bert, "modernbert": _modernbert, "qwen2": _qwen("qwen2"), "qwen3": _qwen("qwen3"),
-             "nomic_bert": _nomic_bert}
+             "nomic_bert": _nomic_bert, "mpnet": _mpnet}
 
 
 def _kind(card) -> str:

@@ -66,7 +66,8 @@ def test_encode_same_types_and_values_as_embedded(http, embedded):
                 assert np.abs(x.dense.data.astype(int) - y.dense.data.astype(int)).max() <= 1
             else:
                 assert x.dense.dtype == y.dense.dtype
-                np.testing.assert_allclose(x.dense.astype(np.float32), y.dense.astype(np.float32), atol=2e-3 if output_dtype else 1e-5)
+                np.testing.assert_allclose(x.dense.astype(np.float32), y.dense.astype(np.float32),
+                                           atol=2e-3 if output_dtype else 1e-5)
     sparse_a = http.encode(SPLADE, TEXTS[:2], output_types=["sparse"]).items[1].sparse
     sparse_b = embedded.encode(SPLADE, TEXTS[:2], output_types=["sparse"]).items[1].sparse
     assert isinstance(sparse_a, SparseVector) and sparse_a.indices.dtype == np.int32
@@ -179,7 +180,8 @@ async def test_async_client_matches_sync(url, embedded):
             await client.encode("no/such-model", ["x"])
     assert [i.id for i in result.items] == [str(i) for i in range(40)]
     np.testing.assert_allclose(result.dense_matrix(), expected, atol=1e-5)
-    assert [s.index for s in scored.scores] == [s.index for s in embedded.score(RERANKER, "python", texts[:9]).scores[:3]]
+    assert [s.index for s in scored.scores] == [s.index
+                                                for s in embedded.score(RERANKER, "python", texts[:9]).scores[:3]]
     assert missing.value.status == 404
     embedded_async = AsyncSIEClient("embedded")
     np.testing.assert_allclose((await embedded_async.encode(MODEL, texts[:3])).dense_matrix(), expected[:3], atol=1e-5)

@@ -16,7 +16,8 @@ from sie_engine.arch.weights import load_checkpoint, materialize
 from sie_engine.attention import GroupedSDPAAttention
 from sie_engine.batch import pack
 from sie_engine.tokenizer import TextTokenizer
-from sie_engine.weights import iter_tensors, read_config
+from sie_engine.checkpoints import describe
+from sie_engine.weights import Checkpoint, weight_files
 from test_gliner_extract import LABELS, TEXTS, assert_same, build_reference
 from tiny_models import MINILM_VOCAB, save_tiny
 
@@ -46,14 +47,14 @@ def tiny_deberta(name: str, dest, seed: int = 0):
 
 
 def load_packed(root):
-    config = read_config(root)
+    config = dict(describe(root).config)
     family = family_for(config)
     assert family.name == "deberta-v2"
     typed = family.config_from_hf(config)
     with torch.device("meta"):
         model = DebertaV2Model(typed)
     model = materialize(model, torch.device("cpu"), torch.float32).eval()
-    load_checkpoint(model, dict(iter_tensors(root)), model.weight_spec)  # raises listing any unloaded parameter
+    load_checkpoint(model, Checkpoint(weight_files(root)), model.weight_spec)  # raises listing any unloaded parameter
     return model
 
 

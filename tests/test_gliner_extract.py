@@ -182,9 +182,10 @@ def reference_candidates(reference, text: str, threshold: float) -> list[tuple[i
         decoder = reference.decoder
         start, end, inside = logits.permute(2, 0, 1)
         spans = decoder._calculate_span_score(
-            decoder._get_indices_above_threshold(start, threshold), decoder._get_indices_above_threshold(end, threshold),
-            torch.sigmoid(inside), torch.sigmoid(start), torch.sigmoid(end), {i + 1: l for i, l in enumerate(LABELS)},
-            threshold)
+            decoder._get_indices_above_threshold(start, threshold),
+            decoder._get_indices_above_threshold(end, threshold),
+            torch.sigmoid(inside), torch.sigmoid(start), torch.sigmoid(end),
+            {i + 1: label for i, label in enumerate(LABELS)}, threshold)
         return [(s.start, s.end - s.start, LABELS.index(s.entity_type), s.score) for s in spans]
     probs = torch.sigmoid(logits)  # [L, K, C]
     starts, widths, labels = torch.where(probs > threshold)
@@ -389,7 +390,8 @@ def test_one_batch_mixes_requests_with_their_own_labels_and_settings(models):
     """Windows of different requests (own labels, threshold, flat/nested) share one packed batch."""
     from sie_engine.heads.gliner import WindowWork
     from sie_engine.heads.gliner_decode import DecodeSettings
-    from sie_engine.runner import WorkItem, build_runner
+    from sie_engine.runner import build_runner
+    from sie_engine.work import WorkItem
     from sie_engine.tasks.extract import prepare_request
 
     root, reference = models["tiny-markerV1-max"]
@@ -401,11 +403,12 @@ def test_one_batch_mixes_requests_with_their_own_labels_and_settings(models):
     for labels, settings in requests:
         prepared = prepare_request(runner.tokenizer, card, TEXTS[:3], labels)
         for window in prepared.windows:
-            items.append(WorkItem(None, len(items), window.ids, extra=WindowWork(window, settings)))
+            items.append(WorkItem(None, len(items), window.ids, outputs=frozenset({"extract"}),
+                                  extra=WindowWork(window, settings)))
             text = TEXTS[window.item]
             expected.append((prepared.words[window.item], labels, reference.predict_entities(
                 text, labels, flat_ner=settings.flat, threshold=settings.threshold, multi_label=settings.multi_label)))
-    results = runner.run("extract", items)
+    results = [r["extract"] for r in runner.run(items)]
     for spans, (words, labels, reference_entities) in zip(results, expected):
         assert [(words.starts[s.start], words.ends[s.end], labels[s.label]) for s in spans] == \
             [(e["start"], e["end"], e["label"]) for e in reference_entities]

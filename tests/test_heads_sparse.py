@@ -113,7 +113,8 @@ def _tiny_mlm(kind: str, dest):
             bos_token_id=101, cls_token_id=101, eos_token_id=102, sep_token_id=102))
     else:  # untied decoder saved in the checkpoint
         model = BertForMaskedLM(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                           intermediate_size=64, max_position_embeddings=128, tie_word_embeddings=False))
+                                           intermediate_size=64, max_position_embeddings=128,
+                                           tie_word_embeddings=False))
     return save_tiny(model.eval(), dest)
 
 

@@ -92,11 +92,11 @@ def record_batches(engine, seconds: float) -> list:
     (start, end, torch threads of the thread that ran it)."""
     log, lock = [], threading.Lock()
 
-    def slowed(run, task, items):
+    def slowed(run, items):
         start = time.monotonic()
         threads = torch.get_num_threads()
         time.sleep(seconds)
-        result = run(task, items)
+        result = run(items)
         with lock:
             log.append((start, time.monotonic(), threads))
         return result

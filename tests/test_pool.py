@@ -50,7 +50,7 @@ def record_builds(engine) -> list[str]:
 
 
 def model_need(engine, model_id) -> int:
-    return engine.pool._plan(engine.card(model_id))[1]
+    return engine.pool._plan(engine.card(model_id)).need
 
 
 @pytest.fixture(scope="module")

@@ -54,10 +54,10 @@ async def test_a_batch_that_raises_fails_only_its_requests(engine, expected):
     engine.load_sync("tiny/a")
     poison = engine.pool.resident("tiny/a").tokenizer.encode(["zebra"]).ids[0][1]  # a word no other text has
 
-    def raise_on_poison(run, task, items):
+    def raise_on_poison(run, items):
         if any(poison in it.ids for it in items):
             raise RuntimeError("kernel exploded")
-        return run(task, items)
+        return run(items)
 
     patch_run(engine, "tiny/a", raise_on_poison)
     with pytest.raises(InferenceFailed) as failed:
@@ -74,12 +74,12 @@ async def test_out_of_memory_splits_the_batch_and_frees_idle_models(engine, expe
     budget = 60  # tokens one batch may hold before the "device" runs out of memory
     seen = []
 
-    def oom_above_budget(run, task, items):
+    def oom_above_budget(run, items):
         tokens = sum(it.num_tokens for it in items)
         seen.append(tokens)
         if tokens > budget:
             raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate for {tokens} tokens")
-        return run(task, items)
+        return run(items)
 
     engine.load_sync("tiny/b")  # resident and idle: the OOM recovery may evict it
     patch_run(engine, "tiny/a", oom_above_budget)
@@ -129,9 +129,9 @@ async def test_a_failed_load_is_reported_then_retried_after_the_cool_down(engine
 
 
 async def test_a_killed_dispatcher_is_restarted_and_loses_no_work(engine, expected):
-    def slow(run, task, items):
+    def slow(run, items):
         time.sleep(0.2)
-        return run(task, items)
+        return run(items)
 
     patch_run(engine, "tiny/a", slow)
     scheduler = engine.scheduler

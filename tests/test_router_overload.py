@@ -30,8 +30,9 @@ def cluster(tmp_path_factory):
          ["--pool", "cpu"]], tmp_path_factory)
     router = None
     try:
-        router = start_router([f"--worker={tight.url}", f"--worker={roomy.url}", "--default-pool=cpu", "--hold-timeout=20",
-                               "--poll-interval=0.2", "--max-attempts=6"], tmp_path_factory.mktemp("router"))
+        router = start_router([f"--worker={tight.url}", f"--worker={roomy.url}", "--default-pool=cpu",
+                               "--hold-timeout=20", "--poll-interval=0.2", "--max-attempts=6"],
+                              tmp_path_factory.mktemp("router"))
         yield router, tight, roomy
     finally:
         if router is not None:

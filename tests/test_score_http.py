@@ -95,7 +95,8 @@ def test_encode_returns_multivector_and_score_is_its_maxsim(server):
     query = post(server, route, {"items": [QUERY], "is_query": True}).json()
     q = np.asarray(query["items"][0]["multivector"], dtype=np.float32)
     assert q.shape == (16, 16)  # expanded to the query length, 16 dims
-    expected = [float((q @ np.asarray(item["multivector"], dtype=np.float32).T).max(axis=1).sum()) for item in docs["items"]]
+    expected = [float((q @ np.asarray(item["multivector"], dtype=np.float32).T).max(axis=1).sum())
+                for item in docs["items"]]
     scored = post(server, "/v1/score/test/colbert", {"query": {"text": QUERY}, "items": DOCS})
     assert scored.status_code == 200, scored.text
     got = {s["index"]: s["score"] for s in scored.json()["scores"]}

@@ -44,7 +44,8 @@ def roots(tmp_path_factory):
 @pytest.fixture(scope="module")
 def engine(roots):
     cards = [ModelCard(id=f"llm/{kind}", weights=WeightsSource(path=str(root)), outputs=("score",), family=kind,
-                       max_seq_len=WINDOW, max_batch_tokens=2048, dtype="float32", options={"score": {"kind": "yes-no"}})
+                       max_seq_len=WINDOW, max_batch_tokens=2048, dtype="float32",
+                       options={"score": {"kind": "yes-no"}})
              for kind, root in roots.items()]
     with Engine(Catalog(cards), device="cpu") as engine:
         yield engine

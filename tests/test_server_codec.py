@@ -40,28 +40,28 @@ def test_every_output_kind_in_both_formats():
     matrix = rng.standard_normal((3, 4)).astype(np.float32)
     result = EncodeResult("m", [EncodedItem("a", dense=quantized, sparse=sparse, multivector=matrix)], tokens=7)
 
-    as_json = orjson.loads(orjson.dumps(codec.encode_answer(result, codec.JSON)[0], option=orjson.OPT_SERIALIZE_NUMPY))
+    as_json = orjson.loads(orjson.dumps(codec.task_answer(result, codec.JSON)[0], option=orjson.OPT_SERIALIZE_NUMPY))
     item = as_json["items"][0]
     assert item["dense"]["data"] == quantized.data.tolist() and item["dense"]["scale"] == pytest.approx(quantized.scale)
     assert item["sparse"] == {"indices": [5, 9], "values": [0.5, 0.25]}
     assert np.array_equal(np.array(item["multivector"], dtype=np.float32), matrix)  # float32 text round-trips exactly
     assert as_json["usage"] == {"tokens": 7}
 
-    payload, nbytes = codec.encode_answer(result, codec.MSGPACK)
+    payload, nbytes = codec.task_answer(result, codec.MSGPACK)
     item = msgpack.unpackb(msgpack.packb(payload, use_bin_type=True))["items"][0]
     assert np.array_equal(codec.decode_tensor(item["dense"]), quantized.data) and item["dense"]["dtype"] == "int8"
     assert item["dense"]["scale"] == pytest.approx(quantized.scale)
     assert codec.decode_tensor(item["sparse"]["indices"]).dtype == np.int32
     assert np.array_equal(codec.decode_tensor(item["multivector"]), matrix)
-    assert nbytes == quantized.data.nbytes + sparse.indices.nbytes + sparse.values.nbytes + matrix.nbytes
+    assert nbytes == quantized.data.nbytes + 2 * 4 + 2 * 4 + matrix.nbytes  # sparse: int32 ids, float32 values
 
 
 def test_score_and_extract_answers_are_plain():
     score = ScoreResult("ce", [ScoredItem("b", 1, np.float32(0.75), 0), ScoredItem("a", 0, 0.5, 1)], tokens=9)
-    assert codec.score_answer(score) == {"model": "ce", "usage": {"tokens": 9}, "scores": [
+    assert codec.task_answer(score, codec.JSON)[0] == {"model": "ce", "usage": {"tokens": 9}, "scores": [
         {"id": "b", "index": 1, "score": 0.75, "rank": 0}, {"id": "a", "index": 0, "score": 0.5, "rank": 1}]}
     extract = ExtractResult("g", [ExtractedItem("0", [Entity("Paris", "city", 0.9, 0, 5)])], tokens=3)
-    answer = codec.extract_answer(extract)
+    answer, _ = codec.task_answer(extract, codec.MSGPACK)
     assert answer["items"] == [{"id": "0", "entities": [
         {"text": "Paris", "label": "city", "score": 0.9, "start": 0, "end": 5}]}]
     assert msgpack.unpackb(msgpack.packb(answer)) == answer
@@ -124,7 +124,8 @@ def test_metric_names_match_the_contract_table():
 async def test_large_answers_are_serialised_off_the_loop_identically():
     for fmt in (codec.JSON, codec.MSGPACK):
         vectors = [np.full(384, i / 7, dtype=np.float32) for i in range(8)]
-        payload = {"items": [{"id": str(i), "dense": codec.output_value(v, fmt)} for i, v in enumerate(vectors)]}
+        result = EncodeResult("m", [EncodedItem(str(i), dense=v) for i, v in enumerate(vectors)], tokens=8)
+        payload, _ = codec.task_answer(result, fmt)
         offloaded = await codec.serialise(payload, fmt, approx_bytes=10, offload_bytes=1)
         assert offloaded == await codec.serialise(payload, fmt, approx_bytes=10, offload_bytes=100)
 

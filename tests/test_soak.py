@@ -40,7 +40,7 @@ def setup(tmp_path_factory):
     cards = tiny_cards(tmp, names=("a", "b", "c"), max_batch_tokens=1024)
     engine = make_engine(cards, Recorder())
     try:
-        need = engine.pool._plan(cards[0])[1]
+        need = engine.pool._plan(cards[0]).need
         expected = {m: {t: engine.encode_sync(m, [t]).items[0].dense for t in TEXTS} for m in MODELS}
     finally:
         engine.close()

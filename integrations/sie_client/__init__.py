@@ -6,12 +6,12 @@ from .adapters import Clients, connect_async
 from .errors import SIEConnectionError, SIEError
 from .retry import RetryPolicy
 from .types import (
-    EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, ScoredItem, ScoreResult,
-    SparseVector,
+    Classification, EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, ScoredItem,
+    ScoreResult, SparseVector,
 )
 
 __all__ = [
-    "AsyncSIEClient", "Clients", "DEFAULT_MODEL", "EMBEDDED", "EncodedItem", "EncodeResult", "Entity", "ExtractedItem",
-    "ExtractResult", "ModelInfo", "Quantized", "RetryPolicy", "SIEClient", "SIEConnectionError", "SIEError",
-    "ScoredItem", "ScoreResult", "SparseVector", "connect", "connect_async", "resolve_url",
+    "AsyncSIEClient", "Classification", "Clients", "DEFAULT_MODEL", "EMBEDDED", "EncodedItem", "EncodeResult", "Entity",
+    "ExtractedItem", "ExtractResult", "ModelInfo", "Quantized", "RetryPolicy", "SIEClient", "SIEConnectionError",
+    "SIEError", "ScoredItem", "ScoreResult", "SparseVector", "connect", "connect_async", "resolve_url",
 ]

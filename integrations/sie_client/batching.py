@@ -7,7 +7,9 @@ the request had been sent in one piece.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Sequence
+
+from sie_contract.tasks import Task
 
 from .types import EncodeResult, ExtractResult, ScoredItem, ScoreResult
 
@@ -40,7 +42,8 @@ def merge_extract(model: str, parts: Sequence[ExtractResult]) -> ExtractResult:
 def merge_score(model: str, parts: Sequence[tuple[int, ScoreResult]], top_k: int | None) -> ScoreResult:
     """Chunk-local indices -> request indices, one ranking over all chunks, then top_k."""
     scored = [
-        ScoredItem(id=s.id, index=s.index + offset, score=s.score, rank=0) for offset, part in parts for s in part.scores
+        ScoredItem(id=s.id, index=s.index + offset, score=s.score, rank=0)
+        for offset, part in parts for s in part.scores
     ]
     # Stable on ties: the earlier item wins, as within one chunk.
     scored.sort(key=lambda s: (-s.score, s.index))
@@ -49,3 +52,23 @@ def merge_score(model: str, parts: Sequence[tuple[int, ScoreResult]], top_k: int
     for rank, s in enumerate(scored):
         s.rank = rank
     return ScoreResult(parts[0][1].model if parts else model, scored, sum(p.tokens for _, p in parts))
+
+
+def merge(task: Task, model: str, offsets: Sequence[int], parts: Sequence[Any], request: Mapping[str, Any]) -> Any:
+    """The answers of a call's chunks as one result (a single chunk's answer as it is)."""
+    if len(parts) == 1 and task.name != "score":
+        return parts[0]
+    if task.name == "encode":
+        return merge_encode(model, parts)
+    if task.name == "extract":
+        return merge_extract(model, parts)
+    if task.name == "score":
+        return merge_score(model, list(zip(offsets, parts)), request.get("top_k"))
+    # a plug-in task's decoded answers: their payload lists end to end, their tokens summed
+    merged = {"model": parts[0].get("model", model), "usage": {"tokens": 0}}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, list):
+                merged.setdefault(key, []).extend(value)
+        merged["usage"]["tokens"] += int((part.get("usage") or {}).get("tokens", 0))
+    return merged

@@ -18,6 +18,9 @@ from urllib.parse import quote
 
 from tqdm.auto import tqdm
 
+from sie_contract.registry import get as get_task, names as task_names
+from sie_contract.tasks import Task
+
 from . import batching, wire
 from .embedded import AsyncEmbeddedTransport, EmbeddedTransport
 from .errors import SIEError
@@ -84,23 +87,44 @@ class _Base:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(url={self.url!r})"
 
-    def _encode_bodies(self, items, batch_size, **options) -> tuple[int, list[tuple[int, dict]]]:
-        items = batching.with_ids(wire.normalize_items(items))
-        options = wire.drop_none(options)
+    def _bodies(self, task: Task, args: tuple, fields: dict,
+                batch_size: int | None) -> tuple[int, list[tuple[int, dict]]]:
+        """A task call's request bodies: its `chunk_field` list split into `batch_size` chunks
+        (each item with its index as id, so the answers merge as one), or one body."""
+        body = wire.drop_none(task.request(args, fields))
+        body = wire.normalize_request(task.name, body)
+        if task.chunk_field is None or not isinstance(body.get(task.chunk_field), list):
+            return 1, [(0, body)]
+        items = body.pop(task.chunk_field)
+        if task.chunk_field == "items":
+            items = batching.with_ids(items)
         chunks = batching.split(items, batch_size or self.batch_size)
-        return len(items), [(offset, dict(options, items=chunk)) for offset, chunk in chunks]
+        return len(items), [(offset, {**body, task.chunk_field: chunk}) for offset, chunk in chunks]
+
+    @staticmethod
+    def _task(name: str) -> Task:
+        task = get_task(name)
+        if task is None:
+            raise ValueError(f"no task {name!r} (tasks: {', '.join(task_names())})")
+        return task
+
+    def __getattr__(self, name: str) -> Callable:
+        """`client.<task>(model, ...)` for every task registered in `sie_contract` (encode, score
+        and extract have typed methods of their own)."""
+        if name.startswith("_") or get_task(name) is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        run = self.run
+
+        def call(model: str, *args: Any, **fields: Any):
+            return run(name, model, *args, **fields)
+
+        call.__name__ = name
+        call.__doc__ = self._task(name).doc()
+        return call
 
     def _bar(self, total: int, progress: bool | None, desc: str):
         show = self.progress if progress is None else progress
         return tqdm(total=total, desc=desc, unit="item", disable=not show, leave=False)
-
-
-def _score_query(query: Any) -> dict:
-    if isinstance(query, str):
-        return {"text": query}
-    if isinstance(query, Mapping) and "text" in query:
-        return {"text": query["text"]}
-    raise TypeError("query must be a string or a {text} dict")
 
 
 class SIEClient(_Base):
@@ -113,6 +137,7 @@ class SIEClient(_Base):
 
     def __init__(self, url: str | None = None, **options):
         super().__init__(url, **options)
+        self._transport: EmbeddedTransport | HTTPTransport
         if self.embedded:
             self._transport = EmbeddedTransport(**self._embedded_options)
         else:
@@ -160,38 +185,40 @@ class SIEClient(_Base):
                     future.cancel()
 
     # ---- API ---------------------------------------------------------------
+    def run(self, task: str, model: str, *args: Any, batch_size: int | None = None, progress: bool | None = None,
+            **fields: Any) -> Any:
+        """Any registered task: `client.run("score", model, query, items, top_k=3)`. Large item lists
+        go as `batch_size` chunks, `max_concurrency` at a time, merged into one result."""
+        spec = self._task(task)
+        total, bodies = self._bodies(spec, args, fields, batch_size)
+        if not total:
+            return wire.empty_result(spec.name, model)
+        path = _model_path(spec.name, model)
+        parts = self._run_chunks(path, bodies, lambda a: wire.parse_answer(spec.name, a, fields), total, progress,
+                                 spec.name)
+        return batching.merge(spec, model, [offset for offset, _ in bodies], parts, fields)
+
     def encode(self, model: str, items: Any, *, output_types: Sequence[str] | None = None, is_query: bool | None = None,
                instruction: str | None = None, dims: int | None = None, normalize: bool | None = None,
                output_dtype: str | None = None, truncate: bool | None = None, batch_size: int | None = None,
                progress: bool | None = None) -> EncodeResult:
         """Encode texts (a string, strings, or `{id?, text}` dicts) into dense / sparse / multivector outputs."""
-        total, bodies = self._encode_bodies(
-            items, batch_size, output_types=list(output_types) if output_types else None, is_query=is_query,
-            instruction=instruction, dims=dims, normalize=normalize, output_dtype=output_dtype, truncate=truncate,
-        )
-        if not total:
-            return EncodeResult(model, [], 0)
-        parts = self._run_chunks(_model_path("encode", model), bodies, lambda a: wire.parse_encode(a, output_dtype),
-                                 total, progress, "encode")
-        return batching.merge_encode(model, parts)
+        return self.run("encode", model, items, output_types=list(output_types) if output_types else None,
+                        is_query=is_query, instruction=instruction, dims=dims, normalize=normalize,
+                        output_dtype=output_dtype, truncate=truncate, batch_size=batch_size, progress=progress)
 
     def score(self, model: str, query: Any, items: Any, *, top_k: int | None = None, batch_size: int | None = None,
               progress: bool | None = None) -> ScoreResult:
         """Score items against a query; best first (`index` is the item's position in `items`)."""
-        total, bodies = self._encode_bodies(items, batch_size, query=_score_query(query), top_k=top_k)
-        if not total:
-            return ScoreResult(model, [], 0)
-        parts = self._run_chunks(_model_path("score", model), bodies, wire.parse_score, total, progress, "score")
-        return batching.merge_score(model, list(zip([o for o, _ in bodies], parts)), top_k)
+        return self.run("score", model, query, items, top_k=top_k, batch_size=batch_size, progress=progress)
 
     def extract(self, model: str, items: Any, labels: Sequence[str], *, threshold: float | None = None,
-                flat: bool | None = None, batch_size: int | None = None, progress: bool | None = None) -> ExtractResult:
-        """Zero-shot entities with the given labels, per item."""
-        total, bodies = self._encode_bodies(items, batch_size, labels=list(labels), threshold=threshold, flat=flat)
-        if not total:
-            return ExtractResult(model, [], 0)
-        parts = self._run_chunks(_model_path("extract", model), bodies, wire.parse_extract, total, progress, "extract")
-        return batching.merge_extract(model, parts)
+                flat: bool | None = None, multi_label: bool | None = None, hypothesis_template: str | None = None,
+                top_k: int | None = None, batch_size: int | None = None, progress: bool | None = None) -> ExtractResult:
+        """Zero-shot entities with the given labels, per item; on a classification model (zero-shot NLI),
+        `classifications` per item, best first."""
+        return self.run("extract", model, items, list(labels), threshold=threshold, flat=flat, multi_label=multi_label,
+                        hypothesis_template=hypothesis_template, top_k=top_k, batch_size=batch_size, progress=progress)
 
     def models(self) -> list[ModelInfo]:
         return [wire.parse_model(m) for m in self.request("GET", "/v1/models")["data"]]
@@ -221,6 +248,7 @@ class AsyncSIEClient(_Base):
 
     def __init__(self, url: str | None = None, **options):
         super().__init__(url, **options)
+        self._transport: AsyncEmbeddedTransport | AsyncHTTPTransport
         if self.embedded:
             self._transport = AsyncEmbeddedTransport(**self._embedded_options)
         else:
@@ -256,37 +284,37 @@ class AsyncSIEClient(_Base):
                 for task in tasks:
                     task.cancel()
 
+    async def run(self, task: str, model: str, *args: Any, batch_size: int | None = None,
+                  progress: bool | None = None, **fields: Any) -> Any:
+        """Any registered task, awaited (see `SIEClient.run`)."""
+        spec = self._task(task)
+        total, bodies = self._bodies(spec, args, fields, batch_size)
+        if not total:
+            return wire.empty_result(spec.name, model)
+        path = _model_path(spec.name, model)
+        parts = await self._run_chunks(path, bodies, lambda a: wire.parse_answer(spec.name, a, fields), total,
+                                       progress, spec.name)
+        return batching.merge(spec, model, [offset for offset, _ in bodies], parts, fields)
+
     async def encode(self, model: str, items: Any, *, output_types: Sequence[str] | None = None,
                      is_query: bool | None = None, instruction: str | None = None, dims: int | None = None,
                      normalize: bool | None = None, output_dtype: str | None = None, truncate: bool | None = None,
                      batch_size: int | None = None, progress: bool | None = None) -> EncodeResult:
-        total, bodies = self._encode_bodies(
-            items, batch_size, output_types=list(output_types) if output_types else None, is_query=is_query,
-            instruction=instruction, dims=dims, normalize=normalize, output_dtype=output_dtype, truncate=truncate,
-        )
-        if not total:
-            return EncodeResult(model, [], 0)
-        parts = await self._run_chunks(_model_path("encode", model), bodies,
-                                       lambda a: wire.parse_encode(a, output_dtype), total, progress, "encode")
-        return batching.merge_encode(model, parts)
+        return await self.run("encode", model, items, output_types=list(output_types) if output_types else None,
+                              is_query=is_query, instruction=instruction, dims=dims, normalize=normalize,
+                              output_dtype=output_dtype, truncate=truncate, batch_size=batch_size, progress=progress)
 
     async def score(self, model: str, query: Any, items: Any, *, top_k: int | None = None,
                     batch_size: int | None = None, progress: bool | None = None) -> ScoreResult:
-        total, bodies = self._encode_bodies(items, batch_size, query=_score_query(query), top_k=top_k)
-        if not total:
-            return ScoreResult(model, [], 0)
-        parts = await self._run_chunks(_model_path("score", model), bodies, wire.parse_score, total, progress, "score")
-        return batching.merge_score(model, list(zip([o for o, _ in bodies], parts)), top_k)
+        return await self.run("score", model, query, items, top_k=top_k, batch_size=batch_size, progress=progress)
 
     async def extract(self, model: str, items: Any, labels: Sequence[str], *, threshold: float | None = None,
-                      flat: bool | None = None, batch_size: int | None = None,
-                      progress: bool | None = None) -> ExtractResult:
-        total, bodies = self._encode_bodies(items, batch_size, labels=list(labels), threshold=threshold, flat=flat)
-        if not total:
-            return ExtractResult(model, [], 0)
-        parts = await self._run_chunks(_model_path("extract", model), bodies, wire.parse_extract, total, progress,
-                                       "extract")
-        return batching.merge_extract(model, parts)
+                      flat: bool | None = None, multi_label: bool | None = None,
+                      hypothesis_template: str | None = None, top_k: int | None = None,
+                      batch_size: int | None = None, progress: bool | None = None) -> ExtractResult:
+        return await self.run("extract", model, items, list(labels), threshold=threshold, flat=flat,
+                              multi_label=multi_label, hypothesis_template=hypothesis_template, top_k=top_k,
+                              batch_size=batch_size, progress=progress)
 
     async def models(self) -> list[ModelInfo]:
         return [wire.parse_model(m) for m in (await self.request("GET", "/v1/models"))["data"]]

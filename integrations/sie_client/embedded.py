@@ -1,9 +1,10 @@
 """Embedded mode: the same routes as the HTTP API, answered by an in-process
 `sie_engine.Engine` (torch is imported only here, and only when first used).
 
-Answers are the dicts an HTTP answer decodes to (numpy arrays in place of
-tensor objects), so the client parses both modes with the same code and returns
-the same types. Engine errors become `SIEError` with the status the server would
+Routes are the tasks of `sie_contract`'s registry; answers are the dicts an HTTP
+answer decodes to (`sie_contract.answers.to_wire`, numpy arrays in place of tensor
+objects), so the client parses both modes with the same code and returns the same
+types. Engine errors become `SIEError` with the status the server would
 send. Engines are shared per configuration within the process: several adapters
 in one program load each model once.
 """
@@ -15,8 +16,11 @@ import threading
 from typing import Any, Mapping
 from urllib.parse import unquote
 
-from .errors import STATUS_BY_CODE, SIEError
-from .types import Quantized
+from sie_contract.answers import to_wire
+from sie_contract.errors import status_of
+from sie_contract.registry import get as get_task
+
+from .errors import SIEError
 
 _engines: dict[tuple, Any] = {}
 _engines_lock = threading.Lock()
@@ -38,7 +42,8 @@ def shared_engine(device: str = "auto", local_models: Mapping[str, str] | None =
             except ImportError as exc:  # the base install has no torch
                 raise ImportError(
                     "SIE's embedded mode runs the engine in-process and needs the server extra "
-                    "(pip install 'sie[server]'); or pass url='http://host:port' to use a running server"
+                    "(pip install '.[server]' in a clone of SIE); "
+                    "or pass url='http://host:port' to use a running server"
                 ) from exc
             catalog = Catalog.builtin()
             for directory in model_dirs:
@@ -64,52 +69,18 @@ def close_shared_engines() -> None:
 def _error(exc: Exception) -> SIEError:
     code = getattr(exc, "code", "internal_error")
     message = getattr(exc, "message", str(exc))
-    return SIEError(STATUS_BY_CODE.get(code, 500), code, message, getattr(exc, "retry_after", None) or None)
+    # a load failure says whether waiting can fix it, as the server's error body does
+    return SIEError(status_of(code), code, message, getattr(exc, "retry_after", None) or None,
+                    reason=getattr(exc, "reason", None), retryable=getattr(exc, "retryable", None))
 
 
 def _route(method: str, path: str) -> tuple[str, str | None]:
     parts = path.lstrip("/").split("/", 2)  # ["v1", "encode", "org/model"]
     if method == "GET" and parts[:2] == ["v1", "models"]:
         return "models", unquote(parts[2]) if len(parts) > 2 else None
-    if method == "POST" and len(parts) == 3 and parts[0] == "v1" and parts[1] in ("encode", "score", "extract"):
+    if method == "POST" and len(parts) == 3 and parts[0] == "v1" and get_task(parts[1]) is not None:
         return parts[1], unquote(parts[2])
     raise SIEError(404, "not_found", f"embedded mode has no route {method} {path}")
-
-
-def _plain(value: Any) -> Any:
-    """Engine arrays -> answer values (the engine's Quantized -> the client's)."""
-    if value is not None and hasattr(value, "scale") and hasattr(value, "data") and not hasattr(value, "shape"):
-        return Quantized(value.data, float(value.scale))
-    return value
-
-
-def encode_answer(result: Any) -> dict:
-    items = []
-    for item in result.items:
-        out: dict[str, Any] = {"id": item.id}
-        if item.dense is not None:
-            out["dense"] = _plain(item.dense)
-        if item.sparse is not None:
-            out["sparse"] = {"indices": item.sparse.indices, "values": item.sparse.values}
-        if item.multivector is not None:
-            out["multivector"] = _plain(item.multivector)
-        items.append(out)
-    return {"model": result.model, "items": items, "usage": {"tokens": result.tokens}}
-
-
-def score_answer(result: Any) -> dict:
-    scores = [{"id": s.id, "index": s.index, "score": s.score, "rank": s.rank} for s in result.scores]
-    return {"model": result.model, "scores": scores, "usage": {"tokens": result.tokens}}
-
-
-def extract_answer(result: Any) -> dict:
-    items = [
-        {"id": item.id, "entities": [
-            {"text": e.text, "label": e.label, "score": e.score, "start": e.start, "end": e.end} for e in item.entities
-        ]}
-        for item in result.items
-    ]
-    return {"model": result.model, "items": items, "usage": {"tokens": result.tokens}}
 
 
 def model_answer(info: Any) -> dict:
@@ -117,10 +88,8 @@ def model_answer(info: Any) -> dict:
         "id": info.id, "object": "model", "owned_by": "sie", "family": info.family, "tasks": list(info.tasks),
         "outputs": list(info.outputs), "dims": dict(info.dims), "matryoshka_dims": list(info.matryoshka_dims),
         "max_seq_len": info.max_seq_len, "state": info.state, "memory_bytes": info.memory_bytes, "error": info.error,
+        "weights": {"status": info.weights, "source": info.weights_source, "detail": info.weights_detail},
     }
-
-
-ENCODE_OPTIONS = ("output_types", "is_query", "instruction", "dims", "normalize", "output_dtype", "truncate")
 
 
 class _EmbeddedBase:
@@ -138,6 +107,21 @@ class _EmbeddedBase:
             self._engine = shared_engine(device, local_models, model_dirs)
         return self._engine
 
+    async def _answer(self, method: str, path: str, body: Any = None) -> Any:
+        """The answer the server would give for this route and body (on the engine's loop or any other)."""
+        route, model = _route(method, path)
+        try:
+            if route == "models":
+                return self._models(model)
+            # the body the server would get, checked and answered as the server would
+            return to_wire(await self.engine.run(route, model, timeout=self._timeout, **(body or {})))
+        except SIEError:
+            raise
+        except Exception as exc:
+            if hasattr(exc, "code"):
+                raise _error(exc) from exc
+            raise
+
     def _models(self, model: str | None) -> dict:
         if model is None:
             return {"object": "list", "data": [model_answer(info) for info in self.engine.models()]}
@@ -146,27 +130,7 @@ class _EmbeddedBase:
 
 class AsyncEmbeddedTransport(_EmbeddedBase):
     async def request(self, method: str, path: str, body: Any = None) -> Any:
-        route, model = _route(method, path)
-        engine = self.engine
-        body = body or {}
-        try:
-            if route == "models":
-                return self._models(model)
-            if route == "encode":
-                options = {k: body[k] for k in ENCODE_OPTIONS if k in body}
-                return encode_answer(await engine.encode(model, body.get("items"), timeout=self._timeout, **options))
-            if route == "score":
-                return score_answer(await engine.score(model, body.get("query"), body.get("items"),
-                                                       top_k=body.get("top_k"), timeout=self._timeout))
-            return extract_answer(await engine.extract(model, body.get("items"), body.get("labels"),
-                                                       threshold=body.get("threshold", 0.5), flat=body.get("flat", True),
-                                                       timeout=self._timeout))
-        except SIEError:
-            raise
-        except Exception as exc:
-            if hasattr(exc, "code"):
-                raise _error(exc) from exc
-            raise
+        return await self._answer(method, path, body)
 
     async def close(self) -> None:
         pass
@@ -178,8 +142,7 @@ class EmbeddedTransport(_EmbeddedBase):
     def request(self, method: str, path: str, body: Any = None) -> Any:
         import asyncio
 
-        coro = AsyncEmbeddedTransport.request(self, method, path, body)
-        return asyncio.run_coroutine_threadsafe(coro, self.engine.loop).result()
+        return asyncio.run_coroutine_threadsafe(self._answer(method, path, body), self.engine.loop).result()
 
     def close(self) -> None:
         pass  # the engine is shared by the process; it lives as long as the process does

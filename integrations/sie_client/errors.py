@@ -4,24 +4,35 @@ statuses the server would send, so handling code is the same in both modes."""
 
 from __future__ import annotations
 
+# error code -> the HTTP status the server answers with (docs/api.md): one table for all
+from sie_contract.errors import STATUS_BY_CODE  # noqa: F401  (re-exported)
+
 
 class SIEError(Exception):
     """An error answer from SIE (or the embedded engine).
 
     `status` is the HTTP status, `code` the machine code from docs/api.md
     (`invalid_request`, `model_not_found`, `overloaded`, ...), `retry_after` the
-    seconds the server asked to wait (429/503), if any.
+    seconds the server asked to wait (429/503), if any, and `reason` why a model
+    failed to load (`not_found`, `out_of_memory`, ...), if that was the error.
     """
 
-    def __init__(self, status: int, code: str, message: str, retry_after: float | None = None):
+    def __init__(self, status: int, code: str, message: str, retry_after: float | None = None, *,
+                 reason: str | None = None, retryable: bool | None = None):
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
         self.retry_after = retry_after
+        self.reason = reason
+        self._retryable = retryable  # the server's word (`retryable` in the error body), when it gave one
 
     @property
     def retryable(self) -> bool:
+        """Whether trying again later can succeed: 429 and 503 answers, unless the server
+        said waiting will not help (a model whose weights cannot be found, say)."""
+        if self._retryable is not None:
+            return self._retryable
         return self.status in (429, 503)
 
 
@@ -35,21 +46,3 @@ class SIEConnectionError(SIEError):
     def retryable(self) -> bool:
         return True
 
-
-# Engine error code -> the HTTP status the server answers with (docs/api.md).
-STATUS_BY_CODE = {
-    "invalid_request": 400,
-    "unsupported_task": 400,
-    "unsupported_output": 400,
-    "unauthorized": 401,
-    "model_not_found": 404,
-    "not_found": 404,
-    "payload_too_large": 413,
-    "overloaded": 429,
-    "inference_failed": 500,
-    "not_ready": 503,
-    "draining": 503,
-    "model_load_failed": 503,
-    "no_worker": 503,
-    "deadline_exceeded": 504,
-}

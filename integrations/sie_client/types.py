@@ -8,25 +8,7 @@ from typing import Any
 
 import numpy as np
 
-
-@dataclass
-class SparseVector:
-    indices: np.ndarray  # [nnz] int32 vocabulary ids
-    values: np.ndarray  # [nnz] float32 weights
-
-    def to_dict(self) -> dict[int, float]:
-        return {int(i): float(v) for i, v in zip(self.indices, self.values)}
-
-
-@dataclass
-class Quantized:
-    """An int8 vector or matrix and its scale (value = data * scale)."""
-
-    data: np.ndarray
-    scale: float
-
-    def dequantize(self) -> np.ndarray:
-        return self.data.astype(np.float32) * np.float32(self.scale)
+from sie_contract.values import Quantized, SparseVector
 
 
 @dataclass
@@ -76,9 +58,17 @@ class Entity:
 
 
 @dataclass
+class Classification:
+    label: str
+    score: float
+
+
+@dataclass
 class ExtractedItem:
     id: str
     entities: list[Entity]
+    # classification models (zero-shot NLI): labels with scores, best first; None for entity models
+    classifications: list[Classification] | None = None
 
 
 @dataclass
@@ -100,3 +90,4 @@ class ModelInfo:
     state: str = "available"
     memory_bytes: int = 0
     error: str | None = None
+    weights: str = "local"  # local, download (fetched on first load) or unavailable

@@ -14,8 +14,8 @@ import msgpack
 import numpy as np
 
 from .types import (
-    EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, ScoredItem, ScoreResult,
-    SparseVector,
+    Classification, EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, ScoredItem,
+    ScoreResult, SparseVector,
 )
 
 MSGPACK = "application/msgpack"
@@ -97,8 +97,12 @@ def parse_extract(answer: Mapping[str, Any]) -> ExtractResult:
         ExtractedItem(
             id=str(item["id"]),
             entities=[
-                Entity(text=e["text"], label=e["label"], score=float(e["score"]), start=int(e["start"]), end=int(e["end"]))
-                for e in item["entities"]
+                Entity(text=e["text"], label=e["label"], score=float(e["score"]),
+                       start=int(e["start"]), end=int(e["end"]))
+                for e in item.get("entities") or ()
+            ],
+            classifications=None if item.get("classifications") is None else [
+                Classification(label=c["label"], score=float(c["score"])) for c in item["classifications"]
             ],
         )
         for item in answer["items"]
@@ -118,6 +122,7 @@ def parse_model(raw: Mapping[str, Any]) -> ModelInfo:
         state=raw.get("state", "available"),
         memory_bytes=int(raw.get("memory_bytes") or 0),
         error=raw.get("error"),
+        weights=(raw.get("weights") or {}).get("status", "local"),
     )
 
 
@@ -144,3 +149,43 @@ def normalize_items(items: Any) -> list[dict]:
 
 def drop_none(body: dict) -> dict:
     return {k: v for k, v in body.items() if v is not None}
+
+
+def normalize_query(query: Any) -> dict:
+    if isinstance(query, str):
+        return {"text": query}
+    if isinstance(query, Mapping) and "text" in query:
+        return {"text": query["text"]}
+    raise TypeError("query must be a string or a {text} dict")
+
+
+def normalize_request(task: str, body: dict) -> dict:
+    """A task's request body with items as `{id?, text}` objects and a query as `{text}`
+    (the forms every task's fields take; plain strings are accepted for convenience)."""
+    if "items" in body:
+        body["items"] = normalize_items(body["items"])
+    if "query" in body:
+        body["query"] = normalize_query(body["query"])
+    if isinstance(body.get("labels"), (tuple, set)):
+        body["labels"] = list(body["labels"])
+    return body
+
+
+# Typed results of the built-in tasks; a plug-in task's answer is returned as the decoded dict.
+_PARSERS = {
+    "encode": lambda answer, request: parse_encode(answer, request.get("output_dtype")),
+    "score": lambda answer, request: parse_score(answer),
+    "extract": lambda answer, request: parse_extract(answer),
+}
+_EMPTY = {"encode": EncodeResult, "score": ScoreResult, "extract": ExtractResult}
+
+
+def parse_answer(task: str, answer: Mapping[str, Any], request: Mapping[str, Any]) -> Any:
+    parser = _PARSERS.get(task)
+    return parser(answer, request) if parser is not None else dict(answer)
+
+
+def empty_result(task: str, model: str) -> Any:
+    """The result of a call with no items (nothing is sent)."""
+    kind = _EMPTY.get(task)
+    return kind(model, [], 0) if kind is not None else {"model": model, "items": [], "usage": {"tokens": 0}}

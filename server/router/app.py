@@ -12,6 +12,8 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from sie_contract import all_tasks
+
 from .config import RouterConfig
 from .errors import error_response
 from .metrics import RouterMetrics
@@ -80,9 +82,15 @@ async def _forward(request: web.Request, model: str | None, body: bytes) -> web.
 
 
 async def task_handler(request: web.Request) -> web.StreamResponse:
-    """POST /v1/{encode,score,extract}/{model}: the model is in the path."""
+    """POST /v1/{task}/{model} for every registered task: the model is in the path."""
     body = await request.read()
     return await _forward(request, request.match_info["model"], body)
+
+
+def _routing_model(model: str) -> str:
+    """The served model behind a mode alias (`<model>#query`), which picks no other model."""
+    base, sep, _ = model.rpartition("#")
+    return base if sep and base else model
 
 
 def _model_in_body(body: bytes) -> str | None:
@@ -90,7 +98,7 @@ def _model_in_body(body: bytes) -> str | None:
         model = json.loads(body).get("model")
     except (ValueError, AttributeError):
         return None  # the worker answers the malformed body with its own 400
-    return model if isinstance(model, str) else None
+    return _routing_model(model) if isinstance(model, str) else None
 
 
 async def embeddings_handler(request: web.Request) -> web.StreamResponse:
@@ -101,6 +109,28 @@ async def embeddings_handler(request: web.Request) -> web.StreamResponse:
     else:
         model = _model_in_body(body)
     return await _forward(request, model, body)
+
+
+# The ecosystem's APIs that serve one model per base URL (server/compat_tei.py,
+# compat_weaviate.py): `/tei/<model>/embed`; the model is the path between prefix and route.
+_PER_MODEL_ROUTES = {
+    "tei": ("/embed", "/embed_sparse", "/embed_all", "/rerank", "/predict", "/similarity", "/tokenize", "/info",
+            "/health"),
+    "weaviate": ("/vectors", "/vectors/", "/rerank", "/meta", "/.well-known/ready", "/.well-known/live"),
+}
+# ... and those that name the model in the body (Cohere/Jina rerank, Infinity), like /v1/embeddings
+_BODY_MODEL_ROUTES = ("/v1/rerank", "/v2/rerank", "/embeddings", "/rerank")
+
+
+async def per_model_handler(request: web.Request) -> web.StreamResponse:
+    """`/tei/{model}/...` and `/weaviate/{model}/...`: routed by the model in the path."""
+    api = request.path.split("/", 2)[1]
+    model = request.match_info["rest"]
+    for route in sorted(_PER_MODEL_ROUTES[api], key=len, reverse=True):
+        if model.endswith(route):
+            model = model[:-len(route)]
+            break
+    return await _forward(request, _routing_model(model), await request.read())
 
 
 async def passthrough_handler(request: web.Request) -> web.StreamResponse:
@@ -172,11 +202,17 @@ def create_router_app(config: RouterConfig) -> web.Application:
     app[STATE] = {}
     app.cleanup_ctx.append(_worker_context)
     app.on_shutdown.append(_on_shutdown)
-    app.router.add_post(r"/v1/{task:encode|score|extract}/{model:.+}", task_handler)
+    for task in all_tasks():  # the registry's tasks when the app is made, as the workers serve them
+        app.router.add_post(task.route("{model:.+}"), task_handler)
     app.router.add_post("/v1/embeddings", embeddings_handler)
     app.router.add_get("/v1/models", passthrough_handler)
     app.router.add_get("/v1/models/{model:.+}", passthrough_handler)
     app.router.add_get("/openapi.json", passthrough_handler)
+    for api in _PER_MODEL_ROUTES:
+        app.router.add_route("*", f"/{api}/{{rest:.+}}", per_model_handler)
+    for path in _BODY_MODEL_ROUTES:
+        app.router.add_post(path, embeddings_handler)
+    app.router.add_get("/models", passthrough_handler)  # Infinity's model list
     app.router.add_get("/v1/router/workers", workers_handler)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -1,6 +1,6 @@
 """Architecture registry: from a checkpoint's `architectures` string to the family
-whose packed forward pass runs it. Every entry has a test fixture in
-tests/test_arch_registry.py."""
+whose packed forward pass runs it. Every family has reference tests
+(tests/test_arch_registry_families.py and tests/test_arch_<family>.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,14 @@ class Family:
     model_class: type
     # Pooling the family's embedding models usually use, for cards that do not say.
     default_pooling: str = "mean"
+    # Input preparation other than TextTokenizer's (same constructor and `encode`): static
+    # embedders tokenise by model2vec's rules. None: the checkpoint's Hugging Face tokenizer.
+    tokenizer: Callable[..., Any] | None = None
+
+    def max_seq_len(self, config: Mapping[str, Any]) -> int | None:
+        """The longest sequence the family's positions allow under this config.json (RoBERTa-style
+        models lose the positions before their offset); None where positions set no limit."""
+        return getattr(self.config_from_hf(config), "max_seq_len", None)
 
 
 FAMILIES: dict[str, Family] = {
@@ -56,7 +64,8 @@ def family_for(config: Mapping[str, Any], requested: str | None = None) -> Famil
     """The family for a config.json, or the card's explicit family."""
     if requested is not None:
         if requested not in FAMILIES:
-            raise UnsupportedArchitecture(f"family {requested!r} is not implemented (known: {', '.join(sorted(FAMILIES))})")
+            raise UnsupportedArchitecture(f"family {requested!r} is not implemented "
+                                          f"(known: {', '.join(sorted(FAMILIES))})")
         return FAMILIES[requested]
     for arch in config.get("architectures") or []:
         if arch in ARCHITECTURES:
@@ -97,9 +106,27 @@ register(
 
 from .deberta_v2 import DebertaV2Config, DebertaV2Model  # noqa: E402
 
-# DeBERTa-v2/v3: the backbone of most GLiNER models (backbone only: no classifier heads here)
+# DeBERTa-v2/v3: the backbone of most GLiNER models and of NLI cross-encoders (zero-shot classification)
 register(
     Family("deberta-v2", DebertaV2Config.from_hf, DebertaV2Model, "cls"),
-    ["DebertaV2Model", "DebertaV2ForMaskedLM"],
+    ["DebertaV2Model", "DebertaV2ForMaskedLM", "DebertaV2ForSequenceClassification"],
     ["deberta-v2"],
+)
+
+from .mpnet import MPNetConfig, MPNetModel  # noqa: E402
+
+# MPNet (all-mpnet-base-v2 and the other sentence-transformers MPNet models): a relative position bias
+register(
+    Family("mpnet", MPNetConfig.from_hf, MPNetModel, "mean"),
+    ["MPNetModel", "MPNetForMaskedLM"],
+    ["mpnet"],
+)
+
+from .static import StaticConfig, StaticEmbedding, StaticTokenizer  # noqa: E402
+
+# Static embedders (model2vec: potion-*): a token table and mean pooling, no transformer
+register(
+    Family("static", StaticConfig.from_hf, StaticEmbedding, "mean", tokenizer=StaticTokenizer),
+    ["StaticModel"],
+    ["model2vec"],
 )

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..attention import AttentionBackend, AttentionMetadata, default_scale
@@ -41,7 +40,8 @@ class BertConfig:
         model_type = config.get("model_type", "bert")
         roberta_like = model_type in ("roberta", "xlm-roberta", "camembert")
         if config.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError(f"position_embedding_type={config['position_embedding_type']!r} is not supported (only 'absolute')")
+            raise ValueError(f"position_embedding_type={config['position_embedding_type']!r} is not supported "
+                             "(only 'absolute')")
         return BertConfig(
             vocab_size=config["vocab_size"],
             hidden_size=config["hidden_size"],

@@ -7,10 +7,10 @@ projection, which the weight spec stacks from `query_proj/key_proj/value_proj`.
 DeBERTa's attention adds, to the content score q_i.k_j, a content-to-position term
 q_i.Pk[r(i,j)] and a position-to-content term k_j.Pq[r(j,i)] over bucketed relative
 positions r. Those terms depend on each sequence's own q and k, so no varlen kernel
-takes them: attention runs on groups of similar-length sequences padded to their
-longest member (the grouped-SDPA plan, with a smaller group size because the bias is
-`[n, heads, L, L]`), the two terms becoming SDPA's additive mask. Everything outside
-attention stays packed `[T, ...]`.
+takes them: they are the shared attention backend's score bias (grouped SDPA, groups of
+similar-length sequences padded to their longest member, at most GROUP_TOKENS padded
+positions a group because the bias is `[n, heads, L, L]`). Everything outside attention
+stays packed `[T, ...]`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import AttentionMetadata, GroupedSDPAAttention, SeqGroup
+from ..attention import AttentionBackend, AttentionMetadata, SeqGroup, select_backend
 from .layers import activation
 from .weights import WeightSpec
 
@@ -55,7 +55,8 @@ class DebertaV2Config:
     @staticmethod
     def from_hf(config: Mapping[str, Any]) -> "DebertaV2Config":
         if config.get("conv_kernel_size", 0) > 0:
-            raise ValueError(f"conv_kernel_size={config['conv_kernel_size']} (DeBERTa-v2 convolution layer) is not supported")
+            raise ValueError(f"conv_kernel_size={config['conv_kernel_size']} (DeBERTa-v2 convolution layer) "
+                             "is not supported")
         pos_att_type = config.get("pos_att_type") or ()
         if isinstance(pos_att_type, str):  # older configs: "p2c|c2p"
             pos_att_type = [x.strip() for x in pos_att_type.lower().split("|")]
@@ -114,7 +115,8 @@ def relative_positions(length: int, config: DebertaV2Config, device: torch.devic
     """`[L, L]` (query i, key j) -> relative position of i to j, bucketed as the config says."""
     ids = torch.arange(length, device=device)
     relative = ids[:, None] - ids[None, :]
-    max_position = config.max_relative_positions if config.max_relative_positions >= 1 else config.max_position_embeddings
+    max_position = (config.max_relative_positions if config.max_relative_positions >= 1
+                    else config.max_position_embeddings)
     if config.position_buckets > 0 and max_position > 0:
         relative = log_bucket_position(relative, config.position_buckets, max_position)
     return relative
@@ -188,56 +190,45 @@ class DisentangledSelfAttention(nn.Module):
                 pos_query = heads(self.pos_query_proj(rel_embeddings))
         return pos_key, pos_query
 
-    def forward(self, x: torch.Tensor, plan: "AttentionPlan", rel_embeddings: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, plan: "RelativePositions", rel_embeddings: torch.Tensor | None) -> torch.Tensor:
         """`[T, H]` -> context `[T, heads * d]`."""
         T = x.shape[0]
         q, k, v = self.qkv(x).view(T, 3, self.num_heads, self.head_dim).unbind(1)  # [T, heads, d] each
         pos_key, pos_query = self.position_projections(rel_embeddings) if self.pos_att_type else (None, None)
-        out = torch.empty_like(q)
-        for group in plan.groups:
-            rows = group.rows
-            n, L = group.n, group.length
-            # [n * L, heads, d] -> [n, heads, L, d]
-            qg, kg, vg = (t.index_select(0, rows).view(n, L, self.num_heads, self.head_dim).transpose(1, 2)
-                          for t in (q, k, v))
-            bias = plan.key_mask(group, qg.dtype)  # [n, 1, 1, L] additive, or None
-            span = self.config.relative_span
-            if pos_key is not None:  # content -> position: q_i . Pk[r(i, j)]
-                index = plan.c2p_index(L, span)
-                c2p = torch.matmul(qg, pos_key.transpose(-1, -2))  # [n, heads, L, 2S]
-                c2p = torch.gather(c2p, -1, index.expand(n, self.num_heads, L, L)) * self.scale
-                bias = c2p if bias is None else bias + c2p
-            if pos_query is not None:  # position -> content: k_j . Pq[r(j, i)], transposed
-                index = plan.p2c_index(L, span)
-                p2c = torch.matmul(kg, pos_query.transpose(-1, -2))  # [n, heads, L(key), 2S]
-                p2c = torch.gather(p2c, -1, index.expand(n, self.num_heads, L, L)).transpose(-1, -2) * self.scale
-                bias = p2c if bias is None else bias + p2c
-            context = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=bias, scale=self.scale)
-            context = context.transpose(1, 2).reshape(n * L, self.num_heads, self.head_dim)
-            if group.valid is not None:
-                context = context.index_select(0, group.valid)
-            out.index_copy_(0, group.token_rows, context)
+        bias = None
+        if pos_key is not None or pos_query is not None:
+            def bias(group: SeqGroup, qg: torch.Tensor, kg: torch.Tensor) -> torch.Tensor:
+                return self.relative_scores(group, qg, kg, pos_key, pos_query, plan)
+        out = plan.backend(q, k, v, plan.attn, scale=self.scale, bias=bias)
         return out.view(T, self.num_heads * self.head_dim)
 
+    def relative_scores(self, group: SeqGroup, qg: torch.Tensor, kg: torch.Tensor, pos_key: torch.Tensor | None,
+                        pos_query: torch.Tensor | None, plan: "RelativePositions") -> torch.Tensor:
+        """The disentangled terms of one group, `[n, heads, L, L]`, from its `[n, heads, L, d]` q and k."""
+        n, L = group.n, group.length
+        span = self.config.relative_span
+        scores = None
+        if pos_key is not None:  # content -> position: q_i . Pk[r(i, j)]
+            c2p = torch.matmul(qg, pos_key.transpose(-1, -2))  # [n, heads, L, 2S]
+            scores = torch.gather(c2p, -1, plan.c2p_index(L, span).expand(n, self.num_heads, L, L)) * self.scale
+        if pos_query is not None:  # position -> content: k_j . Pq[r(j, i)], transposed
+            p2c = torch.matmul(kg, pos_query.transpose(-1, -2))  # [n, heads, L(key), 2S]
+            p2c = torch.gather(p2c, -1, plan.p2c_index(L, span).expand(n, self.num_heads, L, L)).transpose(-1, -2)
+            scores = p2c * self.scale if scores is None else scores + p2c * self.scale
+        return scores
 
-class AttentionPlan:
-    """The batch's groups (built once per forward) and per-length position indices shared by all layers."""
 
-    def __init__(self, attn: AttentionMetadata, config: DebertaV2Config, device: torch.device):
+class RelativePositions:
+    """One forward's attention inputs: the backend, the batch's metadata (grouped once, by
+    `prepare`) and the per-length relative position indices all layers share."""
+
+    def __init__(self, backend: AttentionBackend, attn: AttentionMetadata, config: DebertaV2Config,
+                 device: torch.device):
+        self.backend = backend
+        self.attn = attn
         self.config = config
         self.device = device
-        self.groups: list[SeqGroup] = GroupedSDPAAttention(max_group_tokens=GROUP_TOKENS).prepare(attn.seq_lens, device).groups
         self._cache: dict = {}
-
-    def key_mask(self, group: SeqGroup, dtype: torch.dtype) -> torch.Tensor | None:
-        if group.valid is None:
-            return None
-        key = ("mask", id(group), dtype)
-        if key not in self._cache:
-            keep = group.mask(False, None)  # [n, 1, 1, L] bool
-            self._cache[key] = torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(
-                ~keep, torch.finfo(dtype).min)
-        return self._cache[key]
 
     def c2p_index(self, length: int, span: int) -> torch.Tensor:
         key = ("c2p", length)
@@ -303,12 +294,13 @@ class DebertaV2Encoder(nn.Module):
         super().__init__()
         self.config = config
         self.layer = nn.ModuleList(DebertaV2Layer(config) for _ in range(config.num_hidden_layers))
-        self.rel_embeddings = nn.Embedding(2 * config.relative_span, config.hidden_size) if config.relative_attention else None
+        self.rel_embeddings = (nn.Embedding(2 * config.relative_span, config.hidden_size)
+                               if config.relative_attention else None)
         self.LayerNorm = (nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
                           if "layer_norm" in config.norm_rel_ebd else None)
 
-    def forward(self, x: torch.Tensor, attn: AttentionMetadata) -> torch.Tensor:
-        plan = AttentionPlan(attn, self.config, x.device)
+    def forward(self, x: torch.Tensor, backend: AttentionBackend, attn: AttentionMetadata) -> torch.Tensor:
+        plan = RelativePositions(backend, attn, self.config, x.device)
         rel = None
         if self.rel_embeddings is not None:
             rel = self.rel_embeddings.weight
@@ -332,9 +324,13 @@ class DebertaV2Model(nn.Module):
         ignore=("embeddings.position_ids",),
     )
 
-    def __init__(self, config: DebertaV2Config, backend=None):
+    # the disentangled terms are a score bias: grouped SDPA with groups of at most this many positions
+    attention_bias_group_tokens = GROUP_TOKENS
+
+    def __init__(self, config: DebertaV2Config, backend: AttentionBackend | None = None):
         super().__init__()
-        # `backend` is accepted for the common signature; DeBERTa's attention plans its own groups.
+        self.backend = backend or select_backend(torch.device("cpu"), torch.float32,
+                                                 bias_group_tokens=self.attention_bias_group_tokens)
         self.config = config
         self.hidden_size = config.hidden_size
         self.embeddings = DebertaV2Embeddings(config)
@@ -342,4 +338,4 @@ class DebertaV2Model(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return self.encoder(self.embeddings(input_ids, positions, token_type_ids), attn)
+        return self.encoder(self.embeddings(input_ids, positions, token_type_ids), self.backend, attn)

@@ -41,7 +41,8 @@ def activation(name: str, inplace: bool = False):
     try:
         return ACTIVATIONS[name][inplace]
     except KeyError:
-        raise ValueError(f"hidden_act {name!r} is not supported (supported: {', '.join(sorted(ACTIVATIONS))})") from None
+        raise ValueError(f"hidden_act {name!r} is not supported "
+                         f"(supported: {', '.join(sorted(ACTIVATIONS))})") from None
 
 
 def residual_linear_(residual: torch.Tensor, linear: nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -60,7 +60,8 @@ class ModernBertConfig:
         rope = config.get("rope_parameters") or {}
         for kind, params in rope.items():
             if isinstance(params, dict) and params.get("rope_type", "default") != "default":
-                raise ValueError(f"rope_parameters[{kind!r}].rope_type={params['rope_type']!r} is not supported (only 'default')")
+                raise ValueError(f"rope_parameters[{kind!r}].rope_type={params['rope_type']!r} is not supported "
+                                 "(only 'default')")
         if config.get("rope_scaling"):
             raise ValueError(f"rope_scaling={config['rope_scaling']!r} is not supported")
         global_theta = (rope.get(GLOBAL) or {}).get("rope_theta") or config.get("global_rope_theta") or 160_000.0
@@ -117,7 +118,8 @@ class ModernBertAttention(nn.Module):
         self.backend = backend
         self.scale = default_scale(self.head_dim)
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn: AttentionMetadata) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                attn: AttentionMetadata) -> torch.Tensor:
         T, H = x.shape
         qkv = self.Wqkv(x).view(T, 3, self.num_heads, self.head_dim)  # [T, 3, heads, head_dim]
         q, k, v = qkv.unbind(1)
@@ -152,11 +154,14 @@ class ModernBertEncoderLayer(nn.Module):
         # HF masks |i - j| <= local_attention // 2 on local layers: flash-attn's inclusive (left, right) window.
         window = (half, half) if self.attention_type == LOCAL else None
         self.attn_norm = nn.Identity() if index == 0 else nn.LayerNorm(config.hidden_size, eps=eps, bias=bias)
-        self.attn = ModernBertAttention(config.hidden_size, config.num_attention_heads, config.attention_bias, window, backend)
+        self.attn = ModernBertAttention(config.hidden_size, config.num_attention_heads, config.attention_bias, window,
+                                        backend)
         self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=eps, bias=bias)
-        self.mlp = ModernBertMLP(config.hidden_size, config.intermediate_size, config.hidden_activation, config.mlp_bias)
+        self.mlp = ModernBertMLP(config.hidden_size, config.intermediate_size, config.hidden_activation,
+                                 config.mlp_bias)
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn: AttentionMetadata) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                attn: AttentionMetadata) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), rotary, attn)
         return x + self.mlp(self.mlp_norm(x))
 

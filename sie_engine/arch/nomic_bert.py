@@ -125,7 +125,8 @@ class NomicBertAttention(nn.Module):
         self.backend = backend
         self.scale = default_scale(self.head_dim)
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn: AttentionMetadata) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                attn: AttentionMetadata) -> torch.Tensor:
         T, H = x.shape
         q, k, v = self.Wqkv(x).view(T, 3, self.num_heads, self.head_dim).unbind(1)  # each [T, heads, head_dim]
         cos, sin = rotary
@@ -159,7 +160,8 @@ class NomicBertBlock(nn.Module):
                                      config.fc1_bias, config.fc2_bias)
         self.norm2 = nn.LayerNorm(config.hidden_size, eps=eps)
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn: AttentionMetadata) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                attn: AttentionMetadata) -> torch.Tensor:
         x = self.norm1(x + self.attn(x, rotary, attn))
         return self.norm2(x + self.mlp(x))
 

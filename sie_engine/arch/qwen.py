@@ -54,12 +54,14 @@ class QwenConfig:
         qwen3 = model_type == "qwen3"
         rope = config.get("rope_parameters") or {}
         scaling = config.get("rope_scaling")
-        rope_type = rope.get("rope_type") or (scaling or {}).get("rope_type") or (scaling or {}).get("type") or "default"
+        rope_type = (rope.get("rope_type") or (scaling or {}).get("rope_type") or (scaling or {}).get("type")
+                     or "default")
         if rope_type != "default":
             raise ValueError(f"rope_type={rope_type!r} is not supported (only 'default')")
         layer_types = config.get("layer_types") or []
         if config.get("use_sliding_window") and any(t == "sliding_attention" for t in layer_types):
-            raise ValueError("use_sliding_window=true is not supported for Qwen embedders (no released embedder uses it)")
+            raise ValueError("use_sliding_window=true is not supported for Qwen embedders "
+                             "(no released embedder uses it)")
         heads = config["num_attention_heads"]
         attention_bias = config.get("attention_bias", False)
         return QwenConfig(
@@ -90,7 +92,8 @@ class QwenAttention(nn.Module):
 
     def __init__(self, config: QwenConfig, backend: AttentionBackend):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = (config.num_attention_heads, config.num_key_value_heads,
+                                                            config.head_dim)
         self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=config.qkv_bias)
         self.kv_proj = nn.Linear(config.hidden_size, 2 * self.num_kv_heads * self.head_dim, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=config.o_bias)
@@ -103,7 +106,8 @@ class QwenAttention(nn.Module):
         self.backend = backend
         self.scale = default_scale(self.head_dim)
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn: AttentionMetadata) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                attn: AttentionMetadata) -> torch.Tensor:
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.head_dim)  # [T, Hq, D]
         k, v = self.kv_proj(x).view(T, 2, self.num_kv_heads, self.head_dim).unbind(1)  # each [T, Hkv, D]
@@ -137,7 +141,8 @@ class QwenDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = QwenMLP(config.hidden_size, config.intermediate_size, config.hidden_act)
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn: AttentionMetadata) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                attn: AttentionMetadata) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rotary, attn)
         return x + self.mlp(self.post_attention_layernorm(x))
 

@@ -57,7 +57,7 @@ def load_checkpoint(module: nn.Module, tensors: Mapping[str, torch.Tensor], spec
     needed_shards = _shard_counts(params, spec)
     errors: list[str] = []
     with torch.no_grad():
-        for ckpt_name, tensor in tensors.items():
+        for ckpt_name in tensors:  # names first: only the backbone's tensors are read
             if not ckpt_name.startswith(prefix):
                 continue
             name = ckpt_name[len(prefix):]
@@ -74,16 +74,19 @@ def load_checkpoint(module: nn.Module, tensors: Mapping[str, torch.Tensor], spec
             target = params.get(name)
             if target is None:
                 continue  # not the backbone's (a head's, or unused)
+            tensor = tensors[ckpt_name]
             if shard is None:
                 if tuple(target.shape) != tuple(tensor.shape):
-                    errors.append(f"{ckpt_name}: checkpoint shape {tuple(tensor.shape)} != parameter {name} {tuple(target.shape)}")
+                    errors.append(f"{ckpt_name}: checkpoint shape {tuple(tensor.shape)} != parameter {name} "
+                                  f"{tuple(target.shape)}")
                     continue
                 target.copy_(tensor)
             else:
                 size = target.shape[0] // needed_shards[name]
                 view = target.narrow(0, shard * size, size)
                 if tuple(view.shape) != tuple(tensor.shape):
-                    errors.append(f"{ckpt_name}: checkpoint shape {tuple(tensor.shape)} != shard {shard} of {name} {tuple(view.shape)}")
+                    errors.append(f"{ckpt_name}: checkpoint shape {tuple(tensor.shape)} != shard {shard} of {name} "
+                                  f"{tuple(view.shape)}")
                     continue
                 view.copy_(tensor)
             filled[name] = filled.get(name, 0) + 1

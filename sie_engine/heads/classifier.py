@@ -6,6 +6,8 @@ Three checkpoint layouts, as transformers names them:
 - `BertForSequenceClassification`: pooler (dense + tanh on [CLS]) then `classifier`.
 - `*RobertaForSequenceClassification` (XLM-R, RoBERTa; bge-reranker): `classifier.dense` + tanh
   on [CLS], then `classifier.out_proj`.
+- `DebertaV2ForSequenceClassification` (NLI cross-encoders): `pooler.dense` + `pooler_hidden_act`
+  on [CLS], then `classifier`.
 - `ModernBertForSequenceClassification` (gte-reranker-modernbert): CLS or mean pooling
   (`classifier_pooling`), `head.dense` + activation + `head.norm`, then `classifier`.
 
@@ -32,9 +34,8 @@ from torch import nn
 
 from ..arch.layers import activation as hidden_activation
 from ..batch import PackedBatch
-from ..runner import HEAD_BUILDERS, ModelRunner, WorkItem
-from ..weights import read_config
-from .common import head_options, linear, layer_norm, ln_tensors, module_bytes, optional, tensor
+from .common import linear, layer_norm, ln_tensors, optional, tensor
+from .context import HeadContext
 from .pooling import cls_pool, mean_pool
 
 ACTIVATIONS = ("sigmoid", "identity", "softmax")
@@ -74,6 +75,7 @@ class SequenceClassifier(nn.Module):
         self.classifier = classifier
 
     def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+        """Logits `[B, num_labels]` float32."""
         if self.pool == "mean":
             pooled = mean_pool(hidden, batch.cu_seqlens, batch.seq_index()).to(hidden.dtype)
         else:
@@ -92,15 +94,15 @@ class _DenseAct(nn.Module):
         return self.norm(self.act(self.dense(x)))
 
 
-def build_classifier(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefix: str,
-                     config: Mapping[str, Any]) -> SequenceClassifier:
+def build_classifier(ctx: HeadContext) -> SequenceClassifier:
     """The classification head named by the checkpoint's architecture."""
-    device, dtype = runner.device, runner.dtype
+    device, dtype, tensors, config, prefix = ctx.device, ctx.dtype, ctx.checkpoint, ctx.hf_config, ctx.prefix
     architectures = config.get("architectures") or []
     arch = next((a for a in architectures if a.endswith("ForSequenceClassification")), None)
     if arch is None:
         raise ValueError(
-            f"card {runner.card.id}: `score` needs a *ForSequenceClassification checkpoint; config.json names {architectures}"
+            f"card {ctx.card.id}: `score` needs a *ForSequenceClassification checkpoint; "
+            f"config.json names {architectures}"
         )
     if arch.startswith("ModernBert"):
         pool = config.get("classifier_pooling", "cls")
@@ -113,14 +115,21 @@ def build_classifier(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], p
             layer_norm(norm_w, norm_b, config.get("norm_eps", 1e-5), device, dtype),
         )
         classifier = linear(tensor(tensors, "classifier.weight"), optional(tensors, "classifier.bias"), device, dtype)
+    elif arch.startswith("DebertaV2"):  # ContextPooler ([CLS], dense, pooler_hidden_act) + classifier
+        pool = "cls"
+        pre = _DenseAct(linear(tensor(tensors, "pooler.dense.weight"), tensor(tensors, "pooler.dense.bias"), device,
+                               dtype), hidden_activation(config.get("pooler_hidden_act", "gelu")))
+        classifier = linear(tensor(tensors, "classifier.weight"), optional(tensors, "classifier.bias"), device, dtype)
     elif "classifier.out_proj.weight" in tensors:  # RoBERTa-style head
         pool = "cls"
-        pre = _DenseAct(linear(tensors["classifier.dense.weight"], tensors["classifier.dense.bias"], device, dtype), torch.tanh)
+        pre = _DenseAct(linear(tensors["classifier.dense.weight"], tensors["classifier.dense.bias"], device, dtype),
+                        torch.tanh)
         classifier = linear(tensors["classifier.out_proj.weight"], tensors["classifier.out_proj.bias"], device, dtype)
     else:  # BERT: pooler + classifier
         pool = "cls"
         pooler = f"{prefix}pooler.dense"
-        pre = _DenseAct(linear(tensor(tensors, f"{pooler}.weight"), tensor(tensors, f"{pooler}.bias"), device, dtype), torch.tanh)
+        pre = _DenseAct(linear(tensor(tensors, f"{pooler}.weight"), tensor(tensors, f"{pooler}.bias"), device, dtype),
+                        torch.tanh)
         classifier = linear(tensor(tensors, "classifier.weight"), optional(tensors, "classifier.bias"), device, dtype)
     return SequenceClassifier(pool, pre, classifier).eval()
 
@@ -143,10 +152,10 @@ class YesNoHead(nn.Module):
         super().__init__()
         self.rows = nn.Parameter(rows, requires_grad=False)
 
-    def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence = ()) -> list[float]:
         last = hidden.index_select(0, batch.cu_seqlens[1:].long() - 1)  # [B, H]
         logits = (last @ self.rows.T).float()  # [B, 2]
-        return torch.softmax(logits, dim=-1)[:, 1]
+        return torch.softmax(logits, dim=-1)[:, 1].cpu().tolist()
 
 
 YES_NO_DEFAULTS = {
@@ -168,40 +177,39 @@ def yes_no_options(card) -> dict:
     return options
 
 
-def build_yes_no_head(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefix: str) -> None:
-    options = yes_no_options(runner.card)
-    token_ids = [runner.tokenizer.token_id(options["no_token"]), runner.tokenizer.token_id(options["yes_token"])]
-    weight = optional(tensors, "lm_head.weight")
+class ScoreHead(nn.Module):
+    """A cross-encoder's `score` head: the classifier's logits through the activation, at one label."""
+
+    def __init__(self, classifier: SequenceClassifier, activation: str, label: int):
+        super().__init__()
+        self.classifier = classifier
+        self.activation = activation
+        self.label = label
+
+    def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence = ()) -> list[float]:
+        return to_scores(self.classifier(hidden, batch), self.activation, self.label).cpu().tolist()
+
+
+def build_yes_no_head(ctx: HeadContext) -> YesNoHead:
+    options = yes_no_options(ctx.card)
+    token_ids = [ctx.tokenizer.token_id(options["no_token"]), ctx.tokenizer.token_id(options["yes_token"])]
+    weight = optional(ctx.checkpoint, "lm_head.weight")
     if weight is None:  # tied to the input embeddings
-        weight = tensor(tensors, f"{prefix}embed_tokens.weight", f"{prefix}embeddings.word_embeddings.weight")
-    head = YesNoHead(weight[token_ids].to(device=runner.device, dtype=runner.dtype)).eval()
-
-    def score(_runner: ModelRunner, hidden: torch.Tensor, batch: PackedBatch, items: Sequence[WorkItem]) -> list[float]:
-        return head(hidden, batch).cpu().tolist()
-
-    runner.task_heads["score"] = score
-    runner.param_bytes += module_bytes(head)
+        weight = tensor(ctx.checkpoint, f"{ctx.prefix}embed_tokens.weight",
+                        f"{ctx.prefix}embeddings.word_embeddings.weight")
+    return YesNoHead(weight[token_ids].to(device=ctx.device, dtype=ctx.dtype)).eval()
 
 
-def build_score_head(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefix: str) -> None:
-    config = read_config(runner.root)
-    options = head_options(runner, "score")
+def build_score_head(ctx: HeadContext) -> dict[str, nn.Module]:
+    options = ctx.options("score")
     if options.get("kind") == "yes-no":
-        return build_yes_no_head(runner, tensors, prefix)
-    head = build_classifier(runner, tensors, prefix, config)
+        return {"score": build_yes_no_head(ctx)}
+    head = build_classifier(ctx)
     labels = head.classifier.out_features
-    activation = options.get("activation") or default_activation(config, labels)
+    activation = options.get("activation") or default_activation(ctx.hf_config, labels)
     if activation not in ACTIVATIONS:
-        raise ValueError(f"card {runner.card.id}: options.score.activation {activation!r} not one of {ACTIVATIONS}")
+        raise ValueError(f"card {ctx.card.id}: options.score.activation {activation!r} not one of {ACTIVATIONS}")
     label = int(options.get("label", 0 if labels == 1 else labels - 1))
     if not 0 <= label < labels:
-        raise ValueError(f"card {runner.card.id}: options.score.label {label} out of range for {labels} labels")
-
-    def score(_runner: ModelRunner, hidden: torch.Tensor, batch: PackedBatch, items: Sequence[WorkItem]) -> list[float]:
-        return to_scores(head(hidden, batch), activation, label).cpu().tolist()
-
-    runner.task_heads["score"] = score
-    runner.param_bytes += module_bytes(head)
-
-
-HEAD_BUILDERS["score"] = build_score_head
+        raise ValueError(f"card {ctx.card.id}: options.score.label {label} out of range for {labels} labels")
+    return {"score": ScoreHead(head, activation, label).eval()}

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -38,8 +38,9 @@ from torch import nn
 
 from ..batch import PackedBatch
 from ..card import ModelCard
-from ..runner import HEAD_BUILDERS, ModelRunner, WorkItem
-from .common import head_options, linear, module_bytes, optional, tensor
+from ..work import WorkItem
+from .common import linear, load_torch_file, optional, tensor
+from .context import HeadContext
 from .st_dense import load_module_weights
 
 KINDS = ("colbert", "bge-m3")
@@ -65,7 +66,7 @@ def uses_markers(card: ModelCard) -> bool:
 
 
 class MultiVectorHead(nn.Module):
-    """hidden `[T, H]` -> token vectors `[T, D]` (float32) and which tokens are kept `[T]` bool."""
+    """hidden `[T, H]` -> per sequence, its kept token vectors `[kept, D]` float32."""
 
     def __init__(self, proj: nn.Linear, normalize: bool, drop_first: bool, skip_ids: torch.Tensor | None,
                  document_marker: int | None):
@@ -75,8 +76,13 @@ class MultiVectorHead(nn.Module):
         self.drop_first = drop_first
         self.register_buffer("skip_ids", skip_ids, persistent=False)
         self.document_marker = document_marker
+        self.dim = proj.out_features
 
-    def forward(self, hidden: torch.Tensor, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence = ()) -> list[np.ndarray]:
+        return self.per_sequence(hidden, batch, items)
+
+    def token_vectors(self, hidden: torch.Tensor, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Vectors `[T, D]` float32 and the tokens kept `[T]` bool."""
         vectors = self.proj(hidden).float()
         if self.normalize:
             vectors = F.normalize(vectors, p=2, dim=-1)
@@ -90,9 +96,9 @@ class MultiVectorHead(nn.Module):
             keep &= ~(torch.isin(batch.input_ids, self.skip_ids) & is_document[batch.seq_index()])
         return vectors, keep
 
-    def per_sequence(self, hidden: torch.Tensor, batch: PackedBatch) -> list[np.ndarray]:
+    def per_sequence(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence = ()) -> list[np.ndarray]:
         """One `[kept tokens, D]` float32 array per sequence (a single device -> host copy)."""
-        vectors, keep = self(hidden, batch)
+        vectors, keep = self.token_vectors(hidden, batch)
         vectors, keep = vectors.cpu().numpy(), keep.cpu().numpy()
         bounds = np.cumsum((0,) + batch.seq_lens)
         return [vectors[a:b][keep[a:b]] for a, b in zip(bounds[:-1], bounds[1:])]
@@ -127,18 +133,39 @@ def maxsim_scores(vectors: torch.Tensor, keep: torch.Tensor, batch: PackedBatch,
     return scores
 
 
-def _projection(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], kind: str) -> nn.Linear:
-    device, dtype = runner.device, runner.dtype
+class MaxSimHead(nn.Module):
+    """The `score` head of a late-interaction model: each item's MaxSim against its request's
+    query vectors (`WorkItem.extra`, `[Lq, D]`), computed on the device."""
+
+    def __init__(self, vectors: MultiVectorHead, mean: bool):
+        super().__init__()
+        self.vectors = vectors
+        self.mean = mean
+
+    def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence[WorkItem]) -> list[float]:
+        queries, index, of_seq = [], {}, []
+        for item in items:  # items of one request share one query array
+            key = id(item.extra)
+            if key not in index:
+                index[key] = len(queries)
+                queries.append(torch.as_tensor(item.extra, dtype=torch.float32, device=hidden.device))
+            of_seq.append(index[key])
+        vectors, keep = self.vectors.token_vectors(hidden, batch)
+        return maxsim_scores(vectors, keep, batch, queries, of_seq, self.mean).cpu().tolist()
+
+
+def _projection(ctx: HeadContext, kind: str) -> nn.Linear:
+    device, dtype, tensors = ctx.device, ctx.dtype, ctx.checkpoint
     if kind == "bge-m3":
-        state = _load_torch_file(runner.root / "colbert_linear.pt")
+        state = load_torch_file(ctx.root / "colbert_linear.pt")
         return linear(state["weight"], state.get("bias"), device, dtype)
     weight = optional(tensors, "linear.weight")
     if weight is not None:  # colbert-ir layout: the projection sits beside the backbone
         return linear(weight, optional(tensors, "linear.bias"), device, dtype)
-    dense = _st_dense(runner.root)  # PyLate / sentence-transformers layout: 1_Dense/
+    dense = _st_dense(ctx.root)  # PyLate / sentence-transformers layout: 1_Dense/
     if dense is None:
         raise ValueError(
-            f"card {runner.card.id}: no ColBERT projection found (`linear.weight` in the checkpoint or a 1_Dense/ module)"
+            f"card {ctx.card.id}: no ColBERT projection found (`linear.weight` in the checkpoint or a 1_Dense/ module)"
         )
     return linear(tensor(dense, "linear.weight"), optional(dense, "linear.bias"), device, dtype)
 
@@ -150,64 +177,41 @@ def _st_dense(root: Path) -> dict[str, torch.Tensor] | None:
     return None
 
 
-def _load_torch_file(path: Path) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise ValueError(f"{path} is missing: the head's weights ship in that file")
-    return torch.load(str(path), map_location="cpu", weights_only=True)
-
-
-def skiplist_ids(runner: ModelRunner, skiplist: Any) -> list[int]:
+def skiplist_ids(ctx: HeadContext, skiplist: Any) -> list[int]:
     """Token ids of the document skiplist (`punctuation`: ColBERT's string.punctuation)."""
     if skiplist in (None, "none", False):
         return []
     symbols = list(string.punctuation) if skiplist == "punctuation" else list(skiplist)
     ids = set()
     for symbol in symbols:
-        encoded = runner.tokenizer._tok.encode(symbol, add_special_tokens=False).ids
-        if encoded:
-            ids.add(encoded[0])
+        encoded = ctx.tokenizer.plain_ids(symbol)
+        if len(encoded):
+            ids.add(int(encoded[0]))
     return sorted(ids)
 
 
-def build_multivector(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefix: str) -> None:
-    options = head_options(runner, "multivector")
+def build_multivector(ctx: HeadContext) -> dict[str, nn.Module]:
+    """The token-vector head (encode's `multivector`) and the MaxSim head over it (`score`)."""
+    options = ctx.options("multivector")
     kind = options.get("kind", "colbert")
     if kind not in KINDS:
-        raise ValueError(f"card {runner.card.id}: options.multivector.kind {kind!r} not one of {KINDS}")
+        raise ValueError(f"card {ctx.card.id}: options.multivector.kind {kind!r} not one of {KINDS}")
     score_mode = options.get("score", "mean" if kind == "bge-m3" else "sum")
     if score_mode not in SCORES:
-        raise ValueError(f"card {runner.card.id}: options.multivector.score {score_mode!r} not one of {SCORES}")
-    proj = _projection(runner, tensors, kind)
-    skip = skiplist_ids(runner, options.get("skiplist", "punctuation" if kind == "colbert" else None))
+        raise ValueError(f"card {ctx.card.id}: options.multivector.score {score_mode!r} not one of {SCORES}")
+    proj = _projection(ctx, kind)
+    skip = skiplist_ids(ctx, options.get("skiplist", "punctuation" if kind == "colbert" else None))
     marker = options.get("document_marker")
     if skip and marker is None:
-        raise ValueError(f"card {runner.card.id}: a document skiplist needs options.multivector.document_marker")
+        raise ValueError(f"card {ctx.card.id}: a document skiplist needs options.multivector.document_marker")
     for token in (options.get("query_marker"), marker):
         if token is not None:
-            runner.tokenizer.token_id(token)  # fail at load, naming the token, if the vocabulary lacks it
+            ctx.tokenizer.token_id(token)  # fail at load, naming the token, if the vocabulary lacks it
     head = MultiVectorHead(
         proj,
         normalize=bool(options.get("normalize", True)),
         drop_first=kind == "bge-m3",
-        skip_ids=torch.tensor(skip, dtype=torch.long, device=runner.device) if skip else None,
-        document_marker=runner.tokenizer.token_id(marker) if marker is not None else None,
+        skip_ids=torch.tensor(skip, dtype=torch.long, device=ctx.device) if skip else None,
+        document_marker=ctx.tokenizer.token_id(marker) if marker is not None else None,
     ).eval()
-
-    def score(_runner: ModelRunner, hidden: torch.Tensor, batch: PackedBatch, items: Sequence[WorkItem]) -> list[float]:
-        queries, index, of_seq = [], {}, []
-        for item in items:  # items of one request share one query array
-            key = id(item.extra)
-            if key not in index:
-                index[key] = len(queries)
-                queries.append(torch.as_tensor(item.extra, dtype=torch.float32, device=hidden.device))
-            of_seq.append(index[key])
-        vectors, keep = head(hidden, batch)
-        return maxsim_scores(vectors, keep, batch, queries, of_seq, score_mode == "mean").cpu().tolist()
-
-    runner.output_heads["multivector"] = head.per_sequence
-    runner.task_heads["score"] = score
-    runner.dims["multivector"] = proj.out_features
-    runner.param_bytes += module_bytes(head)
-
-
-HEAD_BUILDERS["multivector"] = build_multivector
+    return {"multivector": head, "score": MaxSimHead(head, score_mode == "mean").eval()}

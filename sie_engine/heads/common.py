@@ -3,6 +3,7 @@ building plain linear layers from them on the runner's device and dtype."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Mapping
 
 import torch
@@ -52,13 +53,8 @@ def ln_tensors(tensors: Mapping[str, torch.Tensor], base: str) -> tuple[torch.Te
     return tensor(tensors, f"{base}.weight", f"{base}.gamma"), optional(tensors, f"{base}.bias", f"{base}.beta")
 
 
-def head_options(runner, output: str) -> dict:
-    """The card's settings for one head (`options: {<output>: {...}}`), as a plain dict."""
-    options = (runner.card.options or {}).get(output) or {}
-    if not isinstance(options, Mapping):
-        raise ValueError(f"card {runner.card.id}: options.{output} must be a mapping, got {options!r}")
-    return dict(options)
-
-
-def module_bytes(*modules: nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
+def load_torch_file(path: Path) -> dict[str, torch.Tensor]:
+    """A head's own `.pt` file (BGE-M3's `sparse_linear.pt`, `colbert_linear.pt`)."""
+    if not path.is_file():
+        raise ValueError(f"{path} is missing: the head's weights ship in that file")
+    return torch.load(str(path), map_location="cpu", weights_only=True)

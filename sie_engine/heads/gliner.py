@@ -1,21 +1,21 @@
 """The `extract` task head: GLiNER span extraction on a packed batch of windows.
 
-`build_extract_head` (registered as `HEAD_BUILDERS["extract"]`) loads the span head
-from the checkpoint; the installed task head turns one backbone forward over a batch
-of windows (from any number of requests, each with its own labels) into each
-window's decoded spans.
+`build_extract_head` loads the span head from the checkpoint; `ExtractHead` turns one
+backbone forward over a batch of windows (from any number of requests, each with its
+own labels) into each window's decoded spans.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from ..batch import PackedBatch
+from .context import HeadContext
 from .gliner_checkpoint import load_gliner_config
 from .gliner_decode import DecodeSettings, Span, candidates, greedy, token_candidates
 from .gliner_head import GlinerHead, backbone_root_prefix, span_grid
@@ -37,13 +37,23 @@ class WindowWork:
     alone: bool = True
 
 
-def build_extract_head(runner, tensors, backbone_prefix: str) -> None:
-    config = load_gliner_config(runner.root)
-    head = GlinerHead(config, runner.config.hidden_size, runner.device)
-    head.load(tensors, backbone_root_prefix(backbone_prefix))
-    head = head.to(device=runner.device, dtype=torch.float32).eval()
-    runner.task_heads["extract"] = partial(run_extract_head, head)
-    runner.param_bytes += sum(p.numel() * p.element_size() for p in head.parameters())
+class ExtractHead(nn.Module):
+    """The `extract` head: per window work item, its decoded spans (or its candidates)."""
+
+    def __init__(self, gliner: GlinerHead):
+        super().__init__()
+        self.gliner = gliner
+
+    def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence) -> list[list[Span]]:
+        return run_extract_head(self.gliner, hidden, batch, items)
+
+
+def build_extract_head(ctx: HeadContext) -> dict[str, nn.Module]:
+    config = load_gliner_config(ctx.root)
+    head = GlinerHead(config, ctx.config.hidden_size, ctx.device)
+    head.load(ctx.checkpoint, backbone_root_prefix(ctx.prefix))
+    # the span head runs in float32 whatever the backbone's dtype (its scores are thresholded)
+    return {"extract": ExtractHead(head.to(device=ctx.device, dtype=torch.float32)).eval()}
 
 
 @dataclass
@@ -75,7 +85,7 @@ def layout(windows: Sequence[Window], max_width: int) -> BatchLayout:
 
 
 @torch.inference_mode()
-def run_extract_head(head: GlinerHead, runner, hidden: torch.Tensor, batch: PackedBatch,
+def run_extract_head(head: GlinerHead, hidden: torch.Tensor, batch: PackedBatch,
                      items: Sequence) -> list[list[Span]]:
     """hidden `[T, H]` of the windows in `items` -> per window, its decoded spans, or for a window of a
     longer text its candidate spans (window word indices)."""
@@ -178,8 +188,3 @@ def window_context(head: GlinerHead, words: torch.Tensor, plan: BatchLayout) -> 
     window_of_word = torch.from_numpy(np.repeat(np.arange(len(counts)), counts)).to(words.device)
     sums = words.new_zeros(len(counts), words.shape[1]).index_add_(0, window_of_word, words)
     return head.span.context_terms(sums / torch.tensor(counts, device=words.device, dtype=words.dtype)[:, None])
-
-
-from ..runner import HEAD_BUILDERS  # noqa: E402  (runner imports the heads last; see runner.py)
-
-HEAD_BUILDERS["extract"] = build_extract_head

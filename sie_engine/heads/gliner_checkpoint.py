@@ -19,7 +19,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..weights import GLINER_CONFIG, _from_hub, weight_files
+from ..checkpoints.layout import CheckpointLayout
+from ..weights import _from_hub, weight_files
+
+# A GLiNER checkpoint's config; such a directory has no config.json.
+GLINER_CONFIG = "gliner_config.json"
 # The prefix of the backbone's tensors inside a GLiNER checkpoint.
 BACKBONE_PREFIX = "token_rep_layer.bert_layer.model."
 # What SIE needs from a backbone repository named by `model_name`.
@@ -34,6 +38,9 @@ SUBTOKEN_POOLINGS = ("first", "last", "mean", "max")
 
 def is_gliner_dir(root: Path) -> bool:
     return (Path(root) / GLINER_CONFIG).is_file()
+
+
+detects = is_gliner_dir  # the layout registry's question (checkpoints.LAYOUTS)
 
 
 def read_gliner_config(root: Path) -> dict:
@@ -80,15 +87,18 @@ class GlinerConfig:
         if model_type == "gliner_uni_encoder_token":
             span_mode = "token_level"
         if span_mode == "token_level" and config.get("represent_spans"):
-            raise ValueError("gliner_config.json: represent_spans=True (token model with a span layer) is not supported")
+            raise ValueError("gliner_config.json: represent_spans=True (token model with a span layer) "
+                             "is not supported")
         if span_mode not in SPAN_MODES:
-            raise ValueError(f"gliner_config.json: span_mode={span_mode!r} is not supported (supported: {', '.join(SPAN_MODES)})")
+            raise ValueError(f"gliner_config.json: span_mode={span_mode!r} is not supported "
+                             f"(supported: {', '.join(SPAN_MODES)})")
         pooling = config.get("subtoken_pooling", "first")
         if pooling not in SUBTOKEN_POOLINGS:
             raise ValueError(f"gliner_config.json: subtoken_pooling={pooling!r} is not one of {SUBTOKEN_POOLINGS}")
         splitter = config.get("words_splitter_type", "whitespace")
         if splitter != "whitespace":
-            raise ValueError(f"gliner_config.json: words_splitter_type={splitter!r} is not supported (only 'whitespace')")
+            raise ValueError(f"gliner_config.json: words_splitter_type={splitter!r} is not supported "
+                             "(only 'whitespace')")
         return GlinerConfig(
             hidden_size=int(config.get("hidden_size", 512)),
             max_width=int(config.get("max_width", 12)),
@@ -171,6 +181,14 @@ def checkpoint_vocab_size(root: Path) -> int:
 
 def has_tokenizer(root: Path) -> bool:
     return (Path(root) / "tokenizer_config.json").is_file() or (Path(root) / "tokenizer.json").is_file()
+
+
+def describe_layout(root: Path) -> CheckpointLayout:
+    """The GLiNER layout (see the module docstring) of a directory that `detects` says is one."""
+    source, extra_tokens = tokenizer_source(root)
+    return CheckpointLayout(kind="gliner", root=root, config=backbone_config(root), tokenizer_source=source,
+                            extra_tokens=extra_tokens, bos_eos=True,
+                            backbone_prefix_suffix=BACKBONE_PREFIX)
 
 
 def tokenizer_source(root: Path) -> tuple[Path, tuple[str, ...]]:

@@ -172,7 +172,8 @@ class TokenScorer(nn.Module):
         self.proj_token = nn.Linear(hidden, 2 * hidden)
         self.proj_label = nn.Linear(hidden, 2 * hidden)
         # Linear, (dropout), ReLU, Linear: indices as in the checkpoint
-        self.out_mlp = nn.Sequential(nn.Linear(3 * hidden, 4 * hidden), nn.Identity(), nn.ReLU(), nn.Linear(4 * hidden, 3))
+        self.out_mlp = nn.Sequential(nn.Linear(3 * hidden, 4 * hidden), nn.Identity(), nn.ReLU(),
+                                     nn.Linear(4 * hidden, 3))
         self.hidden = hidden
 
     def forward(self, words: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -213,13 +214,13 @@ class GlinerHead(nn.Module):
     def load(self, tensors: Mapping[str, torch.Tensor], root_prefix: str) -> None:
         """Copy the head's tensors from a GLiNER checkpoint; fails listing what is missing."""
         state = {}
-        for name, tensor in tensors.items():
-            if not name.startswith(root_prefix):
+        for full_name in tensors.keys():  # names only: the checkpoint reads just the head's tensors
+            if not full_name.startswith(root_prefix):
                 continue
-            name = name[len(root_prefix):]
+            name = full_name[len(root_prefix):]
             for old, new in self.RENAMES:
                 if name.startswith(old):
-                    state[new + name[len(old):]] = tensor
+                    state[new + name[len(old):]] = tensors[full_name]
         missing, unexpected = self.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise ValueError(

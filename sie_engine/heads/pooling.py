@@ -14,7 +14,8 @@ def cls_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Te
     return hidden.index_select(0, cu_seqlens[:-1].long())
 
 
-def last_token_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor | None = None) -> torch.Tensor:
+def last_token_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor,
+                    seq_index: torch.Tensor | None = None) -> torch.Tensor:
     return hidden.index_select(0, cu_seqlens[1:].long() - 1)
 
 
@@ -40,14 +41,16 @@ def mean_sqrt_len_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index
 
 def max_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
     """Element-wise maximum over each sequence's tokens."""
-    out = torch.full((cu_seqlens.shape[0] - 1, hidden.shape[1]), float("-inf"), dtype=torch.float32, device=hidden.device)
+    out = torch.full((cu_seqlens.shape[0] - 1, hidden.shape[1]), float("-inf"), dtype=torch.float32,
+                     device=hidden.device)
     return out.scatter_reduce_(0, seq_index[:, None].expand(-1, hidden.shape[1]), hidden.float(), "amax")
 
 
 def weighted_mean_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
     """Mean weighted by position (1 for a sequence's first token, n for its n-th; SGPT)."""
     weights = (torch.arange(hidden.shape[0], device=hidden.device) - cu_seqlens[seq_index] + 1).to(torch.float32)
-    return _sums(hidden.float() * weights[:, None], cu_seqlens, seq_index) / _sums(weights, cu_seqlens, seq_index)[:, None]
+    return (_sums(hidden.float() * weights[:, None], cu_seqlens, seq_index)
+            / _sums(weights, cu_seqlens, seq_index)[:, None])
 
 
 POOLERS = {"cls": cls_pool, "last": last_token_pool, "mean": mean_pool, "max": max_pool,

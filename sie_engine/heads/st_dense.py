@@ -65,7 +65,8 @@ def pooled_dense_stack(root: Path, device: torch.device, dtype: torch.dtype) -> 
         if kind.endswith("Normalize"):
             continue
         if not kind.endswith("Dense"):
-            raise ValueError(f"{modules_path} has a {kind!r} module after pooling; SIE applies only Dense and Normalize there")
+            raise ValueError(f"{modules_path} has a {kind!r} module after pooling; "
+                             "SIE applies only Dense and Normalize there")
         layers.append(_load_dense(root / module.get("path", ""), device, dtype))
     return nn.Sequential(*layers).eval() if layers else None
 
@@ -84,7 +85,8 @@ def _load_dense(folder: Path, device: torch.device, dtype: torch.dtype) -> Sente
                          f"{config['out_features']}x{config['in_features']}")
     residual = bool(config.get("use_residual", False))
     residual_weight = optional(weights, "residual.weight")
-    residual_projection = linear(residual_weight, None, device, dtype) if residual and residual_weight is not None else None
+    residual_projection = (linear(residual_weight, None, device, dtype)
+                           if residual and residual_weight is not None else None)
     if residual and residual_projection is None and projection.in_features != projection.out_features:
         raise ValueError(f"{folder}: a residual Dense of another size needs `residual.weight`")
     return SentenceDense(projection, _ACTIVATIONS[path](), residual, residual_projection)

@@ -1,2 +1,24 @@
-"""Task implementations beyond encode: each prepares work items for the scheduler
-and turns head results into the task's answer."""
+"""The engine's side of each task in `sie_contract`'s registry: an `async def run(engine,
+model, request, timeout)` that validates the request, prepares work items, queues them
+and assembles the result. Implementations are imported when first used."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Coroutine
+
+from sie_contract import registry
+from sie_contract.tasks import Task
+
+from ..errors import InvalidRequest
+
+TaskRun = Callable[..., Coroutine[Any, Any, Any]]
+
+
+def implementation(task: str) -> tuple[Task, TaskRun]:
+    """A registered task and the engine's `run` for it; InvalidRequest naming the known tasks."""
+    spec = registry.get(task)
+    if spec is None:
+        raise InvalidRequest(f"unknown task {task!r} (tasks: {', '.join(registry.names())})", field="task")
+    module, _, name = spec.implementation.partition(":")
+    return spec, getattr(importlib.import_module(module), name)

@@ -1,4 +1,5 @@
-"""The `extract` task: zero-shot entity extraction with GLiNER.
+"""The `extract` task: zero-shot entity extraction with GLiNER (zero-shot classification
+with NLI cross-encoders, cards with the `zeroshot` output, is in tasks/zeroshot.py).
 
 Each text is split into words and cut into windows that fit the model (with the
 labels' prompt in front of every window); the windows of all requests run as
@@ -19,14 +20,17 @@ from .. import validation as v
 from ..card import ModelCard
 from ..errors import InvalidRequest, ModelLoadFailed
 from ..heads.gliner import WindowWork
-from ..heads.gliner_checkpoint import GlinerConfig, is_gliner_dir, load_gliner_config
+from ..checkpoints import kind as checkpoint_kind
+from ..heads.gliner_checkpoint import GlinerConfig, load_gliner_config
 from ..heads.gliner_decode import DecodeSettings, merge_windows
 from ..heads.gliner_prompt import Prepared, PromptTooLong, class_token_id, prepare
-from ..runner import WorkItem
 from ..types import Entity, ExtractedItem, ExtractResult
 from ..weights import resolve_weights
+from ..work import WorkItem
+from .context import TaskContext
+from . import zeroshot
 
-OPTIONS = ("multi_label",)
+EXTRACT = frozenset({"extract"})  # the head extract work runs
 
 _configs: dict[tuple, GlinerConfig] = {}
 
@@ -37,7 +41,7 @@ def gliner_config(card: ModelCard) -> GlinerConfig:
     config = _configs.get(key)
     if config is None:
         root = resolve_weights(card)
-        if not is_gliner_dir(root):  # a card that says extract over a model that cannot: the model cannot load
+        if checkpoint_kind(root) != "gliner":  # a card that says extract over a model that cannot: it cannot load
             raise ModelLoadFailed(card.id, "unsupported_architecture",
                                   f"extract needs a GLiNER checkpoint (gliner_config.json) in {root}")
         try:
@@ -50,22 +54,17 @@ def gliner_config(card: ModelCard) -> GlinerConfig:
 def check_labels(labels: Any, limits: v.Limits) -> list[str]:
     """A non-empty list of label strings; duplicates dropped, first occurrence kept (as GLiNER does)."""
     if isinstance(labels, str) or not isinstance(labels, Sequence) or not labels:
-        raise InvalidRequest('labels must be a non-empty list of strings, e.g. ["person", "organization"]', field="labels")
+        raise InvalidRequest('labels must be a non-empty list of strings, e.g. ["person", "organization"]',
+                             field="labels")
     if len(labels) > limits.max_labels:
         raise InvalidRequest(f"labels holds {len(labels)} labels; at most {limits.max_labels}", field="labels")
     for i, label in enumerate(labels):
         if not isinstance(label, str) or not label.strip() or len(label) > limits.max_label_chars:
             raise InvalidRequest(
-                f"labels[{i}] must be a non-blank string of at most {limits.max_label_chars} characters", field=f"labels[{i}]"
+                f"labels[{i}] must be a non-blank string of at most {limits.max_label_chars} characters",
+                field=f"labels[{i}]",
             )
     return list(dict.fromkeys(labels))
-
-
-def check_options(options: Mapping[str, Any]) -> bool:
-    unknown = set(options) - set(OPTIONS)
-    if unknown:
-        raise InvalidRequest(f"unknown extract options {sorted(unknown)} (known: {', '.join(OPTIONS)})", field=sorted(unknown)[0])
-    return bool(v.check_optional_bool(options.get("multi_label"), "multi_label"))
 
 
 def prepare_request(tokenizer, card: ModelCard, texts: list[str], labels: list[str]) -> Prepared:
@@ -80,32 +79,37 @@ def prepare_request(tokenizer, card: ModelCard, texts: list[str], labels: list[s
         raise InvalidRequest(str(exc), field="labels") from exc
 
 
-async def run(engine, model: str, items: Sequence[Any], labels: Any, threshold: Any, flat: Any,
-              timeout: float | None, options: Mapping[str, Any]) -> ExtractResult:
+async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeout: float | None) -> ExtractResult:
     started = time.monotonic()
     card = engine.card(model)
-    ids, texts = v.parse_items(items, engine.limits)
-    labels = check_labels(labels, engine.limits)
-    flat = v.check_optional_bool(flat, "flat")
+    ids, texts = v.parse_items(fields["items"], engine.limits)
+    labels = check_labels(fields["labels"], engine.limits)
+    if zeroshot.ZEROSHOT in card.outputs:  # an NLI cross-encoder: zero-shot classification
+        return await zeroshot.run(engine, card, ids, texts, labels, fields, timeout, started)
+    for name in ("hypothesis_template", "top_k"):
+        if fields.get(name) is not None:
+            raise InvalidRequest(f"model {card.id!r} extracts entities: {name} applies to classification models",
+                                 field=name)
+    flat = v.check_optional_bool(fields.get("flat"), "flat")
     settings = DecodeSettings(
-        threshold=v.check_number(threshold, "threshold", 0.0, 1.0, 0.5),
+        threshold=v.check_number(fields.get("threshold"), "threshold", 0.0, 1.0, 0.5),
         flat=True if flat is None else flat,
-        multi_label=check_options(options or {}),
+        multi_label=bool(v.check_optional_bool(fields.get("multi_label"), "multi_label")),
     )
     prepared, tokenize_s = await engine.with_tokenizer(card, prepare_request, card, texts, labels)
     windows = prepared.windows
     request = engine.new_request(card, "extract", len(windows), timeout)
     longest_first = sorted(range(len(windows)), key=lambda i: -len(windows[i].ids))
     windows_per_text = np.bincount([w.item for w in windows], minlength=len(texts))
-    work = [WorkItem(request, i, windows[i].ids,
+    work = [WorkItem(request, i, windows[i].ids, outputs=EXTRACT,
                      extra=WindowWork(windows[i], settings, alone=bool(windows_per_text[windows[i].item] == 1)))
             for i in longest_first]
-    decoded = await engine.run_items(card, "extract", work, request)
+    decoded = [r["extract"] for r in await engine.run_items(card, "extract", work, request)]
 
     # decoding long texts is pure Python over possibly many candidates: off the event loop
     result_items = await asyncio.get_running_loop().run_in_executor(
         None, assemble, ids, texts, labels, prepared, decoded, settings, gliner_config(card).token_level)
-    return ExtractResult(card.id, result_items, prepared.num_tokens, engine._timings(request, started, tokenize_s))
+    return ExtractResult(card.id, result_items, prepared.num_tokens, engine.timings(request, started, tokenize_s))
 
 
 def assemble(ids: list[str], texts: list[str], labels: list[str], prepared: Prepared, decoded: list,

@@ -19,14 +19,16 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from .. import validation as v
 from ..errors import InvalidRequest
-from ..runner import WorkItem
+from ..heads.classifier import yes_no_options
+from ..heads.colbert import marked_encode_args
 from ..types import ScoredItem, ScoreResult
+from ..work import WorkItem
+from .common import check_truncation, longest_first
+from .context import TaskContext
 
-OPTIONS = ("truncate", "instruction")
+SCORE = frozenset({"score"})  # the head score work runs
 
 
 def parse_query(query: Any, limits: v.Limits) -> str:
@@ -41,31 +43,20 @@ def parse_query(query: Any, limits: v.Limits) -> str:
     return v.check_text(query, limits, "query.text")
 
 
-def check_options(options: Mapping[str, Any], limits: v.Limits) -> tuple[bool | None, str | None]:
-    """(truncate, instruction) from the request's extra options."""
-    unknown = set(options) - set(OPTIONS)
-    if unknown:
-        raise InvalidRequest(f"unknown score options {sorted(unknown)} (known: {', '.join(OPTIONS)})", field=sorted(unknown)[0])
-    return v.check_optional_bool(options.get("truncate"), "truncate"), v.check_instruction(options.get("instruction"), limits)
-
-
-async def run(engine, model: str, query: Any, items: Sequence[Any], top_k: int | None, timeout: float | None,
-              options: Mapping[str, Any]) -> ScoreResult:
-    from ..engine import check_truncation  # the engine imports tasks lazily; no import cycle
-
+async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeout: float | None) -> ScoreResult:
     started = time.monotonic()
     card = engine.card(model)
-    query_text = parse_query(query, engine.limits)
-    ids, texts = v.parse_items(items, engine.limits)
-    top_k = v.check_positive_int(top_k, "top_k")
-    truncate, instruction = check_options(options or {}, engine.limits)
+    query_text = parse_query(fields["query"], engine.limits)
+    ids, texts = v.parse_items(fields["items"], engine.limits)
+    top_k = v.check_positive_int(fields.get("top_k"), "top_k")
+    truncate = v.check_optional_bool(fields.get("truncate"), "truncate")
+    instruction = v.check_instruction(fields.get("instruction"), engine.limits)
     score_kind = ((card.options or {}).get("score") or {}).get("kind")
     if instruction is not None and score_kind != "yes-no":
-        raise InvalidRequest(f"model {card.id!r} takes no instruction (only prompted LLM rerankers do)", field="instruction")
+        raise InvalidRequest(f"model {card.id!r} takes no instruction (only prompted LLM rerankers do)",
+                             field="instruction")
 
     if score_kind == "yes-no":  # LLM reranker: one prompt per pair, P(yes) at its last token
-        from ..heads.classifier import yes_no_options
-
         prompt = yes_no_options(card)
         instr = instruction if instruction is not None else prompt["instruction"]
         texts_in = [prompt["template"].format(instruction=instr, query=query_text, document=t) for t in texts]
@@ -74,7 +65,7 @@ async def run(engine, model: str, query: Any, items: Sequence[Any], top_k: int |
         check_truncation(tokenized, truncate)
         tokens = tokenized.num_tokens
         request = engine.new_request(card, "score", len(texts), timeout)
-        work = [WorkItem(request, i, tokenized.ids[i]) for i in _longest_first(tokenized.ids)]
+        work = [WorkItem(request, i, tokenized.ids[i], outputs=SCORE) for i in longest_first(tokenized.ids)]
         scores = await engine.run_items(card, "score", work, request)
     elif "score" in card.outputs:
         tokenized, tokenize_s = await engine.tokenize(card, "encode_pairs", [query_text] * len(texts), texts)
@@ -82,11 +73,10 @@ async def run(engine, model: str, query: Any, items: Sequence[Any], top_k: int |
         tokens = tokenized.num_tokens
         request = engine.new_request(card, "score", len(texts), timeout)
         types = tokenized.type_ids
-        work = [WorkItem(request, i, tokenized.ids[i], type_ids=types[i] if types else None) for i in _longest_first(tokenized.ids)]
+        work = [WorkItem(request, i, tokenized.ids[i], type_ids=types[i] if types else None, outputs=SCORE)
+                for i in longest_first(tokenized.ids)]
         scores = await engine.run_items(card, "score", work, request)
     else:  # late interaction: MaxSim against the query's multivector
-        from ..heads.colbert import marked_encode_args
-
         q_tok, q_s = await engine.tokenize(card, "encode_marked", [query_text], **marked_encode_args(card, True))
         if truncate is False and q_tok.truncated[0]:
             raise InvalidRequest("query is longer than the model's query window; shorten it or allow truncation",
@@ -103,16 +93,12 @@ async def run(engine, model: str, query: Any, items: Sequence[Any], top_k: int |
         query_vectors = encoded["multivector"]
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
         request = engine.new_request(card, "score", len(texts), remaining)
-        work = [WorkItem(request, i, d_tok.ids[i], extra=query_vectors) for i in _longest_first(d_tok.ids)]
+        work = [WorkItem(request, i, d_tok.ids[i], extra=query_vectors, outputs=SCORE)
+                for i in longest_first(d_tok.ids)]
         scores = await engine.run_items(card, "score", work, request)
 
-    ranked = rank(ids, scores, top_k)
-    return ScoreResult(card.id, ranked, tokens, engine._timings(request, started, tokenize_s))
-
-
-def _longest_first(ids: list[np.ndarray]) -> list[int]:
-    """Item order for the queue: long first, so batches hold similar lengths."""
-    return sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    ranked = rank(ids, [r["score"] for r in scores], top_k)
+    return ScoreResult(card.id, ranked, tokens, engine.timings(request, started, tokenize_s))
 
 
 def rank(ids: list[str], scores: Sequence[float], top_k: int | None) -> list[ScoredItem]:

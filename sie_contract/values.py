@@ -1,0 +1,35 @@
+"""Values that cross the wire besides plain numbers and arrays: int8 vectors with
+their scale, and sparse vectors. The engine produces them, the server writes them
+(as tensor objects in msgpack), the client reads them back into the same types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Quantized:
+    """An int8 vector or matrix and the scale that turns it back into floats
+    (value = data * scale). One scale per output (a multivector matrix shares one)."""
+
+    data: np.ndarray
+    scale: float
+
+    def dequantize(self) -> np.ndarray:
+        """float32 values back (each within `scale / 2` of the original)."""
+        return self.data.astype(np.float32) * np.float32(self.scale)
+
+
+@dataclass
+class SparseVector:
+    indices: np.ndarray  # [nnz] int32 vocabulary ids, ascending
+    values: np.ndarray  # [nnz] float32 weights
+
+    def __post_init__(self) -> None:  # the wire's dtypes, whatever the producer used
+        self.indices = np.asarray(self.indices, dtype=np.int32)
+        self.values = np.asarray(self.values, dtype=np.float32)
+
+    def to_dict(self) -> dict[int, float]:
+        return {int(i): float(v) for i, v in zip(self.indices, self.values)}

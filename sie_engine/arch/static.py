@@ -1,0 +1,283 @@
+"""Static embedders in model2vec's format (potion-base-8M and the other model2vec models).
+
+No transformer: a text's vector is the mean of its tokens' rows in one table. Read in
+the order a text travels: the checkpoint layout, the typed config, the input preparation
+(model2vec's own tokenisation rules), the batch plan (no attention), the model.
+
+A model2vec directory holds `model.safetensors` with the table `embeddings` `[rows, dim]`
+(and, in some models, `weights` `[vocab]`, one scale per token, and `mapping` `[vocab]`,
+token id -> table row, for vocabulary-quantised models), model2vec's `config.json`
+(`normalize`, `max_length`, ...) and `tokenizer.json`. What `StaticModel.encode`
+(model2vec 0.10.0) does, and SIE does the same:
+
+- each text is cut to `max_length * median_token_length` characters, the median taken over
+  the vocabulary's token strings, before tokenising;
+- tokenised without special tokens, truncated to `max_length` tokens (default 512), then the
+  unknown token dropped wherever it occurs (so a text may end with fewer tokens);
+- row `mapping[id]` (or `id`) of the table, times `weights[id]` where the model has them,
+  averaged over the text's tokens; a text left with no token gets the zero vector;
+- normalised when the config says `normalize` (SIE's card and per-request option).
+
+The vectors come out of the shared mean-pooling head, like any backbone's hidden states;
+a batch carries only its sequence boundaries (`cu_seqlens`), no attention plan.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..attention import AttentionBackend, AttentionMetadata
+from ..checkpoints.layout import CheckpointLayout
+from ..tokenizer import Tokenized
+from .weights import WeightSpec
+
+MODEL_TYPE = "model2vec"
+ARCHITECTURE = "StaticModel"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+# model2vec's DEFAULT_MAX_LENGTH: `encode` truncates to it when the config names none
+DEFAULT_MAX_LENGTH = 512
+
+
+# ---- checkpoint layout ------------------------------------------------------------
+
+def _config(root: Path) -> dict | None:
+    path = Path(root) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        return None
+
+
+def _tensor_headers(path: Path) -> dict[str, dict]:
+    """name -> {dtype, shape} from a safetensors file's header (no tensor data read)."""
+    with open(path, "rb") as handle:
+        (size,) = struct.unpack("<Q", handle.read(8))
+        header = json.loads(handle.read(size))
+    header.pop("__metadata__", None)
+    return header
+
+
+def detects(root: Path) -> bool:
+    """A model2vec directory: its tokenizer.json and model.safetensors beside a config.json
+    that names model2vec (or, in early saves that name nothing, a table called `embeddings`)."""
+    root = Path(root)
+    if not (root / TOKENIZER_FILE).is_file() or not (root / WEIGHTS_FILE).is_file():
+        return False
+    config = _config(root)
+    if config is None:
+        return False
+    if config.get("model_type") == MODEL_TYPE or ARCHITECTURE in (config.get("architectures") or ()):
+        return True
+    if "model_type" in config or "architectures" in config:
+        return False
+    return "embeddings" in _tensor_headers(root / WEIGHTS_FILE)
+
+
+def describe_layout(root: Path) -> CheckpointLayout:
+    """model2vec's config.json, completed with what the table's header says (rows, width,
+    whether per-token weights and a token mapping are present): the typed config needs them
+    before any tensor is read."""
+    root = Path(root)
+    config = dict(_config(root) or {})
+    header = _tensor_headers(root / WEIGHTS_FILE)
+    if "embeddings" not in header:
+        raise ValueError(f"{root / WEIGHTS_FILE} has no tensor named 'embeddings': not a model2vec model")
+    rows, dim = header["embeddings"]["shape"]
+    vocab = rows
+    for name in ("weights", "mapping"):
+        if name in header:
+            vocab = header[name]["shape"][0]
+    config.update(
+        model_type=MODEL_TYPE, architectures=[ARCHITECTURE], vocab_size=vocab, hidden_size=dim,
+        embedding_rows=rows, token_weights="weights" in header, token_mapping="mapping" in header,
+    )
+    return CheckpointLayout(kind=MODEL_TYPE, root=root, config=config, tokenizer_source=root)
+
+
+# ---- typed config -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StaticConfig:
+    vocab_size: int  # token ids the tokenizer gives (rows of `weights` / `mapping`)
+    hidden_size: int  # the table's width, the vector's
+    embedding_rows: int  # rows of `embeddings` (fewer than vocab_size when vocabulary-quantised)
+    token_weights: bool = False  # a `weights` tensor scales each token's row
+    token_mapping: bool = False  # a `mapping` tensor: token id -> table row
+    normalize: bool = False  # model2vec's default when the config says nothing
+    max_length: int | None = DEFAULT_MAX_LENGTH  # None: model2vec does not truncate
+
+    @staticmethod
+    def from_hf(config: Mapping[str, Any]) -> "StaticConfig":
+        """From the layout's config (model2vec's config.json plus the table's facts)."""
+        missing = [k for k in ("vocab_size", "hidden_size") if k not in config]
+        if missing:
+            raise KeyError(f"a model2vec config needs {missing}: describe the directory with checkpoints.describe")
+        max_length = config.get("max_length", DEFAULT_MAX_LENGTH)
+        if max_length is not None and int(max_length) <= 0:
+            raise ValueError(f"max_length={max_length} must be positive")
+        mapped = bool(config.get("token_mapping", False))
+        rows = int(config.get("embedding_rows", config["vocab_size"]))
+        if not mapped and rows != int(config["vocab_size"]):
+            raise ValueError(f"the table has {rows} rows for {config['vocab_size']} tokens and no mapping")
+        return StaticConfig(
+            vocab_size=int(config["vocab_size"]),
+            hidden_size=int(config["hidden_size"]),
+            embedding_rows=rows,
+            token_weights=bool(config.get("token_weights", False)),
+            token_mapping=mapped,
+            normalize=bool(config.get("normalize", False)),
+            max_length=int(max_length) if max_length is not None else None,
+        )
+
+    @property
+    def max_seq_len(self) -> int | None:
+        """model2vec's truncation: the window SIE tokenises to (None: the card's)."""
+        return self.max_length
+
+    @property
+    def empty_id(self) -> int:
+        """The id a text left with no token is given: one past the vocabulary, a zero row."""
+        return self.vocab_size
+
+
+# ---- input preparation ------------------------------------------------------------
+
+def unknown_token_id(tokenizer) -> int | None:
+    """model2vec's `_get_unk_token_id`: the model's unknown token (WordPiece, BPE, word
+    level), or a Unigram model's `unk_id`; None when the tokenizer has none."""
+    model = tokenizer.model
+    if hasattr(model, "unk_token"):
+        token = model.unk_token
+        return None if token is None else tokenizer.token_to_id(token)
+    return json.loads(tokenizer.to_str())["model"].get("unk_id")
+
+
+class StaticTokenizer:
+    """model2vec's tokenisation (see the module docstring), with TextTokenizer's interface for
+    what encode asks: `encode(texts) -> Tokenized`."""
+
+    uses_type_ids = False
+    special_ids: frozenset = frozenset()
+
+    def __init__(self, layout: CheckpointLayout | Path, max_length: int, trust_remote_code: bool = False):
+        from tokenizers import Tokenizer
+
+        if not isinstance(layout, CheckpointLayout):
+            layout = describe_layout(Path(layout))
+        path = Path(layout.tokenizer_source) / TOKENIZER_FILE
+        if not path.is_file():
+            raise ValueError(f"{path} is missing: a model2vec model tokenises with its tokenizer.json")
+        tokenizer = Tokenizer.from_file(str(path))
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length)
+        self._tok = tokenizer
+        self.max_length = max_length
+        self.config = StaticConfig.from_hf(layout.config)
+        vocab = tokenizer.get_vocab_size()
+        if vocab > self.config.vocab_size:
+            raise ValueError(f"{path} has {vocab} tokens but the model's table covers {self.config.vocab_size}")
+        self.unk_id = unknown_token_id(tokenizer)
+        tokens = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+        # model2vec's character cut: max_length times the median token length (in characters)
+        self.median_token_length = int(np.median([len(token) for token, _ in tokens]))
+        self.max_chars = max_length * self.median_token_length
+        self.pad_token_id = self.cls_token_id = self.sep_token_id = None
+        self._empty = np.asarray([self.config.empty_id], dtype=np.int32)
+
+    def encode(self, texts: Sequence[str], *, add_special_tokens: bool = False,
+               with_offsets: bool = False) -> Tokenized:
+        """`[ids]` per text as `StaticModel.tokenize` gives them after `encode`'s cut. Special
+        tokens are never added (model2vec adds none), whatever the caller asks."""
+        if with_offsets:
+            raise ValueError("a static embedder gives no character offsets")
+        cut = [t[:self.max_chars] for t in texts]
+        encodings = self._tok.encode_batch_fast(cut, add_special_tokens=False)
+        ids, truncated = [], []
+        for text, encoding in zip(texts, encodings):
+            seq = np.asarray(encoding.ids, dtype=np.int32)
+            if self.unk_id is not None:
+                seq = seq[seq != self.unk_id]
+            ids.append(seq if len(seq) else self._empty)
+            truncated.append(len(text) > self.max_chars or bool(encoding.overflowing))
+        return Tokenized(ids=ids, type_ids=None, truncated=truncated)
+
+    def encode_pairs(self, firsts: Sequence[str], seconds: Sequence[str]) -> Tokenized:
+        raise ValueError("a static embedder encodes single texts, not pairs")
+
+    def plain_ids(self, text: str) -> np.ndarray:
+        return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+
+    def token_id(self, token: str) -> int:
+        token_id = self._tok.token_to_id(token)
+        if token_id is None:
+            raise ValueError(f"token {token!r} is not in the tokenizer's vocabulary")
+        return token_id
+
+
+# ---- batch plan: no attention -----------------------------------------------------
+
+class NoAttention(AttentionBackend):
+    """A batch plan for a model without attention: the sequence boundaries the pooling head
+    reads, and nothing else (no groups, no masks, no padding)."""
+
+    name = "none"
+
+    def prepare(self, seq_lens: Sequence[int], device: torch.device,
+                key_lens: Sequence[int] | None = None) -> AttentionMetadata:
+        seq_lens = tuple(int(n) for n in seq_lens)
+        cu = np.zeros(len(seq_lens) + 1, dtype=np.int32)
+        np.cumsum(seq_lens, out=cu[1:])
+        return AttentionMetadata(cu_seqlens=torch.from_numpy(cu).to(device), max_seqlen=max(seq_lens, default=0),
+                                 seq_lens=seq_lens)
+
+    def __call__(self, q, k, v, meta, *, scale, causal=False, window=None, bias=None):
+        raise TypeError("a static embedder runs no attention")
+
+
+# ---- model ------------------------------------------------------------------------
+
+class StaticEmbedding(nn.Module):
+    """Token rows: `forward(input_ids [T], positions [T], attn, token_type_ids [T]?) -> [T, dim]`
+    (positions and segments mean nothing here); the dense head's mean pooling averages them."""
+
+    weight_spec = WeightSpec(anchor="embeddings")
+
+    @staticmethod
+    def attention_backend(device: torch.device, dtype: torch.dtype) -> AttentionBackend:
+        """The batch plan this family brings instead of an attention backend."""
+        return NoAttention()
+
+    def __init__(self, config: StaticConfig, backend: AttentionBackend | None = None):
+        super().__init__()
+        self.config = config
+        self.hidden_size = config.hidden_size
+        self.vocab_size = config.vocab_size
+        self.embeddings = nn.Parameter(torch.empty(config.embedding_rows, config.hidden_size), requires_grad=False)
+        self.weights = (nn.Parameter(torch.empty(config.vocab_size), requires_grad=False)
+                        if config.token_weights else None)
+        if config.token_mapping:
+            self.register_buffer("mapping", torch.empty(config.vocab_size, dtype=torch.long))
+        else:
+            self.mapping = None
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        real = input_ids < self.vocab_size  # [T]: False only for an empty text's placeholder
+        ids = input_ids.clamp_max(self.vocab_size - 1)
+        rows = self.mapping.index_select(0, ids) if self.mapping is not None else ids
+        x = self.embeddings.index_select(0, rows)  # [T, dim]
+        scale = real.to(x.dtype)
+        if self.weights is not None:
+            scale = scale * self.weights.index_select(0, ids)
+        return x * scale[:, None]

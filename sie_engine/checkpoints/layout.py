@@ -1,0 +1,58 @@
+"""One description of a checkpoint directory, whatever its layout.
+
+The loader, the tokenizer, the memory planner and the card builder read this instead
+of probing files themselves: where the backbone's config and tokenizer come from,
+which tokens must be added, which files hold the weights and where the backbone's
+tensors sit in them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import WeightsNotFound
+from ..weights import weight_files
+
+
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """kind: "hf" (a Hugging Face model directory), "sentence-transformers" (the same plus
+        modules.json and its module folders) or another layout's name ("gliner").
+    config: the backbone's config.json contents.
+    tokenizer_source: the directory the tokenizer loads from.
+    extra_tokens: tokens to add to that tokenizer, in order (GLiNER's prompt tokens).
+    bos_eos: turn the tokenizer's bos/eos tokens on (as GLiNER loads its tokenizer).
+    weight_files: the files holding the tensors (listed when asked for: a directory without
+        them is reported after its architecture, which is the likelier mistake).
+    backbone_prefix_suffix: the backbone's tensors sit under a prefix ending so ("" : any).
+    """
+
+    kind: str
+    root: Path
+    config: Mapping[str, Any]
+    tokenizer_source: Path
+    extra_tokens: tuple[str, ...] = ()
+    bos_eos: bool = False
+    backbone_prefix_suffix: str = ""
+
+    @property
+    def weight_files(self) -> tuple[Path, ...]:
+        return tuple(weight_files(self.root))
+
+
+def plain_layout(root: Path) -> CheckpointLayout | None:
+    """A Hugging Face directory (sentence-transformers' layout is one with modules.json)."""
+    config_path = root / "config.json"
+    if not config_path.is_file():
+        return None
+    kind = "sentence-transformers" if (root / "modules.json").is_file() else "hf"
+    return CheckpointLayout(kind=kind, root=root, config=json.loads(config_path.read_text()), tokenizer_source=root)
+
+
+def not_a_model(root: Path) -> WeightsNotFound:
+    if not root.exists():
+        return WeightsNotFound(f"{root} does not exist (a model is a Hugging Face-layout directory with config.json)")
+    return WeightsNotFound(f"{root} has no config.json: not a Hugging Face model directory")

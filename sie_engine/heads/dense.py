@@ -1,0 +1,39 @@
+"""The dense head: pooling (the card's mode), then sentence-transformers' Dense modules
+where the model has them. Normalisation and Matryoshka truncation are per-request
+post-processing (tasks/encode.py)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..batch import PackedBatch
+from .context import HeadContext
+from .pooling import NEEDS_SEQ_INDEX, pool
+from .st_dense import pooled_dense_stack
+
+
+class DenseHead(nn.Module):
+    """hidden `[T, H]` -> pooled vectors `[B, dim]` float32 (a host array, one row per item)."""
+
+    def __init__(self, mode: str, projection: nn.Sequential | None, hidden_size: int, dtype: torch.dtype):
+        super().__init__()
+        self.mode = mode
+        self.projection = projection
+        self.compute_dtype = dtype
+        self.dim = projection[-1].projection.out_features if projection is not None else hidden_size
+
+    def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence = ()) -> np.ndarray:
+        seq_index = batch.seq_index() if self.mode in NEEDS_SEQ_INDEX else None
+        pooled = pool(self.mode, hidden, batch.cu_seqlens, seq_index)
+        if self.projection is not None:
+            pooled = self.projection(pooled.to(self.compute_dtype))
+        return pooled.float().cpu().numpy()
+
+
+def build_dense(ctx: HeadContext) -> dict[str, nn.Module]:
+    projection = pooled_dense_stack(ctx.root, ctx.device, ctx.dtype)
+    return {"dense": DenseHead(ctx.card.pooling, projection, ctx.config.hidden_size, ctx.dtype).eval()}

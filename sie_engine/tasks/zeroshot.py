@@ -1,0 +1,92 @@
+"""Zero-shot classification with an NLI cross-encoder: the `extract` task on a card whose
+outputs include `zeroshot` (tasks/extract.py dispatches here).
+
+Every (item, label) pair is one sentence pair, premise = the item's text and hypothesis =
+`hypothesis_template.format(label)`, tokenised as the model's pairs are and queued as
+`extract` work: N items x M labels are N x M packed sequences in the token-budget batches
+(shared with other requests), not N x M requests. The head gives each pair's
+[entailment, contradiction] logits; per item the scores are, as transformers'
+`ZeroShotClassificationPipeline` computes them:
+
+- single-label (default): softmax of the entailment logits across the item's labels (they sum to 1);
+- multi-label (or a single label): per label, softmax over [contradiction, entailment], the entailment part.
+
+Labels come back best first (ties in request order); `threshold` keeps those scoring at
+least it, `top_k` the k best.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .. import validation as v
+from ..card import ModelCard
+from ..errors import InvalidRequest
+from ..types import Classification, ExtractedItem, ExtractResult
+from ..work import WorkItem
+from .common import longest_first
+from .context import TaskContext
+
+ZEROSHOT = "zeroshot"  # the card output and the head extract work runs on NLI models
+OUTPUTS = frozenset({ZEROSHOT})
+DEFAULT_TEMPLATE = "This example is {}."  # transformers' ZeroShotClassificationPipeline's
+
+
+def check_template(template: Any, limits: v.Limits) -> str:
+    """A template with one `{}` that formats every label; 400 naming the field otherwise."""
+    if template is None:
+        return DEFAULT_TEMPLATE
+    if not isinstance(template, str) or "{}" not in template or len(template) > limits.max_instruction_chars:
+        raise InvalidRequest(f'hypothesis_template must be a string of at most {limits.max_instruction_chars} '
+                             'characters with {} where the label goes, e.g. "This example is {}."',
+                             field="hypothesis_template")
+    try:
+        template.format("label")
+    except (IndexError, KeyError, ValueError) as exc:
+        raise InvalidRequest(f"hypothesis_template does not format with one label ({exc}); write literal braces "
+                             "as {{ and }}", field="hypothesis_template") from None
+    return template
+
+
+def scores(logits: np.ndarray, multi_label: bool) -> np.ndarray:
+    """`[N, M, 2]` ([entailment, contradiction]) logits -> `[N, M]` scores, as the pipeline's postprocess."""
+    logits = logits.astype(np.float64)
+    if multi_label or logits.shape[1] == 1:
+        entail, contra = logits[..., 0], logits[..., 1]
+        return 1.0 / (1.0 + np.exp(contra - entail))  # softmax([contra, entail])[1]
+    entail = logits[..., 0]
+    e = np.exp(entail - entail.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+async def run(engine: TaskContext, card: ModelCard, ids: list[str], texts: list[str], labels: list[str],
+              fields: Mapping[str, Any], timeout: float | None, started: float) -> ExtractResult:
+    if fields.get("flat") is not None:
+        raise InvalidRequest(f"model {card.id!r} classifies: flat applies to entity models only", field="flat")
+    template = check_template(fields.get("hypothesis_template"), engine.limits)
+    multi_label = bool(v.check_optional_bool(fields.get("multi_label"), "multi_label"))
+    threshold = None if fields.get("threshold") is None else v.check_number(fields["threshold"], "threshold", 0, 1, 0)
+    top_k = v.check_positive_int(fields.get("top_k"), "top_k")
+
+    hypotheses = [template.format(label) for label in labels]
+    premises = [text for text in texts for _ in labels]
+    tokenized, tokenize_s = await engine.tokenize(card, "encode_pairs", premises, hypotheses * len(texts))
+    request = engine.new_request(card, "extract", len(premises), timeout)
+    types = tokenized.type_ids
+    work = [WorkItem(request, i, tokenized.ids[i], type_ids=types[i] if types else None, outputs=OUTPUTS)
+            for i in longest_first(tokenized.ids)]
+    results = await engine.run_items(card, "extract", work, request)
+    logits = np.asarray([r[ZEROSHOT] for r in results], dtype=np.float32).reshape(len(texts), len(labels), 2)
+
+    items = []
+    for item_id, row in zip(ids, scores(logits, multi_label)):
+        order = sorted(range(len(labels)), key=lambda j: -row[j])  # stable: ties keep request order
+        if threshold is not None:
+            order = [j for j in order if row[j] >= threshold]
+        if top_k is not None:
+            order = order[:top_k]
+        items.append(ExtractedItem(id=item_id, entities=[],
+                                   classifications=[Classification(labels[j], float(row[j])) for j in order]))
+    return ExtractResult(card.id, items, tokenized.num_tokens, engine.timings(request, started, tokenize_s))
