@@ -34,13 +34,16 @@ def _answer(response: httpx.Response) -> Any:
     if response.is_success:
         return wire.loads(response.content, content_type)
     code, message = "http_error", response.text[:500] or response.reason_phrase
+    reason = retryable = None
     try:
         error = wire.loads(response.content, content_type)["error"]
         code = error.get("code") or error.get("type") or code
         message = error.get("message", message)
+        reason, retryable = error.get("reason"), error.get("retryable")
     except Exception:  # not SIE's error shape (a proxy's HTML page): keep the raw text
         pass
-    raise SIEError(response.status_code, code, message, _retry_after(response))
+    raise SIEError(response.status_code, code, message, _retry_after(response), reason=reason,
+                   retryable=retryable if isinstance(retryable, bool) else None)
 
 
 def _connection_error(url: str, exc: Exception) -> SIEConnectionError:
