@@ -171,3 +171,18 @@ def foreign_errors(shape: Shape):
         return handle
 
     return wrap
+
+
+# ---- routes -----------------------------------------------------------------------
+# (method, path, handler, route name) rows; each API module keeps its table as ROUTES
+Route = tuple[str, str, Callable, str]
+
+
+def work_routes(routes: tuple[Route, ...]) -> frozenset[str]:
+    """The names of the routes that run models (their POSTs): counted in flight, refused while draining."""
+    return frozenset(name for method, _, _, name in routes if method == "POST")
+
+
+def mount(app: web.Application, routes: tuple[Route, ...], prefix: str = "") -> None:
+    for method, path, handler, name in routes:
+        app.router.add_route(method, prefix + path, handler, name=name)

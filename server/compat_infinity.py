@@ -124,9 +124,8 @@ ROUTES = (
     ("POST", "/rerank", rerank, "infinity_rerank"),
     ("GET", "/models", models, "infinity_models"),
 )
-WORK = frozenset(name for method, _, _, name in ROUTES if method == "POST")
+WORK = compat.work_routes(ROUTES)
 
 
 def add_routes(app: web.Application) -> None:
-    for method, path, handler, name in ROUTES:
-        app.router.add_route(method, path, handler, name=name)
+    compat.mount(app, ROUTES)

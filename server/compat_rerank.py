@@ -123,9 +123,8 @@ async def rerank_v2(request: web.Request) -> web.Response:
 
 
 ROUTES = (("POST", "/v1/rerank", rerank_v1, "cohere_rerank_v1"), ("POST", "/v2/rerank", rerank_v2, "cohere_rerank_v2"))
-WORK = frozenset(name for _, _, _, name in ROUTES)
+WORK = compat.work_routes(ROUTES)
 
 
 def add_routes(app: web.Application) -> None:
-    for method, path, handler, name in ROUTES:
-        app.router.add_route(method, path, handler, name=name)
+    compat.mount(app, ROUTES)

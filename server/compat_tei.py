@@ -377,10 +377,9 @@ ROUTES = (  # (method, path under /tei/{model}, handler, route name); the root l
     ("POST", "", root, "tei_root"),
     ("GET", "", health, "tei_root_health"),
 )
-WORK = frozenset(name for method, _, _, name in ROUTES if method == "POST")
+WORK = compat.work_routes(ROUTES)
 POSTS = frozenset(path for method, path, _, _ in ROUTES if method == "POST" and path)
 
 
 def add_routes(app: web.Application) -> None:
-    for method, path, handler, name in ROUTES:
-        app.router.add_route(method, "/tei/{model:.+}" + path, handler, name=name)
+    compat.mount(app, ROUTES, "/tei/{model:.+}")

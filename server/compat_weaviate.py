@@ -142,9 +142,8 @@ ROUTES = (  # (method, path under /weaviate/{model}, handler, route name)
     ("GET", "/.well-known/ready", ready, "weaviate_ready"),
     ("GET", "/.well-known/live", live, "weaviate_live"),
 )
-WORK = frozenset(name for method, _, _, name in ROUTES if method == "POST")
+WORK = compat.work_routes(ROUTES)
 
 
 def add_routes(app: web.Application) -> None:
-    for method, path, handler, name in ROUTES:
-        app.router.add_route(method, "/weaviate/{model:.+}" + path, handler, name=name)
+    compat.mount(app, ROUTES, "/weaviate/{model:.+}")

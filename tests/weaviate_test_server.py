@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import grpc
 import numpy as np
 from google.protobuf.json_format import MessageToDict
-from weaviate.proto.v1 import base_pb2, batch_pb2, health_weaviate_pb2, properties_pb2, search_get_pb2, weaviate_pb2_grpc
+from weaviate.proto.v1 import base_pb2, batch_pb2, properties_pb2, search_get_pb2, weaviate_pb2_grpc
 
 VERSION = "1.32.0"
 Op = base_pb2.Filters
@@ -286,18 +286,20 @@ class Grpc(weaviate_pb2_grpc.WeaviateServicer):
         raise NotImplementedError(f"filter operator {Op.Operator.Name(f.operator)} is outside this test server's subset")
 
 
+# HealthCheckResponse(status=SERVING): field 1, varint 1. The bytes are the same in
+# grpc.health.v1's message (weaviate-client 4.16 to 4.2x) and Weaviate's own copy of it
+# (newer clients), so every client version from the floor up reads them.
+_SERVING = b"\x08\x01"
+
+
 class _Health(grpc.GenericRpcHandler):
-    """`/grpc.health.v1.Health/Check` with Weaviate's own message types, as the client calls it."""
+    """`/grpc.health.v1.Health/Check`, as the client calls it on connect."""
 
     def service(self, handler_call_details):
         if handler_call_details.method != "/grpc.health.v1.Health/Check":
             return None
         return grpc.unary_unary_rpc_method_handler(
-            lambda request, context: health_weaviate_pb2.WeaviateHealthCheckResponse(
-                status=health_weaviate_pb2.WeaviateHealthCheckResponse.SERVING),
-            request_deserializer=health_weaviate_pb2.WeaviateHealthCheckRequest.FromString,
-            response_serializer=health_weaviate_pb2.WeaviateHealthCheckResponse.SerializeToString,
-        )
+            lambda request, context: _SERVING, request_deserializer=bytes, response_serializer=bytes)
 
 
 class WeaviateTestServer:
