@@ -44,6 +44,8 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
     architectures = config.get("architectures") or []
     if any(a.endswith("ForSequenceClassification") for a in architectures) and st is None:
         outputs = ("score",)
+        if any(str(label).lower().startswith("entail") for label in (config.get("id2label") or {}).values()):
+            outputs = ("score", "zeroshot")  # an NLI model: zero-shot classification (extract) too
     elif any(a.endswith("ForMaskedLM") for a in architectures) and st is None:
         outputs = ("sparse",)
     pooling = "mean"
