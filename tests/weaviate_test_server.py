@@ -97,7 +97,8 @@ class Rest(BaseHTTPRequestHandler):
             schema = self.store.schemas.get(path.split("/")[3])
             return self._send(200, schema) if schema else self._error(404, "class not found")
         if path == "/v1/nodes":
-            return self._send(200, {"nodes": [{"name": "node1", "status": "HEALTHY", "version": VERSION, "shards": []}]})
+            node = {"name": "node1", "status": "HEALTHY", "version": VERSION, "shards": []}
+            return self._send(200, {"nodes": [node]})
         return self._error(404, f"no route {path}")
 
     def do_POST(self):
@@ -159,7 +160,8 @@ def _value(v) -> properties_pb2.Value:
     if isinstance(v, float):
         return properties_pb2.Value(number_value=v)
     if isinstance(v, list):
-        return properties_pb2.Value(list_value=properties_pb2.ListValue(text_values=properties_pb2.TextValues(values=[str(x) for x in v])))
+        texts = properties_pb2.TextValues(values=[str(x) for x in v])
+        return properties_pb2.Value(list_value=properties_pb2.ListValue(text_values=texts))
     return properties_pb2.Value(text_value=str(v))
 
 
@@ -172,7 +174,8 @@ class Grpc(weaviate_pb2_grpc.WeaviateServicer):
         with self.store.lock:
             for index, obj in enumerate(request.objects):
                 if obj.collection not in self.store.objects:
-                    errors.append(batch_pb2.BatchObjectsReply.BatchError(index=index, error=f"no collection {obj.collection}"))
+                    errors.append(batch_pb2.BatchObjectsReply.BatchError(
+                        index=index, error=f"no collection {obj.collection}"))
                     continue
                 props = MessageToDict(obj.properties.non_ref_properties) if obj.HasField("properties") else {}
                 for array in obj.properties.text_array_properties:
@@ -192,7 +195,8 @@ class Grpc(weaviate_pb2_grpc.WeaviateServicer):
         scored: list[tuple[str, dict, dict, float | None, float | None]]
         if request.HasField("near_vector"):
             name, query = self._query_vector(request.near_vector)
-            scored = sorted(((u, p, v, self._distance(v[name], query), None) for u, p, v in objects), key=lambda x: x[3])
+            scored = sorted(((u, p, v, self._distance(v[name], query), None) for u, p, v in objects),
+                            key=lambda x: x[3])
         elif request.HasField("hybrid_search"):
             scored = self._hybrid(request.hybrid_search, objects)
         else:  # fetch: uuid order, after the cursor (collection.iterator pages with `after`)
@@ -220,7 +224,9 @@ class Grpc(weaviate_pb2_grpc.WeaviateServicer):
     @staticmethod
     def _query_vector(near: "base_search_pb2.NearVector") -> tuple[str, np.ndarray]:  # noqa: F821
         for target in near.vector_for_targets:
-            return target.name, unpack_vector(target.vectors[0]) if target.vectors else np.frombuffer(target.vector_bytes, "<f4")
+            if target.vectors:
+                return target.name, unpack_vector(target.vectors[0])
+            return target.name, np.frombuffer(target.vector_bytes, "<f4")
         name = (list(near.targets.target_vectors) or list(near.target_vectors) or ["default"])[0]
         if near.vectors:
             return name, unpack_vector(near.vectors[0])
@@ -241,7 +247,9 @@ class Grpc(weaviate_pb2_grpc.WeaviateServicer):
             query = np.frombuffer(hybrid.vector_bytes, dtype="<f4").astype(np.float32)
         similarity = np.array([-self._distance(v[name], query) for _, _, v in objects])
         keyword = self._bm25(hybrid.query, [p for _, p, _ in objects], list(hybrid.properties))
-        alpha = hybrid.alpha_param if hybrid.use_alpha_param else hybrid.alpha
+        # Newer clients send alpha_param (so 0 can be told from unset); 4.16's proto has alpha only.
+        newer = "use_alpha_param" in hybrid.DESCRIPTOR.fields_by_name and hybrid.use_alpha_param
+        alpha = hybrid.alpha_param if newer else hybrid.alpha
 
         def norm(x):
             span = x.max() - x.min() if len(x) else 0.0
@@ -253,8 +261,10 @@ class Grpc(weaviate_pb2_grpc.WeaviateServicer):
 
     @staticmethod
     def _bm25(query: str, props: list[dict], fields: list[str], k1: float = 1.2, b: float = 0.75) -> np.ndarray:
-        docs = [_tokens(" ".join(str(p.get(f, "")) for f in (fields or [k for k, v in p.items() if isinstance(v, str)])))
-                for p in props]
+        def text_of(p: dict) -> str:
+            return " ".join(str(p.get(f, "")) for f in (fields or [k for k, v in p.items() if isinstance(v, str)]))
+
+        docs = [_tokens(text_of(p)) for p in props]
         n = len(docs)
         avg = sum(map(len, docs)) / max(n, 1)
         df = Counter(t for d in docs for t in set(d))
@@ -283,7 +293,8 @@ class Grpc(weaviate_pb2_grpc.WeaviateServicer):
             return any(v in values for v in f.value_text_array.values)
         if f.operator == Op.OPERATOR_CONTAINS_ALL:
             return all(v in values for v in f.value_text_array.values)
-        raise NotImplementedError(f"filter operator {Op.Operator.Name(f.operator)} is outside this test server's subset")
+        raise NotImplementedError(f"filter operator {Op.Operator.Name(f.operator)} "
+                                  f"is outside this test server's subset")
 
 
 # HealthCheckResponse(status=SERVING): field 1, varint 1. The bytes are the same in
