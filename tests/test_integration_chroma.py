@@ -142,7 +142,7 @@ def test_sparse_function_protocol_and_schema_roundtrip():
     collection Schema carrying it serialises and deserialises back to it. (Chroma 1.5
     refuses sparse indexes on local and self-hosted servers: "Sparse vector indexing is
     not enabled in local", so search over them can only run on Chroma Cloud.)"""
-    from chromadb import K, Schema, SparseVectorIndexConfig
+    from chromadb import Schema, SparseVectorIndexConfig
     from chromadb.api.types import validate_sparse_embedding_function
     from chromadb.utils.embedding_functions import sparse_known_embedding_functions
 
@@ -155,7 +155,9 @@ def test_sparse_function_protocol_and_schema_roundtrip():
         sparse.validate_config_update(config, {**config, "model": "other/splade"})
     sparse.validate_config_update(config, {**config, "batch_size": 64})
     schema = Schema()
-    schema.create_index(config=SparseVectorIndexConfig(source_key=K.DOCUMENT, embedding_function=sparse), key="sparse")
+    # "#document" (K.DOCUMENT's key): chromadb 1.2.1 takes only the string, later releases either.
+    schema.create_index(config=SparseVectorIndexConfig(source_key="#document", embedding_function=sparse),
+                        key="sparse")
     restored = Schema.deserialize_from_json(schema.serialize_to_json())
     config = restored.keys["sparse"].sparse_vector.sparse_vector_index.config
     assert isinstance(config.embedding_function, SIESparseEmbeddingFunction)

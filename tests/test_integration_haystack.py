@@ -8,11 +8,14 @@ Haystack components take a URL, not a client."""
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
 pytest.importorskip("haystack")
 pytest.importorskip("haystack_integrations.document_stores.qdrant")
+import haystack  # noqa: E402
 from haystack import Document, Pipeline  # noqa: E402
 from haystack.components.writers import DocumentWriter  # noqa: E402
 from haystack.utils import Secret  # noqa: E402
@@ -37,8 +40,15 @@ def document_store() -> QdrantDocumentStore:
                                progress_bar=False)
 
 
-def query_pipeline(sie_url: str, store: QdrantDocumentStore) -> Pipeline:
-    pipeline = Pipeline()
+# haystack 2.x runs pipelines asynchronously with AsyncPipeline; 3.x's Pipeline has run_async.
+ASYNC_PIPELINE = getattr(haystack, "AsyncPipeline", Pipeline)
+# haystack 3.x loads classes only from modules the caller trusts; 2.x has no such argument.
+TRUST = {"allowed_modules": ["sie_haystack"]} if "allowed_modules" in inspect.signature(Pipeline.loads).parameters \
+    else {}
+
+
+def query_pipeline(sie_url: str, store: QdrantDocumentStore, pipeline_class=Pipeline):
+    pipeline = pipeline_class()
     pipeline.add_component("embedder", SIETextEmbedder(model=MODEL, url=sie_url))
     pipeline.add_component("retriever", QdrantEmbeddingRetriever(document_store=store, top_k=10))
     pipeline.connect("embedder.embedding", "retriever.query_embedding")
@@ -75,7 +85,8 @@ async def test_run_async_equals_run(sie_url):
     assert one["meta"]["model"] == MODEL and one["meta"]["usage"]["tokens"] > 0
     store = document_store()
     await store.write_documents_async(sync_docs)  # local mode: the async client has its own in-memory data
-    answer = await query_pipeline(sie_url, store).run_async({"embedder": {"text": queries[0]["query"]}})
+    pipeline = query_pipeline(sie_url, store, ASYNC_PIPELINE)
+    answer = await pipeline.run_async({"embedder": {"text": queries[0]["query"]}})
     assert len(answer["retriever"]["documents"]) == 10
     with pytest.raises(TypeError, match="SIEDocumentEmbedder"):
         text_embedder.run(["a", "list"])
@@ -121,7 +132,7 @@ def test_components_serialise_without_the_key(monkeypatch):
     # A pipeline through YAML and back, as a deployed one is loaded (Haystack loads classes
     # only from modules the caller trusts).
     pipeline = query_pipeline("http://127.0.0.1:9", document_store())
-    loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["sie_haystack"])
+    loaded = Pipeline.loads(pipeline.dumps(), **TRUST)
     assert loaded.get_component("embedder").to_dict() == pipeline.get_component("embedder").to_dict()
     assert "k-123" not in pipeline.dumps()
     extractor = SIEEntityExtractor(labels=LABELS, url="http://127.0.0.1:9")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack.utils import Secret
+from haystack.utils import Secret, deserialize_secrets_inplace
 
 from sie_client import Clients
 
@@ -33,8 +33,15 @@ class SIEConnection:
         return self._clients
 
     def connection_dict(self) -> dict[str, Any]:
-        """The init parameters this base owns, for `default_to_dict`."""
-        return dict(url=self.url, api_key=self.api_key, timeout=self.timeout)
+        """The init parameters this base owns, for `default_to_dict` (the key as its Secret's dict:
+        haystack 2.x does not serialise Secrets by itself; a token Secret refuses to be written)."""
+        return dict(url=self.url, api_key=self.api_key.to_dict(), timeout=self.timeout)
+
+
+def connection_from_dict(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with its serialised key turned back into a Secret, for `default_from_dict`."""
+    deserialize_secrets_inplace(data.get("init_parameters", {}), keys=["api_key"])
+    return data
 
 
 def text_to_embed(content: str | None, meta: dict[str, Any], meta_fields: list[str], separator: str) -> str:

@@ -12,7 +12,7 @@ from haystack.utils import Secret
 
 from sie_client import DEFAULT_MODEL
 
-from .connection import DEFAULT_KEY, SIEConnection, text_to_embed
+from .connection import DEFAULT_KEY, SIEConnection, connection_from_dict, text_to_embed
 
 
 def _meta(result) -> dict[str, Any]:
@@ -40,7 +40,7 @@ class SIETextEmbedder(SIEConnection):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SIETextEmbedder":
-        return default_from_dict(cls, data)
+        return default_from_dict(cls, connection_from_dict(data))
 
     def _options(self) -> dict[str, Any]:
         return dict(output_types=["dense"], is_query=True, instruction=self.instruction, dims=self.dims)
@@ -93,7 +93,7 @@ class SIEDocumentEmbedder(SIEConnection):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SIEDocumentEmbedder":
-        return default_from_dict(cls, data)
+        return default_from_dict(cls, connection_from_dict(data))
 
     def _texts(self, documents: list[Document]) -> list[str]:
         if not isinstance(documents, list) or any(not isinstance(d, Document) for d in documents):

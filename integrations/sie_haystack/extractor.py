@@ -9,7 +9,7 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.utils import Secret
 
-from .connection import DEFAULT_KEY, SIEConnection
+from .connection import DEFAULT_KEY, SIEConnection, connection_from_dict
 
 
 @component
@@ -40,7 +40,7 @@ class SIEEntityExtractor(SIEConnection):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SIEEntityExtractor":
-        return default_from_dict(cls, data)
+        return default_from_dict(cls, connection_from_dict(data))
 
     def _annotated(self, documents: list[Document], result) -> dict[str, list[Document]]:
         out = []

@@ -9,7 +9,7 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.utils import Secret
 
-from .connection import DEFAULT_KEY, SIEConnection, text_to_embed
+from .connection import DEFAULT_KEY, SIEConnection, connection_from_dict, text_to_embed
 
 
 @component
@@ -38,7 +38,7 @@ class SIERanker(SIEConnection):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SIERanker":
-        return default_from_dict(cls, data)
+        return default_from_dict(cls, connection_from_dict(data))
 
     def _texts(self, documents: list[Document]) -> list[str]:
         return [text_to_embed(d.content, d.meta, self.meta_fields_to_embed, self.embedding_separator)
