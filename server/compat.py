@@ -11,8 +11,8 @@ Here are the steps they have in common:
 - `dimensions` refused on models trained without Matryoshka sizes (a shortened vector of such
   a model loses quality silently), and allowed at the model's full width;
 - `foreign_errors(shape)`, which answers an `SIEError` in the foreign API's error shape with
-  SIE's status and retry headers (admission errors, 401 and draining, are answered by the
-  middleware in SIE's own shape before a handler runs).
+  SIE's status and retry headers; it leaves the shape on the handler, so the middleware's
+  admission errors (401, draining) come in the same shape.
 """
 
 from __future__ import annotations
@@ -168,6 +168,7 @@ def foreign_errors(shape: Shape):
                 response.headers.update(retry_headers(exc))
                 return response
 
+        handle.error_shape = shape  # type: ignore[attr-defined]  # the middleware's admission errors use it too
         return handle
 
     return wrap

@@ -54,8 +54,15 @@ def _http_exception_problem(exc: web.HTTPException, path: str = "") -> HTTPProbl
 def error_response(request: web.Request, error: SIEError, openai_shape: bool) -> web.Response:
     status = status_for(error)
     request[ERROR_CODE] = error.code
-    fmt = codec.JSON if openai_shape else codec.answer_format(request)
-    response = codec.response(codec.dumps(error_body(error, openai_shape), fmt), fmt, status)
+    # a compatibility API's route answers in its API's own shape (compat.foreign_errors), also
+    # for what is refused before its handler runs
+    foreign = getattr(request.match_info.handler, "error_shape", None)
+    if foreign is not None:
+        status, body = foreign(error, status)
+        response = codec.response(codec.dumps(body, codec.JSON), codec.JSON, status)
+    else:
+        fmt = codec.JSON if openai_shape else codec.answer_format(request)
+        response = codec.response(codec.dumps(error_body(error, openai_shape), fmt), fmt, status)
     response.headers.update(retry_headers(error))
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="sie"'
