@@ -25,7 +25,8 @@ import torch
 from torch import nn
 
 from ..attention import AttentionBackend, AttentionMetadata, SeqGroup, default_scale, select_backend
-from .layers import activation, residual_linear_
+from .bert import BertIntermediate, BertOutput
+from .layers import residual_linear_
 from .weights import WeightSpec
 
 # Padded positions per attention group: a padded group's bias is `[n, heads, L, L]`.
@@ -159,27 +160,14 @@ class MPNetAttention(nn.Module):
         return self.LayerNorm(residual_linear_(x, self.attn.o, context))
 
 
-class MPNetIntermediate(nn.Module):
-    def __init__(self, hidden_size: int, intermediate_size: int, act: str):
-        super().__init__()
-        self.dense = nn.Linear(hidden_size, intermediate_size)
-        self.act = activation(act, inplace=True)
-
-
-class MPNetOutput(nn.Module):
-    def __init__(self, intermediate_size: int, hidden_size: int, eps: float):
-        super().__init__()
-        self.dense = nn.Linear(intermediate_size, hidden_size)
-        self.LayerNorm = nn.LayerNorm(hidden_size, eps=eps)
-
-
 class MPNetLayer(nn.Module):
     def __init__(self, config: MPNetConfig, backend: AttentionBackend):
         super().__init__()
         eps = config.layer_norm_eps
         self.attention = MPNetAttention(config.hidden_size, config.num_attention_heads, eps, backend)
-        self.intermediate = MPNetIntermediate(config.hidden_size, config.intermediate_size, config.hidden_act)
-        self.output = MPNetOutput(config.intermediate_size, config.hidden_size, eps)
+        # the feed-forward half is BERT's, layer for layer and name for name
+        self.intermediate = BertIntermediate(config.hidden_size, config.intermediate_size, config.hidden_act)
+        self.output = BertOutput(config.intermediate_size, config.hidden_size, eps)
 
     def forward(self, x: torch.Tensor, attn: AttentionMetadata, bias: RelativePositionBias) -> torch.Tensor:
         # both sublayers overwrite their input x in place (it is not used again)
