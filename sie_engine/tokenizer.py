@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -29,7 +29,25 @@ class Tokenized:
         return sum(len(x) for x in self.ids)
 
 
-class TextTokenizer:
+class VocabularyLookup:
+    """Vocabulary questions answered by a Rust tokenizer held as `self._tok` (every tokenizer
+    SIE uses, whatever its input preparation)."""
+
+    _tok: Any  # tokenizers.Tokenizer
+
+    def plain_ids(self, text: str) -> np.ndarray:
+        """A text's ids without special tokens (e.g. to find a symbol's vocabulary entry)."""
+        return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+
+    def token_id(self, token: str) -> int:
+        """The id of one vocabulary token (a marker such as `[unused0]`); raises if the vocabulary lacks it."""
+        token_id = self._tok.token_to_id(token)
+        if token_id is None:
+            raise ValueError(f"token {token!r} is not in the tokenizer's vocabulary")
+        return token_id
+
+
+class TextTokenizer(VocabularyLookup):
     def __init__(self, layout: CheckpointLayout | Path, max_length: int, trust_remote_code: bool = False):
         """The tokenizer of a checkpoint (its layout, or its directory). `trust_remote_code`: let a
         checkpoint's own tokenizer code run; only a card that opts in sets it (SIE's forward passes
@@ -83,17 +101,6 @@ class TextTokenizer:
             type_ids=[np.asarray(e.type_ids, dtype=np.int32) for e in encodings] if self.uses_type_ids else None,
             truncated=[bool(e.overflowing) for e in encodings],
         )
-
-    def plain_ids(self, text: str) -> np.ndarray:
-        """A text's ids without special tokens (e.g. to find a symbol's vocabulary entry)."""
-        return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int32)
-
-    def token_id(self, token: str) -> int:
-        """The id of one vocabulary token (a marker such as `[unused0]`); raises if the vocabulary lacks it."""
-        token_id = self._tok.token_to_id(token)
-        if token_id is None:
-            raise ValueError(f"token {token!r} is not in the tokenizer's vocabulary")
-        return token_id
 
     def encode_marked(self, texts: Sequence[str], *, marker: str | None = None, length: int | None = None,
                       expand: bool = False, attend_to_expansion: bool = False) -> Tokenized:

@@ -36,7 +36,7 @@ from torch import nn
 
 from ..attention import AttentionBackend, AttentionMetadata
 from ..checkpoints.layout import CheckpointLayout
-from ..tokenizer import Tokenized
+from ..tokenizer import Tokenized, VocabularyLookup
 from .weights import WeightSpec
 
 MODEL_TYPE = "model2vec"
@@ -163,7 +163,7 @@ def unknown_token_id(tokenizer) -> int | None:
     return json.loads(tokenizer.to_str())["model"].get("unk_id")
 
 
-class StaticTokenizer:
+class StaticTokenizer(VocabularyLookup):
     """model2vec's tokenisation (see the module docstring), with TextTokenizer's interface for
     what encode asks: `encode(texts) -> Tokenized`."""
 
@@ -215,14 +215,6 @@ class StaticTokenizer:
     def encode_pairs(self, firsts: Sequence[str], seconds: Sequence[str]) -> Tokenized:
         raise ValueError("a static embedder encodes single texts, not pairs")
 
-    def plain_ids(self, text: str) -> np.ndarray:
-        return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int32)
-
-    def token_id(self, token: str) -> int:
-        token_id = self._tok.token_to_id(token)
-        if token_id is None:
-            raise ValueError(f"token {token!r} is not in the tokenizer's vocabulary")
-        return token_id
 
 
 # ---- batch plan: no attention -----------------------------------------------------
