@@ -1,7 +1,8 @@
 """API keys: `Authorization: Bearer <key>`, compared in constant time.
 
 Keys come from `--api-key`, the `SIE_API_KEYS` environment variable
-(comma-separated) and an optional key file (one key per line, `#` comments).
+(comma-separated) and an optional key file (one key per line or comma-separated, `#` comments:
+a Kubernetes Secret holding the same comma-separated value as SIE_API_KEYS works as a file).
 The file is re-read whenever its mtime or size changes, so keys rotate without
 a restart; a file that vanishes or cannot be read keeps the last good keys
 (and logs why) rather than locking everyone out or letting everyone in.
@@ -27,9 +28,7 @@ def keys_from_env(environ=os.environ) -> tuple[str, ...]:
 def read_key_file(path: Path) -> tuple[str, ...]:
     keys = []
     for line in Path(path).read_text().splitlines():
-        key = line.split("#", 1)[0].strip()
-        if key:
-            keys.append(key)
+        keys.extend(k.strip() for k in line.split("#", 1)[0].split(",") if k.strip())
     return tuple(keys)
 
 
@@ -80,7 +79,8 @@ class ApiKeys:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer":
             return False
-        token_bytes = token.strip().encode()
+        # aiohttp keeps undecodable header bytes as surrogates: such a token matches no key.
+        token_bytes = token.strip().encode("utf-8", "surrogateescape")
         matched = False
         for key in self._static + self._from_file:
             matched |= hmac.compare_digest(token_bytes, key)

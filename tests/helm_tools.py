@@ -80,6 +80,27 @@ def hadolint_binary() -> Path | None:
     return candidate if candidate.exists() else None
 
 
+CHECKOV_VERSION = "3.3.30"
+
+
+def checkov_binary() -> Path:
+    """checkov in its own venv under `.tools/` (made once, then reused): its pins (packaging,
+    networkx, boto3 ...) conflict with the project's, so it cannot share the test venv."""
+    import fcntl
+    import venv
+
+    home = CACHE_DIR / f"checkov-{CHECKOV_VERSION}"
+    binary = home / "bin" / "checkov"
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_DIR / "checkov.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test runs build it once
+        if not binary.exists():
+            venv.EnvBuilder(with_pip=True, clear=True).create(home)
+            subprocess.run([str(home / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                            f"checkov=={CHECKOV_VERSION}"], check=True, timeout=900, stdin=subprocess.DEVNULL)
+    return binary
+
+
 CHART_DIR = REPO_ROOT / "helm"
 CRD_SCHEMA_DIR = CHART_DIR / "crd-schemas"
 # Metric names in PromQL: every SIE series starts with sie_.

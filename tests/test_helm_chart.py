@@ -157,7 +157,7 @@ def test_engine_pool_pods(rendered):
     assert volumes["model-cache"]["persistentVolumeClaim"]["claimName"] == "sie-model-cache"
     env = {e["name"]: e for e in engine["env"]}
     assert env["HF_HOME"]["value"].startswith(mounts["model-cache"])
-    assert env["SIE_API_KEYS"]["valueFrom"]["secretKeyRef"] == {"name": "sie-api-keys", "key": "api-keys"}
+    _assert_key_file(pod, engine, args)
     a100 = _args(_by_name(docs, "Deployment", "sie-engine-a100")["spec"]["template"]["spec"]["containers"][0])
     assert a100["--preload"] == ["sentence-transformers/all-MiniLM-L6-v2", "BAAI/bge-small-en-v1.5"]
     assert _by_name(docs, "PodDisruptionBudget", "sie-engine-l4")["spec"]["maxUnavailable"] == 1
@@ -181,8 +181,7 @@ def test_router_finds_every_pool_through_its_headless_service(rendered):
         assert int(port) == svc["spec"]["ports"][0]["port"]
     assert args["--default-pool"] == ["a100"]
     assert args["--hold-timeout"] == ["300"]
-    env = {e["name"]: e for e in container["env"]}
-    assert env["SIE_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "sie-api-keys"
+    _assert_key_file(router["spec"]["template"]["spec"], container, args)
     assert _by_name(docs, "Service", "sie-router")["spec"]["selector"]["app.kubernetes.io/component"] == "router"
     ingress = _by_name(docs, "Ingress", "sie-router")
     backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
@@ -195,13 +194,26 @@ def test_api_key_secret_from_a_value():
     secret = _by_name(docs, "Secret", "sie-api-keys")
     assert secret["stringData"] == {"api-keys": "s3cret"}
     for d in _kind(docs, "Deployment"):
-        env = {e["name"]: e for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
-        assert env["SIE_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "sie-api-keys"
-    # No key configured: no Secret and no variable.
+        pod = d["spec"]["template"]["spec"]
+        _assert_key_file(pod, pod["containers"][0], _args(pod["containers"][0]))
+    # No key configured: no Secret, no key file, no variable.
     plain = render_chart("values-small.yaml")
     assert not _kind(plain, "Secret")
-    router = _by_name(plain, "Deployment", "sie-router")["spec"]["template"]["spec"]["containers"][0]
-    assert "env" not in router
+    for d in _kind(plain, "Deployment"):
+        container = d["spec"]["template"]["spec"]["containers"][0]
+        assert "--api-key-file" not in _args(container)
+        assert "SIE_API_KEYS" not in {e["name"] for e in container.get("env", [])}
+
+
+def _assert_key_file(pod, container, args):
+    """Keys reach a server as a mounted Secret file it re-reads (rotation), never as a variable."""
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["api-keys"]["secret"]["secretName"] == "sie-api-keys"
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "api-keys")
+    assert mount["readOnly"] is True
+    assert args["--api-key-file"] == [f"{mount['mountPath']}/api-keys"]
+    assert "SIE_API_KEYS" not in {e["name"] for e in container.get("env", [])}
+    assert pod["automountServiceAccountToken"] is False
 
 
 def test_servicemonitors_and_dashboard(rendered):

@@ -31,9 +31,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-router" (include "sie.fullname" .) -}}
 {{- end -}}
 
+{{/* repository:tag, or repository@digest when a digest is pinned (then the tag is ignored). */}}
 {{- define "sie.image" -}}
 {{- $img := .image -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- else -}}
 {{- printf "%s:%s" $img.repository (default .root.Chart.AppVersion $img.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The Secret holding the API keys (comma-separated, key "api-keys"), or "" when auth is off. */}}
@@ -45,15 +50,32 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{- define "sie.apiKeyEnv" -}}
-{{- $secret := include "sie.apiKeySecret" . -}}
-{{- if $secret -}}
-- name: SIE_API_KEYS
-  valueFrom:
-    secretKeyRef:
-      name: {{ $secret }}
-      key: {{ .Values.apiKey.secretKey }}
-{{- end }}
+{{/* API keys reach the servers as a mounted file, not an environment variable: a file is not
+in `kubectl describe` / crash dumps of the environment, and the servers re-read it when the kubelet
+updates the Secret, so keys rotate without a restart. */}}
+{{- define "sie.apiKeyDir" -}}/etc/sie/api-keys{{- end -}}
+
+{{- define "sie.apiKeyArg" -}}
+{{- if include "sie.apiKeySecret" . -}}
+- --api-key-file={{ include "sie.apiKeyDir" . }}/{{ .Values.apiKey.secretKey }}
+{{- end -}}
+{{- end -}}
+
+{{- define "sie.apiKeyMount" -}}
+{{- if include "sie.apiKeySecret" . -}}
+- name: api-keys
+  mountPath: {{ include "sie.apiKeyDir" . }}
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{- define "sie.apiKeyVolume" -}}
+{{- with include "sie.apiKeySecret" . -}}
+- name: api-keys
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end -}}
 {{- end -}}
 
 {{/* KEDA owns the replica count of a pool when autoscaling is on for it. */}}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -14,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from sie_contract import all_tasks
 
+from ..auth import ApiKeys
 from .config import RouterConfig
 from .errors import error_response
 from .metrics import RouterMetrics
@@ -27,6 +27,7 @@ METRICS = web.AppKey("metrics", RouterMetrics)
 REGISTRY = web.AppKey("registry", WorkerRegistry)
 FORWARDER = web.AppKey("forwarder", Forwarder)
 STATE = web.AppKey("state", dict)
+API_KEYS = web.AppKey("api_keys", ApiKeys)
 
 # Bodies larger than this are parsed off the event loop (only /v1/embeddings is parsed).
 _INLINE_PARSE_BYTES = 64 * 1024
@@ -51,11 +52,9 @@ async def _contract_errors(request: web.Request, handler) -> web.StreamResponse:
 
 @web.middleware
 async def _api_key(request: web.Request, handler) -> web.StreamResponse:
-    keys = request.app[CONFIG].api_keys
-    if keys and request.path not in _OPEN_PATHS:
-        auth = request.headers.get("Authorization", "")
-        token = auth[7:] if auth[:7].lower() == "bearer " else ""
-        if not any(hmac.compare_digest(token, k) for k in keys):
+    keys = request.app[API_KEYS]
+    if keys.enabled and request.path not in _OPEN_PATHS:
+        if not keys.check(request.headers.get("Authorization")):
             return error_response(401, "unauthorized",
                                   "missing or wrong API key: send 'Authorization: Bearer <key>'")
     return await handler(request)
@@ -181,12 +180,16 @@ async def _worker_context(app: web.Application) -> AsyncIterator[None]:
         log.warning("first worker discovery timed out; continuing in the background")
     app[STATE]["discovered"] = True
     loop_task = asyncio.create_task(registry.run(), name="sie-router-refresh")
+    tasks = [loop_task]
+    if config.api_key_file is not None:
+        tasks.append(asyncio.create_task(app[API_KEYS].watch(1.0), name="sie-router-key-file"))
     yield
-    loop_task.cancel()
-    try:
-        await loop_task
-    except asyncio.CancelledError:
-        pass
+    for task in tasks:
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
     await session.close()
 
 
@@ -198,6 +201,7 @@ def create_router_app(config: RouterConfig) -> web.Application:
     app = web.Application(
         client_max_size=config.max_body_bytes, middlewares=[_contract_errors, _api_key])
     app[CONFIG] = config
+    app[API_KEYS] = ApiKeys(tuple(config.api_keys), config.api_key_file)
     app[METRICS] = RouterMetrics()
     app[STATE] = {}
     app.cleanup_ctx.append(_worker_context)

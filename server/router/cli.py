@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from .config import PoolService, RouterConfig, StaticWorker
@@ -83,6 +84,8 @@ def add_router_arguments(p: argparse.ArgumentParser) -> None:
                    help="after SIGTERM, seconds to finish accepted requests")
     p.add_argument("--api-key", action="append", default=[], dest="api_keys",
                    help=f"accepted bearer key (also ${API_KEYS_ENV}, comma-separated)")
+    p.add_argument("--api-key-file", type=Path, default=None, metavar="PATH",
+                   help="file of accepted keys (one per line), re-read when it changes")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -90,13 +93,15 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
     env_keys = [k.strip() for k in os.environ.get(API_KEYS_ENV, "").split(",") if k.strip()]
     if not args.worker and not args.service:
         raise SystemExit("sie-server router: name workers with --worker or --service")
+    if args.api_key_file is not None and not args.api_key_file.is_file():
+        raise SystemExit(f"sie-server router: --api-key-file {args.api_key_file} does not exist")
     return RouterConfig(
         workers=tuple(args.worker), services=tuple(args.service), pools=tuple(args.pools),
         default_pool=args.default_pool, poll_interval_s=args.poll_interval,
         dns_refresh_s=args.dns_refresh, hold_timeout_s=args.hold_timeout,
         retry_after_s=args.retry_after, max_attempts=args.max_attempts,
         upstream_timeout_s=args.upstream_timeout,
-        api_keys=frozenset([*args.api_keys, *env_keys]),
+        api_keys=frozenset([*args.api_keys, *env_keys]), api_key_file=args.api_key_file,
     )
 
 

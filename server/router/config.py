@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class RouterConfig:
     affinity_grace_s: float = 10.0
     max_body_bytes: int = 64 * 1024 * 1024
     api_keys: frozenset[str] = field(default_factory=frozenset)
+    # One key per line (or comma-separated); re-read when it changes (keys rotate without a restart).
+    api_key_file: Path | None = None
 
     def known_pools(self) -> set[str]:
         pools = set(self.pools)
