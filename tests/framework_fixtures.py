@@ -13,18 +13,22 @@ from sie_client import SIEClient
 
 EXTRACTOR = "test/tiny-gliner"
 LABELS = ["person", "organization", "location"]
+CLASSIFIER = "test/tiny-nli"
+CLASSES = ["software", "graphics", "games", "system administration"]
 FRAMEWORK_TOLERANCE_POINTS = 1.0
 
 
 def tiny_models(tmp: Path) -> dict[str, str]:
-    """A tiny random cross-encoder and a tiny random GLiNER (no such weights install offline):
-    the framework tests check the wiring end to end, not the quality."""
+    """A tiny random cross-encoder, GLiNER and NLI zero-shot classifier (no such weights install
+    offline): the framework tests check the wiring end to end, not the quality."""
     from test_gliner_extract import build_reference
+    from test_zeroshot_nli import _bert_nli
     from tiny_models import make_tiny_bert
 
     gliner = tmp / "gliner"
     build_reference(gliner, make_tiny_bert(tmp / "backbone", seed=5), seed=11, hidden_size=32, max_width=6)
-    return {RERANKER: str(tiny_cross_encoder(tmp / "ce")), EXTRACTOR: str(gliner)}
+    return {RERANKER: str(tiny_cross_encoder(tmp / "ce")), EXTRACTOR: str(gliner),
+            CLASSIFIER: str(_bert_nli(tmp / "nli"))}
 
 
 class ModeRecordingClient(SIEClient):

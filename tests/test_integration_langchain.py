@@ -15,7 +15,8 @@ from langchain_core.documents import Document  # noqa: E402
 from langchain_qdrant import QdrantVectorStore, RetrievalMode  # noqa: E402
 
 from framework_fixtures import (  # noqa: E402
-    EXTRACTOR, LABELS, ModeRecordingClient, assert_framework_recall, sie_qdrant_recall, tiny_models,
+    CLASSES, CLASSIFIER, EXTRACTOR, LABELS, ModeRecordingClient, assert_framework_recall, sie_qdrant_recall,
+    tiny_models,
 )
 from integration_recall import MODEL, RERANKER, SMALL_SAMPLE_DOCS, SPLADE, recall, sample  # noqa: E402
 from sie_client import AsyncSIEClient  # noqa: E402
@@ -110,3 +111,17 @@ async def test_entity_extractor_tags_documents(clients):
             sorted((e.start, e.end, e.label) for e in item.entities)
         assert all(doc.page_content[e["start"]:e["end"]] == e["text"] for e in doc.metadata["entities"])
     assert [d.metadata for d in await extractor.atransform_documents(documents)] == [d.metadata for d in tagged]
+
+
+async def test_the_extractor_tags_classes_with_a_classification_model(clients):
+    sync, async_client = clients
+    texts = [d["text"] for d in sample()[0][:6]]
+    documents = [Document(page_content=t) for t in texts]
+    tagger = SIEEntityExtractor(model=CLASSIFIER, labels=CLASSES, top_k=2, client=sync, async_client=async_client)
+    tagged = tagger.transform_documents(documents)
+    expected = sync.extract(CLASSIFIER, texts, CLASSES, top_k=2)
+    for doc, item in zip(tagged, expected.items):
+        assert "entities" not in doc.metadata
+        assert doc.metadata["classifications"] == [{"label": c.label, "score": c.score} for c in item.classifications]
+        assert len(doc.metadata["classifications"]) == 2
+    assert [d.metadata for d in await tagger.atransform_documents(documents)] == [d.metadata for d in tagged]

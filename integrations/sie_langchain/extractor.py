@@ -1,6 +1,7 @@
 """`SIEEntityExtractor`: a LangChain document transformer that tags each document
-with the entities an SIE extraction model (GLiNER-style, zero-shot: any labels)
-finds in its text."""
+with what an SIE extraction model finds in its text, zero-shot (any labels): the
+entities of an entity model (GLiNER-style), the classes of a classification model
+(NLI zero-shot, GLiClass)."""
 
 from __future__ import annotations
 
@@ -18,27 +19,37 @@ class SIEEntityExtractor(SIEConnection, BaseDocumentTransformer):
 
     Each document comes back as a copy whose metadata holds, under `metadata_key`, its
     entities in text order: `{"text", "label", "score", "start", "end"}` (character offsets
-    into `page_content`, end exclusive).
+    into `page_content`, end exclusive). With a classification model the labels are the
+    candidate classes and the metadata holds, under `classes_key`, `{"label", "score"}`
+    best first (`multi_label`, `top_k` and `threshold` as in SIE's extract):
+
+        router = SIEEntityExtractor(model="MoritzLaurer/deberta-v3-base-zeroshot-v2.0",
+                                    labels=["billing", "bug report", "feature request"], top_k=1)
     """
 
     model: str = "urchade/gliner_small-v2.1"
     labels: list[str]
     threshold: Optional[float] = None
     metadata_key: str = "entities"
+    classes_key: str = "classifications"
+    multi_label: Optional[bool] = None
+    top_k: Optional[int] = None
     batch_size: Optional[int] = None
     progress: Optional[bool] = None
 
     def _options(self) -> dict[str, Any]:
-        return dict(threshold=self.threshold, batch_size=self.batch_size, progress=self.progress)
+        return dict(threshold=self.threshold, multi_label=self.multi_label, top_k=self.top_k,
+                    batch_size=self.batch_size, progress=self.progress)
+
+    def _tags(self, item) -> dict[str, Any]:
+        if item.classifications is not None:  # a classification model
+            return {self.classes_key: [{"label": c.label, "score": c.score} for c in item.classifications]}
+        return {self.metadata_key: [{"text": e.text, "label": e.label, "score": e.score, "start": e.start,
+                                     "end": e.end} for e in sorted(item.entities, key=lambda e: (e.start, e.end))]}
 
     def _tagged(self, documents: Sequence[Document], result) -> list[Document]:
-        out = []
-        for doc, item in zip(documents, result.items):
-            entities = [{"text": e.text, "label": e.label, "score": e.score, "start": e.start, "end": e.end}
-                        for e in sorted(item.entities, key=lambda e: (e.start, e.end))]
-            out.append(Document(page_content=doc.page_content, metadata={**doc.metadata, self.metadata_key: entities},
-                                id=doc.id))
-        return out
+        return [Document(page_content=doc.page_content, metadata={**doc.metadata, **self._tags(item)}, id=doc.id)
+                for doc, item in zip(documents, result.items)]
 
     def transform_documents(self, documents: Sequence[Document], **kwargs: Any) -> Sequence[Document]:
         documents = list(documents)
