@@ -7,6 +7,7 @@ since batches are packed.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -14,6 +15,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from .checkpoints import CheckpointLayout, describe
+
+# transformers imports its classes lazily, on first attribute access, and that is not thread
+# safe: two first loads at once (two models, or two precisions of one) failed 10 times in 12
+# with "cannot import name 'AutoTokenizer' from 'transformers'" (issue #19). Every use of
+# transformers' loading machinery holds this lock; loads are rare and short, so it costs nothing.
+_TRANSFORMERS_LOCK = threading.Lock()
 
 
 @dataclass
@@ -52,13 +59,14 @@ class TextTokenizer(VocabularyLookup):
         """The tokenizer of a checkpoint (its layout, or its directory). `trust_remote_code`: let a
         checkpoint's own tokenizer code run; only a card that opts in sets it (SIE's forward passes
         never run checkpoint code)."""
-        from transformers import AutoTokenizer
-
         if not isinstance(layout, CheckpointLayout):
             layout = describe(layout)
         root = layout.root
-        hf = AutoTokenizer.from_pretrained(str(layout.tokenizer_source), use_fast=True,
-                                           trust_remote_code=trust_remote_code)
+        with _TRANSFORMERS_LOCK:  # AutoTokenizer also imports the tokenizer's own class lazily
+            from transformers import AutoTokenizer
+
+            hf = AutoTokenizer.from_pretrained(str(layout.tokenizer_source), use_fast=True,
+                                               trust_remote_code=trust_remote_code)
         if layout.bos_eos:  # as GLiNER loads its tokenizer: bos/eos on where the tokenizer has them
             for flag, token_id in (("add_bos_token", hf.bos_token_id), ("add_eos_token", hf.eos_token_id)):
                 if hasattr(hf, flag) and token_id is not None:
@@ -146,6 +154,10 @@ class TextTokenizer(VocabularyLookup):
             ids.append(np.concatenate([head, body, tail]))
             truncated.append(bool(encoding.overflowing) or len(encoding.ids) > budget)
         return Tokenized(ids=ids, type_ids=None, truncated=truncated)
+
+    def encode_whole(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Ids with special tokens and no truncation (a task that decides itself what to cut)."""
+        return [np.asarray(e.ids, dtype=np.int32) for e in self._untruncated().encode_batch(list(texts))]
 
     def _untruncated(self):
         """A copy of the Rust tokenizer without truncation (made once; the shared one keeps
