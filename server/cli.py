@@ -92,6 +92,12 @@ def add_serve_parser(subparsers) -> None:
                    help="tokens all models together may have queued before requests get 429")
     p.add_argument("--max-items", type=int, default=4096, metavar="N", help="items per request")
     p.add_argument("--max-body-bytes", type=_size, default=64 * 2**20, metavar="SIZE", help="request body limit")
+    p.add_argument("--max-image-bytes", type=_size, default=20 * 2**20, metavar="SIZE",
+                   help="encoded bytes per image item (more: 413)")
+    p.add_argument("--max-image-pixels", type=int, default=50_000_000, metavar="N",
+                   help="width x height per image, read from its header before decoding (more: 413)")
+    p.add_argument("--image-formats", default="PNG,JPEG,WEBP,GIF,BMP", metavar="LIST",
+                   help="comma-separated image formats Pillow may decode (others: 400)")
     p.add_argument("--max-connections", type=int, default=1024, metavar="N",
                    help="client connections served at once; more get 503 with Retry-After")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
@@ -169,7 +175,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         engine = Engine(
             catalog, device=args.device, memory_budget=args.memory_budget, host_cache=args.host_cache,
             max_queued_tokens=args.max_queued_tokens, max_total_queued_tokens=args.max_total_queued_tokens,
-            limits=Limits(max_items=args.max_items), tokenizer_threads=args.tokenizer_threads,
+            limits=Limits(max_items=args.max_items, max_image_bytes=args.max_image_bytes,
+                          max_image_pixels=args.max_image_pixels,
+                          image_formats=tuple(f.strip().upper() for f in args.image_formats.split(",") if f.strip())),
+            tokenizer_threads=args.tokenizer_threads,
             cpu_batches=args.cpu_batches,
             pool_events=metrics.pool_events, scheduler_events=metrics.scheduler_events,
         )

@@ -72,3 +72,28 @@ def pack(
         attn=backend.prepare(seq_lens, device, key_lens),
         seq_lens=seq_lens,
     )
+
+
+@dataclass
+class ImageBatch:
+    """
+    pixel_values: `[B, C, S, S]` in the model's dtype (every image of a model has one size).
+    attn: attention metadata over the vision tower's packed positions, `image_tokens` per image.
+    seq_lens: host copy of the B lengths (all `image_tokens`).
+    """
+
+    pixel_values: torch.Tensor
+    attn: AttentionMetadata
+    seq_lens: tuple[int, ...]
+
+    @property
+    def cu_seqlens(self) -> torch.Tensor:
+        return self.attn.cu_seqlens
+
+
+def pack_images(pixels: Sequence[np.ndarray], image_tokens: int, backend: AttentionBackend, device: torch.device,
+                dtype: torch.dtype) -> ImageBatch:
+    """Preprocessed images (`[C, S, S]` float32 each) into one batch on `device`."""
+    seq_lens = (image_tokens,) * len(pixels)
+    values = torch.from_numpy(np.stack(pixels)).to(device, dtype, non_blocking=True)
+    return ImageBatch(pixel_values=values, attn=backend.prepare(seq_lens, device), seq_lens=seq_lens)

@@ -82,6 +82,12 @@ class ModelCard:
     # Token budget of one batch; also sizes the activation reserve in the pool.
     max_batch_tokens: int = 16384
     trust_remote_code: bool = False
+    # What encode items may carry: text, and image for two-tower image-text models (CLIP, SigLIP),
+    # whose images are resized to `image_size` pixels square; `query_tower`: the tower a query
+    # text runs through (text-to-image search embeds the query with it).
+    modalities: tuple[str, ...] = ("text",)
+    image_size: int | None = None
+    query_tower: str = "text"
     # Head-specific settings (sparse, multivector, score, extract heads).
     options: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
@@ -96,6 +102,10 @@ class ModelCard:
             raise ValueError(f"card {self.id}: pooling {self.pooling!r} not one of {POOLINGS}")
         if self.dtype not in DTYPES:
             raise ValueError(f"card {self.id}: dtype {self.dtype!r} not one of {DTYPES}")
+        if not self.modalities or set(self.modalities) - {"text", "image"}:
+            raise ValueError(f"card {self.id}: modalities {self.modalities} must be text and/or image")
+        if self.query_tower not in self.modalities:
+            raise ValueError(f"card {self.id}: query_tower {self.query_tower!r} is not one of its modalities")
         if self.max_seq_len <= 0 or self.max_batch_tokens < self.max_seq_len:
             raise ValueError(f"card {self.id}: need 0 < max_seq_len <= max_batch_tokens")
 
@@ -126,7 +136,7 @@ class ModelCard:
         if isinstance(weights, str):
             weights = {"path": weights}
         data["weights"] = WeightsSource(**weights)
-        for key in ("outputs", "matryoshka_dims"):
+        for key in ("outputs", "matryoshka_dims", "modalities"):
             if key in data:
                 data[key] = tuple(data[key])
         return ModelCard(**data)

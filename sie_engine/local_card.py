@@ -39,6 +39,8 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
     if not config_path.is_file():
         raise ValueError(f"{root} has no config.json: not a Hugging Face model directory")
     config = json.loads(config_path.read_text())
+    if config.get("model_type") in ("clip", "siglip"):  # a two-tower image-text model: texts and images
+        return _image_text_card(name, root, config)
     st = read_sentence_transformers_layout(root)
     outputs: tuple[str, ...] = ("dense",)
     architectures = config.get("architectures") or []
@@ -89,6 +91,16 @@ def _model2vec_card(name: str, root: Path) -> ModelCard:
                      pooling="mean", normalize=bool(config.get("normalize", False)), max_seq_len=min(int(window), 8192),
                      max_batch_tokens=max(16384, min(int(window), 8192)),
                      description=f"local model2vec directory {root}")
+
+
+def _image_text_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
+    """A CLIP or SigLIP directory (what `CLIPModel.save_pretrained` and its processor's write): dense
+    vectors, normalised, for text and image items; the window is the text tower's positions."""
+    typed = family_for(config).config_from_hf(config)
+    return ModelCard(id=name, weights=WeightsSource(path=str(root)), outputs=("dense",), pooling="last",
+                     normalize=True, max_seq_len=typed.max_seq_len, dims=typed.projection_dim,
+                     modalities=("text", "image"), image_size=typed.image_size,
+                     description=f"local {config['model_type']} directory {root} (text and image items)")
 
 
 def read_sentence_transformers_layout(root: Path) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ from torch import nn
 from .arch import Family, family_for
 from .arch.weights import WeightLoadError, load_checkpoint, materialize
 from .attention import AttentionBackend, select_backend
-from .batch import pack
+from .batch import pack, pack_images
 from .card import ModelCard
 from .checkpoints import CheckpointLayout, describe
 from .errors import UnsupportedArchitecture
@@ -152,6 +152,8 @@ class ModelRunner:
     def run(self, items: Sequence[WorkItem]) -> list[dict[str, Any]]:
         """One packed forward over the items, then each head some item asks for; per item,
         `{head name: its value}` for the heads it asked for."""
+        if items[0].pixels is not None:  # an image batch (the scheduler queues images apart from texts)
+            return self._run_images(items)
         limited = any(it.key_len is not None for it in items)
         batch = pack(
             [it.ids for it in items], self.backend, self.device,
@@ -160,6 +162,16 @@ class ModelRunner:
         )
         self._local.padded_tokens = batch.attn.padded_tokens  # for the scheduler's metrics
         hidden = self.backbone(batch.input_ids, batch.positions, batch.attn, batch.token_type_ids)
+        wanted = set().union(*(it.outputs for it in items))
+        per_head = {name: self.heads[name](hidden, batch, items) for name in wanted}
+        return [{name: per_head[name][i] for name in it.outputs} for i, it in enumerate(items)]
+
+    def _run_images(self, items: Sequence[WorkItem]) -> list[dict[str, Any]]:
+        """The vision tower over a batch of images, then the heads (two-tower image-text models)."""
+        batch = pack_images([it.pixels for it in items], items[0].image_tokens, self.backend, self.device,
+                            self.dtype)
+        self._local.padded_tokens = batch.attn.padded_tokens
+        hidden = self.backbone.forward_images(batch.pixel_values, batch.attn)
         wanted = set().union(*(it.outputs for it in items))
         per_head = {name: self.heads[name](hidden, batch, items) for name in wanted}
         return [{name: per_head[name][i] for name in it.outputs} for i, it in enumerate(items)]

@@ -22,27 +22,48 @@ class Limits:
     max_labels: int = 64
     max_label_chars: int = 256
     max_instruction_chars: int = 4096
+    # image items (images.py): encoded bytes, decoded pixels (width x height, checked from the
+    # header before decoding: decompression bombs) and the formats Pillow may parse
+    max_image_bytes: int = 20 * 2**20
+    max_image_pixels: int = 50_000_000
+    image_formats: tuple[str, ...] = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 
 
 def parse_items(items: Any, limits: Limits, field: str = "items") -> tuple[list[str], list[str]]:
     """Items as strings or `{id?, text}` objects -> (ids, texts). Ids default to the index."""
+    ids, texts, _ = _parse_items(items, limits, field, images=False)
+    return ids, texts
+
+
+def parse_encode_items(items: Any, limits: Limits,
+                       field: str = "items") -> tuple[list[str], list[str | None], list[Any | None]]:
+    """Encode's items: strings, `{id?, text}` or `{id?, image}` objects -> (ids, texts, images), each
+    position holding a text or an image (the other None). An image is only type-checked here: its
+    bytes are decoded off the event loop (images.py)."""
+    return _parse_items(items, limits, field, images=True)
+
+
+def _parse_items(items: Any, limits: Limits, field: str, images: bool):
+    kinds = "{id?, text} or {id?, image} objects" if images else "{id?, text} objects"
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
-        raise InvalidRequest(f"{field} must be a list of {{id?, text}} objects or strings", field=field)
+        raise InvalidRequest(f"{field} must be a list of {kinds} or strings", field=field)
     if not items:
         raise InvalidRequest(f"{field} must not be empty", field=field)
     if len(items) > limits.max_items:
         raise PayloadTooLarge(f"{field} holds {len(items)} items; at most {limits.max_items} per request", field=field)
-    ids, texts = [], []
+    allowed = {"id", "text", "image"} if images else {"id", "text"}
+    ids, texts, pictures = [], [], []
     for i, item in enumerate(items):
+        image = None
         if isinstance(item, str):
             item_id, text = str(i), item
         elif isinstance(item, dict):
             text = item.get("text")
             item_id = item.get("id", str(i))
-            unknown = set(item) - {"id", "text"}
+            unknown = set(item) - allowed
             if unknown:
-                raise InvalidRequest(f"{field}[{i}] has unknown fields {sorted(unknown)} (allowed: id, text)",
-                                     field=f"{field}[{i}]")
+                raise InvalidRequest(f"{field}[{i}] has unknown fields {sorted(unknown)} "
+                                     f"(allowed: {', '.join(sorted(allowed))})", field=f"{field}[{i}]")
             if item_id is None:
                 item_id = str(i)
             if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
@@ -50,11 +71,21 @@ def parse_items(items: Any, limits: Limits, field: str = "items") -> tuple[list[
             item_id = str(item_id)
             if len(item_id) > 512:
                 raise InvalidRequest(f"{field}[{i}].id is longer than 512 characters", field=f"{field}[{i}].id")
+            if images and item.get("image") is not None:
+                if text is not None:
+                    raise InvalidRequest(f"{field}[{i}] has both text and image; an item carries one of them",
+                                         field=f"{field}[{i}]")
+                image = item["image"]
+                if not isinstance(image, (str, bytes, bytearray)):
+                    raise InvalidRequest(f"{field}[{i}].image must be bytes (msgpack) or a base64 string (JSON), "
+                                         f"got {type(image).__name__}", field=f"{field}[{i}].image")
         else:
-            raise InvalidRequest(f"{field}[{i}] must be an object with a text field or a string", field=f"{field}[{i}]")
-        texts.append(check_text(text, limits, f"{field}[{i}].text"))
+            raise InvalidRequest(f"{field}[{i}] must be a string or an object with a "
+                                 f"{'text or image' if images else 'text'} field", field=f"{field}[{i}]")
+        texts.append(check_text(text, limits, f"{field}[{i}].text") if image is None else None)
+        pictures.append(image)
         ids.append(item_id)
-    return ids, texts
+    return ids, texts, pictures
 
 
 def check_text(text: Any, limits: Limits, field: str) -> str:

@@ -23,7 +23,11 @@ class WorkItem:
     extra: Any = None  # task-specific data for the task's head
     # attention keys limited to the first key_len tokens (ColBERT query expansion); None: all
     key_len: int | None = None
+    # an image item: its `[C, S, S]` pixel values (ids empty) and the positions the vision tower
+    # runs for it (patches, plus a class token), which the batcher counts as its tokens
+    pixels: np.ndarray | None = None
+    image_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
-        return len(self.ids)
+        return self.image_tokens if self.pixels is not None else len(self.ids)

@@ -7,15 +7,18 @@ directly. `parse_*` accept all three and build the same result types.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
+from pathlib import Path, PurePath
 from typing import Any, Mapping, Sequence
 
 import msgpack
 import numpy as np
 
 from .types import (
-    Classification, EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, ScoredItem,
-    ScoreResult, SparseVector,
+    Classification, EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, Relation,
+    ScoredItem, ScoreResult, SparseVector,
 )
 
 MSGPACK = "application/msgpack"
@@ -25,9 +28,16 @@ TENSOR_KEYS = {"dtype", "shape", "data"}
 
 
 def dumps(body: Any, content_type: str) -> bytes:
+    """msgpack carries image bytes as they are; JSON as base64 strings (docs/api.md)."""
     if content_type == MSGPACK:
         return msgpack.packb(body, use_bin_type=True)
-    return json.dumps(body).encode()
+    return json.dumps(body, default=_json_bytes).encode()
+
+
+def _json_bytes(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"{type(value).__name__} cannot be sent as JSON")
 
 
 def _tensor_hook(obj: dict) -> Any:
@@ -92,17 +102,22 @@ def parse_score(answer: Mapping[str, Any]) -> ScoreResult:
     return ScoreResult(answer["model"], scores, int((answer.get("usage") or {}).get("tokens", 0)))
 
 
+def parse_entity(e: Mapping[str, Any]) -> Entity:
+    return Entity(text=e["text"], label=e["label"], score=None if e.get("score") is None else float(e["score"]),
+                  start=int(e["start"]), end=int(e["end"]))
+
+
 def parse_extract(answer: Mapping[str, Any]) -> ExtractResult:
     items = [
         ExtractedItem(
             id=str(item["id"]),
-            entities=[
-                Entity(text=e["text"], label=e["label"], score=float(e["score"]),
-                       start=int(e["start"]), end=int(e["end"]))
-                for e in item.get("entities") or ()
-            ],
+            entities=[parse_entity(e) for e in item.get("entities") or ()],
             classifications=None if item.get("classifications") is None else [
                 Classification(label=c["label"], score=float(c["score"])) for c in item["classifications"]
+            ],
+            relations=None if item.get("relations") is None else [
+                Relation(head=parse_entity(r["head"]), relation=r["relation"], tail=parse_entity(r["tail"]),
+                         score=float(r["score"])) for r in item["relations"]
             ],
         )
         for item in answer["items"]
@@ -141,10 +156,42 @@ def normalize_items(items: Any) -> list[dict]:
         if isinstance(item, str):
             result.append({"text": item})
         elif isinstance(item, Mapping):
-            result.append(dict(item))
+            item = dict(item)
+            if item.get("image") is not None:
+                item["image"] = image_value(item["image"])
+            result.append(item)
+        elif is_image(item):
+            result.append({"image": image_value(item)})
         else:
-            raise TypeError(f"each item must be a string or an {{id?, text}} dict, got {type(item).__name__}")
+            raise TypeError(f"each item must be a string, an {{id?, text}} or {{id?, image}} dict, or an image "
+                            f"(bytes, pathlib.Path, PIL.Image), got {type(item).__name__}")
     return result
+
+
+def is_image(value: Any) -> bool:
+    """Bytes, a `pathlib.Path` or a PIL image (a plain string is always a text)."""
+    return isinstance(value, (bytes, bytearray, memoryview, PurePath)) or _is_pil(value)
+
+
+def _is_pil(value: Any) -> bool:
+    return any(cls.__module__.startswith("PIL.") and cls.__name__ == "Image" for cls in type(value).__mro__)
+
+
+def image_value(value: Any) -> Any:
+    """An item's image as the wire carries it: file bytes (a `Path` is read, a PIL image written as
+    PNG; Pillow is needed only then); a string is passed on as the base64 or data: URI it must be."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, PurePath):
+        return Path(value).read_bytes()
+    if _is_pil(value):
+        buffer = io.BytesIO()
+        value.save(buffer, format="PNG")
+        return buffer.getvalue()
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"an image must be bytes, a pathlib.Path, a PIL.Image or a base64 string, got "
+                    f"{type(value).__name__}")
 
 
 def drop_none(body: dict) -> dict:

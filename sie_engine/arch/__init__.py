@@ -130,3 +130,11 @@ register(
     ["StaticModel"],
     ["model2vec"],
 )
+
+from .clip import ClipInputs, ClipModel, ImageTextConfig  # noqa: E402
+from .siglip import SiglipInputs, SiglipModel, siglip_config  # noqa: E402
+
+# Two-tower image-text models: the text tower is the packed forward, the vision tower
+# `forward_images`; their input preparation reads the checkpoint's image processor too.
+register(Family("clip", ImageTextConfig.from_hf, ClipModel, "last", tokenizer=ClipInputs), ["CLIPModel"], ["clip"])
+register(Family("siglip", siglip_config, SiglipModel, "last", tokenizer=SiglipInputs), ["SiglipModel"], ["siglip"])

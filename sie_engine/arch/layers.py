@@ -19,6 +19,15 @@ def _silu_(x: torch.Tensor) -> torch.Tensor:
     return F.silu(x, inplace=True)
 
 
+def _quick_gelu(x: torch.Tensor) -> torch.Tensor:
+    """CLIP's sigmoid approximation of GELU."""
+    return x * torch.sigmoid(1.702 * x)
+
+
+def _quick_gelu_(x: torch.Tensor) -> torch.Tensor:
+    return x.mul_(torch.sigmoid(1.702 * x))
+
+
 # name -> (function, the same function overwriting its input). The in-place form serves the
 # MLP's `[T, intermediate]` activation, the largest tensor of a layer: on CPU a fresh one per
 # layer costs an allocation and a pass over cold memory.
@@ -34,6 +43,7 @@ ACTIVATIONS = {
     "relu": (F.relu, torch.relu_),
     "silu": _SILU,
     "swish": _SILU,
+    "quick_gelu": (_quick_gelu, _quick_gelu_),
 }
 
 

@@ -35,5 +35,9 @@ class DenseHead(nn.Module):
 
 
 def build_dense(ctx: HeadContext) -> dict[str, nn.Module]:
+    if hasattr(ctx.backbone, "image_features"):  # a two-tower image-text model pools and projects per tower
+        from .towers import build_tower_dense
+
+        return build_tower_dense(ctx)
     projection = pooled_dense_stack(ctx.root, ctx.device, ctx.dtype)
     return {"dense": DenseHead(ctx.card.pooling, projection, ctx.config.hidden_size, ctx.dtype).eval()}

@@ -31,7 +31,13 @@ TOKENIZE_CHUNK = 2048
 async def run(engine: TaskContext, model: str, request: dict[str, Any], timeout: float | None) -> EncodeResult:
     started = time.monotonic()
     card = engine.card(model, request.get("precision"))
-    ids, texts = v.parse_items(request["items"], engine.limits)
+    ids, texts, images = v.parse_encode_items(request["items"], engine.limits)
+    image_positions = [i for i, image in enumerate(images) if image is not None]
+    if image_positions and "image" not in card.modalities:
+        first = image_positions[0]
+        raise InvalidRequest(f"items[{first}] is an image, but model {card.id!r} takes {' and '.join(card.modalities)} "
+                             "items only; use an image model (CLIP, SigLIP) for images", field=f"items[{first}].image")
+    text_positions = [i for i, text in enumerate(texts) if text is not None]
     outputs = v.check_output_types(request.get("output_types"), card)
     is_query = bool(v.check_optional_bool(request.get("is_query"), "is_query"))
     normalize = v.check_optional_bool(request.get("normalize"), "normalize")
@@ -40,14 +46,35 @@ async def run(engine: TaskContext, model: str, request: dict[str, Any], timeout:
     output_dtype = v.check_output_dtype(request["output_dtype"] if request.get("output_dtype") is not None
                                         else "float32")
     dims = v.check_dims(request.get("dims"), card.dims, card)
-    texts = apply_template(texts, *card.template_for(is_query, instruction))
+    texts = apply_template([texts[i] for i in text_positions], *card.template_for(is_query, instruction))
+
+    work_request = engine.new_request(card, "encode", len(ids), timeout)
+    wanted = frozenset(outputs)
+    try:
+        tokens, tokenize_s = await _submit_texts(engine, card, work_request, texts, text_positions, wanted, truncate,
+                                               is_query)
+        if image_positions:
+            image_tokens, seconds = await _submit_images(engine, card, work_request, images, image_positions, wanted)
+            tokens, tokenize_s = tokens + image_tokens, tokenize_s + seconds
+    except BaseException as exc:
+        work_request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+        work_request.future.exception()  # raised below, not awaited: marked read so asyncio logs no traceback
+        raise
+    raw = await work_request.future
+    items = assemble(ids, raw, outputs, dims, card.normalize if normalize is None else normalize, output_dtype)
+    return EncodeResult(card.id, items, tokens, engine.timings(work_request, started, tokenize_s))
+
+
+async def _submit_texts(engine: TaskContext, card, work_request, texts: list[str], positions: list[int],
+                        wanted: frozenset, truncate: bool | None, is_query: bool) -> tuple[int, float]:
+    """Tokenise the texts chunk by chunk, queueing each chunk as soon as it is ready; returns
+    (tokens, seconds spent tokenising). `positions`: each text's place among the request's items."""
+    if not texts:
+        return 0, 0.0
     if "multivector" in card.outputs and uses_markers(card):  # ColBERT: markers, query expansion
         method, kwargs = "encode_marked", marked_encode_args(card, is_query)
     else:
         method, kwargs = "encode", {}
-
-    work_request = engine.new_request(card, "encode", len(texts), timeout)
-    wanted = frozenset(outputs)
     tokens = 0
     tokenize_s = 0.0
     pending = asyncio.ensure_future(engine.tokenize(card, method, texts[:TOKENIZE_CHUNK], **kwargs))
@@ -59,21 +86,54 @@ async def run(engine: TaskContext, model: str, request: dict[str, Any], timeout:
                 pending = asyncio.ensure_future(engine.tokenize(card, method, following, **kwargs))
             tokenize_s += seconds
             tokens += tokenized.num_tokens
-            check_truncation(tokenized, truncate, offset=start)
+            check_truncation(tokenized, truncate, positions=positions[start:start + TOKENIZE_CHUNK])
             key_lens = tokenized.key_lens or [None] * len(tokenized.ids)
             engine.submit(card, "encode", [
-                WorkItem(work_request, start + i, tokenized.ids[i], outputs=wanted, key_len=key_lens[i])
+                WorkItem(work_request, positions[start + i], tokenized.ids[i], outputs=wanted, key_len=key_lens[i])
                 for i in longest_first(tokenized.ids)
             ], work_request)
-    except BaseException as exc:
-        work_request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
-        work_request.future.exception()  # raised below, not awaited: marked read so asyncio logs no traceback
+    finally:
         if not pending.done():
             pending.cancel()
-        raise
-    raw = await work_request.future
-    items = assemble(ids, raw, outputs, dims, card.normalize if normalize is None else normalize, output_dtype)
-    return EncodeResult(card.id, items, tokens, engine.timings(work_request, started, tokenize_s))
+    return tokens, tokenize_s
+
+
+# Images decoded and preprocessed per step: each step's pixels are queued at once, so the vision
+# tower starts while later images are still being decoded, and a large request never holds all
+# of its decoded images (a 224 x 224 image is 600 KB of float32 pixels).
+IMAGE_CHUNK = 32
+NO_IDS = np.zeros(0, dtype=np.int32)
+
+
+async def _submit_images(engine: TaskContext, card, work_request, images: list, positions: list[int],
+                         wanted: frozenset) -> tuple[int, float]:
+    """Decode, check and preprocess the image items on the tokenizer pool and queue them (apart from
+    texts: the scheduler batches them by patches for the vision tower); returns (positions the vision
+    tower runs, seconds spent preparing)."""
+    limits = engine.limits
+
+    def prepare(inputs, values, fields):
+        if not hasattr(inputs, "encode_images"):
+            raise InvalidRequest(f"model {card.id!r} has no vision tower; it takes text items only", field="items")
+        return inputs.encode_images(values, fields, limits), inputs.image_tokens
+
+    tokens = 0
+    seconds = 0.0
+    for start in range(0, len(positions), IMAGE_CHUNK):
+        chunk = positions[start:start + IMAGE_CHUNK]
+        (pixels, per_image), spent = await engine.with_tokenizer(
+            card, prepare, [images[i] for i in chunk], [f"items[{i}].image" for i in chunk])
+        seconds += spent
+        tokens += per_image * len(chunk)
+        engine.submit(card, IMAGE_QUEUE, [
+            WorkItem(work_request, position, NO_IDS, outputs=wanted, pixels=values, image_tokens=per_image)
+            for position, values in zip(chunk, pixels)
+        ], work_request)
+    return tokens, seconds
+
+
+# the scheduler's queue of image work: batches never mix the vision tower's inputs with texts
+IMAGE_QUEUE = "encode:image"
 
 
 def apply_template(texts: list[str], template: str, instruction: str | None) -> list[str]:

@@ -1,0 +1,121 @@
+"""SigLIP (google/siglip-*, and SigLIP 2's fixed-resolution checkpoints, which keep SigLIP's
+architecture and config): CLIP's pre-norm layers (clip.py) with SigLIP's own ends.
+
+Text: bidirectional attention over the whole sequence, which SigLIP's processor pads to 64
+tokens (the model was trained so: `padding="max_length"`; SiglipInputs below pads likewise),
+the final layer norm, the state of the sequence's last position, and a linear head with bias.
+Images: a patch convolution with bias, learned positions, no class token and no pre-norm; the
+post-norm over every patch, then the multi-head attention pooling head (a learned probe
+attends to the patches; layer norm and MLP with a residual).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..attention import AttentionBackend, AttentionMetadata
+from ..images import ImageTextInputs
+from ..tokenizer import Tokenized
+from .clip import MLP, Encoder, ImageTextConfig, PatchEmbeddings, TextTower, complete_towers
+from .weights import WeightSpec
+
+
+def siglip_config(config: Mapping[str, Any]) -> ImageTextConfig:
+    """SigLIP's config.json: the shared width is the text head's `projection_size` (default:
+    the text width), which the vision tower's width must equal."""
+    text, vision, _ = complete_towers(config, "siglip")
+    width = text.get("projection_size") or text["hidden_size"]
+    if width != vision["hidden_size"]:
+        raise ValueError(f"text projection_size {width} != vision hidden_size {vision['hidden_size']}: "
+                         "the towers' embeddings would not share a space")
+    return ImageTextConfig.parse(text, vision, width, vision_use_head=bool(vision.get("vision_use_head", True)))
+
+
+class AttentionPoolingHead(nn.Module):
+    """A learned probe attends to each image's patches (`torch.nn.MultiheadAttention`'s
+    weights: `in_proj_weight` `[3H, H]`, `out_proj`), then x + mlp(layernorm(x))."""
+
+    def __init__(self, config: ImageTextConfig):
+        super().__init__()
+        hidden = config.vision.hidden_size
+        self.num_heads = config.vision.num_attention_heads
+        self.probe = nn.Parameter(torch.empty(1, 1, hidden))
+        self.attention = nn.Module()
+        self.attention.in_proj_weight = nn.Parameter(torch.empty(3 * hidden, hidden))
+        self.attention.in_proj_bias = nn.Parameter(torch.empty(3 * hidden))
+        self.attention.out_proj = nn.Linear(hidden, hidden)
+        self.layernorm = nn.LayerNorm(hidden, eps=config.vision.layer_norm_eps)
+        self.mlp = MLP(hidden, config.vision.intermediate_size, config.vision.hidden_act)
+
+    def forward(self, hidden: torch.Tensor, images: int) -> torch.Tensor:
+        """`[B * P, H]` (every image has P patches) -> `[B, H]`."""
+        H = hidden.shape[-1]
+        d = H // self.num_heads
+        w_q, w_kv = self.attention.in_proj_weight.split((H, 2 * H))
+        b_q, b_kv = self.attention.in_proj_bias.split((H, 2 * H))
+        q = F.linear(self.probe[0], w_q, b_q).view(1, self.num_heads, 1, d).expand(images, -1, -1, -1)
+        k, v = F.linear(hidden, w_kv, b_kv).view(images, -1, 2, self.num_heads, d).permute(2, 0, 3, 1, 4)
+        pooled = F.scaled_dot_product_attention(q, k, v).reshape(images, H)  # [B, heads, 1, d] -> [B, H]
+        pooled = self.attention.out_proj(pooled)
+        return pooled + self.mlp(self.layernorm(pooled))
+
+
+class SiglipModel(nn.Module):
+    """Packed SigLIP: the same two forward passes and feature methods as clip.ClipModel."""
+
+    weight_spec = WeightSpec(
+        anchor="text_model.embeddings.token_embedding.weight",
+        stacked=(("self_attn.q_proj", "self_attn.qkv", 0), ("self_attn.k_proj", "self_attn.qkv", 1),
+                 ("self_attn.v_proj", "self_attn.qkv", 2)),
+        ignore=("logit_scale", "logit_bias", "text_model.embeddings.position_ids",
+                "vision_model.embeddings.position_ids"),
+    )
+
+    def __init__(self, config: ImageTextConfig, backend: AttentionBackend):
+        super().__init__()
+        if not config.vision_use_head:
+            raise ValueError("vision_use_head: false (no pooling head) gives no image embedding")
+        self.config = config
+        self.text_model = TextTower(config, backend, causal=False)
+        self.text_model.head = nn.Linear(config.text.hidden_size, config.projection_dim)
+        self.vision_model = nn.Module()
+        self.vision_model.embeddings = PatchEmbeddings(config, class_token=False, conv_bias=True)
+        self.vision_model.encoder = Encoder(config.vision, backend, causal=False)
+        self.vision_model.post_layernorm = nn.LayerNorm(config.vision.hidden_size, eps=config.vision.layer_norm_eps)
+        self.vision_model.head = AttentionPoolingHead(config)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        return self.text_model(input_ids, positions, attn)
+
+    def text_features(self, hidden: torch.Tensor, input_ids: torch.Tensor, cu_seqlens: torch.Tensor,
+                      seq_index: torch.Tensor) -> torch.Tensor:
+        """Each sequence's last position (a pad token for short texts, as in training), projected."""
+        return self.text_model.head(hidden.index_select(0, cu_seqlens[1:].long() - 1))
+
+    def forward_images(self, pixel_values: torch.Tensor, attn: AttentionMetadata) -> torch.Tensor:
+        vision = self.vision_model
+        return vision.post_layernorm(vision.encoder(vision.embeddings(pixel_values), attn))
+
+    def image_features(self, hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+        return self.vision_model.head(hidden, cu_seqlens.shape[0] - 1)
+
+
+class SiglipInputs(ImageTextInputs):
+    """SigLIP's input preparation: texts padded with the pad token to the window (64 tokens, as
+    SigLIP was trained and its processor is used); an image is P positions (no class token)."""
+
+    class_tokens = 0
+    read_config = staticmethod(siglip_config)
+
+    def encode(self, texts, *, add_special_tokens: bool = True, with_offsets: bool = False) -> Tokenized:
+        tokenized = super().encode(texts, add_special_tokens=add_special_tokens, with_offsets=with_offsets)
+        pad = self.pad_token_id if self.pad_token_id is not None else 0
+        tokenized.ids = [np.pad(ids, (0, max(0, self.max_length - len(ids))), constant_values=pad)
+                         for ids in tokenized.ids]
+        return tokenized

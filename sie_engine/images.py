@@ -1,0 +1,162 @@
+"""Image items: from the bytes a client sent to the pixel arrays a vision tower takes.
+
+Runs on the tokenizer pool, never on an event loop: base64 decoding, Pillow's decoding and
+the checkpoint's own preprocessing (transformers' image processor, PIL backend: resize,
+crop, rescale, normalise as its `preprocessor_config.json` says).
+
+Hostile input is refused before it costs memory: the encoded size first (413), then the
+format against the allowed list and the pixel count read from the header, before a single
+pixel is decoded (a 400 MB PNG of zeros is 400 KB of file: 413). A corrupt, truncated or
+non-image file is a 400. No URL is ever fetched: a server that fetches what requests name
+can be made to reach the network behind it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .checkpoints import CheckpointLayout, describe
+from .errors import InvalidRequest, PayloadTooLarge
+from .tokenizer import TextTokenizer
+from .validation import Limits
+
+
+def image_bytes(value: Any, limits: Limits, field: str) -> bytes:
+    """An item's `image` as bytes: raw bytes (msgpack), or a base64 string, bare or as a
+    `data:image/...;base64,` URI (JSON)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+    elif isinstance(value, str):
+        if value.startswith(("http://", "https://", "file:", "ftp:")):
+            raise InvalidRequest(f"{field} is a URL; SIE does not fetch URLs: send the image's bytes "
+                                 "(base64 in JSON, raw bytes in msgpack)", field=field)
+        text = value
+        if text.startswith("data:"):
+            header, comma, text = text.partition(",")
+            if not comma or not header.endswith(";base64"):
+                raise InvalidRequest(f"{field}: a data: URI must be base64 (data:image/png;base64,...)", field=field)
+        if len(text) * 3 // 4 > limits.max_image_bytes + 3:
+            raise PayloadTooLarge(f"{field} has about {len(text) * 3 // 4} bytes; at most {limits.max_image_bytes} "
+                                  "per image", field=field)
+        try:
+            data = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidRequest(f"{field} is not valid base64 (JSON carries an image as base64 or a data: URI; "
+                                 "msgpack as raw bytes)", field=field) from None
+    else:
+        raise InvalidRequest(f"{field} must be bytes (msgpack) or a base64 string (JSON), got {type(value).__name__}",
+                             field=field)
+    if not data:
+        raise InvalidRequest(f"{field} is empty", field=field)
+    if len(data) > limits.max_image_bytes:
+        raise PayloadTooLarge(f"{field} has {len(data)} bytes; at most {limits.max_image_bytes} per image "
+                              "(downscale or recompress it)", field=field)
+    return data
+
+
+def decode_image(data: bytes, limits: Limits, field: str):
+    """Checked bytes -> an RGB PIL image (the limits are Limits.max_image_* and image_formats)."""
+    from PIL import Image, UnidentifiedImageError
+
+    allowed = ", ".join(limits.image_formats)
+    try:
+        image = Image.open(io.BytesIO(data), formats=list(limits.image_formats))  # reads the header only
+    except UnidentifiedImageError:
+        raise InvalidRequest(f"{field} is not an image in an accepted format ({allowed})", field=field) from None
+    except Image.DecompressionBombError as exc:
+        raise _too_many_pixels(field, limits, str(exc)) from None
+    except (ValueError, OSError, SyntaxError, EOFError) as exc:  # Pillow's plugins raise these for bad headers
+        if "too large" in str(exc).lower():  # a PNG text chunk that decompresses beyond Pillow's cap
+            raise PayloadTooLarge(f"{field}: a metadata chunk decompresses to too much data ({exc})",
+                                  field=field) from None
+        raise InvalidRequest(f"{field} is not a readable image ({exc})", field=field) from None
+    width, height = image.size
+    if width * height > limits.max_image_pixels:
+        raise _too_many_pixels(field, limits, f"{width} x {height}")
+    try:
+        image.load()
+        return image if image.mode == "RGB" else image.convert("RGB")  # transformers' convert_to_rgb
+    except Image.DecompressionBombError as exc:
+        raise _too_many_pixels(field, limits, str(exc)) from None
+    except (ValueError, OSError, SyntaxError, EOFError) as exc:
+        raise InvalidRequest(f"{field} could not be decoded: truncated or corrupt {image.format} ({exc})",
+                             field=field) from None
+
+
+def _too_many_pixels(field: str, limits: Limits, what: str) -> PayloadTooLarge:
+    return PayloadTooLarge(f"{field} is too large in pixels ({what}); at most {limits.max_image_pixels} pixels "
+                           "per image (downscale it)", field=field)
+
+
+def read_image_processor_config(root: Path) -> dict[str, Any]:
+    """The image processor's settings: `preprocessor_config.json` (the Hub's checkpoints), or the
+    `image_processor` entry of `processor_config.json` (what transformers 5 `save_pretrained` writes)."""
+    path = root / "preprocessor_config.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    path = root / "processor_config.json"
+    if path.is_file():
+        config = json.loads(path.read_text()).get("image_processor")
+        if isinstance(config, dict):
+            return config
+    raise ValueError(f"{root} has no preprocessor_config.json (nor an image_processor in processor_config.json): "
+                     "save the model's processor with it (processor.save_pretrained)")
+
+
+def load_image_processor(root: Path):
+    """transformers' image processor for the checkpoint, its PIL implementation where one exists
+    (the default one needs torchvision, which SIE leaves out)."""
+    import transformers
+
+    config = read_image_processor_config(Path(root))
+    name = config.get("image_processor_type") or config.get("feature_extractor_type") or ""
+    name = name.replace("FeatureExtractor", "ImageProcessor")  # the older checkpoints' name for the same class
+    cls = getattr(transformers, name + "Pil", None) or getattr(transformers, name, None)
+    if cls is None or not name:
+        raise ValueError(f"{root}: image processor {name!r} is not one transformers has")
+    settings = {k: v for k, v in config.items()
+                if k not in ("image_processor_type", "feature_extractor_type", "processor_class")}
+    return cls.from_dict(settings)
+
+
+def prepare_images(processor, values: Sequence[Any], fields: Sequence[str], limits: Limits) -> list[np.ndarray]:
+    """Images as sent -> `[C, S, S]` float32 pixel values each, decoded and preprocessed one at a
+    time (one bad image names its item; at most one full-size decoded image is held at once)."""
+    pixels = []
+    for value, field in zip(values, fields):
+        picture = decode_image(image_bytes(value, limits, field), limits, field)
+        pixels.append(processor(images=[picture], return_tensors="np")["pixel_values"][0].astype(np.float32))
+    return pixels
+
+
+class ImageTextInputs(TextTokenizer):
+    """Input preparation of a two-tower image-text model: the checkpoint's tokenizer for texts
+    (TextTokenizer) and its image processor for images. `image_tokens`: positions the vision
+    tower runs per image (patches, plus the class token where the family has one), what the
+    batcher counts an image as."""
+
+    class_tokens = 1  # CLIP's; SigLIP's subclass has none
+
+    def __init__(self, layout: CheckpointLayout | Path, max_length: int, trust_remote_code: bool = False):
+        super().__init__(layout, max_length, trust_remote_code=trust_remote_code)
+        if not isinstance(layout, CheckpointLayout):
+            layout = describe(layout)
+        self.image_processor = load_image_processor(layout.root)
+        config = self.read_config(layout.config)
+        self.image_size = config.image_size
+        self.image_tokens = config.num_patches + self.class_tokens
+
+    @staticmethod
+    def read_config(config: Any) -> Any:
+        """The family's typed config (with `image_size` and `num_patches`)."""
+        raise NotImplementedError
+
+    def encode_images(self, values: Sequence[Any], fields: Sequence[str], limits: Limits) -> list[np.ndarray]:
+        return prepare_images(self.image_processor, values, fields, limits)
