@@ -54,31 +54,52 @@ SCORE = Task(
                                         "score": {"type": "number"}, "rank": {"type": "integer"}})),
 )
 
+ENTITY = obj({"text": {"type": "string"}, "label": {"type": "string"}, "score": {"type": "number"},
+             "start": {"type": "integer"}, "end": {"type": "integer"}})
+# relation models: an item may carry its entities, character offsets into its text (end exclusive)
+ENTITY_SPAN = obj({"start": {"type": "integer", "minimum": 0}, "end": {"type": "integer", "minimum": 1},
+                   "label": {"type": "string"}, "text": {"type": "string"}}, ["start", "end", "label"])
+EXTRACT_ITEMS = Field("items", {"type": "array", "minItems": 1, "items": {"oneOf": [
+    {"type": "string"},
+    obj({"id": {"type": "string"}, "text": {"type": "string"}, "entities": {"type": "array", "items": ENTITY_SPAN}},
+        ["text"])]}}, required=True,
+    description="texts: strings or {id?, text} objects; for a relation model, {id?, text, entities}")
+
 EXTRACT = Task(
     name="extract",
-    summary="Zero-shot entity extraction and classification",
+    summary="Zero-shot entity extraction, classification and relation extraction",
     fields=(
-        ITEMS,
+        EXTRACT_ITEMS,
         Field("labels", {"type": "array", "items": {"type": "string"}, "minItems": 1}, required=True,
-              description="the entity types to find, or the candidate classes of a classification model"),
+              description="the entity types to find, the candidate classes of a classification model, or the "
+                          "relation types of a relation model"),
         Field("threshold", {"type": "number", "minimum": 0, "maximum": 1},
               description="entities: keep spans scoring at least this (default 0.5); classifications: keep "
-                          "labels scoring at least this (default: all labels)"),
+                          "labels scoring at least this (default: all labels); relations: keep triples scoring "
+                          "above this (default: the card's, 0.5)"),
         Field("flat", {"type": "boolean", "default": True}, description="entity models: no nested entities"),
-        Field("multi_label", {"type": "boolean", "default": False},
-              description="entities: a span may carry several labels; classifications: each label scored on its "
-                          "own (else the scores over the labels sum to 1)"),
+        Field("multi_label", {"type": "boolean"},
+              description="entities: a span may carry several labels (default false); classifications: each label "
+                          "scored on its own, else the scores over the labels sum to 1 (default: the model's, false "
+                          "for NLI, true for GLiClass, as their libraries)"),
         Field("hypothesis_template", {"type": "string", "default": "This example is {}."},
-              description="classification models: the hypothesis each label fills ({} is the label)"),
-        Field("top_k", {"type": "integer", "minimum": 1}, description="classifications: keep the k best labels"),
+              description="NLI classification models: the hypothesis each label fills ({} is the label)"),
+        Field("top_k", {"type": "integer", "minimum": 1},
+              description="classifications: keep the k best labels; relations: each entity pair's k best"),
+        Field("entity_model", {"type": "string"},
+              description="relation models: a GLiNER model that finds the items' entities first"),
+        Field("entity_labels", {"type": "array", "items": {"type": "string"}, "minItems": 1},
+              description="relation models with entity_model: the entity types it finds"),
+        Field("entity_threshold", {"type": "number", "minimum": 0, "maximum": 1},
+              description="relation models with entity_model: its threshold (default 0.5)"),
     ),
-    served_by=("extract", "zeroshot"),
+    served_by=("extract", "zeroshot", "gliclass", "relations"),
     implementation="sie_engine.tasks.extract:run",
-    answer_schema=answer("items", obj({"id": {"type": "string"}, "entities": {"type": "array", "items": obj({
-        "text": {"type": "string"}, "label": {"type": "string"}, "score": {"type": "number"},
-        "start": {"type": "integer"}, "end": {"type": "integer"}})},
+    answer_schema=answer("items", obj({"id": {"type": "string"}, "entities": {"type": "array", "items": ENTITY},
         "classifications": {"type": "array", "items": obj({"label": {"type": "string"},
-                                                           "score": {"type": "number"}})}})),
+                                                           "score": {"type": "number"}})},
+        "relations": {"type": "array", "items": obj({"head": ENTITY, "relation": {"type": "string"},
+                                                      "tail": ENTITY, "score": {"type": "number"}})}})),
 )
 
 BUILTIN = (ENCODE, SCORE, EXTRACT)

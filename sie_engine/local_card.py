@@ -33,6 +33,9 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
     if checkpoint_kind(root) == "gliner":  # a GLiNER checkpoint (no config.json): extraction only
         return ModelCard(id=name, weights=WeightsSource(path=str(root)), outputs=("extract",), max_seq_len=512,
                          description=f"local GLiNER directory {root}")
+    if checkpoint_kind(root) == "gliclass":  # a GLiClass checkpoint: zero-shot classification (extract) only
+        return ModelCard(id=name, weights=WeightsSource(path=str(root)), outputs=("gliclass",), max_seq_len=512,
+                         description=f"local GLiClass directory {root}")
     if checkpoint_kind(root) == "model2vec":  # a static embedder: model2vec's config says the rest
         return _model2vec_card(name, root)
     config_path = root / "config.json"

@@ -18,6 +18,8 @@ from .layout import CheckpointLayout, not_a_model, plain_layout
 
 LAYOUTS: dict[str, str] = {
     "gliner": "sie_engine.heads.gliner_checkpoint",
+    "glirel": "sie_engine.heads.glirel_checkpoint",
+    "gliclass": "sie_engine.heads.gliclass_checkpoint",
     "model2vec": "sie_engine.arch.static",
 }
 

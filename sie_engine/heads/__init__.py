@@ -23,6 +23,8 @@ HEADS: dict[str, str] = {
     "score": "sie_engine.heads.classifier:build_score_head",
     "extract": "sie_engine.heads.gliner:build_extract_head",
     "zeroshot": "sie_engine.heads.nli:build_zeroshot_head",
+    "relations": "sie_engine.heads.glirel:build_relations_head",
+    "gliclass": "sie_engine.heads.gliclass:build_gliclass_head",
 }
 
 

@@ -1,5 +1,7 @@
 """The `extract` task: zero-shot entity extraction with GLiNER (zero-shot classification
-with NLI cross-encoders, cards with the `zeroshot` output, is in tasks/zeroshot.py).
+with NLI cross-encoders, cards with the `zeroshot` output, is in tasks/zeroshot.py; with
+GLiClass, cards with the `gliclass` output, in tasks/gliclass.py; relation extraction with
+GLiREL, cards with the `relations` output, in tasks/relations.py).
 
 Each text is split into words and cut into windows that fit the model (with the
 labels' prompt in front of every window); the windows of all requests run as
@@ -28,7 +30,7 @@ from ..types import Entity, ExtractedItem, ExtractResult
 from ..weights import resolve_weights
 from ..work import WorkItem
 from .context import TaskContext
-from . import zeroshot
+from . import gliclass, relations, zeroshot
 
 EXTRACT = frozenset({"extract"})  # the head extract work runs
 
@@ -82,10 +84,15 @@ def prepare_request(tokenizer, card: ModelCard, texts: list[str], labels: list[s
 async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeout: float | None) -> ExtractResult:
     started = time.monotonic()
     card = engine.card(model)
+    if relations.RELATIONS in card.outputs:  # a GLiREL model: relations between the items' entities
+        return await relations.run(engine, card, fields, timeout, started, check_labels)
+    relations.refuse_relation_fields(card, fields)
     ids, texts = v.parse_items(fields["items"], engine.limits)
     labels = check_labels(fields["labels"], engine.limits)
     if zeroshot.ZEROSHOT in card.outputs:  # an NLI cross-encoder: zero-shot classification
         return await zeroshot.run(engine, card, ids, texts, labels, fields, timeout, started)
+    if gliclass.GLICLASS in card.outputs:  # a GLiClass model: all labels and the text in one pass
+        return await gliclass.run(engine, card, ids, texts, labels, fields, timeout, started)
     for name in ("hypothesis_template", "top_k"):
         if fields.get(name) is not None:
             raise InvalidRequest(f"model {card.id!r} extracts entities: {name} applies to classification models",

@@ -17,6 +17,7 @@ least it, `top_k` the k best.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -50,6 +51,36 @@ def check_template(template: Any, limits: v.Limits) -> str:
     return template
 
 
+@dataclass(frozen=True)
+class Ranking:
+    """How a classification request wants its labels: scored together or each on its own, and which to keep."""
+
+    multi_label: bool
+    threshold: float | None
+    top_k: int | None
+
+    @staticmethod
+    def of(fields: Mapping[str, Any], default_multi_label: bool = False) -> "Ranking":
+        multi_label = v.check_optional_bool(fields.get("multi_label"), "multi_label")
+        threshold = fields.get("threshold")
+        return Ranking(
+            multi_label=default_multi_label if multi_label is None else bool(multi_label),
+            threshold=None if threshold is None else v.check_number(threshold, "threshold", 0, 1, 0),
+            top_k=v.check_positive_int(fields.get("top_k"), "top_k"),
+        )
+
+
+def classified(item_id: str, labels: list[str], row: np.ndarray, ranking: Ranking) -> ExtractedItem:
+    """One item's answer: its labels best first (ties in request order), cut by threshold and top_k."""
+    order = sorted(range(len(labels)), key=lambda j: -row[j])  # stable: ties keep request order
+    if ranking.threshold is not None:
+        order = [j for j in order if row[j] >= ranking.threshold]
+    if ranking.top_k is not None:
+        order = order[:ranking.top_k]
+    return ExtractedItem(id=item_id, entities=[],
+                         classifications=[Classification(labels[j], float(row[j])) for j in order])
+
+
 def scores(logits: np.ndarray, multi_label: bool) -> np.ndarray:
     """`[N, M, 2]` ([entailment, contradiction]) logits -> `[N, M]` scores, as the pipeline's postprocess."""
     logits = logits.astype(np.float64)
@@ -66,9 +97,7 @@ async def run(engine: TaskContext, card: ModelCard, ids: list[str], texts: list[
     if fields.get("flat") is not None:
         raise InvalidRequest(f"model {card.id!r} classifies: flat applies to entity models only", field="flat")
     template = check_template(fields.get("hypothesis_template"), engine.limits)
-    multi_label = bool(v.check_optional_bool(fields.get("multi_label"), "multi_label"))
-    threshold = None if fields.get("threshold") is None else v.check_number(fields["threshold"], "threshold", 0, 1, 0)
-    top_k = v.check_positive_int(fields.get("top_k"), "top_k")
+    ranking = Ranking.of(fields)
 
     hypotheses = [template.format(label) for label in labels]
     premises = [text for text in texts for _ in labels]
@@ -80,13 +109,6 @@ async def run(engine: TaskContext, card: ModelCard, ids: list[str], texts: list[
     results = await engine.run_items(card, "extract", work, request)
     logits = np.asarray([r[ZEROSHOT] for r in results], dtype=np.float32).reshape(len(texts), len(labels), 2)
 
-    items = []
-    for item_id, row in zip(ids, scores(logits, multi_label)):
-        order = sorted(range(len(labels)), key=lambda j: -row[j])  # stable: ties keep request order
-        if threshold is not None:
-            order = [j for j in order if row[j] >= threshold]
-        if top_k is not None:
-            order = order[:top_k]
-        items.append(ExtractedItem(id=item_id, entities=[],
-                                   classifications=[Classification(labels[j], float(row[j])) for j in order]))
+    rows = scores(logits, ranking.multi_label)
+    items = [classified(item_id, labels, row, ranking) for item_id, row in zip(ids, rows)]
     return ExtractResult(card.id, items, tokenized.num_tokens, engine.timings(request, started, tokenize_s))
