@@ -52,6 +52,8 @@ SPLADE = ("config.json (*ForMaskedLM) + tokenizer_config.json (model_max_length)
           "sentence-transformers SparseEncoder's 1_SpladePooling/config.json (max, relu) where present")
 GLINER = "gliner_config.json (model_name: the DeBERTa backbone, span_mode) on the Hub"
 STATIC = "config.json + modules.json (StaticEmbedding, Normalize) of the model2vec repository on the Hub"
+MISTRAL = ("config.json (MistralModel, sliding_window 4096) + modules.json + 1_Pooling (lasttoken) + the README's "
+           "get_detailed_instruct and max_length 4096 on the Hub")
 QWEN_EMB = "config.json + modules.json + 1_Pooling (lasttoken) + config_sentence_transformers.json prompts on the Hub"
 
 BGE_EN = "Represent this sentence for searching relevant passages: {text}"
@@ -136,6 +138,14 @@ PUBLISHED: dict[str, Published] = {
     "Alibaba-NLP/gte-Qwen2-7B-instruct": dense("qwen2", "last", True, 3584, None, QWEN_EMB,
                                                f"Instruct: {WEB}\nQuery: {{text}}<|endoftext|>",
                                                "{text}<|endoftext|>"),
+    # Mistral 7B embedders: last token (the tokenizer appends </s>), Normalize, the instruct prompt on
+    # queries; the README's max_length and config.json's sliding_window are both 4096
+    "intfloat/e5-mistral-7b-instruct": dense("mistral", "last", True, 4096, 4096, MISTRAL,
+                                             f"Instruct: {WEB}\nQuery: {{text}}"),
+    "Salesforce/SFR-Embedding-2_R": dense("mistral", "last", True, 4096, 4096, MISTRAL,
+                                          f"Instruct: {WEB}\nQuery: {{text}}"),
+    "Linq-AI-Research/Linq-Embed-Mistral": dense("mistral", "last", True, 4096, 4096, MISTRAL,
+                                                 f"Instruct: {WEB}\nQuery: {{text}}"),
     # Qwen
     "Qwen/Qwen3-Embedding-0.6B": dense("qwen3", "last", True, 1024, 32768, QWEN_EMB,
                                        f"Instruct: {WEB}\nQuery:{{text}}", window=8192),

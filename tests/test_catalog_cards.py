@@ -81,6 +81,14 @@ def _qwen(generation: str):
     return build
 
 
+def _mistral():
+    from transformers import MistralConfig, MistralModel
+
+    config = MistralConfig(vocab_size=MINILM_VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, intermediate_size=96, max_position_embeddings=512, sliding_window=256)
+    return MistralModel(config), 0
+
+
 def _nomic_bert():
     from transformers import NomicBertConfig, NomicBertModel
 
@@ -98,7 +106,7 @@ def _mpnet():
 
 # family -> builder of (tiny transformers model, pad id). A new family needs a stand-in here.
 STAND_INS = {"bert": _bert, "modernbert": _modernbert, "qwen2": _qwen("qwen2"), "qwen3": _qwen("qwen3"),
-             "nomic_bert": _nomic_bert, "mpnet": _mpnet}
+             "nomic_bert": _nomic_bert, "mpnet": _mpnet, "mistral": _mistral}
 
 
 def _kind(card) -> str:

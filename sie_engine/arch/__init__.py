@@ -98,6 +98,10 @@ for _qwen in ("qwen2", "qwen3"):
          f"{_qwen.capitalize()}ForSequenceClassification"],
         [_qwen],
     )
+# Mistral (e5-mistral-7b-instruct and the embedders trained from it): the same blocks, no biases,
+# a sliding window that caps the sequence length (arch/qwen.py)
+register(Family("mistral", QwenConfig.from_hf, QwenModel, "last"), ["MistralModel", "MistralForCausalLM"],
+         ["mistral"])
 register(
     Family("nomic_bert", NomicBertConfig.from_hf, NomicBertModel, "mean"),
     ["NomicBertModel", "NomicBertForPreTraining", "NomicBertForMaskedLM", "NomicBertForSequenceClassification"],

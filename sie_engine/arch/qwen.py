@@ -1,14 +1,18 @@
-"""Qwen2 / Qwen3 decoders used as embedders (Qwen3-Embedding, gte-Qwen2) over packed input.
+"""LLaMA-style decoders used as embedders over packed input: Qwen2 / Qwen3 (Qwen3-Embedding,
+gte-Qwen2) and Mistral (e5-mistral-7b-instruct, SFR-Embedding, Linq-Embed-Mistral).
 
 Read leaf to root: attention, MLP, layer, model. Module names follow Hugging
-Face's `Qwen2Model` / `Qwen3Model` except two fused projections, stacked by the
-weight spec: `self_attn.kv_proj` (k_proj, v_proj: equal shards, so they fuse; q_proj
-is larger under grouped-query attention and stays separate) and `mlp.gate_up_proj`.
+Face's `Qwen2Model` / `Qwen3Model` / `MistralModel` (the same names in all three) except
+two fused projections, stacked by the weight spec: `self_attn.kv_proj` (k_proj, v_proj:
+equal shards, so they fuse; q_proj is larger under grouped-query attention and stays
+separate) and `mlp.gate_up_proj`.
 
-The two generations differ only in Qwen2's biases on q/k/v and Qwen3's per-head
-RMSNorm on queries and keys. Attention is causal unless config.json says
-`is_causal: false` (transformers' switch for bidirectional decoders). Grouped-query
-attention hands the backend fewer K/V heads; no backend repeats them.
+The three differ only in Qwen2's biases on q/k/v, Qwen3's per-head RMSNorm on queries and
+keys, and Mistral's sliding window (every token attends to at most `sliding_window` tokens
+back): SIE runs no sliding window, so a Mistral checkpoint's window caps the sequence length,
+within which full causal attention is the same computation. Attention is causal unless
+config.json says `is_causal: false` (transformers' switch for bidirectional decoders).
+Grouped-query attention hands the backend fewer K/V heads; no backend repeats them.
 Every tensor is `[T, ...]` with T the batch's real tokens.
 """
 
@@ -45,13 +49,15 @@ class QwenConfig:
     # Qwen3's RMSNorm over each head of q and k, before rotary.
     qk_norm: bool = False
     causal: bool = True
+    # Mistral: each token sees at most this many tokens back; SIE serves sequences up to it only.
+    sliding_window: int | None = None
 
     @staticmethod
     def from_hf(config: Mapping[str, Any]) -> "QwenConfig":
         model_type = config.get("model_type", "qwen2")
-        if model_type not in ("qwen2", "qwen3"):
-            raise ValueError(f"model_type={model_type!r} is not a Qwen2/Qwen3 checkpoint")
-        qwen3 = model_type == "qwen3"
+        if model_type not in ("qwen2", "qwen3", "mistral"):
+            raise ValueError(f"model_type={model_type!r} is not a Qwen2/Qwen3/Mistral checkpoint")
+        qwen3, mistral = model_type == "qwen3", model_type == "mistral"
         rope = config.get("rope_parameters") or {}
         scaling = config.get("rope_scaling")
         rope_type = (rope.get("rope_type") or (scaling or {}).get("rope_type") or (scaling or {}).get("type")
@@ -76,14 +82,18 @@ class QwenConfig:
             max_position_embeddings=config.get("max_position_embeddings", 32768),
             rms_norm_eps=config.get("rms_norm_eps", 1e-6),
             rope_theta=float(rope.get("rope_theta") or config.get("rope_theta") or 10_000.0),
-            qkv_bias=attention_bias if qwen3 else True,
+            qkv_bias=attention_bias if qwen3 else not mistral,
             o_bias=attention_bias if qwen3 else False,
             qk_norm=qwen3,
             causal=bool(config.get("is_causal", True)),
+            # Qwen2 configs carry a sliding_window that only use_sliding_window turns on (refused above)
+            sliding_window=config.get("sliding_window") if mistral else None,
         )
 
     @property
     def max_seq_len(self) -> int:
+        if self.sliding_window is not None:
+            return min(self.max_position_embeddings, self.sliding_window)
         return self.max_position_embeddings
 
 
@@ -148,7 +158,7 @@ class QwenDecoderLayer(nn.Module):
 
 
 class QwenModel(nn.Module):
-    """Packed Qwen2/Qwen3: `forward(input_ids [T], positions [T], attn, token_type_ids=None) -> hidden [T, H]`
+    """Packed Qwen2/Qwen3/Mistral: `forward(input_ids [T], positions [T], attn, token_type_ids=None) -> hidden [T, H]`
     (after the final norm; last-token pooling picks each sequence's last row)."""
 
     weight_spec = WeightSpec(
