@@ -51,6 +51,12 @@ NLI = "config.json (architectures, id2label: an entailment label) + tokenizer_co
 SPLADE = ("config.json (*ForMaskedLM) + tokenizer_config.json (model_max_length) on the Hub; "
           "sentence-transformers SparseEncoder's 1_SpladePooling/config.json (max, relu) where present")
 GLINER = "gliner_config.json (model_name: the DeBERTa backbone, span_mode) on the Hub"
+GLIREL = ("glirel_config.json (model_name microsoft/deberta-v3-large, whose tokenizer_config.json gives "
+          "model_max_length 512) on the Hub")
+CLIP = ("config.json (projection_dim, text_config.max_position_embeddings 77) + preprocessor_config.json on the Hub; "
+        "modeling_clip.py pools the end-of-text token, the last of each sequence")
+SIGLIP = ("config.json (text hidden size = the shared width; max_position_embeddings 64) + the model card (texts "
+          "padded to 64 tokens, pooled at the last position) on the Hub")
 STATIC = "config.json + modules.json (StaticEmbedding, Normalize) of the model2vec repository on the Hub"
 MISTRAL = ("config.json (MistralModel, sliding_window 4096) + modules.json + 1_Pooling (lasttoken) + the README's "
            "get_detailed_instruct and max_length 4096 on the Hub")
@@ -229,6 +235,14 @@ PUBLISHED: dict[str, Published] = {
                                             "(PyLate: query_prefix [Q], document_prefix [D], query_length 32, "
                                             "document_length 300) + 1_Dense/config.json (768 -> 128) on the Hub",
                                             query_length=32, markers=("[Q] ", "[D] ")),
+    # image-text (CLIP and SigLIP; the text tower pools at the end-of-text token, or SigLIP's last position)
+    "openai/clip-vit-base-patch32": dense("clip", "last", None, 512, 77, CLIP),
+    "openai/clip-vit-large-patch14": dense("clip", "last", None, 768, 77, CLIP),
+    "laion/CLIP-ViT-B-32-laion2B-s34B-b79K": dense("clip", "last", None, 512, 77, CLIP),
+    "laion/CLIP-ViT-H-14-laion2B-s32B-b79K": dense("clip", "last", None, 1024, 77, CLIP),
+    "google/siglip-so400m-patch14-224": dense("siglip", "last", None, 1152, 64, SIGLIP),
+    "google/siglip-so400m-patch14-384": dense("siglip", "last", None, 1152, 64, SIGLIP),
+    "google/siglip2-base-patch16-224": dense("siglip", "last", None, 768, 64, SIGLIP),
     # static embedders (model2vec)
     "minishlab/potion-base-8M": dense("model2vec", "mean", True, 256, None, STATIC),
     "minishlab/potion-base-32M": dense("model2vec", "mean", True, 512, None, STATIC),
@@ -247,4 +261,6 @@ PUBLISHED: dict[str, Published] = {
     "EmergentMethods/gliner_large_news-v2.1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
     "numind/NuNER_Zero": other("deberta-v2", "extract", 512, GLINER, span_mode="token_level"),
     "numind/NuNER_Zero-span": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    # GLiREL (relation extraction over a DeBERTa backbone; tests/test_glirel.py runs the head)
+    "jackboyla/glirel-large-v0": other("deberta-v2", "relations", 512, GLIREL),
 }

@@ -26,7 +26,9 @@ from sie_engine.arch import FAMILIES
 CATALOG = Catalog.builtin()
 # Static embedders (model2vec) have no transformer to stand in for: tests/test_arch_static.py
 # checks their cards against model2vec itself.
-DENSE_CARDS = [card for card in CATALOG if tuple(card.outputs) == ("dense",) and card.family != "static"]
+# Image-text models (CLIP, SigLIP) take images too: tests/test_images_engine.py runs their cards.
+DENSE_CARDS = [card for card in CATALOG if tuple(card.outputs) == ("dense",) and card.family != "static"
+               and "image" not in card.modalities]
 
 # bert-family cards whose real checkpoint is XLM-RoBERTa (position offset, pad index 1), besides
 # those whose description names XLM-R.

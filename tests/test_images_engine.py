@@ -1,0 +1,141 @@
+"""CLIP and SigLIP in the Engine: every checkpoint tensor loaded, batch invariance for texts and
+images, images batched by a budget in vision-tower positions, the built-in image cards on tiny
+stand-ins of their family (equal to transformers), and the image limits (bytes, pixels, formats)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from image_fixtures import encode_image, make_tiny_clip, make_tiny_siglip, png_bomb, sample_images, sample_pil_images
+from sie_engine import Catalog, Engine, WeightsSource, card_from_local_dir
+from sie_engine.arch import family_for
+from sie_engine.arch.weights import load_checkpoint, materialize
+from sie_engine.attention import select_backend
+from sie_engine.checkpoints import describe
+from sie_engine.errors import InvalidRequest, PayloadTooLarge
+from sie_engine.scheduler import SchedulerEvents
+from sie_engine.validation import Limits
+from sie_engine.weights import Checkpoint
+
+TEXTS = ["the cat", "a dog", "the the the dog sat with the cat on a mat", "x"]
+IMAGE_CARDS = [card for card in Catalog.builtin() if "image" in card.modalities]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("image-text")
+    return {"clip": make_tiny_clip(root / "clip"), "siglip": make_tiny_siglip(root / "siglip")}
+
+
+class Batches(SchedulerEvents):
+    def __init__(self):
+        self.seen: list[tuple[int, int]] = []
+
+    def batch(self, model_id, items, tokens, padded, seconds):
+        self.seen.append((items, tokens))
+
+
+@pytest.fixture(scope="module")
+def engine(tiny):
+    cards = [card_from_local_dir(kind, path) for kind, path in tiny.items()]
+    # a budget of 77 positions: four 17-position images (16 patches + class token) per batch
+    cards.append(dataclasses.replace(card_from_local_dir("clip-small-batches", tiny["clip"]), max_batch_tokens=77))
+    for card in IMAGE_CARDS:  # the built-in cards, their weights pointed at a tiny model of their family
+        cards.append(dataclasses.replace(card, weights=WeightsSource(path=str(tiny[card.family]))))
+    events = Batches()
+    engine = Engine(Catalog(cards), device="cpu", scheduler_events=events,
+                    limits=Limits(max_image_pixels=1_000_000, max_image_bytes=2 * 2**20))
+    engine.events = events
+    yield engine
+    engine.close()
+
+
+def vectors(result) -> np.ndarray:
+    return np.stack([item.dense for item in result.items])
+
+
+def reference(kind: str, path: Path, images: list[bytes], texts: list[str]) -> np.ndarray:
+    from PIL import Image
+    from transformers import AutoTokenizer, CLIPModel, SiglipModel
+
+    from sie_engine.images import load_image_processor
+
+    model = (CLIPModel if kind == "clip" else SiglipModel).from_pretrained(path).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    pictures = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
+    pixels = torch.from_numpy(load_image_processor(path)(images=pictures, return_tensors="np")["pixel_values"])
+    with torch.no_grad():
+        image_features = model.get_image_features(pixel_values=pixels)
+        padding = dict(padding="max_length", max_length=64) if kind == "siglip" else dict(padding=True)
+        encoded = tokenizer(texts, return_tensors="pt", **padding)
+        text_features = model.get_text_features(**({"input_ids": encoded.input_ids} if kind == "siglip" else encoded))
+    return torch.cat([getattr(f, "pooler_output", f) for f in (image_features, text_features)]).numpy()
+
+
+def assert_cosine(ours: np.ndarray, ref: np.ndarray, low: float = 0.9999) -> None:
+    cosine = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)
+    assert cosine.min() >= low, cosine
+
+
+@pytest.mark.parametrize("kind", ["clip", "siglip"])
+def test_every_checkpoint_tensor_is_loaded_with_its_shape(tiny, kind):
+    layout = describe(tiny[kind])
+    family = family_for(layout.config)
+    backend = select_backend(torch.device("cpu"), torch.float32)
+    with torch.device("meta"):
+        model = family.model_class(family.config_from_hf(layout.config), backend)
+    model = materialize(model, torch.device("cpu"), torch.float32)
+    with Checkpoint(layout.weight_files) as checkpoint:
+        report = load_checkpoint(model, checkpoint, model.weight_spec)  # raises on a missing or misshapen tensor
+        assert set(checkpoint) == report.loaded  # and nothing of the checkpoint is left unused
+
+
+@pytest.mark.parametrize("kind", ["clip", "siglip"])
+def test_each_item_alone_equals_it_in_a_mixed_batch(engine, kind):
+    images = list(sample_images().values())
+    together = vectors(engine.encode_sync(kind, [{"image": b} for b in images] + TEXTS, normalize=False))
+    alone = np.stack([vectors(engine.encode_sync(kind, [item], normalize=False))[0]
+                      for item in [{"image": b} for b in images] + TEXTS])
+    np.testing.assert_allclose(together, alone, atol=1e-5, rtol=1e-4)
+
+
+def test_images_are_batched_by_a_budget_in_patches(engine):
+    engine.events.seen.clear()
+    images = [{"image": data} for data in sample_images().values()] * 2  # 12 images of 17 positions each
+    result = engine.encode_sync("clip-small-batches", images)
+    assert len(result.items) == 12 and result.tokens == 12 * 17
+    assert sorted(engine.events.seen, reverse=True) == [(4, 68), (4, 68), (4, 68)]
+
+
+@pytest.mark.parametrize("card", IMAGE_CARDS, ids=[c.id for c in IMAGE_CARDS])
+def test_built_in_image_card_on_a_tiny_stand_in_equals_transformers(engine, tiny, card):
+    images = [sample_images()["png_rgb"], sample_images()["jpeg_rgb"]]
+    result = engine.encode_sync(card.id, [{"image": b} for b in images] + TEXTS[:2], normalize=False)
+    assert_cosine(vectors(result), reference(card.family, tiny[card.family], images, TEXTS[:2]))
+    assert card.query_tower == "text" and card.image_size and card.dims
+    assert engine.encode_sync(card.id, ["a query"], is_query=True).items[0].dense.shape == (16 if card.family ==
+                                                                                          "clip" else 32,)
+
+
+def test_vectors_are_normalised_by_default(engine):
+    result = engine.encode_sync("clip", [{"image": sample_images()["png_rgb"]}, "the cat"])
+    np.testing.assert_allclose(np.linalg.norm(vectors(result), axis=1), 1.0, rtol=1e-5)
+
+
+def test_limits_bytes_pixels_and_formats(engine):
+    with pytest.raises(PayloadTooLarge, match=r"items\[0\].image is too large in pixels \(2000 x 600\)"):
+        engine.encode_sync("clip", [{"image": png_bomb(2000, 600)}])
+    with pytest.raises(PayloadTooLarge, match="per image"):
+        engine.encode_sync("clip", [{"image": b"\x89PNG" + bytes(3 * 2**20)}])
+    tiff = encode_image(sample_pil_images()["png_rgb"], "TIFF")
+    with pytest.raises(InvalidRequest, match=r"not an image in an accepted format \(PNG, JPEG, WEBP, GIF, BMP\)"):
+        engine.encode_sync("clip", ["fine", {"image": tiff}])
+    with pytest.raises(InvalidRequest, match="both text and image"):
+        engine.encode_sync("clip", [{"text": "a", "image": b"x"}])
+    assert engine.encode_sync("clip", [{"image": sample_images()["png_rgb"]}]).items[0].dense.shape == (16,)
