@@ -17,7 +17,8 @@ ENCODE = Task(
     name="encode",
     summary="Dense, sparse and multi-vector embeddings",
     fields=(
-        ITEMS,
+        Field("items", ref("EncodeItems"), required=True,
+              description="texts and images: strings, {id?, text} or {id?, image} objects (image models only)"),
         Field("output_types", {"type": "array", "items": {"enum": list(OUTPUT_TYPES)}},
               description="which outputs (default: the model's first)"),
         Field("is_query", {"type": "boolean", "default": False},

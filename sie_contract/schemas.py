@@ -27,6 +27,15 @@ TENSOR = {
 COMPONENTS = {
     "Item": {"oneOf": [{"type": "string"}, obj({"id": {"type": "string"}, "text": {"type": "string"}}, ["text"])]},
     "Items": {"type": "array", "items": ref("Item"), "minItems": 1},
+    # encode's items may be images (two-tower image-text models: CLIP, SigLIP)
+    "EncodeItem": {"oneOf": [
+        {"type": "string"}, obj({"id": {"type": "string"}, "text": {"type": "string"}}, ["text"]),
+        obj({"id": {"type": "string"}, "image": {
+            "type": "string", "format": "byte",
+            "description": "the image file's bytes (PNG, JPEG, WebP, GIF, BMP): base64 or a data: URI in JSON, "
+                           "raw bytes in msgpack; URLs are not fetched"}}, ["image"]),
+    ]},
+    "EncodeItems": {"type": "array", "items": ref("EncodeItem"), "minItems": 1},
     "Usage": obj({"tokens": {"type": "integer"}}, ["tokens"]),
     "Tensor": TENSOR,
 }
