@@ -89,7 +89,10 @@ def model_entry(info: ModelInfo, created: int) -> dict:
         "matryoshka_dims": list(info.matryoshka_dims), "max_seq_len": info.max_seq_len, "state": info.state,
         "memory_bytes": info.memory_bytes, "description": info.description,
         "weights": {"status": info.weights, "source": info.weights_source, "detail": info.weights_detail},
+        "modalities": list(info.modalities),
     }
+    if info.image_size:
+        entry["image_size"] = info.image_size
     if info.error:
         entry["error"] = info.error
     return entry

@@ -342,6 +342,7 @@ class Engine:
             state=self.pool.state(model), memory_bytes=self.pool.memory_bytes(model),
             error=failure.message if failure else None, description=card.description,
             weights="local" if runner else where.status, weights_source=where.source, weights_detail=where.detail,
+            modalities=card.modalities, image_size=card.image_size,
         )
 
     def _weights_location(self, card: ModelCard) -> WeightsLocation:

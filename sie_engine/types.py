@@ -99,6 +99,9 @@ class ModelInfo:
     weights: str = "local"
     weights_source: str = ""
     weights_detail: str = ""
+    # what encode items may carry (text; image too for CLIP and SigLIP) and the image side in pixels
+    modalities: tuple[str, ...] = ("text",)
+    image_size: int | None = None
 
 
 @dataclass

@@ -139,3 +139,19 @@ def test_limits_bytes_pixels_and_formats(engine):
     with pytest.raises(InvalidRequest, match="both text and image"):
         engine.encode_sync("clip", [{"text": "a", "image": b"x"}])
     assert engine.encode_sync("clip", [{"image": sample_images()["png_rgb"]}]).items[0].dense.shape == (16,)
+
+
+def test_embedded_client_sends_paths_pil_images_and_bytes(engine, tiny, tmp_path):
+    from sie_client import SIEClient
+
+    images = sample_images()
+    path = tmp_path / "photo.jpeg"
+    path.write_bytes(images["jpeg_rgb"])
+    gray = sample_pil_images()["png_gray"]
+    with SIEClient(engine=engine) as client:
+        result = client.encode("clip", [path, {"id": "g", "image": gray}, images["webp_rgb"], "the cat"],
+                               normalize=False)
+    as_png = encode_image(gray, "PNG")
+    assert_cosine(vectors(result), reference("clip", tiny["clip"], [images["jpeg_rgb"], as_png, images["webp_rgb"]],
+                                             ["the cat"]))
+    assert [item.id for item in result.items] == ["0", "g", "2", "3"]

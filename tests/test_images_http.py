@@ -168,3 +168,10 @@ def test_an_image_over_the_byte_limit_is_413(server):
                           headers={"Content-Type": "application/msgpack", "Accept": "application/json"}, timeout=60)
     assert response.status_code == 413, response.text
     assert "per image" in response.json()["error"]["message"]
+
+
+def test_models_list_the_modalities_and_image_size(server):
+    entry = httpx.get(f"{server.url}/v1/models/clip", timeout=30).json()
+    assert entry["modalities"] == ["text", "image"] and entry["image_size"] == 32
+    with SIEClient(server.url) as client:
+        assert client.model("siglip").modalities == ("text", "image")

@@ -89,6 +89,7 @@ def model_answer(info: Any) -> dict:
         "outputs": list(info.outputs), "dims": dict(info.dims), "matryoshka_dims": list(info.matryoshka_dims),
         "max_seq_len": info.max_seq_len, "state": info.state, "memory_bytes": info.memory_bytes, "error": info.error,
         "weights": {"status": info.weights, "source": info.weights_source, "detail": info.weights_detail},
+        "modalities": list(info.modalities), "image_size": info.image_size,
     }
 
 

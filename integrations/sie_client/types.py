@@ -91,3 +91,5 @@ class ModelInfo:
     memory_bytes: int = 0
     error: str | None = None
     weights: str = "local"  # local, download (fetched on first load) or unavailable
+    modalities: tuple[str, ...] = ("text",)  # what encode items may carry: text, and image for CLIP / SigLIP
+    image_size: int | None = None

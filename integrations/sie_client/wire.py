@@ -133,6 +133,8 @@ def parse_model(raw: Mapping[str, Any]) -> ModelInfo:
         memory_bytes=int(raw.get("memory_bytes") or 0),
         error=raw.get("error"),
         weights=(raw.get("weights") or {}).get("status", "local"),
+        modalities=tuple(raw.get("modalities") or ("text",)),
+        image_size=raw.get("image_size"),
     )
 
 
