@@ -57,6 +57,8 @@ CLIP = ("config.json (projection_dim, text_config.max_position_embeddings 77) + 
         "modeling_clip.py pools the end-of-text token, the last of each sequence")
 SIGLIP = ("config.json (text hidden size = the shared width; max_position_embeddings 64) + the model card (texts "
           "padded to 64 tokens, pooled at the last position) on the Hub")
+GLICLASS = ("the model pages cited in the card's comments (a DeBERTa-v3 backbone: spm.model, model size); "
+            "config.json's head settings are read at load")
 STATIC = "config.json + modules.json (StaticEmbedding, Normalize) of the model2vec repository on the Hub"
 MISTRAL = ("config.json (MistralModel, sliding_window 4096) + modules.json + 1_Pooling (lasttoken) + the README's "
            "get_detailed_instruct and max_length 4096 on the Hub")
@@ -248,6 +250,11 @@ PUBLISHED: dict[str, Published] = {
     "minishlab/potion-base-32M": dense("model2vec", "mean", True, 512, None, STATIC),
     "minishlab/potion-retrieval-32M": dense("model2vec", "mean", True, 512, None, STATIC),
     "minishlab/potion-multilingual-128M": dense("model2vec", "mean", True, 256, None, STATIC),
+    # GLiClass: the head's settings come from the checkpoint's config.json at load (tests/test_gliclass.py)
+    "knowledgator/gliclass-small-v1.0": other("deberta-v2", "gliclass", None, GLICLASS),
+    "knowledgator/gliclass-base-v1.0": other("deberta-v2", "gliclass", None, GLICLASS),
+    "knowledgator/gliclass-large-v1.0": other("deberta-v2", "gliclass", None, GLICLASS),
+    "knowledgator/gliclass-large-v3.0": other("deberta-v2", "gliclass", None, GLICLASS),
     # GLiNER (span extraction over a DeBERTa backbone)
     "urchade/gliner_small-v2.1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
     "urchade/gliner_medium-v2.1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
