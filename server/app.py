@@ -112,18 +112,32 @@ async def _watch_key_file(app: web.Application):
             await task
 
 
+# After the drain timeout: how long the handlers of the requests answered 503 `draining`
+# get to write those answers, and the Retry-After they carry (another replica is up by then).
+ANSWER_GRACE_S = 5.0
+DRAINING_RETRY_AFTER_S = 5.0
+
+
 async def drain(app: web.Application, timeout_s: float | None = None) -> bool:
-    """Stop accepting work and wait until every accepted request has its answer.
-    True when everything finished within the timeout."""
+    """Stop accepting work and wait until every accepted request has its answer. Work
+    still queued when `timeout_s` runs out is answered 503 `draining` with Retry-After,
+    never dropped. True when everything finished within the timeout."""
     lifecycle, engine = app[LIFECYCLE], app[ENGINE]
     timeout_s = app[SETTINGS].drain_timeout_s if timeout_s is None else timeout_s
     lifecycle.draining = True
-    log.info("draining: %d request(s) in flight", lifecycle.inflight)
+    log.info("draining: %d request(s) in flight", lifecycle.accepted())
     finished = await lifecycle.wait_idle(timeout_s)
     if not finished:
-        log.warning("drain timed out after %.0fs with %d request(s) still in flight", timeout_s, lifecycle.inflight)
+        refused = await engine.abort(f"this server was shutting down and its drain time ({timeout_s:g}s) ran out "
+                                     "before this request ran; retry on another replica",
+                                     retry_after=DRAINING_RETRY_AFTER_S)
+        log.warning("drain timed out after %.0fs: %d request(s) still queued answered 503 draining",
+                    timeout_s, refused)
+        if not await lifecycle.wait_idle(ANSWER_GRACE_S):
+            log.warning("%d request(s) still unanswered %.0fs after the drain timed out", lifecycle.accepted(),
+                        ANSWER_GRACE_S)
     try:
-        await asyncio.wait_for(engine.drain(), timeout=5.0)
+        await asyncio.wait_for(engine.drain(), timeout=ANSWER_GRACE_S)
     except asyncio.TimeoutError:
         finished = False
     return finished

@@ -7,7 +7,8 @@ when the router package is present, `router`.
                      [--max-connections N] [--cors-origin ORIGIN ...] [--no-access-log] ...
     sie-server models [--models DIR ...] [--model NAME=PATH ...] [--json]
 
-API keys also come from SIE_API_KEYS (comma-separated).
+API keys also come from SIE_API_KEYS (comma-separated); the queue wait bound from
+SIE_MAX_QUEUE_WAIT (seconds).
 """
 
 from __future__ import annotations
@@ -22,6 +23,22 @@ import sys
 from pathlib import Path
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+MAX_QUEUE_WAIT_ENV = "SIE_MAX_QUEUE_WAIT"
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _default_queue_wait() -> str:
+    """SIE_MAX_QUEUE_WAIT, else 30 s (argparse checks a string default with the option's type)."""
+    return os.environ.get(MAX_QUEUE_WAIT_ENV, "30")
 
 
 def _model_spec(text: str) -> tuple[str, str]:
@@ -90,6 +107,10 @@ def add_serve_parser(subparsers) -> None:
                    help="tokens a model may have queued before requests get 429")
     p.add_argument("--max-total-queued-tokens", type=int, default=1 << 22, metavar="N",
                    help="tokens all models together may have queued before requests get 429")
+    p.add_argument("--max-queue-wait", type=_seconds, default=_default_queue_wait(), metavar="SECONDS",
+                   help="admit a request only if the work queued before it finishes within this many seconds at "
+                        "the measured throughput, else 429 at once with Retry-After (default 30; also "
+                        f"{MAX_QUEUE_WAIT_ENV})")
     p.add_argument("--max-items", type=int, default=4096, metavar="N", help="items per request")
     p.add_argument("--max-body-bytes", type=_size, default=64 * 2**20, metavar="SIZE", help="request body limit")
     p.add_argument("--max-image-bytes", type=_size, default=20 * 2**20, metavar="SIZE",
@@ -105,7 +126,8 @@ def add_serve_parser(subparsers) -> None:
     p.add_argument("--no-access-log", dest="access_log", action="store_false",
                    help="do not log one line per request (with its request id)")
     p.add_argument("--drain-timeout", type=float, default=120.0, metavar="SECONDS",
-                   help="after SIGTERM, how long to wait for accepted requests")
+                   help="after SIGTERM, how long accepted requests may take; those still queued then are "
+                        "answered 503 draining (keep it above --max-queue-wait plus one batch)")
     p.add_argument("--tokenizer-threads", type=int, default=2, metavar="N",
                    help="threads that tokenise requests, beside the batches that run the models")
     p.add_argument("--cpu-batches", type=int, default=None, metavar="N",
@@ -175,6 +197,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         engine = Engine(
             catalog, device=args.device, memory_budget=args.memory_budget, host_cache=args.host_cache,
             max_queued_tokens=args.max_queued_tokens, max_total_queued_tokens=args.max_total_queued_tokens,
+            max_queue_wait_s=args.max_queue_wait,
             limits=Limits(max_items=args.max_items, max_image_bytes=args.max_image_bytes,
                           max_image_pixels=args.max_image_pixels,
                           image_formats=tuple(f.strip().upper() for f in args.image_formats.split(",") if f.strip())),

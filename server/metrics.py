@@ -36,6 +36,11 @@ class ServerMetrics:
         self.queued_items = Gauge("sie_queued_items", "Items waiting for a batch", ["model"], registry=r)
         self.queued_tokens = Gauge("sie_queued_tokens", "Tokens waiting for a batch (autoscaling signal)",
                                    ["model"], registry=r)
+        # admission's estimate (sie_engine/admission.py): the model's queued work in seconds at its
+        # measured throughput; summed over a server's models, the wait a new request would see
+        self.queue_wait = Gauge("sie_queue_wait_seconds",
+                                "Seconds of work queued for the model at its measured throughput (autoscaling signal)",
+                                ["model"], registry=r)
         self.inflight = Gauge("sie_inflight_requests", "Requests accepted and not yet answered", registry=r)
         self.batch_tokens = Histogram("sie_batch_tokens", "Real tokens per batch", ["model"],
                                       buckets=BATCH_TOKEN_BUCKETS, registry=r)
@@ -92,6 +97,9 @@ class _SchedulerHooks(SchedulerEvents):
             self.m._queues[model_id] = (items, tokens)
         self.m.queued_items.labels(model_id).set(items)
         self.m.queued_tokens.labels(model_id).set(tokens)
+
+    def queue_wait(self, model_id: str, seconds: float) -> None:
+        self.m.queue_wait.labels(model_id).set(seconds)
 
 
 class _PoolHooks(PoolEvents):

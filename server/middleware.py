@@ -99,7 +99,7 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
         else:
             _admit(request, route)
             if route in request.app[WORK_ROUTES]:
-                lifecycle.enter()
+                lifecycle.enter(request)
                 metrics.inflight.inc()
                 counted = True
             response = await handler(request)
@@ -121,7 +121,7 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
             route == "embeddings")
     finally:
         if counted:
-            lifecycle.leave()
+            lifecycle.leave(request)
             metrics.inflight.dec()
     total = time.monotonic() - started
     timings: Timings | None = request.get(TIMINGS)

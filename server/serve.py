@@ -3,6 +3,9 @@
 On the signal: /readyz turns 503 and new work is answered 503 `draining` (so a
 load balancer or the router moves on), every request already accepted is
 finished and answered, then the listener closes and the engine shuts down.
+Work still queued when `--drain-timeout` runs out is answered 503 `draining` with
+Retry-After; a request whose body never finished arriving is not waited for. The
+process exits at most `SHUTDOWN_EXTRA_S` after the drain timeout.
 A second signal during the drain quits at once (Ctrl-C twice).
 """
 
@@ -20,7 +23,7 @@ from aiohttp import web
 from sie_engine import Engine
 
 from . import access_log
-from .app import create_app, drain
+from .app import ANSWER_GRACE_S, create_app, drain
 from .connections import ConnectionLimitedRunner
 from .metrics import ServerMetrics
 from .settings import ServerSettings
@@ -32,6 +35,12 @@ log = logging.getLogger(__name__)
 # port 0 read the real port from it.
 LISTENING = "SIE listening on http://{host}:{port}"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# After the drain: how long connections still writing an answer (to a slow reader) get
+# before they are closed.
+CLOSE_TIMEOUT_S = 5.0
+# The most a shutdown takes beyond --drain-timeout: the 503s written, the engine's own drain,
+# connections closed (docs/deploy.md; the chart's termination grace period covers it).
+SHUTDOWN_EXTRA_S = 2 * ANSWER_GRACE_S + CLOSE_TIMEOUT_S
 # What to do when the address cannot be bound, by errno.
 _LISTEN_HINTS = {
     errno.EADDRINUSE: "another process is using it; stop that one or pick another --port (0: any free port)",
@@ -62,7 +71,7 @@ async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics
     logger = logging.getLogger(access_log.LOGGER) if settings.access_log else None
     runner = ConnectionLimitedRunner(app, max_connections=settings.max_connections, handler_cancellation=True,
                                      access_log=logger, access_log_format=access_log.FORMAT,
-                                     shutdown_timeout=10.0)
+                                     shutdown_timeout=CLOSE_TIMEOUT_S)
     await runner.setup()
     await _listen(runner, settings)
     host, port = runner.addresses[0][:2]
@@ -80,6 +89,7 @@ async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics
         log.info("stop signal: draining (up to %.0fs; Ctrl-C again to quit at once)", settings.drain_timeout_s)
         finished = await drain(app)
         log.info("drained (%s); closing", "all answered" if finished else "timed out")
+        _drop_unfinished_bodies(app)
     finally:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
@@ -97,6 +107,16 @@ async def _listen(runner: web.AppRunner, settings: ServerSettings) -> None:
         hint = _LISTEN_HINTS.get(exc.errno, "check --host and --port")
         why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
         raise CannotListen(f"cannot listen on {settings.host}:{settings.port}: {why}; {hint}") from exc
+
+
+def _drop_unfinished_bodies(app: web.Application) -> None:
+    """Requests whose body never finished arriving asked for nothing yet: end their handlers,
+    so closing the connections does not wait for bodies that will not come."""
+    waiting = app[LIFECYCLE].waiting_for_body()
+    if waiting:
+        log.info("closing %d connection(s) whose request body never finished arriving", len(waiting))
+    for request in waiting:
+        request.task.cancel()
 
 
 def _quit_now(sig: int, app: web.Application) -> None:

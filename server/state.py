@@ -17,38 +17,56 @@ from sie_engine.types import Timings
 from .settings import ServerSettings
 
 
+# How often a drain looks again at the requests it waits for (a body finishing arrives
+# without an event to wait on).
+DRAIN_POLL_S = 0.05
+
+
 @dataclass
 class Lifecycle:
     """Readiness and drain state. `inflight` counts work requests (every task's route
-    and embeddings) that passed admission and have not been answered; a drain waits
-    for it to reach zero."""
+    and embeddings) that passed admission and have not been answered. A drain waits for
+    those whose body has fully arrived: a client that sent part of a body and stopped has
+    asked for nothing yet, and must not hold a shutdown (issue #19)."""
 
     started_at: float = field(default_factory=time.time)
     ready: bool = False
     draining: bool = False
     preload_error: str | None = None
-    inflight: int = 0
-    _idle: asyncio.Event = field(default_factory=asyncio.Event)
+    _requests: dict = field(default_factory=dict)  # id -> web.Request (a Request is not hashable)
 
-    def __post_init__(self):
-        self._idle.set()
+    @property
+    def inflight(self) -> int:
+        return len(self._requests)
 
-    def enter(self) -> None:
-        self.inflight += 1
-        self._idle.clear()
+    def enter(self, request: web.Request) -> None:
+        self._requests[id(request)] = request
 
-    def leave(self) -> None:
-        self.inflight -= 1
-        if self.inflight == 0:
-            self._idle.set()
+    def leave(self, request: web.Request) -> None:
+        self._requests.pop(id(request), None)
+
+    def waiting_for_body(self) -> list[web.Request]:
+        """Requests whose body has not fully arrived."""
+        return [r for r in self._requests.values() if not _body_arrived(r)]
+
+    def accepted(self) -> int:
+        """Requests with their whole body, not answered yet: what a drain waits for."""
+        return sum(1 for r in self._requests.values() if _body_arrived(r))
 
     async def wait_idle(self, timeout: float) -> bool:
-        """True once no accepted request is left; False if `timeout` passed first."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
+        """True once every accepted request is answered; False if `timeout` passed first."""
+        deadline = time.monotonic() + timeout
+        while self.accepted():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(DRAIN_POLL_S, left))
+        return True
+
+
+def _body_arrived(request: web.Request) -> bool:
+    """Whether the request's whole body has been received (read by the handler or not)."""
+    return request.content.is_eof()
 
 
 ENGINE = web.AppKey("engine", Engine)

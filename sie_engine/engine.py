@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import dataclasses
 import inspect
 import logging
@@ -26,6 +27,7 @@ from sie_contract import registry as task_registry
 from sie_contract.builtin import PRECISIONS
 from sie_contract.tasks import FieldError, Task
 
+from .admission import Reservation, upper_bound_tokens
 from .card import Catalog, ModelCard
 from .checkpoints import CheckpointLayout, resolve as resolve_checkpoint
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
@@ -45,6 +47,10 @@ log = logging.getLogger(__name__)
 
 # seconds a model's weights location is trusted before it is looked up again
 WEIGHTS_RECHECK_S = 10.0
+
+# The admission of the task call running in this context: the requests it makes settle it
+# as their items are queued (a task implementation never sees it).
+_ADMISSION: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar("sie_admission", default=None)
 
 
 UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6, "MIB": 2**20,
@@ -158,6 +164,7 @@ class Engine:
         host_cache: int | str | None = None,
         max_queued_tokens: int = 1 << 20,
         max_total_queued_tokens: int = 1 << 22,
+        max_queue_wait_s: float = 30.0,
         limits: v.Limits = v.Limits(),
         tokenizer_threads: int = 2,
         cpu_batches: int | None = None,
@@ -195,7 +202,8 @@ class Engine:
             )
             self.scheduler = Scheduler(
                 self.pool, self._infer_pool, max_queued_tokens=max_queued_tokens,
-                max_total_queued_tokens=max_total_queued_tokens, events=scheduler_events,
+                max_total_queued_tokens=max_total_queued_tokens, max_queue_wait_s=max_queue_wait_s,
+                events=scheduler_events,
                 parallelism=self.parallelism,
             )
             self._tokenizers = _Tokenizers(self._tokenize_pool, self.pool)
@@ -278,7 +286,7 @@ class Engine:
 
     def new_request(self, card: ModelCard, task: str, size: int, timeout: float | None) -> Request:
         deadline = time.monotonic() + timeout if timeout is not None else None
-        return Request(card.id, task, size, deadline=deadline)
+        return Request(card.id, task, size, deadline=deadline, reservation=_ADMISSION.get())
 
     def submit(self, card: ModelCard, task: str, items: Sequence[WorkItem], request: Request) -> None:
         """Queue work items for a request (a task may submit in several steps)."""
@@ -299,7 +307,20 @@ class Engine:
         except FieldError as exc:
             raise InvalidRequest(str(exc), field=exc.field) from None
         self._require_task(self.card(model), task)
-        return await self._on_engine_loop(implementation, self, model, request, timeout)
+        return await self._on_engine_loop(self._admitted, implementation, model, request, timeout)
+
+    async def _admitted(self, implementation: Callable[..., Coroutine], model: str, request: dict[str, Any],
+                        timeout: float | None) -> Any:
+        """A task's implementation, run once admission lets the call in (on the engine's loop).
+        The decision comes before any tokenising: a refusal is immediate (admission.py)."""
+        card = self.card(model, request.get("precision"))
+        reservation = self.scheduler.admit(card.id, upper_bound_tokens(request, card.max_seq_len))
+        token = _ADMISSION.set(reservation)
+        try:
+            return await implementation(self, model, request, timeout)
+        finally:
+            _ADMISSION.reset(token)
+            reservation.release()
 
     def run_sync(self, task: str, model: str, *args: Any, **fields: Any) -> Any:
         return self._sync(self.run, task, model, *args, **fields)
@@ -378,6 +399,15 @@ class Engine:
     async def drain(self) -> None:
         """Refuse new work and return once every accepted request has been answered."""
         await self._on_engine_loop(self.scheduler.drain)
+
+    async def abort(self, message: str, retry_after: float = 5.0) -> int:
+        """Refuse new work and answer every accepted request still unanswered with Draining
+        (503 `draining` with Retry-After over HTTP); returns how many were answered so."""
+
+        async def abort() -> int:
+            return self.scheduler.abort(message, retry_after)
+
+        return await self._on_engine_loop(abort)
 
     def close(self) -> None:
         if self._closed:

@@ -14,6 +14,11 @@ into hold similar lengths (the CPU attention path then needs little padding).
 Results go back to each request in its own order; a request larger than one
 batch is split across batches and reassembled.
 
+Admission (admission.py): a request is queued only if the work queued before it finishes
+within `max_queue_wait_s` at the measured throughput; the decision comes before the
+request is tokenised, from an upper bound of its tokens, so a refusal is immediate.
+`max_queued_tokens` stays as a memory guard on what is queued.
+
 Faults stay local: a batch that raises fails only its own requests; a batch that
 runs out of device memory is retried in halves after idle models are evicted and
 the allocator's cache is emptied (only a sequence that cannot run even alone
@@ -36,6 +41,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .admission import Reservation, Throughput, WaitAdmission
 from .errors import DeadlineExceeded, Draining, InferenceFailed, ModelLoadFailed, Overloaded, PayloadTooLarge, SIEError
 from .parallelism import BatchParallelism, on_threads
 from .pool import ModelPool
@@ -56,6 +62,8 @@ class Request:
     enqueued_at: float = 0.0
     started_at: float | None = None
     inference_s: float = 0.0
+    # the tokens reserved when the request was admitted, settled as its items are queued
+    reservation: Reservation | None = None
 
     def __post_init__(self):
         self.future = asyncio.get_running_loop().create_future()
@@ -76,6 +84,7 @@ class SchedulerEvents:
 
     def batch(self, model_id: str, items: int, tokens: int, padded: int, seconds: float) -> None: ...
     def queue_changed(self, model_id: str, items: int, tokens: int) -> None: ...
+    def queue_wait(self, model_id: str, seconds: float) -> None: ...
 
 
 @dataclass
@@ -94,6 +103,7 @@ class Scheduler:
         *,
         max_queued_tokens: int = 1 << 20,
         max_total_queued_tokens: int = 1 << 22,
+        max_queue_wait_s: float = 30.0,
         max_batch_items: int = 1024,
         events: SchedulerEvents | None = None,
         executor_factory: Callable[[], Executor] | None = None,
@@ -119,8 +129,9 @@ class Scheduler:
         self._draining = False
         self._inflight: set[Request] = set()
         self._batches: dict[asyncio.Task, int | None] = {}  # running batch -> its torch threads
-        # drain rate (tokens/s), an exponential moving average over batches: Retry-After
-        self._rate = 0.0
+        # tokens/s per model and the wait bound (admission.py)
+        self.admission = WaitAdmission(max_queue_wait_s, Throughput(pool.device.type, self._params),
+                                       on_change=self._report)
 
     # ---- lifecycle ---------------------------------------------------------
     def wake(self) -> None:
@@ -148,6 +159,18 @@ class Scheduler:
         while self._inflight:
             await asyncio.wait([r.future for r in list(self._inflight)])
 
+    def abort(self, message: str, retry_after: float) -> int:
+        """Refuse new work and answer every accepted request that has no answer yet with
+        Draining (the drain's time ran out): their queued items are dropped; a batch already
+        running finishes on its thread and its results are dropped. Returns how many."""
+        self._draining = True
+        pending = [r for r in self._inflight if not r.finished]
+        for request in pending:
+            request.fail(Draining(message, retry_after))
+        for queue in self._queues.values():
+            self._drop_finished(queue)
+        return len(pending)
+
     async def close(self) -> None:
         self._closing = True
         tasks = [self._task] if self._task is not None else []
@@ -173,11 +196,40 @@ class Scheduler:
         queues = [q for (m, _), q in self._queues.items() if model_id is None or m == model_id]
         return sum(len(q.items) for q in queues), sum(q.tokens for q in queues)
 
-    def retry_after(self, tokens_ahead: int) -> float:
-        """Seconds until `tokens_ahead` queued tokens drain at the measured rate."""
-        if self._rate <= 0:
-            return 1.0
-        return min(60.0, max(1.0, tokens_ahead / self._rate))
+    def queued_tokens(self) -> dict[str, int]:
+        """model -> tokens queued."""
+        tokens: dict[str, int] = {}
+        for (model_id, _), queue in self._queues.items():
+            tokens[model_id] = tokens.get(model_id, 0) + queue.tokens
+        return tokens
+
+    def expected_wait(self) -> float:
+        """Seconds before a request arriving now would start (admission.py)."""
+        return self.admission.wait(self.queued_tokens())
+
+    def _params(self, model_id: str) -> float | None:
+        """A resident model's parameter count (the throughput prior before its first batch)."""
+        runner = self.pool.resident(model_id)
+        return runner.param_bytes / runner.dtype.itemsize if runner is not None else None
+
+    def _report(self, model_id: str) -> None:
+        """Tell the metrics a model's queue (items, tokens) and its wait changed."""
+        items, tokens = self.queued(model_id)
+        self.events.queue_changed(model_id, items, tokens)
+        self.events.queue_wait(model_id, self.admission.model_wait(model_id, tokens))
+
+    def _retry_after(self, model_id: str, tokens: float) -> float:
+        """Seconds until `tokens` of the model's queue have run at its throughput."""
+        return max(1.0, tokens / self.admission.throughput.rate(model_id))
+
+    # ---- admit -------------------------------------------------------------
+    def admit(self, model_id: str, tokens: int) -> Reservation:
+        """Admit a request of at most `tokens` tokens for a model (before tokenising it): raises
+        Overloaded when the queue's work exceeds the wait bound, Draining while draining. The
+        caller releases the reservation when the request has been queued or has ended."""
+        if self._draining:
+            raise Draining()
+        return self.admission.admit(model_id, tokens, self.queued_tokens())
 
     # ---- submit ------------------------------------------------------------
     def submit(self, model_id: str, task: str, items: Sequence[WorkItem], request: Request) -> Request:
@@ -196,16 +248,21 @@ class Scheduler:
                 field="items",
             )
         if model_tokens + tokens > self.max_queued_tokens:
-            raise Overloaded(f"model {model_id!r} has {model_tokens} tokens queued", self.retry_after(model_tokens))
+            raise Overloaded(f"model {model_id!r} has {model_tokens} tokens queued",
+                             self._retry_after(model_id, model_tokens + tokens - self.max_queued_tokens))
         if total_tokens + tokens > self.max_total_queued_tokens:
-            raise Overloaded(f"the server has {total_tokens} tokens queued", self.retry_after(total_tokens))
+            raise Overloaded(f"the server has {total_tokens} tokens queued",
+                             max(1.0, self.expected_wait() * (total_tokens + tokens - self.max_total_queued_tokens)
+                                 / max(1, total_tokens)))
         queue.items.extend(items)
         queue.tokens += tokens
+        if request.reservation is not None:  # its real tokens are queued now: the estimate goes
+            request.reservation.settle(len(items) / max(1, request.size))
         if request not in self._inflight:  # a large request is submitted in several chunks
             request.enqueued_at = time.monotonic()
             self._inflight.add(request)
             request.future.add_done_callback(lambda _f: self._inflight.discard(request))
-        self.events.queue_changed(model_id, *self.queued(model_id))
+        self._report(model_id)
         self._wake.set()
         return request
 
@@ -277,14 +334,14 @@ class Scheduler:
             queue.tokens -= queue.items.popleft().num_tokens
             dropped = True
         if dropped:
-            self.events.queue_changed(queue.model_id, *self.queued(queue.model_id))
+            self._report(queue.model_id)
 
     def _fail_queue(self, queue: _Queue, exc: BaseException) -> None:
         for item in queue.items:
             item.request.fail(exc)
         queue.items.clear()
         queue.tokens = 0
-        self.events.queue_changed(queue.model_id, 0, 0)
+        self._report(queue.model_id)
 
     def _take_batch(self, queue: _Queue, budget: int) -> list[WorkItem]:
         batch: list[WorkItem] = []
@@ -309,7 +366,7 @@ class Scheduler:
         dispatcher goes on at once; it may start another next to it)."""
         runner = self.pool.resident(queue.model_id)
         items = self._take_batch(queue, runner.batch_tokens or runner.card.max_batch_tokens)
-        self.events.queue_changed(queue.model_id, *self.queued(queue.model_id))
+        self._report(queue.model_id)
         if not items:  # everything left belonged to finished requests
             return
         alone = not self._batches and not any(q.items for q in self._queues.values())
@@ -376,9 +433,10 @@ class Scheduler:
             return
         seconds = time.monotonic() - started
         tokens = sum(it.num_tokens for it in items)
-        rate = tokens / max(seconds, 1e-6) * max(1, len(self._batches))  # batches running side by side add up
-        self._rate = rate if self._rate == 0 else 0.8 * self._rate + 0.2 * rate
+        # batches running side by side add up
+        self.admission.throughput.observe(queue.model_id, tokens, seconds, len(self._batches))
         self.events.batch(queue.model_id, len(items), tokens, padded, seconds)
+        self._report(queue.model_id)  # its rate changed, so its wait did
         touched = set()
         for item, result in zip(items, results):
             pending.discard(item)

@@ -1,0 +1,151 @@
+"""Overload on a real `sie-server serve` (issue #19): admission by expected wait.
+
+A flood of long texts against a server that admits at most `WAIT_S` seconds of queued
+work: the requests over the bound are refused with 429 at once (before they are
+tokenised), with a Retry-After after which the request is admitted; the admitted ones
+wait at most the bound plus about a batch; `sie_queue_wait_seconds` shows the estimate.
+Before the fix the queue bound was 1,048,576 tokens (minutes of work on a CPU): nothing
+here was refused, and admitted requests waited for the whole flood."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+
+from dev_corpus import load_docs
+from server_fixtures import DEFAULT_MODEL, metric_value, server_fixture
+from sie_engine.admission import upper_bound_tokens
+from sie_engine.tokenizer import TextTokenizer
+from tiny_models import MINILM_DIR
+
+ENCODE = f"/v1/encode/{DEFAULT_MODEL}"
+WAIT_S = 2.0
+REQUESTS = 40
+PER_REQUEST = 4  # x ~250 tokens: a flood of about 40,000 tokens, ~5 s of MiniLM on an idle 2-core box
+
+server = server_fixture("--preload", DEFAULT_MODEL, "--max-queue-wait", str(WAIT_S))
+
+
+def long_texts(count: int) -> list[str]:
+    """Texts longer than MiniLM's 256-token window (every one runs a full window)."""
+    texts = [d["text"] for d in load_docs() if len(d["text"]) > 1000]
+    return [texts[i % len(texts)] for i in range(count)]
+
+
+def test_upper_bound_is_above_the_real_token_count():
+    """The estimate made before tokenising never undercounts (so admission stays on the safe
+    side), and is tight for long texts (each is one window)."""
+    tokenizer = TextTokenizer(MINILM_DIR, 256)
+    texts = [d["text"][:n] for d, n in zip(load_docs(200), [5, 40, 300, 2000] * 50)]
+    texts += ["naïve café 東京 🚀 " * 20, "a", ""]
+    real = sum(len(ids) for ids in tokenizer.encode(texts).ids)
+    bound = upper_bound_tokens({"items": texts}, 256)
+    assert real <= bound
+    long = long_texts(32)
+    assert upper_bound_tokens({"items": [{"text": t} for t in long]}, 256) == 32 * 256
+    # the query of a score request enters every pair
+    assert upper_bound_tokens({"query": "q" * 50, "items": ["d" * 10]}, 256) > 60
+
+
+@pytest.fixture(scope="module")
+def warm(server):
+    """One request first, so the model's throughput is measured, not the prior."""
+    import httpx
+
+    assert httpx.post(server.url + ENCODE, json={"items": long_texts(16)}, timeout=60).status_code == 200
+    return server
+
+
+async def post(session: aiohttp.ClientSession, texts: list[str]) -> dict:
+    sent = time.monotonic()
+    async with session.post(ENCODE, json={"items": texts}) as r:
+        body = await r.json()
+        return {"status": r.status, "seconds": time.monotonic() - sent, "body": body,
+                "retry_after": r.headers.get("Retry-After"),
+                "queue_s": float(r.headers.get("X-SIE-Queue-Ms", "0")) / 1000,
+                "inference_s": float(r.headers.get("X-SIE-Inference-Ms", "0")) / 1000}
+
+
+async def test_flood_is_refused_at_once_and_admitted_work_waits_at_most_the_bound(warm):
+    texts = long_texts(PER_REQUEST)
+    async with aiohttp.ClientSession(warm.url, timeout=aiohttp.ClientTimeout(total=300)) as session:
+        flood = [asyncio.create_task(post(session, texts)) for _ in range(REQUESTS)]
+        # the estimate, exported while the queue is full
+        gauge = 0.0
+        while not all(t.done() for t in flood) and gauge == 0.0:
+            async with session.get("/metrics") as r:
+                gauge = metric_value(await r.text(), "sie_queue_wait_seconds", model=DEFAULT_MODEL)
+            await asyncio.sleep(0.01)
+        # a request refused now is admitted after its Retry-After
+        probe = await post(session, texts)
+        answers = await asyncio.gather(*flood)
+        # "one batch", as the server measured it (a request's inference time spans its batches;
+        # a busy box, as when the suite runs beside other work, makes batches slower)
+        batch_s = max(a["inference_s"] for a in answers if a["status"] == 200)
+        if probe["status"] == 429:
+            retry_after = int(probe["retry_after"])
+            assert 1 <= retry_after <= WAIT_S + batch_s + 1, probe
+            await asyncio.sleep(retry_after)
+            assert (await post(session, texts))["status"] == 200
+        async with session.get("/metrics") as r:
+            metrics = await r.text()
+
+    refused = [a for a in answers if a["status"] == 429]
+    admitted = [a for a in answers if a["status"] == 200]
+    assert len(refused) + len(admitted) == REQUESTS, [a["status"] for a in answers]
+    assert refused and admitted
+    for answer in refused:
+        assert answer["seconds"] < 1.0, answer  # refused before tokenising, not after
+        assert answer["body"]["error"]["code"] == "overloaded"
+        assert 1 <= int(answer["retry_after"]) <= WAIT_S + batch_s + 1  # whole seconds, rounded up
+    assert max(a["queue_s"] for a in admitted) <= WAIT_S + batch_s, (batch_s, sorted(a["queue_s"] for a in admitted))
+    assert all(len(a["body"]["items"]) == PER_REQUEST for a in admitted)
+    assert gauge > 0.0
+    assert metric_value(metrics, "sie_queue_wait_seconds", model=DEFAULT_MODEL) == 0.0  # all answered
+
+
+async def test_sigterm_mid_flood_answers_every_request(tmp_path):
+    """SIGTERM with admitted work queued and a drain shorter than it: every request gets an
+    answer (200, 429 before the signal, or 503 `draining` with Retry-After), none a dropped
+    connection, and the process exits within the drain timeout plus its documented extra."""
+    from sie_server.launch import start_server
+    from sie_server.serve import SHUTDOWN_EXTRA_S
+
+    drain_s = 0.5  # shorter than the work admitted (up to 10 s): some is still queued when it ends
+    server = start_server("--preload", DEFAULT_MODEL, "--max-queue-wait", "10", "--drain-timeout", str(drain_s),
+                          log_dir=tmp_path)
+    try:
+        texts = long_texts(PER_REQUEST)
+        async with aiohttp.ClientSession(server.url, timeout=aiohttp.ClientTimeout(total=120)) as session:
+            async def answer(task):
+                try:
+                    return await task
+                except aiohttp.ClientError as exc:  # a dropped connection: what must not happen
+                    return {"status": None, "error": repr(exc)}
+
+            flood = [asyncio.create_task(post(session, texts)) for _ in range(REQUESTS)]
+            while True:  # some admitted work is queued behind the running batches
+                async with session.get("/v1/status") as r:
+                    status = await r.json()
+                if status["queued_items"] >= 2 * PER_REQUEST or all(t.done() for t in flood):
+                    break
+                await asyncio.sleep(0.01)
+            signalled = time.monotonic()
+            server.signal()
+            answers = await asyncio.gather(*(answer(t) for t in flood))
+        code = await asyncio.to_thread(server.wait, drain_s + SHUTDOWN_EXTRA_S + 10)
+        exited_s = time.monotonic() - signalled
+    finally:
+        server.stop()
+    statuses = [a["status"] for a in answers]
+    assert set(statuses) <= {200, 429, 503}, answers
+    drained = [a for a in answers if a["status"] == 503]
+    assert drained, f"nothing was left queued at the drain timeout: {statuses}"
+    for a in drained:
+        assert a["body"]["error"]["code"] == "draining" and int(a["retry_after"]) >= 1
+    assert code == 0, server.log_text()[-3000:]
+    assert exited_s <= drain_s + SHUTDOWN_EXTRA_S, exited_s
+    assert "answered 503 draining" in server.log_text()
