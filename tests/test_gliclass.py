@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 
+from classification_checks import assert_classified, assert_top_k_and_threshold_cut_the_ranking
 from gliclass_models import gliclass_pipeline, make_gliclass, reference_scores
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
 from sie_engine.errors import InvalidRequest, ModelLoadFailed
@@ -62,16 +63,7 @@ def pipelines(roots):
 
 
 def _assert_matches(items, expected, multi_label):
-    for item, want in zip(items, expected):
-        assert item.entities == []
-        got = {c.label: c.score for c in item.classifications}
-        assert set(got) == set(LABELS)
-        np.testing.assert_allclose([got[label] for label in LABELS], [want[label] for label in LABELS], atol=1e-4)
-        scores = [c.score for c in item.classifications]
-        assert scores == sorted(scores, reverse=True)  # best first
-        assert scores[0] - scores[-1] > 0.01  # the weights tell the labels apart
-        if not multi_label:
-            assert abs(sum(scores) - 1.0) < 1e-5
+    assert_classified(items, expected, LABELS, multi_label, atol=1e-4, spread=0.01)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -90,15 +82,9 @@ def test_multi_label_is_the_default_and_batches_of_the_reference_agree(engine, p
     _assert_matches(result.items, reference_scores(pipelines["deberta"], TEXTS, LABELS, True, batch_size=8), True)
 
 
-def test_threshold_and_top_k(engine):
-    full = engine.extract_sync("gliclass/bert", TEXTS, LABELS)
-    top = engine.extract_sync("gliclass/bert", TEXTS, LABELS, top_k=2)
-    for a, b in zip(full.items, top.items):
-        assert b.classifications == a.classifications[:2]
-    cut = float(np.median([c.score for i in full.items for c in i.classifications]))
-    kept = engine.extract_sync("gliclass/bert", TEXTS, LABELS, threshold=cut)
-    for a, b in zip(full.items, kept.items):
-        assert b.classifications == [c for c in a.classifications if c.score >= cut]
+@pytest.mark.parametrize("multi_label", [True, False])
+def test_threshold_and_top_k(engine, multi_label):
+    assert_top_k_and_threshold_cut_the_ranking(engine, "gliclass/bert", TEXTS, LABELS, multi_label=multi_label)
 
 
 @pytest.mark.parametrize("name", ["deberta", "bert-mlp"])

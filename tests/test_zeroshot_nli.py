@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
+from classification_checks import assert_classified, assert_top_k_and_threshold_cut_the_ranking
 from sie_engine.errors import InvalidRequest, ModelLoadFailed
 from tiny_models import save_tiny, tiny_bert_config, tiny_xlmr_config
 
@@ -117,16 +118,7 @@ def test_scores_match_the_pipeline(engine, roots, name, multi_label):
     result = engine.extract_sync(f"nli/{name}", TEXTS, LABELS, multi_label=multi_label)
     expected = _expected(roots[name], TEXTS, LABELS, multi_label=multi_label)
     assert [item.id for item in result.items] == [str(i) for i in range(len(TEXTS))]
-    for item, want in zip(result.items, expected):
-        assert item.entities == []
-        got = {c.label: c.score for c in item.classifications}
-        assert set(got) == set(LABELS)
-        np.testing.assert_allclose([got[label] for label in LABELS], [want[label] for label in LABELS], atol=1e-5)
-        scores = [c.score for c in item.classifications]
-        assert scores == sorted(scores, reverse=True)  # best first
-        assert scores[0] - scores[-1] > 0.005  # the weights tell the labels apart
-        if not multi_label:
-            assert abs(sum(scores) - 1.0) < 1e-5
+    assert_classified(result.items, expected, LABELS, multi_label, atol=1e-5, spread=0.005)
     assert result.tokens > 0
 
 
@@ -142,14 +134,7 @@ def test_template_single_label_threshold_and_top_k(engine, roots):
     want = _expected(roots["bert"], TEXTS[:2], ["software"])
     np.testing.assert_allclose([i.classifications[0].score for i in one.items], [w["software"] for w in want],
                                atol=1e-5)
-    full = engine.extract_sync("nli/bert", TEXTS, LABELS, multi_label=True)
-    top = engine.extract_sync("nli/bert", TEXTS, LABELS, multi_label=True, top_k=2)
-    for a, b in zip(full.items, top.items):
-        assert b.classifications == a.classifications[:2]
-    cut = float(np.median([c.score for i in full.items for c in i.classifications]))
-    kept = engine.extract_sync("nli/bert", TEXTS, LABELS, multi_label=True, threshold=cut)
-    for a, b in zip(full.items, kept.items):
-        assert b.classifications == [c for c in a.classifications if c.score >= cut]
+    assert_top_k_and_threshold_cut_the_ranking(engine, "nli/bert", TEXTS, LABELS, multi_label=True)
 
 
 def test_answers_do_not_depend_on_batch_company(engine):
