@@ -54,7 +54,7 @@ class ScoreResult:
 class Entity:
     text: str
     label: str
-    score: float
+    score: float | None  # None: an entity the request gave (relation models), not one found
     start: int
     end: int
 
@@ -66,11 +66,23 @@ class Classification:
 
 
 @dataclass
+class Relation:
+    """A relation model's triple: `head` stands in `relation` to `tail` (entities of the same item)."""
+
+    head: Entity
+    relation: str
+    tail: Entity
+    score: float
+
+
+@dataclass
 class ExtractedItem:
     id: str
     entities: list[Entity]
     # zero-shot classification models: the labels with their scores, best first (None: an entity model)
     classifications: list[Classification] | None = None
+    # relation models: triples between the item's entities (None: not a relation model)
+    relations: list[Relation] | None = None
 
 
 @dataclass

@@ -6,12 +6,13 @@ from .adapters import Clients, connect_async
 from .errors import SIEConnectionError, SIEError
 from .retry import RetryPolicy
 from .types import (
-    Classification, EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, ScoredItem,
-    ScoreResult, SparseVector,
+    Classification, EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, Relation,
+    ScoredItem, ScoreResult, SparseVector,
 )
 
 __all__ = [
     "AsyncSIEClient", "Classification", "Clients", "DEFAULT_MODEL", "EMBEDDED", "EncodedItem", "EncodeResult", "Entity",
-    "ExtractedItem", "ExtractResult", "ModelInfo", "Quantized", "RetryPolicy", "SIEClient", "SIEConnectionError",
-    "SIEError", "ScoredItem", "ScoreResult", "SparseVector", "connect", "connect_async", "resolve_url",
+    "ExtractedItem", "ExtractResult", "ModelInfo", "Quantized", "Relation", "RetryPolicy", "SIEClient",
+    "SIEConnectionError", "SIEError", "ScoredItem", "ScoreResult", "SparseVector", "connect", "connect_async",
+    "resolve_url",
 ]

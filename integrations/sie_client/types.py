@@ -52,7 +52,7 @@ class ScoreResult:
 class Entity:
     text: str
     label: str
-    score: float
+    score: float | None  # None: an entity the request gave a relation model, not one found
     start: int  # character offsets into the item's text, end exclusive
     end: int
 
@@ -64,11 +64,23 @@ class Classification:
 
 
 @dataclass
+class Relation:
+    """A relation model's triple: `head` stands in `relation` to `tail` (entities of the same item)."""
+
+    head: Entity
+    relation: str
+    tail: Entity
+    score: float
+
+
+@dataclass
 class ExtractedItem:
     id: str
     entities: list[Entity]
     # classification models (zero-shot NLI): labels with scores, best first; None for entity models
     classifications: list[Classification] | None = None
+    # relation models (GLiREL): triples between the item's entities; None for other models
+    relations: list[Relation] | None = None
 
 
 @dataclass

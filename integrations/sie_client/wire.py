@@ -17,8 +17,8 @@ import msgpack
 import numpy as np
 
 from .types import (
-    Classification, EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, ScoredItem,
-    ScoreResult, SparseVector,
+    Classification, EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, Relation,
+    ScoredItem, ScoreResult, SparseVector,
 )
 
 MSGPACK = "application/msgpack"
@@ -102,17 +102,22 @@ def parse_score(answer: Mapping[str, Any]) -> ScoreResult:
     return ScoreResult(answer["model"], scores, int((answer.get("usage") or {}).get("tokens", 0)))
 
 
+def parse_entity(e: Mapping[str, Any]) -> Entity:
+    return Entity(text=e["text"], label=e["label"], score=None if e.get("score") is None else float(e["score"]),
+                  start=int(e["start"]), end=int(e["end"]))
+
+
 def parse_extract(answer: Mapping[str, Any]) -> ExtractResult:
     items = [
         ExtractedItem(
             id=str(item["id"]),
-            entities=[
-                Entity(text=e["text"], label=e["label"], score=float(e["score"]),
-                       start=int(e["start"]), end=int(e["end"]))
-                for e in item.get("entities") or ()
-            ],
+            entities=[parse_entity(e) for e in item.get("entities") or ()],
             classifications=None if item.get("classifications") is None else [
                 Classification(label=c["label"], score=float(c["score"])) for c in item["classifications"]
+            ],
+            relations=None if item.get("relations") is None else [
+                Relation(head=parse_entity(r["head"]), relation=r["relation"], tail=parse_entity(r["tail"]),
+                         score=float(r["score"])) for r in item["relations"]
             ],
         )
         for item in answer["items"]

@@ -85,7 +85,7 @@ async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeou
     started = time.monotonic()
     card = engine.card(model)
     if relations.RELATIONS in card.outputs:  # a GLiREL model: relations between the items' entities
-        return await relations.run(engine, card, fields, timeout, started, check_labels)
+        return await relations.run(engine, card, fields, timeout, started, check_labels, run)
     relations.refuse_relation_fields(card, fields)
     ids, texts = v.parse_items(fields["items"], engine.limits)
     labels = check_labels(fields["labels"], engine.limits)
