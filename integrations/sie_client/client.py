@@ -217,7 +217,7 @@ class SIEClient(_Base):
                 top_k: int | None = None, entity_model: str | None = None,
                 entity_labels: Sequence[str] | None = None, entity_threshold: float | None = None,
                 batch_size: int | None = None, progress: bool | None = None) -> ExtractResult:
-        """Zero-shot entities with the given labels, per item; on a classification model (zero-shot NLI),
+        """Zero-shot entities with the given labels, per item; on a classification model (NLI or GLiClass),
         `classifications` per item, best first; on a relation model (GLiREL), `relations` between the
         entities each item carries (`{text, entities: [{start, end, label}]}`) or that `entity_model`
         (a GLiNER, with `entity_labels`) finds."""

@@ -77,7 +77,7 @@ class Relation:
 class ExtractedItem:
     id: str
     entities: list[Entity]
-    # classification models (zero-shot NLI): labels with scores, best first; None for entity models
+    # classification models (NLI, GLiClass): labels with scores, best first; None for entity models
     classifications: list[Classification] | None = None
     # relation models (GLiREL): triples between the item's entities; None for other models
     relations: list[Relation] | None = None
