@@ -224,6 +224,40 @@ def save_images(directory: Path) -> dict[str, Path]:
     return paths
 
 
-__all__ = ["TINY_IMAGE_SIZE", "TINY_PATCH_SIZE", "encode_image", "hostile_images", "make_tiny_clip",
-           "make_tiny_siglip", "png_bomb", "png_text_bomb", "sample_images", "sample_pil_images", "save_images",
-           "tiny_clip_tokenizer", "tiny_siglip_tokenizer"]
+# ---- the reference -----------------------------------------------------------------
+def reference_features(kind: str, path: Path, images: list[bytes], texts: list[str]):
+    """transformers' `get_image_features` for the images (decoded to RGB, through the checkpoint's
+    own image processor) then `get_text_features` for the texts: `[images + texts, dim]` numpy.
+    SigLIP's texts are padded to 64 tokens without an attention mask, as its model card says."""
+    import torch
+    from PIL import Image
+    from transformers import AutoTokenizer, CLIPModel, SiglipModel
+
+    from sie_engine.images import load_image_processor
+
+    model = (CLIPModel if kind == "clip" else SiglipModel).from_pretrained(path).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    pictures = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
+    pixels = torch.from_numpy(load_image_processor(path)(images=pictures, return_tensors="np")["pixel_values"])
+    with torch.no_grad():
+        image_features = model.get_image_features(pixel_values=pixels)
+        if kind == "siglip":
+            ids = tokenizer(texts, padding="max_length", max_length=64, return_tensors="pt").input_ids
+            text_features = model.get_text_features(input_ids=ids)
+        else:
+            text_features = model.get_text_features(**tokenizer(texts, padding=True, return_tensors="pt"))
+    return torch.cat([getattr(f, "pooler_output", f) for f in (image_features, text_features)]).numpy()
+
+
+def assert_cosine(ours, ref, low: float = 0.9999) -> None:
+    """Row-wise cosine similarity of two `[n, dim]` arrays at least `low`."""
+    import numpy as np
+
+    assert ours.shape == ref.shape
+    cosine = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)
+    assert cosine.min() >= low, cosine
+
+
+__all__ = ["TINY_IMAGE_SIZE", "TINY_PATCH_SIZE", "assert_cosine", "encode_image", "hostile_images", "make_tiny_clip",
+           "make_tiny_siglip", "png_bomb", "png_text_bomb", "reference_features", "sample_images", "sample_pil_images",
+           "save_images", "tiny_clip_tokenizer", "tiny_siglip_tokenizer"]

@@ -5,14 +5,16 @@ stand-ins of their family (equal to transformers), and the image limits (bytes, 
 from __future__ import annotations
 
 import dataclasses
-import io
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from image_fixtures import encode_image, make_tiny_clip, make_tiny_siglip, png_bomb, sample_images, sample_pil_images
+from image_fixtures import (
+    assert_cosine, encode_image, make_tiny_clip, make_tiny_siglip, png_bomb, reference_features, sample_images,
+    sample_pil_images,
+)
 from sie_engine import Catalog, Engine, WeightsSource, card_from_local_dir
 from sie_engine.arch import family_for
 from sie_engine.arch.weights import load_checkpoint, materialize
@@ -60,27 +62,8 @@ def vectors(result) -> np.ndarray:
     return np.stack([item.dense for item in result.items])
 
 
-def reference(kind: str, path: Path, images: list[bytes], texts: list[str]) -> np.ndarray:
-    from PIL import Image
-    from transformers import AutoTokenizer, CLIPModel, SiglipModel
-
-    from sie_engine.images import load_image_processor
-
-    model = (CLIPModel if kind == "clip" else SiglipModel).from_pretrained(path).eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    pictures = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
-    pixels = torch.from_numpy(load_image_processor(path)(images=pictures, return_tensors="np")["pixel_values"])
-    with torch.no_grad():
-        image_features = model.get_image_features(pixel_values=pixels)
-        padding = dict(padding="max_length", max_length=64) if kind == "siglip" else dict(padding=True)
-        encoded = tokenizer(texts, return_tensors="pt", **padding)
-        text_features = model.get_text_features(**({"input_ids": encoded.input_ids} if kind == "siglip" else encoded))
-    return torch.cat([getattr(f, "pooler_output", f) for f in (image_features, text_features)]).numpy()
 
 
-def assert_cosine(ours: np.ndarray, ref: np.ndarray, low: float = 0.9999) -> None:
-    cosine = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)
-    assert cosine.min() >= low, cosine
 
 
 @pytest.mark.parametrize("kind", ["clip", "siglip"])
@@ -117,7 +100,7 @@ def test_images_are_batched_by_a_budget_in_patches(engine):
 def test_built_in_image_card_on_a_tiny_stand_in_equals_transformers(engine, tiny, card):
     images = [sample_images()["png_rgb"], sample_images()["jpeg_rgb"]]
     result = engine.encode_sync(card.id, [{"image": b} for b in images] + TEXTS[:2], normalize=False)
-    assert_cosine(vectors(result), reference(card.family, tiny[card.family], images, TEXTS[:2]))
+    assert_cosine(vectors(result), reference_features(card.family, tiny[card.family], images, TEXTS[:2]))
     assert card.query_tower == "text" and card.image_size and card.dims
     assert engine.encode_sync(card.id, ["a query"], is_query=True).items[0].dense.shape == (16 if card.family ==
                                                                                           "clip" else 32,)
@@ -152,6 +135,6 @@ def test_embedded_client_sends_paths_pil_images_and_bytes(engine, tiny, tmp_path
         result = client.encode("clip", [path, {"id": "g", "image": gray}, images["webp_rgb"], "the cat"],
                                normalize=False)
     as_png = encode_image(gray, "PNG")
-    assert_cosine(vectors(result), reference("clip", tiny["clip"], [images["jpeg_rgb"], as_png, images["webp_rgb"]],
-                                             ["the cat"]))
+    ref = reference_features("clip", tiny["clip"], [images["jpeg_rgb"], as_png, images["webp_rgb"]], ["the cat"])
+    assert_cosine(vectors(result), ref)
     assert [item.id for item in result.items] == ["0", "g", "2", "3"]

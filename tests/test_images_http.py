@@ -14,9 +14,11 @@ import httpx
 import msgpack
 import numpy as np
 import pytest
-import torch
 
-from image_fixtures import hostile_images, make_tiny_clip, make_tiny_siglip, sample_images, sample_pil_images
+from image_fixtures import (
+    assert_cosine, hostile_images, make_tiny_clip, make_tiny_siglip, reference_features, sample_images,
+    sample_pil_images,
+)
 from sie_client import SIEClient
 from sie_server.launch import start_server
 
@@ -40,32 +42,8 @@ def server(models, tmp_path_factory):
         process.stop()
 
 
-def reference(kind: str, path: Path, images: list[bytes], texts: list[str]) -> np.ndarray:
-    """transformers' features for the images (its own image processor, PIL backend) then the texts."""
-    from PIL import Image
-    from transformers import AutoTokenizer, CLIPModel, SiglipModel
-
-    from sie_engine.images import load_image_processor
-
-    model = (CLIPModel if kind == "clip" else SiglipModel).from_pretrained(path).eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    pictures = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
-    pixels = torch.from_numpy(load_image_processor(path)(images=pictures, return_tensors="np")["pixel_values"])
-    with torch.no_grad():
-        image_features = model.get_image_features(pixel_values=pixels)
-        if kind == "siglip":  # SigLIP's usage: padded to 64 tokens, no attention mask
-            ids = tokenizer(texts, padding="max_length", max_length=64, return_tensors="pt").input_ids
-            text_features = model.get_text_features(input_ids=ids)
-        else:
-            text_features = model.get_text_features(**tokenizer(texts, padding=True, return_tensors="pt"))
-    pooled = [getattr(f, "pooler_output", f) for f in (image_features, text_features)]
-    return torch.cat(pooled).numpy()
 
 
-def assert_close(ours: np.ndarray, ref: np.ndarray) -> None:
-    assert ours.shape == ref.shape
-    cosine = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)
-    assert cosine.min() >= 0.9999, cosine
 
 
 def mixed_items(as_json: bool) -> list[dict]:
@@ -80,18 +58,14 @@ def mixed_items(as_json: bool) -> list[dict]:
     return items + [{"text": t} for t in TEXTS]
 
 
-def ordered(items: list[dict], vectors: list) -> np.ndarray:
-    return np.stack([np.asarray(v, dtype=np.float32) for v in vectors])
-
-
 @pytest.mark.parametrize("kind", ["clip", "siglip"])
 def test_images_and_texts_in_one_json_request_equal_transformers(server, models, kind):
     response = httpx.post(f"{server.url}/v1/encode/{kind}", json={"items": mixed_items(True), "normalize": False},
                           timeout=60)
     assert response.status_code == 200, response.text
     answer = response.json()
-    ours = ordered(answer["items"], [item["dense"] for item in answer["items"]])
-    assert_close(ours, reference(kind, models[kind], list(sample_images().values()), TEXTS))
+    ours = np.array([item["dense"] for item in answer["items"]], dtype=np.float32)
+    assert_cosine(ours, reference_features(kind, models[kind], list(sample_images().values()), TEXTS))
     assert [item["id"] for item in answer["items"]] == [str(i) for i in range(len(ours))]
 
 
@@ -103,7 +77,7 @@ def test_msgpack_carries_raw_image_bytes(server, models):
     assert response.status_code == 200, response.text
     answer = msgpack.unpackb(response.content, raw=False)
     vectors = [np.frombuffer(item["dense"]["data"], dtype="<f4") for item in answer["items"]]
-    assert_close(np.stack(vectors), reference("clip", models["clip"], list(sample_images().values()), TEXTS))
+    assert_cosine(np.stack(vectors), reference_features("clip", models["clip"], list(sample_images().values()), TEXTS))
 
 
 @pytest.mark.parametrize("encoding", ["json", "msgpack"])
@@ -118,9 +92,9 @@ def test_client_takes_bytes_paths_and_pil_images(server, models, tmp_path, encod
     ours = np.stack([item.dense for item in result.items])
     png_gray = io.BytesIO()
     pil.save(png_gray, format="PNG")
-    ref = reference("clip", models["clip"], [images["png_rgb"], images["webp_rgb"], png_gray.getvalue()],
+    ref = reference_features("clip", models["clip"], [images["png_rgb"], images["webp_rgb"], png_gray.getvalue()],
                     ["the cat", "x"])
-    assert_close(ours, ref)
+    assert_cosine(ours, ref)
     assert result.items[1].id == "p"
 
 
