@@ -274,6 +274,10 @@ def test_http_json_msgpack_and_client(built, server):
     import asyncio
 
     assert_same(DOCS[0], asyncio.run(run_async()).items[0].relations, reference_triples(reference, DOCS[0], THRESHOLD))
+    # embedded: the same client API in-process, the directory served without a card (--model NAME=PATH's path)
+    with SIEClient("embedded", local_models={"local/glirel": str(models["both-first"][0])}) as embedded:
+        result = embedded.extract("local/glirel", [item(DOCS[0])], RELATIONS, threshold=THRESHOLD)
+        assert_same(DOCS[0], result.items[0].relations, reference_triples(reference, DOCS[0], THRESHOLD))
     bad = httpx.post(f"{server.url}/v1/extract/test/gliner", json={"items": [item(DOCS[0])], "labels": ["x"]},
                      timeout=30)
     assert bad.status_code == 400 and "no relations output" in bad.json()["error"]["message"]
