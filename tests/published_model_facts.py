@@ -154,6 +154,10 @@ PUBLISHED: dict[str, Published] = {
                                           f"Instruct: {WEB}\nQuery: {{text}}"),
     "Linq-AI-Research/Linq-Embed-Mistral": dense("mistral", "last", True, 4096, 4096, MISTRAL,
                                                  f"Instruct: {WEB}\nQuery: {{text}}"),
+    # EmbeddingGemma: Gemma 3 text model (use_bidirectional_attention), mean pooling, 2_Dense 768 -> 3072,
+    # 3_Dense 3072 -> 768, Normalize; prompts "query" and "document" (its retrieval pair)
+    "google/embeddinggemma-300m": dense("gemma3_text", "mean", True, 768, 2048, ST_PROMPTS + " + 2_Dense + 3_Dense",
+                                        "task: search result | query: {text}", "title: none | text: {text}"),
     # Qwen
     "Qwen/Qwen3-Embedding-0.6B": dense("qwen3", "last", True, 1024, 32768, QWEN_EMB,
                                        f"Instruct: {WEB}\nQuery:{{text}}", window=8192),

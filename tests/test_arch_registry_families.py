@@ -1,4 +1,4 @@
-"""Every architecture string registered for the ModernBERT, Qwen2/Qwen3, Mistral and NomicBERT
+"""Every architecture string registered for the ModernBERT, Qwen2/Qwen3, Mistral, Gemma 3 and NomicBERT
 families resolves to its family and loads the backbone out of that class's checkpoint
 (whose prefix and extra head tensors differ: `model.`, `nomic_bert.`, lm/classifier heads),
 giving transformers' base-model hidden states within 1e-4 (float32)."""
@@ -44,6 +44,16 @@ def _mistral(cls_name):
     return getattr(transformers, cls_name)(config)
 
 
+def _gemma3(cls_name):
+    import transformers
+
+    config = transformers.Gemma3TextConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, intermediate_size=48, pad_token_id=0, sliding_window=16, use_bidirectional_attention=True,
+        layer_types=["sliding_attention", "full_attention"])
+    return getattr(transformers, cls_name)(config)
+
+
 def _nomic(cls_name):
     import transformers
 
@@ -57,7 +67,7 @@ CASES = {
     "ModernBertForSequenceClassification": _modernbert, "ModernBertForTokenClassification": _modernbert,
     "Qwen2Model": _qwen, "Qwen2ForCausalLM": _qwen, "Qwen2ForSequenceClassification": _qwen,
     "Qwen3Model": _qwen, "Qwen3ForCausalLM": _qwen, "Qwen3ForSequenceClassification": _qwen,
-    "MistralModel": _mistral, "MistralForCausalLM": _mistral,
+    "MistralModel": _mistral, "MistralForCausalLM": _mistral, "Gemma3TextModel": _gemma3,
     "NomicBertModel": _nomic, "NomicBertForMaskedLM": _nomic, "NomicBertForSequenceClassification": _nomic,
 }
 # Registered strings without a transformers class (Nomic's remote-code pretraining wrapper).
@@ -65,7 +75,8 @@ WITHOUT_TRANSFORMERS_CLASS = {"NomicBertForPreTraining"}
 
 
 def test_every_registered_string_of_these_families_has_a_case():
-    ours = {a for a, f in ARCHITECTURES.items() if f in ("modernbert", "qwen2", "qwen3", "mistral", "nomic_bert")}
+    ours = {a for a, f in ARCHITECTURES.items() if f in ("modernbert", "qwen2", "qwen3", "mistral", "gemma3_text",
+                                                           "nomic_bert")}
     assert ours == set(CASES) | WITHOUT_TRANSFORMERS_CLASS
 
 

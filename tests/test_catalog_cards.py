@@ -91,6 +91,16 @@ def _mistral():
     return MistralModel(config), 0
 
 
+def _gemma3():
+    from transformers import Gemma3TextConfig, Gemma3TextModel
+
+    config = Gemma3TextConfig(vocab_size=MINILM_VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              num_key_value_heads=2, head_dim=32, intermediate_size=96, max_position_embeddings=512,
+                              sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+                              use_bidirectional_attention=True, pad_token_id=0)
+    return Gemma3TextModel(config), 0
+
+
 def _nomic_bert():
     from transformers import NomicBertConfig, NomicBertModel
 
@@ -108,7 +118,8 @@ def _mpnet():
 
 # family -> builder of (tiny transformers model, pad id). A new family needs a stand-in here.
 STAND_INS = {"bert": _bert, "modernbert": _modernbert, "qwen2": _qwen("qwen2"), "qwen3": _qwen("qwen3"),
-             "nomic_bert": _nomic_bert, "mpnet": _mpnet, "mistral": _mistral}
+             "nomic_bert": _nomic_bert, "mpnet": _mpnet, "mistral": _mistral,
+             "gemma3_text": _gemma3}
 
 
 def _kind(card) -> str:

@@ -102,6 +102,11 @@ for _qwen in ("qwen2", "qwen3"):
 # a sliding window that caps the sequence length (arch/qwen.py)
 register(Family("mistral", QwenConfig.from_hf, QwenModel, "last"), ["MistralModel", "MistralForCausalLM"],
          ["mistral"])
+from .gemma3 import Gemma3TextConfig, Gemma3TextModel  # noqa: E402
+
+# Gemma 3 text decoders (EmbeddingGemma: bidirectional, mean pooling and Dense layers in its card)
+register(Family("gemma3_text", Gemma3TextConfig.from_hf, Gemma3TextModel, "mean"), ["Gemma3TextModel"],
+         ["gemma3_text"])
 register(
     Family("nomic_bert", NomicBertConfig.from_hf, NomicBertModel, "mean"),
     ["NomicBertModel", "NomicBertForPreTraining", "NomicBertForMaskedLM", "NomicBertForSequenceClassification"],
