@@ -145,13 +145,17 @@ class ImageTextInputs(TextTokenizer):
     class_tokens = 1  # CLIP's; SigLIP's subclass has none
 
     def __init__(self, layout: CheckpointLayout | Path, max_length: int, trust_remote_code: bool = False):
-        super().__init__(layout, max_length, trust_remote_code=trust_remote_code)
         if not isinstance(layout, CheckpointLayout):
             layout = describe(layout)
+        self.load_text(layout, max_length, trust_remote_code)
         self.image_processor = load_image_processor(layout.root)
         config = self.read_config(layout.config)
         self.image_size = config.image_size
         self.image_tokens = config.num_patches + self.class_tokens
+
+    def load_text(self, layout: CheckpointLayout, max_length: int, trust_remote_code: bool) -> None:
+        """The text side (TextTokenizer's; a family whose checkpoints ship a slow tokenizer overrides it)."""
+        TextTokenizer.__init__(self, layout, max_length, trust_remote_code=trust_remote_code)
 
     @staticmethod
     def read_config(config: Any) -> Any:

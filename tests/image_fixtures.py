@@ -100,16 +100,36 @@ def tiny_siglip_tokenizer():
                                    eos_token="</s>", model_max_length=64)
 
 
-def make_tiny_siglip(dest: Path, seed: int = 0, **vision_overrides) -> Path:
-    """A random SiglipModel with its processor saved in `dest`; returns `dest`."""
+def tiny_sentencepiece_siglip_tokenizer(directory: Path):
+    """SigLIP (1)'s own tokenizer class over a tiny SentencePiece model trained here: what the Hub's
+    SigLIP checkpoints ship (spiece.model, no tokenizer.json), so transformers loads it slow, in Python."""
+    import sentencepiece
+    from transformers import SiglipTokenizer
+
+    corpus = ["the cat sat on the mat", "a dog on the grass", "photos of red shoes and blue hats",
+              "Hello, World! It is 5 o'clock."] * 50
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_writer=model, vocab_size=35, model_type="unigram", pad_id=0, eos_id=1,
+        unk_id=2, bos_id=-1, pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>", character_coverage=1.0,
+        minloglevel=2)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "spiece.model").write_bytes(model.getvalue())
+    return SiglipTokenizer(vocab_file=str(directory / "spiece.model"), model_max_length=64)
+
+
+def make_tiny_siglip(dest: Path, seed: int = 0, sentencepiece: bool = False, **vision_overrides) -> Path:
+    """A random SiglipModel with its processor saved in `dest`; returns `dest`. `sentencepiece`: with
+    SigLIP's own SentencePiece tokenizer (as the Hub's SigLIP 1 checkpoints) instead of a Rust one."""
     import torch
     from transformers import SiglipConfig, SiglipImageProcessor, SiglipModel
 
     dest = Path(dest)
-    tokenizer = tiny_siglip_tokenizer()
+    tokenizer = tiny_sentencepiece_siglip_tokenizer(dest) if sentencepiece else tiny_siglip_tokenizer()
     text = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                 num_attention_heads=4, max_position_embeddings=64, projection_size=32,
-                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
     vision = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
                   image_size=TINY_IMAGE_SIZE, patch_size=TINY_PATCH_SIZE)
     vision.update(vision_overrides)
@@ -242,7 +262,7 @@ def reference_features(kind: str, path: Path, images: list[bytes], texts: list[s
     with torch.no_grad():
         image_features = model.get_image_features(pixel_values=pixels)
         if kind == "siglip":
-            ids = tokenizer(texts, padding="max_length", max_length=64, return_tensors="pt").input_ids
+            ids = tokenizer(texts, padding="max_length", truncation=True, max_length=64, return_tensors="pt").input_ids
             text_features = model.get_text_features(input_ids=ids)
         else:
             text_features = model.get_text_features(**tokenizer(texts, padding=True, return_tensors="pt"))
@@ -260,4 +280,4 @@ def assert_cosine(ours, ref, low: float = 0.9999) -> None:
 
 __all__ = ["TINY_IMAGE_SIZE", "TINY_PATCH_SIZE", "assert_cosine", "encode_image", "hostile_images", "make_tiny_clip",
            "make_tiny_siglip", "png_bomb", "png_text_bomb", "reference_features", "sample_images", "sample_pil_images",
-           "save_images", "tiny_clip_tokenizer", "tiny_siglip_tokenizer"]
+           "save_images", "tiny_clip_tokenizer", "tiny_sentencepiece_siglip_tokenizer", "tiny_siglip_tokenizer"]

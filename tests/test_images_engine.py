@@ -138,3 +138,16 @@ def test_embedded_client_sends_paths_pil_images_and_bytes(engine, tiny, tmp_path
     ref = reference_features("clip", tiny["clip"], [images["jpeg_rgb"], as_png, images["webp_rgb"]], ["the cat"])
     assert_cosine(vectors(result), ref)
     assert [item.id for item in result.items] == ["0", "g", "2", "3"]
+
+
+def test_siglip_with_its_sentencepiece_tokenizer_equals_transformers(tmp_path):
+    """The Hub's SigLIP 1 checkpoints ship a SentencePiece model only (SiglipTokenizer, Python): lower-cased,
+    punctuation dropped, `</s>` kept when a long text is cut, padded to 64."""
+    path = make_tiny_siglip(tmp_path / "siglip-spm", sentencepiece=True)
+    assert not (path / "tokenizer.json").exists()
+    texts = ["The Cat, sat!", "photos of red shoes " * 30, "x"]
+    with Engine(Catalog([card_from_local_dir("siglip-spm", path)]), device="cpu") as engine:
+        result = engine.encode_sync("siglip-spm", [{"image": sample_images()["png_rgb"]}, *texts], normalize=False)
+        with pytest.raises(InvalidRequest, match="longer than the model's window"):
+            engine.encode_sync("siglip-spm", texts, truncate=False)
+    assert_cosine(vectors(result), reference_features("siglip", path, [sample_images()["png_rgb"]], texts))

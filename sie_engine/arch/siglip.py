@@ -108,14 +108,45 @@ class SiglipModel(nn.Module):
 
 class SiglipInputs(ImageTextInputs):
     """SigLIP's input preparation: texts padded with the pad token to the window (64 tokens, as
-    SigLIP was trained and its processor is used); an image is P positions (no class token)."""
+    SigLIP was trained and its processor is used); an image is P positions (no class token).
+
+    SigLIP (1) checkpoints ship only a SentencePiece model, whose transformers tokenizer
+    (SiglipTokenizer: lower-cases and drops punctuation first) has no Rust twin: those texts are
+    tokenised by it, in Python, on the tokenizer threads. SigLIP 2's (Gemma's) is a Rust one."""
 
     class_tokens = 0
     read_config = staticmethod(siglip_config)
 
+    def load_text(self, layout, max_length: int, trust_remote_code: bool) -> None:
+        from transformers import AutoTokenizer
+
+        hf = AutoTokenizer.from_pretrained(str(layout.tokenizer_source), use_fast=True,
+                                           trust_remote_code=trust_remote_code)
+        if hf.is_fast:
+            return super().load_text(layout, max_length, trust_remote_code)
+        self.hf, self.max_length, self._tok = hf, max_length, None
+        self.pad_token_id, self.cls_token_id, self.sep_token_id = hf.pad_token_id, hf.cls_token_id, hf.sep_token_id
+        self.special_ids = frozenset(hf.all_special_ids)
+        self.uses_type_ids = False
+
     def encode(self, texts, *, add_special_tokens: bool = True, with_offsets: bool = False) -> Tokenized:
-        tokenized = super().encode(texts, add_special_tokens=add_special_tokens, with_offsets=with_offsets)
+        if self._tok is not None:
+            tokenized = super().encode(texts, add_special_tokens=add_special_tokens, with_offsets=with_offsets)
+        else:
+            tokenized = self._encode_in_python(list(texts), add_special_tokens)
         pad = self.pad_token_id if self.pad_token_id is not None else 0
         tokenized.ids = [np.pad(ids, (0, max(0, self.max_length - len(ids))), constant_values=pad)
                          for ids in tokenized.ids]
         return tokenized
+
+    def _encode_in_python(self, texts: list[str], add_special_tokens: bool) -> Tokenized:
+        """The slow tokenizer's ids; a text over the window again with its truncation (which keeps `</s>`)."""
+        ids = self.hf(texts, add_special_tokens=add_special_tokens)["input_ids"]
+        truncated = [len(x) > self.max_length for x in ids]
+        long = [i for i, cut in enumerate(truncated) if cut]
+        if long:
+            shortened = self.hf([texts[i] for i in long], add_special_tokens=add_special_tokens, truncation=True,
+                                max_length=self.max_length)["input_ids"]
+            for i, row in zip(long, shortened):
+                ids[i] = row
+        return Tokenized(ids=[np.asarray(x, dtype=np.int32) for x in ids], type_ids=None, truncated=truncated)
