@@ -121,6 +121,19 @@ def add_serve_parser(subparsers) -> None:
                    help="comma-separated image formats Pillow may decode (others: 400)")
     p.add_argument("--max-connections", type=int, default=1024, metavar="N",
                    help="client connections served at once; more get 503 with Retry-After")
+    p.add_argument("--probe-connections", type=int, default=16, metavar="N",
+                   help="connections beyond --max-connections kept just long enough to answer /healthz and /readyz "
+                        "(probes are answered even when the server is full)")
+    p.add_argument("--head-timeout", type=_seconds, default=10.0, metavar="SECONDS",
+                   help="a request head must arrive whole within this long of its first byte, else the connection "
+                        "is closed")
+    p.add_argument("--keepalive-timeout", type=_seconds, default=15.0, metavar="SECONDS",
+                   help="how long a connection may wait for its next request (a new one: for its first) before it "
+                        "is closed")
+    p.add_argument("--body-idle-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                   help="longest pause while a request body arrives (then 408 and the connection is closed)")
+    p.add_argument("--body-timeout", type=_seconds, default=120.0, metavar="SECONDS",
+                   help="longest time a whole request body may take to arrive (then 408)")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="allow browser calls from this origin (CORS; off by default; '*' for any); repeatable")
     p.add_argument("--no-access-log", dest="access_log", action="store_false",
@@ -191,6 +204,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         api_key_file=args.api_key_file, preload=tuple(args.preload), pool=args.pool,
         max_body_bytes=args.max_body_bytes, drain_timeout_s=args.drain_timeout,
         max_connections=args.max_connections, cors_origins=tuple(args.cors_origin), access_log=args.access_log,
+        probe_connections=args.probe_connections, head_timeout_s=args.head_timeout,
+        keepalive_timeout_s=args.keepalive_timeout, body_idle_timeout_s=args.body_idle_timeout,
+        body_timeout_s=args.body_timeout,
     )
     metrics = ServerMetrics()
     try:

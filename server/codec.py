@@ -23,6 +23,8 @@ from sie_contract.answers import to_wire
 from sie_contract.values import Quantized
 from sie_engine.errors import InvalidRequest, PayloadTooLarge
 
+from .body import read_body
+
 JSON = "application/json"
 MSGPACK = "application/msgpack"
 _MSGPACK_TYPES = frozenset({"application/msgpack", "application/x-msgpack", "application/vnd.msgpack"})
@@ -59,16 +61,14 @@ def _decode(raw: bytes, is_msgpack: bool) -> Any:
                              f"and nesting is limited)") from None
 
 
-async def read_object(request: web.Request, max_bytes: int, offload_bytes: int) -> dict:
-    """The request body as a dict; 413 over `max_bytes`, 400 for anything but an object."""
+async def read_object(request: web.Request, max_bytes: int, offload_bytes: int, *, idle_timeout_s: float = 30.0,
+                      total_timeout_s: float = 120.0) -> dict:
+    """The request body as a dict; 413 over `max_bytes` (decompressed), 408 when it does not
+    arrive in time, 400 for anything but an object (body.py reads it)."""
     if request.content_length is not None and request.content_length > max_bytes:
         raise PayloadTooLarge(f"the body has {request.content_length} bytes; at most {max_bytes} per request "
                               f"(split the items over several requests)")
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(f"the body is larger than {max_bytes} bytes; "
-                              "split the items over several requests") from None
+    raw = await read_body(request, max_bytes, idle_timeout_s, total_timeout_s)
     if not raw:
         raise InvalidRequest("the request body is empty: send a JSON (or msgpack) object")
     is_msgpack = request_is_msgpack(request)

@@ -1,16 +1,30 @@
-"""A bound on concurrent client connections.
+"""Client connections: a bound on how many are served, timeouts for slow and idle ones,
+and probes that are answered even at the bound.
 
-aiohttp accepts every connection it is offered; each one holds a socket, a
-protocol object and buffers, so clients that open connections and never finish
-a request (slow or hostile ones) could exhaust file descriptors and memory.
-`ConnectionLimitedRunner` hands its sites a protocol factory that serves a new
-connection only while fewer than `max_connections` are open; beyond that the
-connection gets a short `503 overloaded` answer with `Retry-After` and is closed.
+aiohttp accepts every connection it is offered; each one holds a socket, a protocol
+object and buffers, so clients that open connections and never finish a request (slow
+or hostile ones) could exhaust file descriptors and lock everyone out.
+`ConnectionLimitedRunner` (the server's `web.AppRunner`) therefore
+
+- serves at most `max_connections` connections at once;
+- closes slow and idle ones (`ServerSettings`: keep-alive and head timeouts here, body
+  timeouts in body.py), so a slot held by a slow client comes back within seconds;
+- beyond the bound, keeps up to `probe_connections` more connections just long enough
+  to read their request head: a liveness or readiness probe (`GET /healthz`,
+  `GET /readyz`) is answered there, so an orchestrator does not restart a server that
+  is merely full; anything else gets a short `503 too_many_connections` with
+  `Retry-After`. When that reserve is full, its oldest connection (one that has not
+  sent a whole head) is closed to make room, so idle sockets cannot starve probes,
+  which send their head at once;
+- turns off aiohttp's decompression (body.py inflates off the event loop instead), logs
+  client-caused errors without tracebacks and accept failures once per interval
+  (quiet_errors.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import resource
 import time
@@ -18,76 +32,142 @@ import time
 import orjson
 from aiohttp import web
 
+from .errors import HTTPProblem, error_body
+from .quiet_errors import ClientErrorLogger, limit_accept_errors
+from .settings import ServerSettings
+from .slow_clients import HeadTimeout
+from .state import LIFECYCLE, SETTINGS
+
 log = logging.getLogger(__name__)
 
-_BODY = orjson.dumps({"error": {"code": "too_many_connections",
-                                "message": "too many open connections to this server; "
-                                           "retry after Retry-After seconds"}})
-REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-           b"Connection: close\r\nContent-Length: " + str(len(_BODY)).encode() + b"\r\n\r\n" + _BODY)
-# How long a refused connection may take to send its request head before it is just closed.
+# How long a connection beyond the bound may take to send its request head.
 REFUSE_WAIT_S = 5.0
+# How long aiohttp keeps reading (and dropping) a body its handler did not read before it
+# closes the connection (so the client can read the answer instead of seeing a reset).
+LINGER_S = 2.0
+PROBES = {b"/healthz": "healthz", b"/readyz": "readyz"}
 
 
-class _Refuse(asyncio.Protocol):
-    """Reads the request head (so the client sees the answer, not a reset), answers 503, closes."""
+def _answer(status: str, body: dict, retry_after: bool = False) -> bytes:
+    data = orjson.dumps(body)
+    retry = b"Retry-After: 1\r\n" if retry_after else b""
+    return (b"HTTP/1.1 " + status.encode() + b"\r\nContent-Type: application/json\r\n" + retry
+            + b"Connection: close\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+
+
+def _problem(status: str, code: str, message: str) -> bytes:
+    return _answer(status, error_body(HTTPProblem(code, message), openai_shape=False), retry_after=True)
+
+
+REFUSAL = _problem("503 Service Unavailable", "too_many_connections",
+                   "too many open connections to this server; retry after Retry-After seconds")
+
+
+def probe_answer(app: web.Application | None, probe: str) -> bytes:
+    """What /healthz or /readyz answers (the same bodies as their handlers)."""
+    if probe == "healthz":
+        return _answer("200 OK", {"status": "ok"})
+    lifecycle = app.get(LIFECYCLE) if app is not None else None
+    if lifecycle is not None and lifecycle.draining:
+        return _problem("503 Service Unavailable", "draining", "the server is draining before shutdown")
+    if lifecycle is not None and not lifecycle.ready:
+        return _problem("503 Service Unavailable", "not_ready", "preloading models")
+    return _answer("200 OK", {"status": "ready"})
+
+
+class _BeyondTheCap(asyncio.Protocol):
+    """A connection beyond the bound: reads the request head, answers a probe or 503, closes."""
+
+    def __init__(self, factory: "_LimitedFactory", wait_s: float):
+        self._factory = factory
+        self._wait_s = wait_s
+        self._head = b""
+        self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        self._seen = b""
-        self._timer = asyncio.get_running_loop().call_later(REFUSE_WAIT_S, transport.close)
+        self.transport = transport
+        self._timer = asyncio.get_running_loop().call_later(self._wait_s, transport.close)
 
     def data_received(self, data: bytes) -> None:
-        seen = self._seen + data
-        if b"\r\n\r\n" in seen:
+        self._head = (self._head + data)[:8192]
+        if b"\r\n\r\n" in self._head or len(self._head) >= 8192:
             self._answer()
-        self._seen = seen[-3:]  # the end of the head may straddle two reads
 
     def eof_received(self) -> None:
         self._answer()
 
     def _answer(self) -> None:
-        if not self._transport.is_closing():
-            self._transport.write(REFUSAL)
-            self._transport.close()
+        if self.transport is not None and not self.transport.is_closing():
+            method, _, rest = self._head.partition(b" ")
+            target = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+            probe = PROBES.get(target) if method in (b"GET", b"HEAD") else None
+            self.transport.write(REFUSAL if probe is None else probe_answer(self._factory.app, probe))
+            self.transport.close()
         self._timer.cancel()
 
     def connection_lost(self, exc) -> None:
         self._timer.cancel()
+        self._factory.beyond.pop(self, None)
 
 
 class _LimitedFactory:
-    def __init__(self, server: web.Server, max_connections: int):
+    def __init__(self, server: web.Server, app: web.Application | None, max_connections: int,
+                 probe_connections: int, head_timeout_s: float):
         self._server = server
+        self.app = app
         self._max = max_connections
+        self._reserve = max(1, probe_connections)
+        self._head_timeout_s = head_timeout_s
+        self.beyond: collections.OrderedDict[_BeyondTheCap, None] = collections.OrderedDict()
         self._warned_at = 0.0
 
     def __call__(self) -> asyncio.Protocol:
-        if len(self._server.connections) >= self._max:
-            now = time.monotonic()
-            if now - self._warned_at > 10:  # at most one line per 10 s under a flood
-                self._warned_at = now
-                log.warning("%d connections open (the limit): refusing new ones with 503", self._max)
-            return _Refuse()
-        return self._server()
+        if len(self._server.connections) < self._max:
+            return HeadTimeout(self._server(), self._head_timeout_s)
+        now = time.monotonic()
+        if now - self._warned_at > 10:  # at most one line per 10 s under a flood
+            self._warned_at = now
+            log.warning("%d connections open (the limit): answering probes only, others 503", self._max)
+        if len(self.beyond) >= self._reserve:
+            oldest, _ = self.beyond.popitem(last=False)
+            if oldest.transport is not None:
+                oldest.transport.close()
+        protocol = _BeyondTheCap(self, min(REFUSE_WAIT_S, self._head_timeout_s))
+        self.beyond[protocol] = None
+        return protocol
 
 
 class ConnectionLimitedRunner(web.AppRunner):
-    """`web.AppRunner` whose sites serve at most `max_connections` connections at once."""
+    """`web.AppRunner` whose sites serve at most `max_connections` connections at once, with
+    the timeouts, probe reserve and quiet logs above, all from the app's `ServerSettings`."""
 
-    def __init__(self, app: web.Application, *, max_connections: int, **kwargs):
+    def __init__(self, app: web.Application, *, max_connections: int | None = None, **kwargs):
+        settings = app.get(SETTINGS) or ServerSettings()
+        kwargs.setdefault("keepalive_timeout", settings.keepalive_timeout_s)
+        kwargs.setdefault("auto_decompress", False)
+        kwargs.setdefault("lingering_time", LINGER_S)
+        kwargs.setdefault("logger", ClientErrorLogger())
         super().__init__(app, **kwargs)
-        self.max_connections = usable_connections(max_connections)
+        self.max_connections = usable_connections(max_connections or settings.max_connections)
+        self._settings = settings
+
+    async def setup(self) -> None:
+        await super().setup()
+        limit_accept_errors(asyncio.get_running_loop())
 
     @property
     def server(self):
         server = web.AppRunner.server.fget(self)
-        return None if server is None else _LimitedFactory(server, self.max_connections)
+        if server is None:
+            return None
+        return _LimitedFactory(server, self.app, self.max_connections, self._settings.probe_connections,
+                               self._settings.head_timeout_s)
 
 
 def usable_connections(wanted: int) -> int:
     """`wanted`, lowered to what the process's file-descriptor limit allows (with room for
-    model files, logs and the listener), so the limit answers 503 before accept fails."""
+    model files, logs, the listener and the probe reserve), so the limit answers 503 before
+    accept fails."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and wanted > soft - 64:
         allowed = max(1, soft - 64)

@@ -14,7 +14,8 @@ from sie_engine.errors import SIEError
 
 # OpenAI's `type` per status class, so its client maps errors to its exception classes.
 OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-                405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}
+                405: "invalid_request_error", 408: "invalid_request_error",
+                413: "invalid_request_error", 415: "invalid_request_error", 429: "rate_limit_error"}
 
 
 class HTTPProblem(SIEError):

@@ -52,7 +52,9 @@ def timeout_of(request: web.Request) -> float | None:
 
 async def body_of(request: web.Request) -> dict:
     settings = request.app[SETTINGS]
-    return await codec.read_object(request, settings.max_body_bytes, settings.offload_bytes)
+    return await codec.read_object(request, settings.max_body_bytes, settings.offload_bytes,
+                                   idle_timeout_s=settings.body_idle_timeout_s,
+                                   total_timeout_s=settings.body_timeout_s)
 
 
 def given(body: dict, names: tuple[str, ...]) -> dict[str, Any]:

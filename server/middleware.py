@@ -18,7 +18,7 @@ from aiohttp import web
 from sie_engine.errors import SIEError
 from sie_engine.types import Timings
 
-from . import access_log, codec, cors
+from . import access_log, codec, cors, slow_clients
 from .errors import HTTPProblem, error_body, retry_headers, status_for
 from .state import API_KEYS, ERROR_CODE, LIFECYCLE, METRICS, MODEL_LABEL, SETTINGS, TIMINGS, WORK_ROUTES
 
@@ -64,6 +64,8 @@ def error_response(request: web.Request, error: SIEError, openai_shape: bool) ->
         fmt = codec.JSON if openai_shape else codec.answer_format(request)
         response = codec.response(codec.dumps(error_body(error, openai_shape), fmt), fmt, status)
     response.headers.update(retry_headers(error))
+    if status == 408:  # the body stopped arriving: this connection is of no more use
+        response.force_close()
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="sie"'
     return response
@@ -93,6 +95,7 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
     metrics = request.app[METRICS]
     counted = False
     origins = request.app[SETTINGS].cors_origins
+    slow_clients.request_started(request)  # the head is here: stop its timeout
     try:
         if cors.is_preflight(request, origins):
             response = cors.preflight()
@@ -107,6 +110,8 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
         response = error_response(request, exc, route == "embeddings")
     except web.HTTPException as exc:
         response = error_response(request, _http_exception_problem(exc, request.path), route == "embeddings")
+        if "Allow" in exc.headers:  # a 405 says which methods the route takes
+            response.headers["Allow"] = exc.headers["Allow"]
     except asyncio.CancelledError:
         # The client went away: its engine work is cancelled with this task.
         if route not in UNCOUNTED_ROUTES:
@@ -120,6 +125,7 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
             request, HTTPProblem("internal_error", f"internal error ({type(exc).__name__}); request id {request_id}"),
             route == "embeddings")
     finally:
+        slow_clients.request_finished(request)
         if counted:
             lifecycle.leave(request)
             metrics.inflight.dec()

@@ -38,6 +38,17 @@ class ServerSettings:
     # Open client connections served at once; beyond it a new connection gets
     # 503 with Retry-After and is closed (bounds sockets held by slow clients).
     max_connections: int = 1024
+    # Connections that may wait beyond max_connections for a probe's request head: /healthz and
+    # /readyz are answered there even at the cap, anything else 503 (connections.py).
+    probe_connections: int = 16
+    # Slow or idle clients must not hold a connection: a request head must arrive whole within
+    # head_timeout_s of its first byte; a connection waits at most keepalive_timeout_s for its
+    # next request (also a new one, for its first byte); a body gets body_idle_timeout_s between
+    # two reads and body_timeout_s in all (then 408 and the connection closes).
+    head_timeout_s: float = 10.0
+    keepalive_timeout_s: float = 15.0
+    body_idle_timeout_s: float = 30.0
+    body_timeout_s: float = 120.0
     # One line per request on the `sie_server.access` logger, with its request id
     # (never the Authorization header).
     access_log: bool = True
