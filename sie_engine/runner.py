@@ -10,11 +10,12 @@ Validation happens here, at load; forward passes never check configs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -212,11 +213,24 @@ def load_tokenizer(card: ModelCard, layout: CheckpointLayout) -> TextTokenizer:
     return make(layout, tokenizer_window(card, layout, family), trust_remote_code=card.trust_remote_code)
 
 
+def with_backbone_overrides(card: ModelCard, layout: CheckpointLayout) -> CheckpointLayout:
+    """The layout with the card's `options.backbone` laid over its config.json: for checkpoints whose
+    remote code runs otherwise than their config.json says (stella_en_1.5B_v5's modeling code attends
+    bidirectionally; its config.json carries no `is_causal: false`). SIE never runs that code."""
+    overrides = (card.options or {}).get("backbone")
+    if not overrides:
+        return layout
+    if not isinstance(overrides, Mapping) or not all(isinstance(k, str) for k in overrides):
+        raise ValueError(f"card {card.id}: options.backbone must map config.json keys to values")
+    return dataclasses.replace(layout, config={**layout.config, **overrides})
+
+
 def build_runner(card: ModelCard, layout: CheckpointLayout | Path, device: torch.device,
                  tokenizer: TextTokenizer | None = None) -> ModelRunner:
     """A ready model from its card and checkpoint (a layout, or a directory to describe)."""
     if not isinstance(layout, CheckpointLayout):
         layout = describe(layout)
+    layout = with_backbone_overrides(card, layout)
     family = family_for(layout.config, card.family)
     dtype = resolve_dtype(card.dtype, device)
     own_backend = getattr(family.model_class, "attention_backend", None)  # a family without attention plans its own

@@ -158,6 +158,10 @@ PUBLISHED: dict[str, Published] = {
     # 3_Dense 3072 -> 768, Normalize; prompts "query" and "document" (its retrieval pair)
     "google/embeddinggemma-300m": dense("gemma3_text", "mean", True, 768, 2048, ST_PROMPTS + " + 2_Dense + 3_Dense",
                                         "task: search result | query: {text}", "title: none | text: {text}"),
+    # stella_en_1.5B_v5: Qwen2 (bidirectional in its own modeling code), mean pooling, modules.json's
+    # 2_Dense_1024 (1536 -> 1024), no Normalize; the s2p_query prompt. Window: not verified.
+    "dunzhang/stella_en_1.5B_v5": dense("qwen2", "mean", False, 1024, None, ST_PROMPTS + " + 2_Dense_1024/config.json",
+                                        f"Instruct: {WEB}.\nQuery: {{text}}"),
     # Qwen
     "Qwen/Qwen3-Embedding-0.6B": dense("qwen3", "last", True, 1024, 32768, QWEN_EMB,
                                        f"Instruct: {WEB}\nQuery:{{text}}", window=8192),

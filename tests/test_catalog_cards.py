@@ -14,6 +14,7 @@ extract) are covered by their heads' tests.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -125,7 +126,19 @@ STAND_INS = {"bert": _bert, "modernbert": _modernbert, "qwen2": _qwen("qwen2"), 
 def _kind(card) -> str:
     family = card.family or "bert"
     xlmr = card.id in XLMR_CARDS or "XLM-R" in card.description  # cards name their backbone
-    return "xlmr" if family == "bert" and xlmr else family
+    kind = "xlmr" if family == "bert" and xlmr else family
+    overrides = (card.options or {}).get("backbone")
+    return f"{kind}+{json.dumps(overrides, sort_keys=True)}" if overrides else kind
+
+
+def _run_as_overridden(model, overrides) -> None:
+    """The reference runs as the card's options.backbone says the checkpoint's own code runs it (the
+    saved config.json keeps no override: SIE must apply it from the card)."""
+    for key, value in overrides.items():
+        setattr(model.config, key, value)
+        for module in model.modules():
+            if key == "is_causal" and hasattr(module, "is_causal"):
+                module.is_causal = value
 
 
 @pytest.fixture(scope="module")
@@ -136,12 +149,15 @@ def stand_ins(tmp_path_factory):
         kind = _kind(card)
         if kind in built:
             continue
-        builder = _xlmr if kind == "xlmr" else STAND_INS.get(kind)
-        assert builder is not None, f"{card.id}: no tiny stand-in for family {kind!r}; add one to STAND_INS"
+        base = kind.split("+")[0]
+        builder = _xlmr if base == "xlmr" else STAND_INS.get(base)
+        assert builder is not None, f"{card.id}: no tiny stand-in for family {base!r}; add one to STAND_INS"
         torch.manual_seed(0)
         model, pad_id = builder()
         model.eval()
-        built[kind] = (save_tiny(model, tmp_path_factory.mktemp(kind)), model, pad_id)
+        root = save_tiny(model, tmp_path_factory.mktemp(base))
+        _run_as_overridden(model, (card.options or {}).get("backbone") or {})
+        built[kind] = (root, model, pad_id)
     return built
 
 
