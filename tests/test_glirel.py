@@ -20,6 +20,9 @@ import yaml
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
 from sie_engine.errors import InvalidRequest, UnsupportedOutput
 from sie_engine.heads.gliner_prompt import split_words
+from sie_engine.heads.glirel_checkpoint import load_glirel_config
+from sie_engine.heads.glirel_prompt import prepare, word_span
+from sie_engine.tokenizer import TextTokenizer
 from sie_server.launch import start_server
 from test_gliner_deberta import tiny_deberta
 from test_gliner_extract import build_reference as build_gliner
@@ -161,7 +164,7 @@ def test_batch_invariance_and_top_k(built):
 def test_long_text_runs_in_windows(built):
     """A text far over the window: pairs of nearby entities are scored (as the window holding both sees
     them), batches stay under the token budget, far pairs are left out."""
-    _, _, _, engine = built
+    _, models, _, engine = built
     filler = "and then the story went on for a while "
     text = ("Ada Lovelace met Charles Babbage in London. " + filler * 30 + "Linus wrote Linux in Helsinki.")
     words = split_words(text)
@@ -176,6 +179,22 @@ def test_long_text_runs_in_windows(built):
     pairs = {(r.head.text, r.tail.text) for r in got}
     assert ("Ada Lovelace", "London") in pairs and ("Linus", "Helsinki") in pairs
     assert ("Ada Lovelace", "Helsinki") not in pairs and len(words) > 128
+    # each window's pairs score as the library scores the window's words alone
+    root, reference = models["both-first"]
+    spans = np.asarray([word_span(words, e["start"], e["end"]) for e in entities])
+    windows = prepare(TextTokenizer(root, 128), load_glirel_config(root), [text], RELATIONS, [spans]).windows
+    assert len(windows) == 2
+    scores = {(r.head.start, r.tail.start, r.relation): r.score for r in got}
+    for window in windows:
+        first = window.first_word
+        tokens = words.texts[first:first + window.num_words]
+        used = sorted(set(window.pair_ids.ravel().tolist()))
+        ner = [[int(spans[k][0]) - first, int(spans[k][1]) - first, "x"] for k in used]
+        expected = reference.batch_predict_relations([tokens], RELATIONS, threshold=0.0, ner=[ner])[0]
+        for r in expected:
+            head, tail = entities[used[ner.index([r["head_pos"][0], r["head_pos"][1] - 1, "x"])]], \
+                entities[used[ner.index([r["tail_pos"][0], r["tail_pos"][1] - 1, "x"])]]
+            assert abs(scores[(head["start"], tail["start"], r["label"])] - r["score"]) < 1e-5
 
 
 def test_entities_from_a_gliner_in_the_same_request(built):
