@@ -31,6 +31,9 @@ HUB_PATTERNS = [
     "*.json", "*.safetensors", "*.txt", "*.model", "tokenizer*", "*/config.json", "*/*.safetensors",
     "1_Pooling/*", "*_Dense*/*", "sparse_linear.pt", "colbert_linear.pt",
 ]
+# OpenCLIP's own copy of the weights, which LAION's CLIP repositories ship beside the transformers
+# one (model.safetensors): never fetched, never read (ViT-H/14's is 4 GB)
+HUB_IGNORE = ["open_clip_*"]
 
 
 def resolve_weights(card: ModelCard) -> Path:
@@ -76,7 +79,8 @@ def locate_weights(card: ModelCard) -> WeightsLocation:
         from huggingface_hub import constants, snapshot_download
 
         try:
-            snapshot_download(source.hub, revision=source.revision, allow_patterns=HUB_PATTERNS, local_files_only=True)
+            snapshot_download(source.hub, revision=source.revision, allow_patterns=HUB_PATTERNS,
+                              ignore_patterns=HUB_IGNORE, local_files_only=True)
             return WeightsLocation("local", described, "hub cache")
         except Exception:  # not cached: huggingface_hub raises one of several errors for that
             if constants.HF_HUB_OFFLINE:
@@ -92,7 +96,8 @@ def _from_hub(repo_id: str, revision: str | None, patterns: list[str] | None = N
     from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns or HUB_PATTERNS))
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns or HUB_PATTERNS,
+                                      ignore_patterns=HUB_IGNORE))
     except (LocalEntryNotFoundError, RepositoryNotFoundError, FileNotFoundError) as exc:
         raise WeightsNotFound(
             f"hub repository {repo_id!r} is neither cached nor reachable ({type(exc).__name__}); {_hub_fix(repo_id)}"
@@ -110,7 +115,7 @@ def _hub_fix(repo_id: str) -> str:
 
 
 def weight_files(root: Path) -> list[Path]:
-    files = sorted(root.glob("*.safetensors"))
+    files = sorted(f for f in root.glob("*.safetensors") if not f.name.startswith("open_clip_"))
     if not files:
         files = sorted(root.glob("pytorch_model*.bin"))
     if not files:

@@ -151,3 +151,25 @@ def test_siglip_with_its_sentencepiece_tokenizer_equals_transformers(tmp_path):
         with pytest.raises(InvalidRequest, match="longer than the model's window"):
             engine.encode_sync("siglip-spm", texts, truncate=False)
     assert_cosine(vectors(result), reference_features("siglip", path, [sample_images()["png_rgb"]], texts))
+
+
+def test_bfloat16_precision_serves_images_and_texts_close_to_float32(engine):
+    items = [{"image": sample_images()["png_rgb"]}, {"image": sample_images()["webp_rgb"]}, "the cat"]
+    full = vectors(engine.encode_sync("siglip", items))
+    half = vectors(engine.encode_sync("siglip", items, precision="bfloat16"))
+    assert_cosine(half, full, low=0.99)
+
+
+def test_openclip_weights_beside_the_transformers_ones_are_left_alone(tiny, tmp_path):
+    """LAION's repositories ship open_clip_model.safetensors beside model.safetensors: only the latter is read."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    path = tmp_path / "laion-layout"
+    shutil.copytree(tiny["clip"], path)
+    save_file({"visual.conv1.weight": torch.ones(4, 3, 2, 2), "text_projection": torch.ones(4, 4)},
+              str(path / "open_clip_model.safetensors"))
+    with Engine(Catalog([card_from_local_dir("laion", path)]), device="cpu") as engine:
+        result = engine.encode_sync("laion", [{"image": sample_images()["png_rgb"]}, "the cat"], normalize=False)
+    assert_cosine(vectors(result), reference_features("clip", tiny["clip"], [sample_images()["png_rgb"]], ["the cat"]))
