@@ -173,3 +173,18 @@ def test_openclip_weights_beside_the_transformers_ones_are_left_alone(tiny, tmp_
     with Engine(Catalog([card_from_local_dir("laion", path)]), device="cpu") as engine:
         result = engine.encode_sync("laion", [{"image": sample_images()["png_rgb"]}, "the cat"], normalize=False)
     assert_cosine(vectors(result), reference_features("clip", tiny["clip"], [sample_images()["png_rgb"]], ["the cat"]))
+
+
+def test_the_older_processor_config_of_openai_checkpoints_is_read(tmp_path):
+    """openai/clip-vit-base-patch32's preprocessor_config.json: CLIPFeatureExtractor, sizes as plain ints."""
+    from PIL import Image
+
+    from sie_engine.images import load_image_processor
+
+    (tmp_path / "preprocessor_config.json").write_text(
+        '{"crop_size": 224, "do_center_crop": true, "do_normalize": true, "do_resize": true, '
+        '"feature_extractor_type": "CLIPFeatureExtractor", "image_mean": [0.48145466, 0.4578275, 0.40821073], '
+        '"image_std": [0.26862954, 0.26130258, 0.27577711], "resample": 3, "size": 224}')
+    processor = load_image_processor(tmp_path)
+    pixels = processor(images=[Image.new("RGB", (300, 200))], return_tensors="np")["pixel_values"]
+    assert type(processor).__name__ == "CLIPImageProcessorPil" and pixels.shape == (1, 3, 224, 224)
