@@ -98,11 +98,14 @@ class Throughput:
 class Reservation:
     """Tokens an admitted request will queue, counted in the wait until they are queued."""
 
-    def __init__(self, owner: "WaitAdmission", model_id: str, tokens: int):
+    def __init__(self, owner: "WaitAdmission", model_id: str, tokens: int, refusal: Overloaded | None = None):
         self._owner = owner
         self.model_id = model_id
         self.estimate = tokens
         self.tokens = float(tokens)
+        # set when the request is refused but is tokenised first: it may be too large to queue
+        # at all, a 413 whatever the load (the scheduler raises this once it knows it is not)
+        self.refusal = refusal
 
     def settle(self, fraction: float) -> None:
         """`fraction` of the request's items are queued now (with their real counts)."""
@@ -138,16 +141,21 @@ class WaitAdmission:
         models = set(queued) | set(self._reserved)
         return sum(self.model_wait(m, queued.get(m, 0)) for m in models)
 
-    def admit(self, model_id: str, tokens: int, queued: Mapping[str, int]) -> Reservation:
+    def admit(self, model_id: str, tokens: int, queued: Mapping[str, int], largest: int | None = None) -> Reservation:
         """Admit a request of at most `tokens` tokens, or raise Overloaded (429) with the
-        seconds until the queue is back under the bound as Retry-After."""
+        seconds until the queue is back under the bound as Retry-After. A request whose bound
+        is over `largest` (the most a model may queue: more is a 413) is not refused here: its
+        reservation carries the refusal, raised once its real count is known to fit."""
         wait = self.wait(queued)
         if wait > self.max_wait_s:
-            raise Overloaded(
+            refusal = Overloaded(
                 f"the queue holds about {wait:.0f}s of work, more than the {self.max_wait_s:g}s this server "
                 f"admits (--max-queue-wait); retry after Retry-After seconds or on another replica",
                 retry_after=max(1.0, math.ceil(wait - self.max_wait_s)),
             )
+            if largest is None or tokens <= largest:
+                raise refusal
+            return Reservation(self, model_id, 0, refusal)
         reservation = Reservation(self, model_id, tokens)
         if tokens:
             self._reserved[model_id] = self.reserved(model_id) + tokens

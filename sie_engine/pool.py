@@ -170,6 +170,17 @@ class ModelPool:
     def loaded_ids(self) -> list[str]:
         return list(self._resident)
 
+    def param_count(self, model_id: str) -> float | None:
+        """Parameters of a model whose weights were looked at: resident, or planned by a load
+        (the scheduler's throughput prior before the model's first batch). None before that."""
+        entry = self._resident.get(model_id)
+        if entry is not None:
+            return entry.runner.param_bytes / entry.runner.dtype.itemsize
+        plan = self._plans.get(model_id)
+        if plan is not None:
+            return plan.weight_bytes / resolve_dtype(self.card(model_id).dtype, self.device).itemsize
+        return None
+
     # ---- use ---------------------------------------------------------------
     def touch(self, model_id: str) -> None:
         entry = self._resident.get(model_id)

@@ -130,7 +130,7 @@ class Scheduler:
         self._inflight: set[Request] = set()
         self._batches: dict[asyncio.Task, int | None] = {}  # running batch -> its torch threads
         # tokens/s per model and the wait bound (admission.py)
-        self.admission = WaitAdmission(max_queue_wait_s, Throughput(pool.device.type, self._params),
+        self.admission = WaitAdmission(max_queue_wait_s, Throughput(pool.device.type, pool.param_count),
                                        on_change=self._report)
 
     # ---- lifecycle ---------------------------------------------------------
@@ -207,11 +207,6 @@ class Scheduler:
         """Seconds before a request arriving now would start (admission.py)."""
         return self.admission.wait(self.queued_tokens())
 
-    def _params(self, model_id: str) -> float | None:
-        """A resident model's parameter count (the throughput prior before its first batch)."""
-        runner = self.pool.resident(model_id)
-        return runner.param_bytes / runner.dtype.itemsize if runner is not None else None
-
     def _report(self, model_id: str) -> None:
         """Tell the metrics a model's queue (items, tokens) and its wait changed."""
         items, tokens = self.queued(model_id)
@@ -229,7 +224,7 @@ class Scheduler:
         caller releases the reservation when the request has been queued or has ended."""
         if self._draining:
             raise Draining()
-        return self.admission.admit(model_id, tokens, self.queued_tokens())
+        return self.admission.admit(model_id, tokens, self.queued_tokens(), largest=self.max_queued_tokens)
 
     # ---- submit ------------------------------------------------------------
     def submit(self, model_id: str, task: str, items: Sequence[WorkItem], request: Request) -> Request:
@@ -247,6 +242,8 @@ class Scheduler:
                 "split it",
                 field="items",
             )
+        if request.reservation is not None and request.reservation.refusal is not None:
+            raise request.reservation.refusal  # admission refused it; it was not too large to queue
         if model_tokens + tokens > self.max_queued_tokens:
             raise Overloaded(f"model {model_id!r} has {model_tokens} tokens queued",
                              self._retry_after(model_id, model_tokens + tokens - self.max_queued_tokens))

@@ -50,6 +50,37 @@ def test_upper_bound_is_above_the_real_token_count():
     assert upper_bound_tokens({"query": "q" * 50, "items": ["d" * 10]}, 256) > 60
 
 
+def test_throughput_prior_then_measured_and_reservations_settle(tmp_path):
+    """Before a model's first batch its rate is the prior from its size (once its weights are
+    looked at); after, the measured one. Every token reserved at admission is returned once
+    the requests are queued or answered (a leak would refuse work forever)."""
+    import sie_engine.admission as admission
+    from engine_fixtures import Recorder, make_engine, tiny_cards
+
+    card = tiny_cards(tmp_path, names=("a",))[0]
+    engine = make_engine([card], Recorder())
+    try:
+        throughput = engine.scheduler.admission.throughput
+        assert throughput.rate(card.id) == pytest.approx(admission.PRIOR_FLOPS["cpu"] / (2 * admission.UNKNOWN_PARAMS))
+        engine.load_sync(card.id)
+        params = engine.pool.param_count(card.id)
+        assert 1e4 < params < 1e7  # the tiny BERT: ~1M parameters, most of them its vocabulary
+        assert throughput.rate(card.id) == pytest.approx(admission.PRIOR_FLOPS["cpu"] / (2 * params))
+        assert not throughput.measured(card.id)
+
+        async def many():
+            return await asyncio.gather(*(engine.encode(card.id, ["some text"] * 8) for _ in range(20)),
+                                        engine.encode(card.id, ["x"]), return_exceptions=True)
+
+        results = engine._sync(many)
+        assert all(not isinstance(r, BaseException) for r in results), results
+        assert throughput.measured(card.id)
+        assert engine.scheduler.admission.reserved(card.id) == 0.0
+        assert engine.scheduler.expected_wait() == 0.0
+    finally:
+        engine.close()
+
+
 @pytest.fixture(scope="module")
 def warm(server):
     """One request first, so the model's throughput is measured, not the prior."""
