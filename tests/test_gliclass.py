@@ -89,8 +89,15 @@ def test_threshold_and_top_k(engine, multi_label):
 
 @pytest.mark.parametrize("name", ["deberta", "bert-mlp"])
 def test_answers_do_not_depend_on_batch_company(engine, name):
-    """Each item's scores are the same alone as in a request with other items (batch invariance)."""
+    """Each item's scores are the same alone as in a request with other items (batch invariance), also when
+    the request spans several batches of the card's 1,024-token budget."""
+    many = engine.extract_sync(f"gliclass/{name}", TEXTS * 10, LABELS)
+    assert many.tokens > 1024
     together = engine.extract_sync(f"gliclass/{name}", TEXTS, LABELS)
+    for i, item in enumerate(many.items):
+        want = together.items[i % len(TEXTS)].classifications
+        assert [c.label for c in item.classifications] == [c.label for c in want]
+        np.testing.assert_allclose([c.score for c in item.classifications], [c.score for c in want], atol=1e-6)
     for i, text in enumerate(TEXTS):
         alone = engine.extract_sync(f"gliclass/{name}", [text], LABELS)
         assert [c.label for c in alone.items[0].classifications] == [c.label for c in together.items[i].classifications]
