@@ -59,7 +59,8 @@ ENTITY = obj({"text": {"type": "string"}, "label": {"type": "string"}, "score": 
              "start": {"type": "integer"}, "end": {"type": "integer"}})
 # relation models: an item may carry its entities, character offsets into its text (end exclusive)
 ENTITY_SPAN = obj({"start": {"type": "integer", "minimum": 0}, "end": {"type": "integer", "minimum": 1},
-                   "label": {"type": "string"}, "text": {"type": "string"}}, ["start", "end", "label"])
+                   "label": {"type": "string"}, "text": {"type": "string"}, "score": {"type": "number"}},
+                  ["start", "end", "label"])
 EXTRACT_ITEMS = Field("items", {"type": "array", "minItems": 1, "items": {"oneOf": [
     {"type": "string"},
     obj({"id": {"type": "string"}, "text": {"type": "string"}, "entities": {"type": "array", "items": ENTITY_SPAN}},

@@ -19,6 +19,7 @@ import yaml
 
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
 from sie_engine.errors import InvalidRequest, UnsupportedOutput
+from sie_engine.heads import glirel as glirel_head
 from sie_engine.heads.gliner_prompt import split_words
 from sie_engine.heads.glirel_checkpoint import load_glirel_config
 from sie_engine.heads.glirel_prompt import prepare, word_span
@@ -141,9 +142,16 @@ def test_triples_equal_the_library(built, name):
     assert_same(DOCS[2], low.items[0].relations, reference_triples(reference, DOCS[2], 0.0))
 
 
-def test_batch_invariance_and_top_k(built):
+def test_batch_invariance_and_top_k(built, monkeypatch):
     _, models, _, engine = built
     together = engine.extract_sync("glirel/both-first", [item(d) for d in DOCS], RELATIONS, threshold=0.0).items
+    monkeypatch.setattr(glirel_head, "PAIR_CHUNK", 5)  # the pair MLP in chunks gives the same scores
+    chunked = engine.extract_sync("glirel/both-first", [item(d) for d in DOCS], RELATIONS, threshold=0.0).items
+    monkeypatch.undo()
+    for a, b in zip(chunked, together):
+        assert [(r.head.start, r.tail.start, r.relation) for r in a.relations] == \
+            [(r.head.start, r.tail.start, r.relation) for r in b.relations]
+        np.testing.assert_allclose([r.score for r in a.relations], [r.score for r in b.relations], atol=1e-6)
     for doc, batched in zip(DOCS, together):
         alone = engine.extract_sync("glirel/both-first", [item(doc)], RELATIONS, threshold=0.0).items[0]
         assert [(r.head.start, r.tail.start, r.relation) for r in alone.relations] == \
@@ -214,6 +222,12 @@ def test_entities_from_a_gliner_in_the_same_request(built):
             assert_same(doc, got.relations, reference_triples(models["both-first"][1], doc, 0.0))
             found += 1
     assert found >= 2
+    # the found entities sent back as they came (text and score included) give the same relations
+    again = engine.extract_sync("glirel/both-first", [
+        {"text": t, "entities": [dict(text=e.text, label=e.label, score=e.score, start=e.start, end=e.end)
+                                 for e in got.entities]} for t, got in zip(texts, result.items)],
+        RELATIONS, threshold=0.0)
+    assert [i.relations for i in again.items] == [i.relations for i in result.items]
 
 
 @pytest.mark.parametrize("model, fields, error, where", [
@@ -232,6 +246,8 @@ def test_entities_from_a_gliner_in_the_same_request(built):
     ("glirel/both-first", dict(items=[item(DOCS[1])], entity_model="gliner/tiny", entity_labels=["person"]),
      InvalidRequest, "not both"),
     ("gliner/tiny", dict(items=[item(DOCS[1])]), UnsupportedOutput, "no relations output"),
+    ("glirel/both-first", dict(items=[{"text": "a " * 300, "entities": [
+        {"start": 2 * i, "end": 2 * i + 1, "label": "x"} for i in range(300)]}]), InvalidRequest, "at most 256"),
 ])
 def test_bad_relation_requests(built, model, fields, error, where):
     _, _, _, engine = built

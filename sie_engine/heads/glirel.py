@@ -34,6 +34,9 @@ from .glirel_checkpoint import GlirelConfig, load_glirel_config
 from .glirel_prompt import RelationWindow
 
 RELATIONS = "relations"  # the card output, and the head relation work runs
+# Entity pairs whose pair-MLP activations are held at once (x 6 D float32 each, ~300 MB at D=768): a window
+# with many entities has their square of pairs.
+PAIR_CHUNK = 16384
 
 
 @dataclass
@@ -120,13 +123,17 @@ class GlirelHead(nn.Module):
         K, P = len(spans), len(pairs)
         first, last, heads, tails = index.tensor_split([K, 2 * K, 2 * K + P])
         entities = self.entity(words, first, last)  # [K_total, D]
-        pair_vectors = self.pair(torch.cat([entities.index_select(0, heads), entities.index_select(0, tails)], -1))
 
         probs, p0, c0 = [], 0, 0
         for w in windows:
-            p, c = len(w.pairs), w.num_labels
-            probs.append(torch.sigmoid(pair_vectors[p0:p0 + p] @ labels[c0:c0 + c].T).flatten())
-            p0, c0 = p0 + p, c0 + c
+            c = w.num_labels
+            window_labels = labels[c0:c0 + c]
+            for a in range(p0, p0 + len(w.pairs), PAIR_CHUNK):  # bounds the pair MLP's activations
+                b = min(a + PAIR_CHUNK, p0 + len(w.pairs))
+                pair = self.pair(torch.cat([entities.index_select(0, heads[a:b]),
+                                            entities.index_select(0, tails[a:b])], -1))  # [chunk, D]
+                probs.append(torch.sigmoid(pair @ window_labels.T).flatten())
+            p0, c0 = p0 + len(w.pairs), c0 + c
         flat = torch.cat(probs).cpu().numpy()  # the batch's one device-to-host copy
         out, offset = [], 0
         for w in windows:

@@ -35,6 +35,7 @@ from .context import TaskContext
 OUTPUTS = frozenset({RELATIONS})
 DEFAULT_THRESHOLD = 0.5  # glirel's predict_relations default; a card may set options.relations.threshold
 ENTITY_FIELDS = ("entity_model", "entity_labels", "entity_threshold")
+MAX_ENTITIES = 256  # per item: every ordered pair is scored, so the work grows with their square
 
 _configs: dict[tuple, GlirelConfig] = {}
 
@@ -75,15 +76,18 @@ def refuse_relation_fields(card: ModelCard, fields: Mapping[str, Any]) -> None:
 
 
 def check_entities(raw: Any, text: str, where: str) -> list[Entity]:
-    """`[{start, end, label}]` character spans inside the text -> Entities (no score: given, not found)."""
+    """`[{start, end, label}]` character spans inside the text -> Entities. `text` and `score` may come too
+    (a GLiNER answer's entities sent back as they are); the score is echoed, the text is the span's."""
     if not isinstance(raw, list):
         raise InvalidRequest(f"{where} must be a list of {{start, end, label}} objects", field=where)
+    check_entity_count(len(raw), where)
     entities = []
     for k, entity in enumerate(raw):
         here = f"{where}[{k}]"
-        if not isinstance(entity, dict) or set(entity) - {"start", "end", "label", "text"}:
-            raise InvalidRequest(f"{here} must be an object with start, end and label (text optional)", field=here)
-        start, end, label = entity.get("start"), entity.get("end"), entity.get("label")
+        if not isinstance(entity, dict) or set(entity) - {"start", "end", "label", "text", "score"}:
+            raise InvalidRequest(f"{here} must be an object with start, end and label (text and score optional)",
+                                 field=here)
+        start, end, label, score = entity.get("start"), entity.get("end"), entity.get("label"), entity.get("score")
         if any(isinstance(x, bool) or not isinstance(x, int) for x in (start, end)):
             raise InvalidRequest(f"{here} needs integer start and end (character offsets, end exclusive)", field=here)
         if not 0 <= start < end <= len(text):
@@ -91,8 +95,17 @@ def check_entities(raw: Any, text: str, where: str) -> list[Entity]:
                                  "0 <= start < end <= len(text)", field=here)
         if not isinstance(label, str) or not label.strip():
             raise InvalidRequest(f"{here}.label must be a non-blank string (the entity's type)", field=f"{here}.label")
-        entities.append(Entity(text=text[start:end], label=label, score=None, start=start, end=end))
+        if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+            raise InvalidRequest(f"{here}.score must be a number when given", field=f"{here}.score")
+        entities.append(Entity(text=text[start:end], label=label, score=None if score is None else float(score),
+                               start=start, end=end))
     return entities
+
+
+def check_entity_count(count: int, where: str) -> None:
+    if count > MAX_ENTITIES:
+        raise InvalidRequest(f"{where} holds {count} entities; at most {MAX_ENTITIES} per item (each ordered pair "
+                             "is scored): split the text", field=where)
 
 
 def relation_settings(card: ModelCard, fields: Mapping[str, Any], limits: v.Limits) -> tuple[float, int | None]:
@@ -133,6 +146,8 @@ async def find_entities(engine: TaskContext, fields: Mapping[str, Any], ids: lis
     except InvalidRequest as exc:  # the inner call's labels are this request's entity_labels
         field = "entity_labels" if (exc.field or "").startswith("labels") else "entity_model"
         raise InvalidRequest(f"entity_model {name!r}: {exc}", field=field) from None
+    for i, item in enumerate(found.items):
+        check_entity_count(len(item.entities), f"items[{i}] (entities found by {name})")
     return [item.entities for item in found.items], found.tokens
 
 
