@@ -1,4 +1,4 @@
-"""Every architecture string registered for the ModernBERT, Qwen2/Qwen3, Mistral, Gemma 3 and NomicBERT
+"""Every architecture string registered for the ModernBERT, Qwen2/Qwen3, Mistral, Gemma 3, DistilBERT and NomicBERT
 families resolves to its family and loads the backbone out of that class's checkpoint
 (whose prefix and extra head tensors differ: `model.`, `nomic_bert.`, lm/classifier heads),
 giving transformers' base-model hidden states within 1e-4 (float32)."""
@@ -54,6 +54,13 @@ def _gemma3(cls_name):
     return getattr(transformers, cls_name)(config)
 
 
+def _distilbert(cls_name):
+    import transformers
+
+    config = transformers.DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=48)
+    return getattr(transformers, cls_name)(config)
+
+
 def _nomic(cls_name):
     import transformers
 
@@ -68,6 +75,7 @@ CASES = {
     "Qwen2Model": _qwen, "Qwen2ForCausalLM": _qwen, "Qwen2ForSequenceClassification": _qwen,
     "Qwen3Model": _qwen, "Qwen3ForCausalLM": _qwen, "Qwen3ForSequenceClassification": _qwen,
     "MistralModel": _mistral, "MistralForCausalLM": _mistral, "Gemma3TextModel": _gemma3,
+    "DistilBertModel": _distilbert, "DistilBertForMaskedLM": _distilbert,
     "NomicBertModel": _nomic, "NomicBertForMaskedLM": _nomic, "NomicBertForSequenceClassification": _nomic,
 }
 # Registered strings without a transformers class (Nomic's remote-code pretraining wrapper).
@@ -76,7 +84,7 @@ WITHOUT_TRANSFORMERS_CLASS = {"NomicBertForPreTraining"}
 
 def test_every_registered_string_of_these_families_has_a_case():
     ours = {a for a, f in ARCHITECTURES.items() if f in ("modernbert", "qwen2", "qwen3", "mistral", "gemma3_text",
-                                                           "nomic_bert")}
+                                                           "nomic_bert", "distilbert")}
     assert ours == set(CASES) | WITHOUT_TRANSFORMERS_CLASS
 
 

@@ -102,6 +102,13 @@ def _gemma3():
     return Gemma3TextModel(config), 0
 
 
+def _distilbert():
+    from transformers import DistilBertConfig, DistilBertModel
+
+    return DistilBertModel(DistilBertConfig(vocab_size=MINILM_VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                                            max_position_embeddings=512)), 0
+
+
 def _nomic_bert():
     from transformers import NomicBertConfig, NomicBertModel
 
@@ -120,7 +127,7 @@ def _mpnet():
 # family -> builder of (tiny transformers model, pad id). A new family needs a stand-in here.
 STAND_INS = {"bert": _bert, "modernbert": _modernbert, "qwen2": _qwen("qwen2"), "qwen3": _qwen("qwen3"),
              "nomic_bert": _nomic_bert, "mpnet": _mpnet, "mistral": _mistral,
-             "gemma3_text": _gemma3}
+             "gemma3_text": _gemma3, "distilbert": _distilbert}
 
 
 def _kind(card) -> str:

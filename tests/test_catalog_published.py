@@ -136,10 +136,13 @@ def _classifier(model_type: str, id2label, dest):
 
 
 def _masked_lm(model_type: str, dest):
-    from transformers import BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
+    from transformers import BertForMaskedLM, DistilBertConfig, DistilBertForMaskedLM, RobertaConfig, RobertaForMaskedLM
 
     if model_type == "bert":
         return save_tiny(BertForMaskedLM(tiny_bert_config()).eval(), dest)
+    if model_type == "distilbert":
+        config = DistilBertConfig(vocab_size=MINILM_VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64)
+        return _no_segment_ids(save_tiny(DistilBertForMaskedLM(config).eval(), dest))
     config = RobertaConfig(**tiny_xlmr_config().to_dict())
     return _no_segment_ids(save_tiny(RobertaForMaskedLM(config).eval(), dest))
 

@@ -122,6 +122,15 @@ register(
     ["deberta-v2"],
 )
 
+from .distilbert import DistilBertModel, distilbert_config  # noqa: E402
+
+# DistilBERT: BERT's forward under DistilBERT's names, no segment embeddings
+register(
+    Family("distilbert", distilbert_config, DistilBertModel, "mean"),
+    ["DistilBertModel", "DistilBertForMaskedLM"],
+    ["distilbert"],
+)
+
 from .mpnet import MPNetConfig, MPNetModel  # noqa: E402
 
 # MPNet (all-mpnet-base-v2 and the other sentence-transformers MPNet models): a relative position bias

