@@ -149,3 +149,19 @@ def test_models_list_the_modalities_and_image_size(server):
     assert entry["modalities"] == ["text", "image"] and entry["image_size"] == 32
     with SIEClient(server.url) as client:
         assert client.model("siglip").modalities == ("text", "image")
+
+
+def test_async_client_sends_images_over_msgpack(server, models):
+    import asyncio
+
+    from sie_client import AsyncSIEClient
+
+    images = sample_images()
+
+    async def encode():
+        async with AsyncSIEClient(server.url, encoding="msgpack") as client:
+            return await client.encode("siglip", [images["gif_palette"], "the cat"], normalize=False)
+
+    result = asyncio.run(encode())
+    ref = reference_features("siglip", models["siglip"], [images["gif_palette"]], ["the cat"])
+    assert_cosine(np.stack([item.dense for item in result.items]), ref)
