@@ -3,6 +3,11 @@
 Chroma calls `__call__` for documents on add and `embed_query` for
 `query(query_texts=...)`; the two map to SIE's document and query encodings
 (`is_query`), which differ for models with query templates or instructions.
+
+The input is Chroma's `Embeddable`, `Documents | Images`: with an image model
+(CLIP, SigLIP) a multimodal collection adds and queries images, given as
+`images=` (numpy pixel arrays) or as `uris=` read by the collection's
+`data_loader` (Chroma's `ImageLoader`), and texts query the images.
 """
 
 from __future__ import annotations
@@ -10,10 +15,11 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 import numpy as np
-from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
+from chromadb.api.types import Embeddable, EmbeddingFunction, Embeddings, Space, is_image
 from chromadb.utils.embedding_functions import known_embedding_functions, register_embedding_function
 
 from sie_client import DEFAULT_MODEL, SIEClient
+from sie_client.image_inputs import image_bytes
 
 from .config import PERSISTED, check_config, check_update, known_config, make_client, rebuilt_client
 
@@ -26,13 +32,17 @@ LEGACY_NAMES = ("sie",)  # written by sie_chroma 0.1.0
 
 
 @register_embedding_function
-class SIEEmbeddingFunction(EmbeddingFunction[Documents]):
-    """Dense embeddings from an SIE model.
+class SIEEmbeddingFunction(EmbeddingFunction[Embeddable]):
+    """Dense embeddings from an SIE model, of documents and (with an image model) images.
 
     Example:
         ef = SIEEmbeddingFunction(model="sentence-transformers/all-MiniLM-L6-v2", url="http://127.0.0.1:8080")
         collection = chroma.create_collection("docs", embedding_function=ef,
                                               configuration={"hnsw": {"space": "cosine"}})
+        clip = SIEEmbeddingFunction(model="openai/clip-vit-base-patch32")
+        photos = chroma.create_collection("photos", embedding_function=clip, data_loader=ImageLoader())
+        photos.add(ids=["cat"], uris=["cat.jpg"])      # or images=[pixel array]
+        photos.query(query_texts=["a cat"])            # or query_images=, query_uris=
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, url: str | None = None, api_key: str | None = None, *,
@@ -55,19 +65,21 @@ class SIEEmbeddingFunction(EmbeddingFunction[Documents]):
         self.batch_size = batch_size
         self.progress = progress
 
-    def _encode(self, input: Documents, is_query: bool) -> Embeddings:
-        texts = [input] if isinstance(input, str) else list(input)
+    def _encode(self, input: Embeddable, is_query: bool) -> Embeddings:
+        # Chroma's images are numpy pixel arrays; they go to SIE as PNG image items.
+        items = [input] if isinstance(input, str) else [
+            {"image": image_bytes(item)} if is_image(item) else item for item in input]
         result = self._client.encode(
-            self.model, texts, output_types=["dense"], is_query=is_query,
+            self.model, items, output_types=["dense"], is_query=is_query,
             instruction=self.instruction if is_query else None, dims=self.dims, batch_size=self.batch_size,
             progress=self.progress and not is_query,
         )
         return [np.asarray(v, dtype=np.float32) for v in result.dense_matrix()]
 
-    def __call__(self, input: Documents) -> Embeddings:
+    def __call__(self, input: Embeddable) -> Embeddings:
         return self._encode(input, is_query=False)
 
-    def embed_query(self, input: Documents) -> Embeddings:
+    def embed_query(self, input: Embeddable) -> Embeddings:
         return self._encode(input, is_query=True)
 
     @staticmethod

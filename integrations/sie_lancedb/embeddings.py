@@ -18,7 +18,7 @@ table's `on_bad_vectors` policy decides what becomes of them.
 
 from __future__ import annotations
 
-from typing import ClassVar, List, Optional, Union
+from typing import Any, ClassVar, List, Optional, Union
 
 import numpy as np
 from lancedb.embeddings import TextEmbeddingFunction, register
@@ -95,13 +95,17 @@ class SIEEmbeddings(TextEmbeddingFunction):
 
     def _encode(self, texts: List[Optional[str]], is_query: bool) -> list:
         """One vector per text; None where the text is not a non-blank string."""
-        texts = list(texts)
-        valid = [i for i, text in enumerate(texts) if isinstance(text, str) and text.strip()]
-        out: list = [None] * len(texts)
+        return self._encode_items([text if isinstance(text, str) and text.strip() else None for text in texts],
+                                  is_query)
+
+    def _encode_items(self, items: List[Any], is_query: bool) -> list:
+        """One vector per encode item (a text or an `{"image": ...}` dict); None where the item is None."""
+        valid = [i for i, item in enumerate(items) if item is not None]
+        out: list = [None] * len(items)
         if not valid:
             return out
         result = self.client.encode(
-            self.model, [texts[i] for i in valid], output_types=[self.output], is_query=is_query,
+            self.model, [items[i] for i in valid], output_types=[self.output], is_query=is_query,
             instruction=self.instruction if is_query else None, dims=self.dims if self.output == "dense" else None,
             batch_size=self.batch_size, progress=self.progress,
         )

@@ -11,7 +11,7 @@ from qdrant_client import AsyncQdrantClient, models
 
 from sie_client import DEFAULT_MODEL, AsyncSIEClient, connect_async
 
-from .plan import QdrantPlan
+from .plan import QdrantPlan, part
 from .points import NamedVector
 
 
@@ -37,11 +37,12 @@ class AsyncSIEQdrant(QdrantPlan):
                  dense_name: str = "dense", sparse_name: str = "sparse", multivector_name: str = "multivector",
                  sparse_idf: bool = False, instruction: str | None = None, client: AsyncSIEClient | None = None,
                  url: str | None = None, api_key: str | None = None, timeout: float | None = None,
-                 batch_size: int | None = None, progress: bool | None = None):
+                 batch_size: int | None = None, progress: bool | None = None, image_model: str | None = None,
+                 image_name: str = "image"):
         super().__init__(dense_model=dense_model, sparse_model=sparse_model, multivector_model=multivector_model,
                          rerank_model=rerank_model, dense_name=dense_name, sparse_name=sparse_name,
                          multivector_name=multivector_name, sparse_idf=sparse_idf, instruction=instruction,
-                         batch_size=batch_size, progress=progress)
+                         batch_size=batch_size, progress=progress, image_model=image_model, image_name=image_name)
         self.client = connect_async(client, url=url, api_key=api_key, timeout=timeout)
         self._dims: dict[tuple[str, str], int] = {}
 
@@ -63,12 +64,12 @@ class AsyncSIEQdrant(QdrantPlan):
         await qdrant.create_collection(collection, vectors_config=self.vectors_config(sizes, distance),
                                        sparse_vectors_config=self.sparse_vectors_config() or None, **kwargs)
 
-    async def _encode(self, texts: Sequence[str], is_query: bool) -> list[dict[str, Any]]:
-        texts = [texts] if isinstance(texts, str) else list(texts)
-        rows: list[dict[str, Any]] = [{} for _ in texts]
-        for model, wanted in self.by_model().items():
-            result = await self.client.encode(model, texts, **self.encode_options(wanted, is_query, None))
-            self.fill_rows(rows, wanted, result)
+    async def _encode(self, texts: Sequence[str | None] | None, is_query: bool,
+                      images: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        count, calls = self.encode_calls(texts, images, is_query)
+        rows: list[dict[str, Any]] = [{} for _ in range(count)]
+        for model, items, where, wanted, options in calls:
+            self.fill_rows(rows, wanted, await self.client.encode(model, items, **options), where)
         return rows
 
     async def embed_documents(self, texts: Sequence[str]) -> list[dict[str, Any]]:
@@ -77,25 +78,28 @@ class AsyncSIEQdrant(QdrantPlan):
     async def embed_queries(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         return await self._encode(texts, is_query=True)
 
-    async def points(self, texts: Sequence[str], ids: Sequence[Any] | None = None,
-                     payloads: Sequence[Mapping[str, Any]] | None = None,
-                     text_field: str = "text") -> list[models.PointStruct]:
-        ids = self.check_lengths(texts, ids, payloads)
-        return self.build_points(texts, ids, payloads, text_field, await self._encode(texts, False))
+    async def embed_images(self, images: Sequence[Any], *, is_query: bool = False) -> list[dict[str, Any]]:
+        return await self._encode(None, is_query=is_query, images=images)
 
-    async def upsert(self, qdrant: AsyncQdrantClient, collection: str, texts: Sequence[str],
+    async def points(self, texts: Sequence[str | None] | None = None, ids: Sequence[Any] | None = None,
+                     payloads: Sequence[Mapping[str, Any]] | None = None, text_field: str = "text", *,
+                     images: Sequence[Any] | None = None) -> list[models.PointStruct]:
+        ids = self.check_lengths(texts, ids, payloads, images)
+        return self.build_points(texts, ids, payloads, text_field, await self._encode(texts, False, images))
+
+    async def upsert(self, qdrant: AsyncQdrantClient, collection: str, texts: Sequence[str | None] | None = None,
                      ids: Sequence[Any] | None = None, payloads: Sequence[Mapping[str, Any]] | None = None,
-                     text_field: str = "text", chunk: int = 512) -> int:
-        """Encode and upsert in chunks of `chunk` texts (AsyncQdrantClient's upload_points takes
+                     text_field: str = "text", chunk: int = 512, *, images: Sequence[Any] | None = None) -> int:
+        """Encode and upsert in chunks of `chunk` points (AsyncQdrantClient's upload_points takes
         a plain iterable, which cannot await SIE: chunks are upserted instead)."""
         _async_only(qdrant)
-        ids = self.check_lengths(texts, ids, payloads)
-        for start in range(0, len(texts), chunk):
+        ids = self.check_lengths(texts, ids, payloads, images)
+        for start in range(0, len(ids), chunk):
             end = start + chunk
-            points = await self.points(texts[start:end], ids[start:end],
-                                       payloads[start:end] if payloads is not None else None, text_field)
+            points = await self.points(part(texts, start, end), ids[start:end], part(payloads, start, end),
+                                       text_field, images=part(images, start, end))
             await qdrant.upsert(collection, points=points)
-        return len(texts)
+        return len(ids)
 
     async def search(self, qdrant: AsyncQdrantClient, collection: str, query: str, *, using: str | None = None,
                      limit: int = 10, query_filter: models.Filter | None = None,
@@ -109,6 +113,21 @@ class AsyncSIEQdrant(QdrantPlan):
         _async_only(qdrant)
         requests = self.search_requests(await self.embed_queries(queries), using, limit, query_filter, with_payload,
                                         **kwargs)
+        return [answer.points for answer in await qdrant.query_batch_points(collection, requests=requests)]
+
+    async def search_image(self, qdrant: AsyncQdrantClient, collection: str, image: Any, *,
+                           using: str | None = None, limit: int = 10, query_filter: models.Filter | None = None,
+                           with_payload: bool | Sequence[str] = True, **kwargs) -> list[models.ScoredPoint]:
+        return (await self.search_image_batch(qdrant, collection, [image], using=using, limit=limit,
+                                              query_filter=query_filter, with_payload=with_payload, **kwargs))[0]
+
+    async def search_image_batch(self, qdrant: AsyncQdrantClient, collection: str, images: Sequence[Any], *,
+                                 using: str | None = None, limit: int = 10, query_filter: models.Filter | None = None,
+                                 with_payload: bool | Sequence[str] = True,
+                                 **kwargs) -> list[list[models.ScoredPoint]]:
+        _async_only(qdrant)
+        requests = self.search_requests(await self.embed_images(images, is_query=True), self.image_using(using),
+                                        limit, query_filter, with_payload, **kwargs)
         return [answer.points for answer in await qdrant.query_batch_points(collection, requests=requests)]
 
     async def hybrid_search(self, qdrant: AsyncQdrantClient, collection: str, query: str, *, limit: int = 10,

@@ -1,6 +1,7 @@
 """`QdrantPlan`: what SIEQdrant and AsyncSIEQdrant share, everything but the I/O:
-the named vectors, the collection config, and the points and query requests
-built from SIE's encodings. The two helpers only add the (awaited or not) calls.
+the named vectors, the collection config, the SIE calls that vectorise texts and
+images, and the points and query requests built from SIE's encodings. The two
+helpers only add the (awaited or not) calls.
 """
 
 from __future__ import annotations
@@ -10,10 +11,15 @@ from typing import Any, Mapping, Sequence
 from qdrant_client import models
 
 from sie_client import DEFAULT_MODEL, EncodeResult
+from sie_client.image_inputs import check_names, encode_groups
 
 from .points import NamedVector, point_id, qdrant_vector
 
 FIRST_STAGE = ("dense", "sparse")  # kinds that can find candidates for a multivector rescoring
+
+
+def part(values: Sequence[Any] | None, start: int, end: int) -> Sequence[Any] | None:
+    return None if values is None else values[start:end]
 
 
 class QdrantPlan:
@@ -21,9 +27,12 @@ class QdrantPlan:
                  multivector_model: str | None = None, rerank_model: str | None = None,
                  dense_name: str = "dense", sparse_name: str = "sparse", multivector_name: str = "multivector",
                  sparse_idf: bool = False, instruction: str | None = None, batch_size: int | None = None,
-                 progress: bool | None = None):
+                 progress: bool | None = None, image_model: str | None = None, image_name: str = "image"):
         """
         *_model: the SIE model for each named vector (None leaves that vector out).
+        image_model: an image-text model (CLIP, SigLIP) for a dense vector `image_name` computed
+            from each point's image; query texts reach it through the model's text tower, so
+            a text finds images. The text vectors stay computed from the points' texts.
         rerank_model: an SIE score model used by `hybrid_search(rerank=True)` / `rerank`.
         sparse_idf: configure the sparse vector with Qdrant's IDF modifier. Off by default:
             Qdrant weighs terms by IDF at query time for BM25-style vectors that carry term
@@ -35,8 +44,12 @@ class QdrantPlan:
                                       (multivector_name, "multivector", multivector_model))
             if model is not None
         ]
+        if image_model is not None:
+            self.vectors.append(NamedVector(image_name, "dense", image_model, source="image"))
         if not self.vectors:
-            raise ValueError("give at least one of dense_model, sparse_model, multivector_model")
+            raise ValueError("give at least one of dense_model, sparse_model, multivector_model, image_model")
+        check_names(self.vectors)
+        self.image_model = image_model
         self.rerank_model = rerank_model
         self.sparse_idf = sparse_idf
         self.instruction = instruction
@@ -66,42 +79,53 @@ class QdrantPlan:
         return {v.name: models.SparseVectorParams(modifier=modifier) for v in self.vectors if v.kind == "sparse"}
 
     # ---- encoding ----------------------------------------------------------
-    def by_model(self) -> dict[str, list[NamedVector]]:
-        """Vectors grouped by model: a model's outputs come from one SIE call (one forward pass)."""
-        groups: dict[str, list[NamedVector]] = {}
-        for v in self.vectors:
-            groups.setdefault(v.model, []).append(v)
-        return groups
-
     def encode_options(self, wanted: Sequence[NamedVector], is_query: bool, progress: bool | None) -> dict[str, Any]:
-        return dict(output_types=[v.kind for v in wanted], is_query=is_query,
+        return dict(output_types=list(dict.fromkeys(v.kind for v in wanted)), is_query=is_query,
                     instruction=self.instruction if is_query else None, batch_size=self.batch_size,
                     progress=self.progress if progress is None else progress)
 
+    def encode_calls(self, texts: str | Sequence[str | None] | None, images: Sequence[Any] | None, is_query: bool,
+                     progress: bool | None = None) -> tuple[int, list[tuple[str, list, list[int], list, dict]]]:
+        """(rows, [(model, items, row positions, vectors, options)]): the SIE calls that vectorise
+        points or queries (see sie_client.image_inputs.encode_groups); a point without a text
+        or image simply lacks the vectors it would feed, as Qdrant allows."""
+        texts = [texts] if isinstance(texts, str) else texts
+        rows, groups = encode_groups(self.vectors, texts, images, is_query=is_query, image_model=self.image_model)
+        return rows, [(model, items, where, wanted, self.encode_options(wanted, is_query, progress))
+                      for model, items, where, wanted in groups]
+
     @staticmethod
-    def fill_rows(rows: list[dict[str, Any]], wanted: Sequence[NamedVector], result: EncodeResult) -> None:
-        for row, item in zip(rows, result.items):
+    def fill_rows(rows: list[dict[str, Any]], wanted: Sequence[NamedVector], result: EncodeResult,
+                  where: Sequence[int] | None = None) -> None:
+        """Put each encoded item's vectors into its row (`where`: the rows the items belong to)."""
+        for i, item in zip(range(len(rows)) if where is None else where, result.items):
             for v in wanted:
-                row[v.name] = qdrant_vector(v.kind, item)
+                rows[i][v.name] = qdrant_vector(v.kind, item)
 
     # ---- points ------------------------------------------------------------
     @staticmethod
-    def check_lengths(texts: Sequence[str], ids: Sequence[Any] | None,
-                      payloads: Sequence[Mapping[str, Any]] | None) -> list:
-        ids = list(ids) if ids is not None else list(range(len(texts)))
-        if len(ids) != len(texts) or (payloads is not None and len(payloads) != len(texts)):
-            raise ValueError("texts, ids and payloads must have the same length")
+    def check_lengths(texts: Sequence[str | None] | None, ids: Sequence[Any] | None,
+                      payloads: Sequence[Mapping[str, Any]] | None, images: Sequence[Any] | None = None) -> list:
+        lengths = {len(values) for values in (texts, images, payloads) if values is not None}
+        if not lengths:
+            raise ValueError("give texts, images or both")
+        count = lengths.pop()
+        ids = list(ids) if ids is not None else list(range(count))
+        if lengths or len(ids) != count:
+            raise ValueError("texts, images, ids and payloads must have the same length")
         return ids
 
     @staticmethod
-    def build_points(texts: Sequence[str], ids: Sequence[Any], payloads: Sequence[Mapping[str, Any]] | None,
-                     text_field: str, rows: Sequence[dict[str, Any]]) -> list[models.PointStruct]:
-        """PointStructs with every named vector; the text is kept in the payload under `text_field`
+    def build_points(texts: Sequence[str | None] | None, ids: Sequence[Any],
+                     payloads: Sequence[Mapping[str, Any]] | None, text_field: str,
+                     rows: Sequence[dict[str, Any]]) -> list[models.PointStruct]:
+        """PointStructs with their named vectors; the text is kept in the payload under `text_field`
         (for reranking), and an id that is not an int or UUID under `id`."""
         points = []
-        for i, (text, vectors) in enumerate(zip(texts, rows)):
+        for i, vectors in enumerate(rows):
             payload = dict(payloads[i]) if payloads is not None else {}
-            payload.setdefault(text_field, text)
+            if texts is not None and texts[i] is not None:
+                payload.setdefault(text_field, texts[i])
             pid = point_id(ids[i])
             if pid != ids[i]:
                 payload.setdefault("id", ids[i])
@@ -114,6 +138,20 @@ class QdrantPlan:
             return self.vectors[0].name
         if using not in {v.name for v in self.vectors}:
             raise ValueError(f"unknown vector {using!r}; this helper has {[v.name for v in self.vectors]}")
+        return using
+
+    def image_using(self, using: str | None) -> str:
+        """The vector an image query searches: `using`, which must lie in the image space, or the image vector."""
+        # An image's vector lies in its model's space: the image vector's, and that of any
+        # dense text vector computed by the same model.
+        space = [v.name for v in self.vectors if v.model == self.image_model and v.kind == "dense"]
+        if not space:
+            raise ValueError("image queries need image_model=... (an image-text model such as CLIP)")
+        if using is None:
+            return next(v.name for v in self.vectors if v.source == "image")
+        if using not in space:
+            raise ValueError(f"an image can query only vectors of the image model {self.image_model!r}: {space}; "
+                             f"not {using!r}")
         return using
 
     def search_requests(self, rows: Sequence[dict[str, Any]], using: str | None, limit: int,

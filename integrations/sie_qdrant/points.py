@@ -26,11 +26,13 @@ def point_id(value: Any) -> int | str:
 
 @dataclass(frozen=True)
 class NamedVector:
-    """One named vector of the collection: its name, SIE output kind and model."""
+    """One named vector of the collection: its name, SIE output kind and model, and what a
+    point's vector is computed from (its text, or its image through an image-text model)."""
 
     name: str
     kind: str  # dense | sparse | multivector
     model: str
+    source: str = "text"  # text | image
 
 
 def qdrant_vector(kind: str, item: Any) -> Any:

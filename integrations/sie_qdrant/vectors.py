@@ -1,10 +1,13 @@
 """`SIEQdrant`: SIE encodings shaped for qdrant-client collections with named vectors.
 
-One collection can hold up to three named vectors per point:
+One collection can hold these named vectors per point:
 
 - dense (cosine), from a dense model;
 - sparse, from a SPLADE-style model (Qdrant's IDF modifier only on request);
-- multivector with the MAX_SIM comparator (late interaction, ColBERT-style).
+- multivector with the MAX_SIM comparator (late interaction, ColBERT-style);
+- image (cosine), from the point's image through an image-text model (CLIP, SigLIP),
+  beside the text vectors: a query text finds images through the model's text tower,
+  a query image (`search_image`) finds images and same-model text vectors.
 
 When one model offers several of these outputs they come from one SIE call
 (one forward pass). Queries use SIE's query mode (`is_query=True`). For
@@ -21,7 +24,7 @@ from tqdm.auto import tqdm
 
 from sie_client import DEFAULT_MODEL, SIEClient, connect
 
-from .plan import QdrantPlan
+from .plan import QdrantPlan, part
 from .points import NamedVector
 
 
@@ -47,7 +50,8 @@ class SIEQdrant(QdrantPlan):
                  dense_name: str = "dense", sparse_name: str = "sparse", multivector_name: str = "multivector",
                  sparse_idf: bool = False, instruction: str | None = None, client: SIEClient | None = None,
                  url: str | None = None, api_key: str | None = None, timeout: float | None = None,
-                 batch_size: int | None = None, progress: bool | None = None):
+                 batch_size: int | None = None, progress: bool | None = None, image_model: str | None = None,
+                 image_name: str = "image"):
         """
         See QdrantPlan for the vectors and options. client / url / api_key / timeout: an
         SIEClient or the options to make one (SIE_URL / SIE_API_KEY by default; no URL
@@ -56,7 +60,7 @@ class SIEQdrant(QdrantPlan):
         super().__init__(dense_model=dense_model, sparse_model=sparse_model, multivector_model=multivector_model,
                          rerank_model=rerank_model, dense_name=dense_name, sparse_name=sparse_name,
                          multivector_name=multivector_name, sparse_idf=sparse_idf, instruction=instruction,
-                         batch_size=batch_size, progress=progress)
+                         batch_size=batch_size, progress=progress, image_model=image_model, image_name=image_name)
         self.client = connect(client, url=url, api_key=api_key, timeout=timeout)
         self._dims: dict[tuple[str, str], int] = {}
 
@@ -83,13 +87,13 @@ class SIEQdrant(QdrantPlan):
                                  sparse_vectors_config=self.sparse_vectors_config() or None, **kwargs)
 
     # ---- encoding ----------------------------------------------------------
-    def _encode(self, texts: Sequence[str], is_query: bool, progress: bool | None = None) -> list[dict[str, Any]]:
-        """Per text, `{vector name: qdrant vector}`; one SIE call per distinct model."""
-        texts = [texts] if isinstance(texts, str) else list(texts)
-        rows: list[dict[str, Any]] = [{} for _ in texts]
-        for model, wanted in self.by_model().items():
-            result = self.client.encode(model, texts, **self.encode_options(wanted, is_query, progress))
-            self.fill_rows(rows, wanted, result)
+    def _encode(self, texts: Sequence[str | None] | None, is_query: bool, progress: bool | None = None,
+                images: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        """Per point or query, `{vector name: qdrant vector}`; one SIE call per distinct model and input kind."""
+        count, calls = self.encode_calls(texts, images, is_query, progress)
+        rows: list[dict[str, Any]] = [{} for _ in range(count)]
+        for model, items, where, wanted, options in calls:
+            self.fill_rows(rows, wanted, self.client.encode(model, items, **options), where)
         return rows
 
     def embed_documents(self, texts: Sequence[str]) -> list[dict[str, Any]]:
@@ -98,49 +102,58 @@ class SIEQdrant(QdrantPlan):
     def embed_queries(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         return self._encode(texts, is_query=True)
 
-    def points(self, texts: Sequence[str], ids: Sequence[Any] | None = None,
-               payloads: Sequence[Mapping[str, Any]] | None = None, text_field: str = "text",
-               progress: bool | None = None) -> list[models.PointStruct]:
-        """PointStructs with every named vector (see QdrantPlan.build_points)."""
-        ids = self.check_lengths(texts, ids, payloads)
-        return self.build_points(texts, ids, payloads, text_field, self._encode(texts, False, progress))
+    def embed_images(self, images: Sequence[Any], *, is_query: bool = False) -> list[dict[str, Any]]:
+        """Per image (bytes, a path, a PIL image or a pixel array), its vectors: the image vector
+        (documents), or every vector of the image space (queries)."""
+        return self._encode(None, is_query=is_query, images=images)
 
-    def upsert(self, qdrant: QdrantClient, collection: str, texts: Sequence[str], ids: Sequence[Any] | None = None,
+    def points(self, texts: Sequence[str | None] | None = None, ids: Sequence[Any] | None = None,
                payloads: Sequence[Mapping[str, Any]] | None = None, text_field: str = "text",
-               chunk: int = 512) -> int:
-        """Encode and upsert in chunks of `chunk` texts; returns the number of points written."""
+               progress: bool | None = None, *, images: Sequence[Any] | None = None) -> list[models.PointStruct]:
+        """PointStructs with the named vectors of each point's text and image (see QdrantPlan)."""
+        ids = self.check_lengths(texts, ids, payloads, images)
+        return self.build_points(texts, ids, payloads, text_field, self._encode(texts, False, progress, images))
+
+    def upsert(self, qdrant: QdrantClient, collection: str, texts: Sequence[str | None] | None = None,
+               ids: Sequence[Any] | None = None, payloads: Sequence[Mapping[str, Any]] | None = None,
+               text_field: str = "text", chunk: int = 512, *, images: Sequence[Any] | None = None) -> int:
+        """Encode and upsert in chunks of `chunk` points; returns the number of points written.
+        images: one per point (bytes, a path, a PIL image or a pixel array; None for none), for
+        the image vector."""
         _sync_only(qdrant)
-        ids = self.check_lengths(texts, ids, payloads)
-        for start in range(0, len(texts), chunk):
+        ids = self.check_lengths(texts, ids, payloads, images)
+        for start in range(0, len(ids), chunk):
             end = start + chunk
-            qdrant.upsert(collection, points=self.points(texts[start:end], ids[start:end],
-                                                         payloads[start:end] if payloads is not None else None,
-                                                         text_field))
-        return len(texts)
+            qdrant.upsert(collection, points=self.points(part(texts, start, end), ids[start:end],
+                                                         part(payloads, start, end), text_field,
+                                                         images=part(images, start, end)))
+        return len(ids)
 
-    def iter_points(self, texts: Sequence[str], ids: Sequence[Any] | None = None,
+    def iter_points(self, texts: Sequence[str | None] | None = None, ids: Sequence[Any] | None = None,
                     payloads: Sequence[Mapping[str, Any]] | None = None, text_field: str = "text",
-                    chunk: int = 512) -> Iterator[models.PointStruct]:
-        """Points encoded `chunk` texts at a time, as a stream (one progress bar over all texts
-        when `progress` is on): memory stays bounded by a chunk however many texts there are."""
-        ids = self.check_lengths(texts, ids, payloads)
-        with tqdm(total=len(texts), desc="encode", unit="item", disable=not self.progress, leave=False) as bar:
-            for start in range(0, len(texts), chunk):
+                    chunk: int = 512, *, images: Sequence[Any] | None = None) -> Iterator[models.PointStruct]:
+        """Points encoded `chunk` at a time, as a stream (one progress bar over all points
+        when `progress` is on): memory stays bounded by a chunk however many points there are."""
+        ids = self.check_lengths(texts, ids, payloads, images)
+        with tqdm(total=len(ids), desc="encode", unit="item", disable=not self.progress, leave=False) as bar:
+            for start in range(0, len(ids), chunk):
                 end = start + chunk
-                yield from self.points(texts[start:end], ids[start:end],
-                                       payloads[start:end] if payloads is not None else None, text_field,
-                                       progress=False)
-                bar.update(len(texts[start:end]))
+                yield from self.points(part(texts, start, end), ids[start:end], part(payloads, start, end),
+                                       text_field, progress=False, images=part(images, start, end))
+                bar.update(len(ids[start:end]))
 
-    def upload(self, qdrant: QdrantClient, collection: str, texts: Sequence[str], ids: Sequence[Any] | None = None,
-               payloads: Sequence[Mapping[str, Any]] | None = None, text_field: str = "text", *, chunk: int = 512,
-               batch_size: int = 64, parallel: int = 1, max_retries: int = 3, wait: bool = True) -> int:
+    def upload(self, qdrant: QdrantClient, collection: str, texts: Sequence[str | None] | None = None,
+               ids: Sequence[Any] | None = None, payloads: Sequence[Mapping[str, Any]] | None = None,
+               text_field: str = "text", *, chunk: int = 512, batch_size: int = 64, parallel: int = 1,
+               max_retries: int = 3, wait: bool = True, images: Sequence[Any] | None = None) -> int:
         """Bulk load through qdrant-client's `upload_points` (its batching, parallel upload
         processes and retries) from a stream of SIE-encoded points; returns the count."""
         _sync_only(qdrant)
-        qdrant.upload_points(collection, points=self.iter_points(texts, ids, payloads, text_field, chunk),
+        count = len(self.check_lengths(texts, ids, payloads, images))
+        qdrant.upload_points(collection, points=self.iter_points(texts, ids, payloads, text_field, chunk,
+                                                                 images=images),
                              batch_size=batch_size, parallel=parallel, max_retries=max_retries, wait=wait)
-        return len(texts)
+        return count
 
     # ---- queries -----------------------------------------------------------
     def search(self, qdrant: QdrantClient, collection: str, query: str, *, using: str | None = None, limit: int = 10,
@@ -157,6 +170,22 @@ class SIEQdrant(QdrantPlan):
         _sync_only(qdrant)
         requests = self.search_requests(self.embed_queries(queries), using, limit, query_filter, with_payload,
                                         **kwargs)
+        return [answer.points for answer in qdrant.query_batch_points(collection, requests=requests)]
+
+    def search_image(self, qdrant: QdrantClient, collection: str, image: Any, *, using: str | None = None,
+                     limit: int = 10, query_filter: models.Filter | None = None,
+                     with_payload: bool | Sequence[str] = True, **kwargs) -> list[models.ScoredPoint]:
+        """Nearest points to an image (bytes, a path, a PIL image or a pixel array) on a vector of
+        the image space (the image vector by default)."""
+        return self.search_image_batch(qdrant, collection, [image], using=using, limit=limit,
+                                       query_filter=query_filter, with_payload=with_payload, **kwargs)[0]
+
+    def search_image_batch(self, qdrant: QdrantClient, collection: str, images: Sequence[Any], *,
+                           using: str | None = None, limit: int = 10, query_filter: models.Filter | None = None,
+                           with_payload: bool | Sequence[str] = True, **kwargs) -> list[list[models.ScoredPoint]]:
+        _sync_only(qdrant)
+        requests = self.search_requests(self.embed_images(images, is_query=True), self.image_using(using), limit,
+                                        query_filter, with_payload, **kwargs)
         return [answer.points for answer in qdrant.query_batch_points(collection, requests=requests)]
 
     def hybrid_search(self, qdrant: QdrantClient, collection: str, query: str, *, limit: int = 10,

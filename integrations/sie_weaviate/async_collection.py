@@ -12,6 +12,7 @@ from weaviate.classes.query import MetadataQuery
 from weaviate.client import WeaviateAsyncClient
 
 from sie_client import DEFAULT_MODEL, AsyncSIEClient, connect_async
+from sie_client.image_inputs import present
 
 from .plan import WeaviatePlan, as_texts
 
@@ -37,11 +38,13 @@ class AsyncSIEWeaviate(WeaviatePlan):
                  rerank_model: str | None = None, extract_model: str | None = None, dense_name: str = "dense",
                  multivector_name: str = "multivector", text_property: str = "text", instruction: str | None = None,
                  client: AsyncSIEClient | None = None, url: str | None = None, api_key: str | None = None,
-                 timeout: float | None = None, batch_size: int | None = None, progress: bool | None = None):
+                 timeout: float | None = None, batch_size: int | None = None, progress: bool | None = None,
+                 image_model: str | None = None, image_name: str = "image", image_property: str = "image"):
         super().__init__(dense_model=dense_model, multivector_model=multivector_model, rerank_model=rerank_model,
                          extract_model=extract_model, dense_name=dense_name, multivector_name=multivector_name,
                          text_property=text_property, instruction=instruction, batch_size=batch_size,
-                         progress=progress)
+                         progress=progress, image_model=image_model, image_name=image_name,
+                         image_property=image_property)
         self.client = connect_async(client, url=url, api_key=api_key, timeout=timeout)
 
     async def create_collection(self, weaviate_client: WeaviateAsyncClient, name: str, *,
@@ -52,12 +55,12 @@ class AsyncSIEWeaviate(WeaviatePlan):
         return await weaviate_client.collections.create(name, properties=props, vector_config=self.vector_config(),
                                                         **kwargs)
 
-    async def _encode(self, texts: str | Sequence[str], is_query: bool) -> list[dict[str, list]]:
-        texts = as_texts(texts)
-        rows: list[dict[str, list]] = [{} for _ in texts]
-        for model, wanted in self.by_model().items():
-            result = await self.client.encode(model, texts, **self.encode_options(wanted, is_query))
-            self.fill_rows(rows, wanted, result)
+    async def _encode(self, texts: str | Sequence[str | None] | None, is_query: bool,
+                      images: Sequence[Any] | None = None) -> list[dict[str, list]]:
+        count, calls = self.encode_calls(texts, images, is_query)
+        rows: list[dict[str, list]] = [{} for _ in range(count)]
+        for model, items, where, wanted, options in calls:
+            self.fill_rows(rows, wanted, await self.client.encode(model, items, **options), where)
         return rows
 
     async def document_vectors(self, texts: str | Sequence[str]) -> list[dict[str, list]]:
@@ -65,6 +68,9 @@ class AsyncSIEWeaviate(WeaviatePlan):
 
     async def query_vectors(self, texts: str | Sequence[str]) -> list[dict[str, list]]:
         return await self._encode(texts, is_query=True)
+
+    async def image_vectors(self, images: Sequence[Any], *, is_query: bool = False) -> list[dict[str, list]]:
+        return await self._encode(None, is_query, images)
 
     async def enrich(self, texts: str | Sequence[str], labels: Sequence[str], *,
                      threshold: float | None = None) -> list[dict[str, list[str]]]:
@@ -79,8 +85,10 @@ class AsyncSIEWeaviate(WeaviatePlan):
         written = 0
         for start, part in self.import_parts(objects, uuids, chunk):
             texts = self.texts_of(part)
-            vectors = await self.document_vectors(texts)
-            entities = await self.enrich(texts, entity_labels) if entity_labels else [{} for _ in part]
+            vectors = await self._encode(texts, False, self.images_of(part))
+            where = present(texts) if entity_labels else []
+            entities = self.place(len(part), where,
+                                  await self.enrich([texts[i] for i in where], entity_labels) if where else [])
             batch = [DataObject(properties={**obj, **extra}, vector=vector,
                                 uuid=uuids[start + offset] if uuids is not None else None)
                      for offset, (obj, vector, extra) in enumerate(zip(part, vectors, entities))]
@@ -102,6 +110,15 @@ class AsyncSIEWeaviate(WeaviatePlan):
             filters=filters, return_metadata=MetadataQuery(distance=True), **kwargs,
         )
         return await self.rerank(query, answer.objects, limit=limit) if rerank else list(answer.objects)
+
+    async def near_image(self, collection: Any, image: Any, *, target_vector: str | None = None, limit: int = 10,
+                         filters: Any = None, **kwargs) -> list:
+        target = self.image_target(target_vector)
+        vector = (await self.image_vectors([image], is_query=True))[0][target.name]
+        answer = await collection.query.near_vector(near_vector=vector, target_vector=target.name, limit=limit,
+                                                    filters=filters, return_metadata=MetadataQuery(distance=True),
+                                                    **kwargs)
+        return list(answer.objects)
 
     async def hybrid(self, collection: Any, query: str, *, alpha: float = 0.5, target_vector: str | None = None,
                      limit: int = 10, filters: Any = None, rerank: bool | None = None, candidates: int | None = None,

@@ -1,7 +1,10 @@
 """`SIEWeaviate`: SIE as the vectoriser of a Weaviate collection whose named vectors
 are self-provided ("bring your own vectors"): Weaviate stores and searches them,
 SIE computes them, at import (document mode) and at query time (query mode).
-For Weaviate's async client use `AsyncSIEWeaviate` (async_collection.py).
+With an image-text model (CLIP, SigLIP) an image vector sits beside the text
+vectors, computed from each object's image blob property: `near_text` finds
+images by a text, `near_image` by an image. For Weaviate's async client use
+`AsyncSIEWeaviate` (async_collection.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from weaviate.client import WeaviateAsyncClient
 from weaviate.collections import Collection
 
 from sie_client import DEFAULT_MODEL, SIEClient, connect
+from sie_client.image_inputs import present
 
 from .plan import WeaviatePlan, as_texts
 
@@ -38,7 +42,8 @@ class SIEWeaviate(WeaviatePlan):
                  rerank_model: str | None = None, extract_model: str | None = None, dense_name: str = "dense",
                  multivector_name: str = "multivector", text_property: str = "text", instruction: str | None = None,
                  client: SIEClient | None = None, url: str | None = None, api_key: str | None = None,
-                 timeout: float | None = None, batch_size: int | None = None, progress: bool | None = None):
+                 timeout: float | None = None, batch_size: int | None = None, progress: bool | None = None,
+                 image_model: str | None = None, image_name: str = "image", image_property: str = "image"):
         """
         See WeaviatePlan for the vectors and options. client / url / api_key / timeout: an
         SIEClient or the options to make one (SIE_URL / SIE_API_KEY by default; no URL means
@@ -47,7 +52,8 @@ class SIEWeaviate(WeaviatePlan):
         super().__init__(dense_model=dense_model, multivector_model=multivector_model, rerank_model=rerank_model,
                          extract_model=extract_model, dense_name=dense_name, multivector_name=multivector_name,
                          text_property=text_property, instruction=instruction, batch_size=batch_size,
-                         progress=progress)
+                         progress=progress, image_model=image_model, image_name=image_name,
+                         image_property=image_property)
         self.client = connect(client, url=url, api_key=api_key, timeout=timeout)
 
     # ---- collection --------------------------------------------------------
@@ -59,12 +65,14 @@ class SIEWeaviate(WeaviatePlan):
         return weaviate_client.collections.create(name, properties=props, vector_config=self.vector_config(), **kwargs)
 
     # ---- vectors -----------------------------------------------------------
-    def _encode(self, texts: str | Sequence[str], is_query: bool) -> list[dict[str, list]]:
-        """Per text, `{vector name: list (dense) or list of lists (multi-vector)}`; one SIE call per model."""
-        texts = as_texts(texts)
-        rows: list[dict[str, list]] = [{} for _ in texts]
-        for model, wanted in self.by_model().items():
-            self.fill_rows(rows, wanted, self.client.encode(model, texts, **self.encode_options(wanted, is_query)))
+    def _encode(self, texts: str | Sequence[str | None] | None, is_query: bool,
+                images: Sequence[Any] | None = None) -> list[dict[str, list]]:
+        """Per text or image, `{vector name: list (dense) or list of lists (multi-vector)}`;
+        one SIE call per model and input kind."""
+        count, calls = self.encode_calls(texts, images, is_query)
+        rows: list[dict[str, list]] = [{} for _ in range(count)]
+        for model, items, where, wanted, options in calls:
+            self.fill_rows(rows, wanted, self.client.encode(model, items, **options), where)
         return rows
 
     def document_vectors(self, texts: str | Sequence[str]) -> list[dict[str, list]]:
@@ -73,6 +81,11 @@ class SIEWeaviate(WeaviatePlan):
     def query_vectors(self, texts: str | Sequence[str]) -> list[dict[str, list]]:
         """Query-mode vectors, one row per text (a single string is one text)."""
         return self._encode(texts, is_query=True)
+
+    def image_vectors(self, images: Sequence[Any], *, is_query: bool = False) -> list[dict[str, list]]:
+        """Per image (bytes, a Path, a PIL image, a pixel array or base64 text), its image vector,
+        or as a query every dense vector of the image model."""
+        return self._encode(None, is_query, images)
 
     # ---- enrichment --------------------------------------------------------
     def enrich(self, texts: str | Sequence[str], labels: Sequence[str], *,
@@ -93,8 +106,10 @@ class SIEWeaviate(WeaviatePlan):
         with collection.batch.fixed_size(batch_size=batch_size) as batch:
             for start, part in parts:
                 texts = self.texts_of(part)
-                vectors = self.document_vectors(texts)
-                entities = self.enrich(texts, entity_labels) if entity_labels else [{} for _ in part]
+                vectors = self._encode(texts, False, self.images_of(part))
+                where = present(texts) if entity_labels else []
+                entities = self.place(len(part), where,
+                                      self.enrich([texts[i] for i in where], entity_labels) if where else [])
                 for offset, (obj, vector, extra) in enumerate(zip(part, vectors, entities)):
                     uuid = uuids[start + offset] if uuids is not None else None
                     batch.add_object(properties={**obj, **extra}, vector=vector, uuid=uuid)
@@ -119,6 +134,16 @@ class SIEWeaviate(WeaviatePlan):
             filters=filters, return_metadata=MetadataQuery(distance=True), **kwargs,
         )
         return self.rerank(query, answer.objects, limit=limit) if rerank else list(answer.objects)
+
+    def near_image(self, collection: Collection, image: Any, *, target_vector: str | None = None, limit: int = 10,
+                   filters: Any = None, **kwargs) -> list:
+        """Objects nearest to an image (bytes, a Path, a PIL image, a pixel array or base64 text) on
+        the image vector, or on another dense vector of the image model. kwargs go to `query.near_vector`."""
+        target = self.image_target(target_vector)
+        vector = self.image_vectors([image], is_query=True)[0][target.name]
+        answer = collection.query.near_vector(near_vector=vector, target_vector=target.name, limit=limit,
+                                              filters=filters, return_metadata=MetadataQuery(distance=True), **kwargs)
+        return list(answer.objects)
 
     def hybrid(self, collection: Collection, query: str, *, alpha: float = 0.5, target_vector: str | None = None,
                limit: int = 10, filters: Any = None, rerank: bool | None = None, candidates: int | None = None,

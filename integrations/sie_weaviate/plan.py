@@ -1,9 +1,11 @@
 """`WeaviatePlan`: what SIEWeaviate and AsyncSIEWeaviate share, everything but the
-I/O: the named vectors and their configs, the properties, and turning SIE's
-encodings, extractions and scores into vectors, properties and orderings."""
+I/O: the named vectors and their configs, the properties, the SIE calls that
+vectorise texts and images, and turning SIE's encodings, extractions and scores
+into vectors, properties and orderings."""
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -12,6 +14,7 @@ import numpy as np
 from weaviate.classes.config import Configure, DataType, Property
 
 from sie_client import DEFAULT_MODEL, EncodeResult, ExtractResult
+from sie_client.image_inputs import check_names, encode_groups, image_bytes
 
 
 def entity_property(label: str, prefix: str = "entities_") -> str:
@@ -27,6 +30,7 @@ class NamedVector:
     name: str
     kind: str  # dense | multivector
     model: str
+    source: str = "text"  # what an object's vector is computed from: its text, or its image
 
 
 def as_texts(texts: str | Sequence[str]) -> list[str]:
@@ -38,11 +42,15 @@ class WeaviatePlan:
     def __init__(self, *, dense_model: str | None = DEFAULT_MODEL, multivector_model: str | None = None,
                  rerank_model: str | None = None, extract_model: str | None = None, dense_name: str = "dense",
                  multivector_name: str = "multivector", text_property: str = "text", instruction: str | None = None,
-                 batch_size: int | None = None, progress: bool | None = None):
+                 batch_size: int | None = None, progress: bool | None = None, image_model: str | None = None,
+                 image_name: str = "image", image_property: str = "image"):
         """
         dense_model / multivector_model: SIE models of the named vectors (None leaves one out).
         rerank_model: SIE score model for `rerank=True`. extract_model: SIE extraction model for `enrich`.
         text_property: the property SIE reads the text from (and reranks on).
+        image_model: an image-text model (CLIP, SigLIP) for a named vector `image_name` computed from
+            each object's `image_property`, a blob property (base64, as Weaviate's multi2vec modules
+            store images); query texts reach it through the model's text tower.
         """
         self.vectors = [
             NamedVector(name, kind, model)
@@ -50,8 +58,13 @@ class WeaviatePlan:
                                       (multivector_name, "multivector", multivector_model))
             if model is not None
         ]
+        if image_model is not None:
+            self.vectors.append(NamedVector(image_name, "dense", image_model, source="image"))
         if not self.vectors:
-            raise ValueError("give dense_model, multivector_model or both")
+            raise ValueError("give dense_model, multivector_model, image_model or several")
+        check_names(self.vectors)
+        self.image_model = image_model
+        self.image_property = image_property
         self.rerank_model = rerank_model
         self.extract_model = extract_model
         self.text_property = text_property
@@ -71,30 +84,39 @@ class WeaviatePlan:
         return configs
 
     def properties(self, entity_labels: Sequence[str] = ()) -> list[Property]:
-        """The text property, plus one filterable text-array property per entity label."""
+        """The text property, the image blob property (with image_model), plus one filterable
+        text-array property per entity label."""
         props = [Property(name=self.text_property, data_type=DataType.TEXT)]
+        if self.image_model is not None:
+            props.append(Property(name=self.image_property, data_type=DataType.BLOB))
         props += [Property(name=entity_property(label), data_type=DataType.TEXT_ARRAY) for label in entity_labels]
         return props
 
     # ---- vectors -----------------------------------------------------------
-    def by_model(self) -> dict[str, list[NamedVector]]:
-        """Vectors grouped by model: a model's outputs come from one SIE call."""
-        groups: dict[str, list[NamedVector]] = {}
-        for v in self.vectors:
-            groups.setdefault(v.model, []).append(v)
-        return groups
-
     def encode_options(self, wanted: Sequence[NamedVector], is_query: bool) -> dict[str, Any]:
-        return dict(output_types=[v.kind for v in wanted], is_query=is_query,
+        return dict(output_types=list(dict.fromkeys(v.kind for v in wanted)), is_query=is_query,
                     instruction=self.instruction if is_query else None, batch_size=self.batch_size,
                     progress=self.progress)
 
+    def encode_calls(self, texts: str | Sequence[str | None] | None, images: Sequence[Any] | None,
+                     is_query: bool) -> tuple[int, list[tuple[str, list, list[int], list, dict]]]:
+        """(rows, [(model, items, row positions, vectors, options)]): the SIE calls that vectorise
+        objects or queries (see sie_client.image_inputs.encode_groups). A str image is base64,
+        Weaviate's blob form; an object without a text or an image lacks the vectors it would feed."""
+        texts = as_texts(texts) if texts is not None else None
+        rows, groups = encode_groups(self.vectors, texts, images, is_query=is_query, image_model=self.image_model,
+                                     str_is="base64")
+        return rows, [(model, items, where, wanted, self.encode_options(wanted, is_query))
+                      for model, items, where, wanted in groups]
+
     @staticmethod
-    def fill_rows(rows: list[dict[str, list]], wanted: Sequence[NamedVector], result: EncodeResult) -> None:
-        """`{vector name: list (dense) or list of lists (multi-vector)}` per text."""
-        for row, item in zip(rows, result.items):
+    def fill_rows(rows: list[dict[str, list]], wanted: Sequence[NamedVector], result: EncodeResult,
+                  where: Sequence[int]) -> None:
+        """`{vector name: list (dense) or list of lists (multi-vector)}` per row (`where`: the rows
+        the encoded items belong to)."""
+        for i, item in zip(where, result.items):
             for v in wanted:
-                row[v.name] = np.asarray(getattr(item, v.kind), dtype=np.float32).tolist()
+                rows[i][v.name] = np.asarray(getattr(item, v.kind), dtype=np.float32).tolist()
 
     # ---- enrichment --------------------------------------------------------
     def enrich_options(self, threshold: float | None) -> dict[str, Any]:
@@ -124,14 +146,46 @@ class WeaviatePlan:
         if uuids is not None and len(uuids) != len(objects):
             raise ValueError("objects and uuids must have the same length")
         for i, obj in enumerate(objects):
-            if not isinstance(obj.get(self.text_property), str):
-                raise ValueError(f"objects[{i}] has no {self.text_property!r} text to vectorise")
+            text = obj.get(self.text_property)
+            has_image = self.image_model is not None and obj.get(self.image_property) is not None
+            if has_image:
+                # Stored as Weaviate stores blobs: base64 text (what SIE gets is decoded from it).
+                obj[self.image_property] = base64.b64encode(
+                    image_bytes(obj[self.image_property], str_is="base64")).decode("ascii")
+            if not isinstance(text, str) and (text is not None or not has_image):
+                wanted = repr(self.text_property) + (f" text or {self.image_property!r} image"
+                                                     if self.image_model is not None else " text")
+                raise ValueError(f"objects[{i}] has no {wanted} to vectorise")
         return [(start, objects[start:start + chunk]) for start in range(0, len(objects), chunk)]
 
-    def texts_of(self, objects: Sequence[Mapping[str, Any]]) -> list[str]:
-        return [o[self.text_property] for o in objects]
+    def texts_of(self, objects: Sequence[Mapping[str, Any]]) -> list[str | None]:
+        return [o.get(self.text_property) for o in objects]
+
+    @staticmethod
+    def place(count: int, where: Sequence[int], values: Sequence[dict]) -> list[dict]:
+        """`count` rows: `values` at the positions `where`, empty dicts elsewhere (objects without a text
+        get no entities)."""
+        rows: list[dict] = [{} for _ in range(count)]
+        for i, value in zip(where, values):
+            rows[i] = value
+        return rows
+
+    def images_of(self, objects: Sequence[Mapping[str, Any]]) -> list[str | None] | None:
+        """The objects' images (base64 after import_parts), or None without an image model."""
+        return [o.get(self.image_property) for o in objects] if self.image_model is not None else None
 
     # ---- queries -----------------------------------------------------------
+    def image_target(self, target_vector: str | None) -> NamedVector:
+        """The vector an image query searches: the image vector, or a dense vector of the same model."""
+        if self.image_model is None:
+            raise ValueError("image queries need image_model=... (an image-text model such as CLIP)")
+        target = self.target(target_vector) if target_vector is not None else next(
+            v for v in self.vectors if v.source == "image")
+        if target.model != self.image_model or target.kind != "dense":
+            raise ValueError(f"an image can query only dense vectors of the image model {self.image_model!r}, "
+                             f"not {target.name!r}")
+        return target
+
     def target(self, target_vector: str | None) -> NamedVector:
         if target_vector is None:
             return self.vectors[0]
