@@ -1,0 +1,206 @@
+"""Each task SIE serves against the library users run for it today, on the same inputs and the
+same CPU, side by side in one run.
+
+    python bench/bench_tasks.py                      # every task below
+    python bench/bench_tasks.py --task nli --rounds 3
+
+Tasks (`--task`, comma-separated):
+  nli      zero-shot classification: SIE's `extract` on an NLI cross-encoder vs transformers'
+           `pipeline("zero-shot-classification")` (batch `--nli-batch`), the `--labels` most
+           frequent Debian sections of the dev corpus as candidate labels, the pipeline's default
+           hypothesis "This example is {}.". No real NLI weights install here, so the model is
+           random at a real model's size (`--nli-arch`: deberta = DeBERTa-v3-base's shape, as
+           MoritzLaurer/deberta-v3-base-zeroshot-v2.0; bert = BERT-base's): speed does not
+           depend on the weights' values. Built once into the tests' cache folder.
+  mpnet    all-mpnet-base-v2 (real weights) vs sentence-transformers (bench_families.py)
+  static   potion-base-8M (real weights) vs model2vec's StaticModel.encode (bench_families.py)
+
+Each round times SIE and the reference on the same texts, alternating which goes first; the table
+gives median items/s and tokens/s (SIE's count of real tokens: for NLI every text-hypothesis pair's),
+SIE / reference, and how far SIE's answers are from the reference's (largest score difference,
+or the minimum cosine of the vectors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import bench_families  # noqa: E402
+import real_checkpoints  # noqa: E402
+from common import Timer, load_texts, median, read_jsonl  # noqa: E402
+
+TASKS = ("nli", "mpnet", "static")
+TEMPLATE = "This example is {}."
+
+
+def frequent_sections(count: int) -> list[str]:
+    """The `count` most frequent Debian sections of the dev corpus (its labels file)."""
+    sections = collections.Counter(row["section"] for row in read_jsonl("debian-dev-labels"))
+    return [name for name, _ in sections.most_common(count)]
+
+
+def alternate(systems: dict, rounds: int) -> tuple[dict, dict]:
+    """Median seconds of each system (name -> call) over rounds whose order reverses each time,
+    and each system's last answer."""
+    seconds: dict[str, list[float]] = {name: [] for name in systems}
+    answers: dict[str, object] = {}
+    for r in range(rounds):
+        for name in (list(systems) if r % 2 == 0 else list(systems)[::-1]):
+            with Timer() as timer:
+                answers[name] = systems[name]()
+            seconds[name].append(timer.seconds)
+    return {name: median(s) for name, s in seconds.items()}, answers
+
+
+# ----------------------------------------------------------------------------- NLI zero-shot
+
+def nli_config(arch: str):
+    """A random sequence classifier at a real NLI model's size, id2label as the real models say."""
+    from transformers import BertConfig, DebertaV2Config
+
+    common = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                  intermediate_size=3072, max_position_embeddings=512)
+    if arch == "deberta":  # DeBERTa-v3-base (MoritzLaurer/deberta-v3-base-zeroshot-v2.0's config.json)
+        return DebertaV2Config(**common, relative_attention=True, position_buckets=256, max_relative_positions=-1,
+                               pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm", position_biased_input=False,
+                               type_vocab_size=0, pooler_hidden_size=768, pooler_hidden_act="gelu", num_labels=2,
+                               id2label={0: "entailment", 1: "not_entailment"},
+                               label2id={"entailment": 0, "not_entailment": 1})
+    return BertConfig(**common, type_vocab_size=2, num_labels=3,
+                      id2label={0: "contradiction", 1: "neutral", 2: "entailment"},
+                      label2id={"contradiction": 0, "neutral": 1, "entailment": 2})
+
+
+def nli_model_dir(arch: str) -> Path:
+    """The random model's folder (built once: about 440 MB), with MiniLM's tokenizer (vocabulary 30,522)."""
+    from transformers import AutoModelForSequenceClassification
+
+    from tiny_models import copy_tokenizer
+
+    root = real_checkpoints.cache_root() / f"bench-nli-{arch}-base-random"
+    if (root / "model.safetensors").is_file():
+        return root
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(nli_config(arch)).eval()
+    work = root.with_name(root.name + f".tmp{os.getpid()}")
+    model.save_pretrained(work, safe_serialization=True)
+    copy_tokenizer(work)
+    if arch == "deberta":  # DeBERTa feeds no segment ids: its tokenizer_config says so
+        tok_config = json.loads((work / "tokenizer_config.json").read_text())
+        tok_config["model_input_names"] = ["input_ids", "attention_mask"]
+        (work / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    os.replace(work, root)
+    return root
+
+
+def bench_nli(args) -> list[dict]:
+    """SIE float32 and bfloat16 (a card with dtype bfloat16) against the pipeline in float32."""
+    from dataclasses import replace
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    from sie_engine import Catalog, Engine
+    from sie_engine.local_card import card_from_local_dir
+
+    root = nli_model_dir(args.nli_arch)
+    texts = load_texts(args.nli_docs)
+    labels = frequent_sections(args.labels)
+    card = card_from_local_dir("nli", root)
+    engine = Engine(Catalog([card, replace(card, id="nli-bf16", dtype="bfloat16")]), device="cpu")
+    model = AutoModelForSequenceClassification.from_pretrained(str(root)).eval()
+    reference = pipeline("zero-shot-classification", model=model, tokenizer=AutoTokenizer.from_pretrained(str(root)),
+                         device="cpu")
+    tokens = 0
+
+    def sie(model_id):
+        def call():
+            nonlocal tokens
+            result = engine.extract_sync(model_id, texts, labels, hypothesis_template=TEMPLATE)
+            tokens = result.tokens
+            return [{c.label: c.score for c in item.classifications} for item in result.items]
+        return call
+
+    def ref():
+        out = reference(texts, candidate_labels=labels, hypothesis_template=TEMPLATE, batch_size=args.nli_batch)
+        return [dict(zip(o["labels"], o["scores"])) for o in out]
+
+    systems = {"sie": sie("nli"), "sie-bf16": sie("nli-bf16"), "ref": ref}
+    try:
+        for call in systems.values():  # warm-up: loads, first-call allocations
+            call()
+        seconds, answers = alternate(systems, args.rounds)
+    finally:
+        engine.close()
+    name = {"deberta": "DeBERTa-v3-base", "bert": "BERT-base"}[args.nli_arch]
+    rows = []
+    for system, precision in (("sie", "float32"), ("sie-bf16", "bfloat16")):
+        diff = max(abs(g[label] - w[label]) for g, w in zip(answers[system], answers["ref"]) for label in labels)
+        rows.append({"name": f"NLI zero-shot, {name} shape (random), {len(labels)} labels: SIE {precision} vs "
+                             f"transformers pipeline float32 (batch {args.nli_batch})",
+                     "items": len(texts), "tokens": tokens, "sie_s": seconds[system], "ref_s": seconds["ref"],
+                     "agreement": f"max score diff {diff:.1e}"})
+    return rows
+
+
+# ----------------------------------------------------------------------------- embedders
+
+def family_row(row: dict) -> dict:
+    """bench_families' row (tokens/s) in this table's terms."""
+    return {"name": row["name"], "items": row["texts"], "tokens": row["tokens"],
+            "sie_s": row["tokens"] / row["sie"], "ref_s": row["tokens"] / row["ref"],
+            "agreement": f"min cosine {row['min_cos']:.7f}"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", default=",".join(TASKS), help=f"comma-separated, of {', '.join(TASKS)}")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--nli-docs", type=int, default=8)
+    parser.add_argument("--labels", type=int, default=8, help="candidate labels: the most frequent sections")
+    parser.add_argument("--nli-arch", choices=("deberta", "bert"), default="deberta")
+    parser.add_argument("--nli-batch", type=int, default=8, help="the pipeline's batch_size")
+    parser.add_argument("--mpnet-docs", type=int, default=200)
+    parser.add_argument("--static-docs", type=int, default=6000)
+    args = parser.parse_args()
+    tasks = [t for t in args.task.split(",") if t]
+    unknown = set(tasks) - set(TASKS)
+    if unknown:
+        parser.error(f"unknown tasks {sorted(unknown)}; choose from {', '.join(TASKS)}")
+    load = os.getloadavg()[0]
+    rows = []
+    for task in tasks:
+        if task == "nli":
+            rows.extend(bench_nli(args))
+        elif task == "mpnet":
+            rows.append(family_row(bench_families.bench_mpnet(args.mpnet_docs, args.rounds)))
+        elif task == "static":
+            rows.append(family_row(bench_families.bench_static(args.static_docs, args.rounds)))
+        print(f"  {rows[-1]['name']}: {rows[-1]['ref_s'] / rows[-1]['sie_s']:.2f}x", flush=True)
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.rounds} alternating rounds, "
+          f"load average {load:.1f} before and {os.getloadavg()[0]:.1f} after\n")
+    print("| task vs reference | items | tokens | SIE items/s | reference items/s | SIE tokens/s | "
+          "reference tokens/s | SIE / reference | agreement |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for row in rows:
+        n, t = row["items"], row["tokens"]
+        print(f"| {row['name']} | {n:,} | {t:,} | {n / row['sie_s']:,.1f} | {n / row['ref_s']:,.1f} | "
+              f"{t / row['sie_s']:,.0f} | {t / row['ref_s']:,.0f} | {row['ref_s'] / row['sie_s']:.2f}x | "
+              f"{row['agreement']} |")
+
+
+if __name__ == "__main__":
+    main()
