@@ -123,15 +123,23 @@ def test_chroma_images_uris_and_text_queries(sie_url, pictures, paths, reference
     assert [hits[0] for hits in by_uri["ids"]] == ids
 
 
-def test_chroma_function_rebuilt_from_config_embeds_images(sie_url, pictures, reference):
-    pytest.importorskip("chromadb")
+def test_chroma_reopened_collection_rebuilds_the_function_for_images(sie_url, paths, reference, tmp_path):
+    """A persisted multimodal collection reopened without a function: Chroma rebuilds it from
+    the stored config; the data loader, which Chroma does not store, is passed again."""
+    chromadb = pytest.importorskip("chromadb")
+    from chromadb.config import Settings
+    from chromadb.utils.data_loaders import ImageLoader
+
     from sie_chroma import SIEEmbeddingFunction
 
-    from PIL import Image
-
-    rebuilt = SIEEmbeddingFunction.build_from_config(SIEEmbeddingFunction(model=CLIP, url=sie_url).get_config())
-    vectors = rebuilt([np.array(Image.open(io.BytesIO(pictures[0])))])
-    assert_same_vectors(vectors, reference["images"][:1])
+    first = chromadb.PersistentClient(path=str(tmp_path), settings=Settings(anonymized_telemetry=False))
+    first.create_collection("photos", embedding_function=SIEEmbeddingFunction(model=CLIP, url=sie_url),
+                            data_loader=ImageLoader(max_workers=1), configuration={"hnsw": {"space": "cosine"}})
+    again = chromadb.PersistentClient(path=str(tmp_path), settings=Settings(anonymized_telemetry=False))
+    photos = again.get_collection("photos", data_loader=ImageLoader(max_workers=1))
+    photos.add(ids=[str(i) for i in range(len(paths))], uris=[str(p) for p in paths])
+    by_text = photos.query(query_texts=CAPTIONS, n_results=len(paths))
+    assert [[int(i) for i in hits] for hits in by_text["ids"]] == reference["ranking"]
 
 
 def test_chroma_refuses_float_pixels_with_a_clear_message(sie_url):
@@ -237,6 +245,11 @@ def test_qdrant_image_and_text_vectors_side_by_side(sie, pictures, paths, refere
     assert_same_vectors([p.vector["text"] for p in stored], caption_vectors)
     assert set(qdrant.retrieve("photos", [99], with_vectors=True)[0].vector) == {"image"}
     qdrant.delete("photos", points_selector=[99])
+
+    helper.create_collection(qdrant, "uploaded")                          # qdrant-client's upload_points
+    assert helper.upload(qdrant, "uploaded", ids=list(range(len(CAPTIONS))), images=pictures, chunk=2) == len(CAPTIONS)
+    uploaded = sorted(qdrant.retrieve("uploaded", list(range(len(CAPTIONS))), with_vectors=True), key=lambda p: p.id)
+    assert_same_vectors([p.vector["image"] for p in uploaded], reference["images"])
 
     by_text = helper.search_batch(qdrant, "photos", CAPTIONS, using="image", limit=len(CAPTIONS))
     by_image = helper.search_image_batch(qdrant, "photos", pictures, limit=1)
