@@ -147,9 +147,12 @@ def test_unsupported_settings_fail_to_load_naming_the_field(tmp_path, roots):
         (root / path.name).write_bytes(path.read_bytes())
     config = json.loads((root / "config.json").read_text())
     (root / "config.json").write_text(json.dumps({**config, "squeeze_layers": True}))
-    with Engine(Catalog([_card("layerwise", root)]), device="cpu") as engine:
+    bad_options = dataclasses.replace(_card("options", roots["bert"]), options={"gliclass": {"max_labels": "ten"}})
+    with Engine(Catalog([_card("layerwise", root), bad_options]), device="cpu") as engine:
         with pytest.raises(ModelLoadFailed, match="squeeze_layers"):
             engine.extract_sync("gliclass/layerwise", TEXTS, LABELS)
+        with pytest.raises(ModelLoadFailed, match="options.gliclass takes max_labels"):
+            engine.extract_sync("gliclass/options", TEXTS, LABELS)
 
 
 def test_pooling_matches_gliclass_poolings():

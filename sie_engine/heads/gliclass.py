@@ -42,6 +42,27 @@ from .gliner_head import Lstm
 
 GLICLASS = "gliclass"  # the card output, and the head extract work on GLiClass models runs
 EPSILON = 1e-8  # gliclass' feature normalisation epsilon
+MAX_LABELS = 50  # a card's default options.gliclass.max_labels
+
+
+@dataclass(frozen=True)
+class GliclassOptions:
+    """A card's `options.gliclass`: the most labels one request may send (all share one sequence
+    with the text) and the default of `multi_label`."""
+
+    max_labels: int = MAX_LABELS
+    multi_label: bool = True
+
+    @staticmethod
+    def of(card) -> "GliclassOptions":
+        raw = (card.options or {}).get(GLICLASS) or {}
+        options = raw if isinstance(raw, Mapping) else {None: raw}
+        max_labels, multi_label = options.get("max_labels", MAX_LABELS), options.get("multi_label", True)
+        if (set(options) - {"max_labels", "multi_label"} or isinstance(max_labels, bool)
+                or not isinstance(max_labels, int) or max_labels < 1 or not isinstance(multi_label, bool)):
+            raise ValueError(f"card {card.id}: options.gliclass takes max_labels (a positive integer) and "
+                             f"multi_label (true or false); got {raw!r}")
+        return GliclassOptions(max_labels, multi_label)
 
 
 @dataclass
@@ -143,6 +164,7 @@ def head_tensors(checkpoint: Mapping[str, torch.Tensor], backbone_prefix: str) -
 
 
 def build_gliclass_head(ctx: HeadContext) -> dict[str, nn.Module]:
+    GliclassOptions.of(ctx.card)  # a card's bad options fail its load, not its requests
     config = load_gliclass_config(ctx.root)
     try:
         with torch.device(ctx.device):

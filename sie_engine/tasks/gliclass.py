@@ -24,7 +24,7 @@ import numpy as np
 
 from ..card import ModelCard
 from ..errors import InvalidRequest, ModelLoadFailed
-from ..heads.gliclass import GLICLASS, LabelSpans
+from ..heads.gliclass import GLICLASS, GliclassOptions, LabelSpans
 from ..heads.gliclass_checkpoint import LABEL_TOKEN, SEP_TOKEN, GliclassConfig, load_gliclass_config
 from ..types import ExtractResult
 from ..weights import resolve_weights
@@ -34,28 +34,8 @@ from .context import TaskContext
 from .zeroshot import Ranking, classified
 
 OUTPUTS = frozenset({GLICLASS})
-MAX_LABELS = 50  # a card's default options.gliclass.max_labels
 
 _configs: dict[tuple, GliclassConfig] = {}
-
-
-@dataclass(frozen=True)
-class GliclassOptions:
-    """A card's `options.gliclass`: the most labels one request may send (all share one sequence
-    with the text) and the default of `multi_label`."""
-
-    max_labels: int = MAX_LABELS
-    multi_label: bool = True
-
-    @staticmethod
-    def of(card: ModelCard) -> "GliclassOptions":
-        options = dict((card.options or {}).get(GLICLASS) or {})
-        unknown = set(options) - {"max_labels", "multi_label"}
-        max_labels = options.get("max_labels", MAX_LABELS)
-        if unknown or not isinstance(max_labels, int) or max_labels < 1:
-            raise ValueError(f"card {card.id}: options.gliclass takes max_labels (a positive integer) and "
-                             f"multi_label (a boolean); got {options!r}")
-        return GliclassOptions(max_labels, bool(options.get("multi_label", True)))
 
 
 def gliclass_config(card: ModelCard) -> GliclassConfig:
@@ -154,7 +134,10 @@ async def run(engine: TaskContext, card: ModelCard, ids: list[str], texts: list[
     for name in ("flat", "hypothesis_template"):
         if fields.get(name) is not None:
             raise InvalidRequest(f"model {card.id!r} is a GLiClass classifier: {name} does not apply to it", field=name)
-    options = GliclassOptions.of(card)
+    try:
+        options = GliclassOptions.of(card)
+    except ValueError as exc:  # as the model's load reports it (the head's builder checks the same)
+        raise ModelLoadFailed(card.id, "invalid_weights", str(exc)) from None
     if len(labels) > options.max_labels:
         raise InvalidRequest(f"labels holds {len(labels)} labels; model {card.id!r} takes at most {options.max_labels} "
                              "(all share one sequence with the text): for more, retrieve the likeliest candidates "
