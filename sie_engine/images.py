@@ -63,7 +63,7 @@ def image_bytes(value: Any, limits: Limits, field: str) -> bytes:
 
 def decode_image(data: bytes, limits: Limits, field: str):
     """Checked bytes -> an RGB PIL image (the limits are Limits.max_image_* and image_formats)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     allowed = ", ".join(limits.image_formats)
     try:
@@ -82,6 +82,9 @@ def decode_image(data: bytes, limits: Limits, field: str):
         raise _too_many_pixels(field, limits, f"{width} x {height}")
     try:
         image.load()
+        # a camera's EXIF orientation applied, so the picture is embedded upright, as it is shown
+        # (transformers' load_image does the same for files and URLs)
+        ImageOps.exif_transpose(image, in_place=True)
         return image if image.mode == "RGB" else image.convert("RGB")  # transformers' convert_to_rgb
     except Image.DecompressionBombError as exc:
         raise _too_many_pixels(field, limits, str(exc)) from None

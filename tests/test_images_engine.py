@@ -5,6 +5,7 @@ stand-ins of their family (equal to transformers), and the image limits (bytes, 
 from __future__ import annotations
 
 import dataclasses
+import io
 from pathlib import Path
 
 import numpy as np
@@ -188,3 +189,17 @@ def test_the_older_processor_config_of_openai_checkpoints_is_read(tmp_path):
     processor = load_image_processor(tmp_path)
     pixels = processor(images=[Image.new("RGB", (300, 200))], return_tensors="np")["pixel_values"]
     assert type(processor).__name__ == "CLIPImageProcessorPil" and pixels.shape == (1, 3, 224, 224)
+
+
+def test_a_photo_is_embedded_upright_as_its_exif_orientation_says(engine, tiny):
+    from PIL import Image
+
+    picture = sample_pil_images()["jpeg_rgb"]
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
+    buffer = io.BytesIO()
+    picture.save(buffer, format="JPEG", exif=exif)
+    upright = io.BytesIO()
+    Image.open(io.BytesIO(buffer.getvalue())).transpose(Image.Transpose.ROTATE_270).save(upright, format="PNG")
+    result = engine.encode_sync("clip", [{"image": buffer.getvalue()}, "x"], normalize=False)
+    assert_cosine(vectors(result), reference_features("clip", tiny["clip"], [upright.getvalue()], ["x"]))
