@@ -26,7 +26,7 @@ from sie_engine import validation
 from sie_engine.errors import InvalidRequest, PayloadTooLarge, SIEError
 
 from . import codec
-from .errors import retry_headers, status_for
+from .errors import public, retry_headers, status_for
 from .handlers import timeout_of
 from .state import ENGINE, ERROR_CODE, MODEL_LABEL, SETTINGS, TIMINGS
 
@@ -163,7 +163,7 @@ def foreign_errors(shape: Shape):
                 return await handler(request)
             except SIEError as exc:
                 request[ERROR_CODE] = exc.code  # the middleware's logs and rejection metrics read it
-                status, body = shape(exc, status_for(exc))
+                status, body = shape(public(exc), status_for(exc))  # no file paths in answers
                 response = codec.response(codec.dumps(body, codec.JSON), codec.JSON, status)
                 response.headers.update(retry_headers(exc))
                 return response

@@ -12,6 +12,8 @@ import math
 from sie_contract.errors import STATUS_BY_CODE, status_of  # noqa: F401  (the table, re-exported for the docs test)
 from sie_engine.errors import SIEError
 
+from .redact import public_text
+
 # OpenAI's `type` per status class, so its client maps errors to its exception classes.
 OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
                 405: "invalid_request_error", 408: "invalid_request_error",
@@ -60,7 +62,21 @@ def retry_headers(error: SIEError) -> dict[str, str]:
     return {}
 
 
+def public(error: SIEError) -> SIEError:
+    """The error as a client may see it: its message without file-system paths (redact.py)."""
+    message = public_text(error.message)
+    if message == error.message:
+        return error
+    # a copy (the engine may hand the same error to many requests), made without __init__,
+    # whose arguments differ between error classes
+    shown = type(error).__new__(type(error), message)
+    shown.__dict__.update(vars(error))
+    shown.message = message
+    return shown
+
+
 def error_body(error: SIEError, openai_shape: bool) -> dict:
+    error = public(error)
     if openai_shape:
         status = status_for(error)
         return {"error": {"message": error.message, "type": OPENAI_TYPES.get(status, "server_error"),

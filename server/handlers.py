@@ -20,6 +20,7 @@ from sie_engine.types import ModelInfo
 from . import codec
 from .errors import HTTPProblem
 from .openapi import openapi_document
+from .redact import public_text
 from .state import ENGINE, LIFECYCLE, METRICS, MODEL_LABEL, SETTINGS, TASKS, TIMINGS
 
 
@@ -89,14 +90,16 @@ def model_entry(info: ModelInfo, created: int) -> dict:
         "id": info.id, "object": "model", "created": created, "owned_by": "sie", "family": info.family,
         "tasks": list(info.tasks), "outputs": list(info.outputs), "dims": dict(info.dims),
         "matryoshka_dims": list(info.matryoshka_dims), "max_seq_len": info.max_seq_len, "state": info.state,
-        "memory_bytes": info.memory_bytes, "description": info.description,
-        "weights": {"status": info.weights, "source": info.weights_source, "detail": info.weights_detail},
+        "memory_bytes": info.memory_bytes, "description": public_text(info.description),
+        # where the weights are (local / download / unavailable), but no path of this machine
+        "weights": {"status": info.weights, "source": public_text(info.weights_source),
+                    "detail": public_text(info.weights_detail)},
         "modalities": list(info.modalities),
     }
     if info.image_size:
         entry["image_size"] = info.image_size
     if info.error:
-        entry["error"] = info.error
+        entry["error"] = public_text(info.error)
     return entry
 
 

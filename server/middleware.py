@@ -19,7 +19,7 @@ from sie_engine.errors import SIEError
 from sie_engine.types import Timings
 
 from . import access_log, codec, cors, slow_clients
-from .errors import HTTPProblem, error_body, retry_headers, status_for
+from .errors import HTTPProblem, error_body, public, retry_headers, status_for
 from .state import API_KEYS, ERROR_CODE, LIFECYCLE, METRICS, MODEL_LABEL, SETTINGS, TIMINGS, WORK_ROUTES
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def error_response(request: web.Request, error: SIEError, openai_shape: bool) ->
     # for what is refused before its handler runs
     foreign = getattr(request.match_info.handler, "error_shape", None)
     if foreign is not None:
-        status, body = foreign(error, status)
+        status, body = foreign(public(error), status)
         response = codec.response(codec.dumps(body, codec.JSON), codec.JSON, status)
     else:
         fmt = codec.JSON if openai_shape else codec.answer_format(request)

@@ -77,6 +77,8 @@ async def embeddings(request: web.Request) -> web.Response:
     codec.check_fields(body, FIELDS, required=("model", "input"))
     model, alias = compat.split_mode(body["model"])
     is_query = compat.choose_mode(alias, input_type(body.get("input_type")), "input_type")
+    if body.get("user") is not None and not isinstance(body["user"], str):  # OpenAI's end-user id: text
+        raise InvalidRequest("user must be a string (an id of your end user; SIE ignores it)", field="user")
     encoding_format = body.get("encoding_format") or "float"
     if encoding_format not in ENCODING_FORMATS:
         raise InvalidRequest(f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}", field="encoding_format")

@@ -28,7 +28,8 @@ SCHEMAS = {
                                         "param": {"type": ["string", "null"]}, "code": {"type": "string"}})}),
     "EmbeddingsRequest": _obj({
         "model": {"type": "string"},
-        "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+        "input": {"oneOf": [{"type": "string", "minLength": 1},
+                            {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}]},
         "encoding_format": {"enum": ["float", "base64"], "default": "float"},
         "dimensions": {"type": "integer", "minimum": 1}, "user": {"type": "string"},
         "input_type": {"enum": ["query", "document", "passage", "search_query", "search_document"],
@@ -67,12 +68,18 @@ TIMEOUT_PARAM = {"name": "X-SIE-Timeout-Ms", "in": "header", "required": False, 
 BODY_TYPES = ("application/json", "application/msgpack")
 
 
-def _errors(schema: str = "Error") -> dict:
-    described = {"400": "bad request", "401": "missing or wrong API key", "404": "unknown model",
-                 "413": "too large", "429": "overloaded (Retry-After)",
-                 "503": "draining or model failed to load (Retry-After)", "504": "deadline passed"}
-    return {code: {"description": text, "content": {"application/json": {"schema": _ref(schema)}}}
-            for code, text in described.items()}
+ERROR_TEXT = {"400": "bad request", "401": "missing or wrong API key", "404": "unknown model",
+              "408": "the body stopped arriving or took too long (the connection is closed)",
+              "413": "too large (a compressed body: once decompressed)",
+              "415": "Content-Encoding other than gzip, deflate or identity", "429": "overloaded (Retry-After)",
+              "503": "draining or model failed to load (Retry-After)", "504": "deadline passed"}
+# What a work route can answer besides 200 (every status occurs: tests/test_openapi_replay.py).
+WORK_ERRORS = ("400", "401", "404", "408", "413", "415", "429", "503", "504")
+
+
+def _errors(schema: str = "Error", codes: Sequence[str] = WORK_ERRORS) -> dict:
+    return {code: {"description": ERROR_TEXT[code], "content": {"application/json": {"schema": _ref(schema)}}}
+            for code in codes}
 
 
 def _work(summary: str, request: str, response: str, with_model: bool = True, error_schema: str = "Error",
@@ -86,9 +93,11 @@ def _work(summary: str, request: str, response: str, with_model: bool = True, er
     }}
 
 
-def _get(summary: str, schema: dict | None, content_type: str = "application/json", **extra) -> dict:
+def _get(summary: str, schema: dict | None, content_type: str = "application/json", errors: Sequence[str] = (),
+         **extra) -> dict:
     content = {content_type: {"schema": schema}} if schema else {content_type: {"schema": {"type": "string"}}}
-    return {"get": {"summary": summary, "responses": {"200": {"description": "OK", "content": content}}, **extra}}
+    return {"get": {"summary": summary, "responses": {"200": {"description": "OK", "content": content},
+                                                      **_errors(codes=errors)}, **extra}}
 
 
 def _task_schemas(task: Task) -> dict:
@@ -108,22 +117,29 @@ def openapi_document(tasks: Sequence[Task]) -> dict:
     return {
         "openapi": "3.1.0",
         "info": {"title": "SIE inference server", "version": "0.1.0",
-                 "description": "encode / score / extract for small search models; see docs/api.md"},
-        "components": {"schemas": schemas,
+                 "description": "encode / score / extract for small search models; see docs/api.md. A path called "
+                                "with a method it does not list answers 405 with an `Allow` header "
+                                "(components.responses.MethodNotAllowed)."},
+        "components": {"schemas": schemas, "responses": {"MethodNotAllowed": {
+                           "description": "the path exists but not with this method; `Allow` lists its methods",
+                           "headers": {"Allow": {"schema": {"type": "string"}}},
+                           "content": {"application/json": {"schema": _ref("Error")}}}},
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
         "security": [{"bearer": []}],
         "paths": {
             **paths,
             "/v1/embeddings": _work("OpenAI-compatible embeddings", "EmbeddingsRequest", "EmbeddingsResponse",
                                     with_model=False, error_schema="OpenAIError", types=("application/json",)),
-            "/v1/models": _get("Served models", _ref("ModelList")),
-            "/v1/models/{model}": {"get": {**_get("One model", _ref("Model"))["get"], "parameters": [MODEL_PARAM],
-                                           "responses": {"200": {"description": "OK", "content": {
-                                               "application/json": {"schema": _ref("Model")}}}, **_errors()}}},
-            "/v1/status": _get("Lightweight state for the router", _ref("Status")),
-            "/healthz": _get("Liveness", {"type": "object"}, security=[]),
-            "/readyz": _get("Readiness: 200 once preloads are done, 503 while starting or draining",
-                            {"type": "object"}, security=[]),
+            "/v1/models": _get("Served models", _ref("ModelList"), errors=("401",)),
+            "/v1/models/{model}": _get("One model", _ref("Model"), errors=("401", "404"), parameters=[MODEL_PARAM]),
+            # the router polls it; it shows no more than /metrics does, so it needs no key
+            "/v1/status": _get("Lightweight state for the router", _ref("Status"), security=[]),
+            "/healthz": _get("Liveness (answered even when the server's connections are all taken)",
+                             _obj({"status": {"const": "ok"}}, ["status"]), security=[]),
+            "/readyz": _get("Readiness: 200 once preloads are done, 503 while starting or draining (answered even "
+                            "when the server's connections are all taken)", _obj({"status": {"const": "ready"}},
+                                                                                 ["status"]),
+                            errors=("503",), security=[]),
             "/metrics": _get("Prometheus metrics", None, "text/plain", security=[]),
             "/openapi.json": _get("This document", {"type": "object"}, security=[]),
             **compat_openapi.PATHS,  # TEI, Cohere/Jina, Weaviate's modules, Infinity (their own shapes)

@@ -364,6 +364,19 @@ class ModelPool:
         self.wake_room_waiters()
 
 
+def _corrupt_file_errors() -> tuple[type[BaseException], ...]:
+    """What reading a damaged checkpoint raises: safetensors' header and length errors (not
+    ValueErrors), and a broken pickle in a `.bin` file."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    return SafetensorError, pickle.UnpicklingError, EOFError
+
+
+_CORRUPT_FILE_ERRORS = _corrupt_file_errors()
+
+
 def _classify(exc: BaseException) -> ModelLoadFailed:
     if isinstance(exc, ModelLoadFailed):
         return exc
@@ -373,7 +386,7 @@ def _classify(exc: BaseException) -> ModelLoadFailed:
         reason = "unsupported_architecture"
     elif isinstance(exc, torch.OutOfMemoryError) or isinstance(exc, MemoryError):
         reason = "out_of_memory"
-    elif isinstance(exc, ValueError):
+    elif isinstance(exc, (ValueError, *_CORRUPT_FILE_ERRORS)):
         reason = "invalid_weights"
     else:
         reason = "error"

@@ -44,7 +44,8 @@ async def test_server_says_a_missing_model_is_not_worth_retrying(tmp_path):
             error = (await answer.json())["error"]
             assert answer.status == 503 and error["code"] == "model_load_failed"
             assert error["reason"] == "not_found" and error["retryable"] is False
-            assert str(tmp_path / "missing") in error["message"]
+            # which directory, but no path of the server's disk (issue #19): the log has the whole path
+            assert "…/missing" in error["message"] and str(tmp_path) not in error["message"]
             # nothing to wait for: no Retry-After, and OpenAI's clients are told not to retry
             assert "Retry-After" not in answer.headers and answer.headers["X-Should-Retry"] == "false"
 

@@ -1,0 +1,267 @@
+"""The OpenAPI document agrees with the server, and the smaller items of issue #19 point 6.
+
+`test_every_documented_answer_is_replayed`: for each path, method and status that
+`/openapi.json` documents for SIE's own API, a request crafted to cause that status is
+sent to a real server (tiny models) and the answer is validated against the documented
+schema with jsonschema; every path also answers an undocumented method with 405, `Allow`
+and the documented MethodNotAllowed body. The compatibility APIs (operations tagged
+`compat:*`) answer in their own shapes and are replayed by their own tests.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import jsonschema
+import pytest
+
+from reliability_models import tiny_model_set
+from server_fixtures import start_server
+from sie_server.errors import error_body
+from sie_engine.errors import ModelLoadFailed
+
+KEY = "replay-key"
+MAX_BODY = 64 * 2**10
+BODY_IDLE_S = 0.5
+MODEL_FOR = {"encode": "enc", "score": "ce", "extract": "gl", "embeddings": "enc"}
+VALID = {
+    "encode": {"items": ["hello world"]},
+    "score": {"query": "capital of France", "items": ["Paris is the capital", "bananas"]},
+    "extract": {"items": ["Ada Lovelace lived in London."], "labels": ["person", "city"]},
+}
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory):
+    roots = tiny_model_set(tmp_path_factory.mktemp("replay-models"))
+    broken = {}
+    for name in ("enc", "ce", "gl"):  # each model's files with its weights damaged: a 503 for each task
+        broken[f"broken-{name}"] = tmp_path_factory.mktemp("replay-broken") / name
+        shutil.copytree(roots[name], broken[f"broken-{name}"])
+        for weights in [*broken[f"broken-{name}"].glob("*.safetensors"), *broken[f"broken-{name}"].glob("*.bin")]:
+            weights.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": not json}")
+    empty = tmp_path_factory.mktemp("replay-empty") / "empty"
+    shutil.copytree(roots["enc"], empty)
+    (empty / "model.safetensors").unlink()
+    return {**roots, **broken, "empty": empty}
+
+
+@pytest.fixture(scope="module")
+def server(roots, tmp_path_factory):
+    models = [a for name, root in roots.items() for a in ("--model", f"{name}={root}")]
+    process = start_server(*models, "--no-builtin", "--device", "cpu", "--api-key", KEY,
+                           "--preload", "enc", "--preload", "ce", "--preload", "gl",
+                           "--max-body-bytes", str(MAX_BODY), "--body-idle-timeout", str(BODY_IDLE_S),
+                           "--max-queue-wait", "0.001", wait_ready=False,
+                           log_dir=tmp_path_factory.mktemp("replay-server"))
+    # while the preloads run, readiness is 503 not_ready: the one moment that answer occurs
+    process.starting_readyz = httpx.get(process.url + "/readyz", timeout=10)
+    deadline = time.monotonic() + 180
+    while httpx.get(process.url + "/readyz", timeout=10).status_code != 200:
+        assert time.monotonic() < deadline, process.log_text()
+        time.sleep(0.2)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def document(server):
+    return httpx.get(server.url + "/openapi.json", timeout=10).json()
+
+
+def validate(document: dict, schema: dict, value) -> None:
+    jsonschema.validate(value, {**schema, "components": document["components"]},
+                        cls=jsonschema.Draft202012Validator)
+
+
+# ---- crafting one request per (operation, status) ---------------------------------
+def task_of(path: str) -> str | None:
+    parts = path.split("/")
+    return parts[2] if len(parts) == 4 and parts[3] == "{model}" and parts[2] in VALID else None
+
+
+def call(server, method: str, path: str, body=None, key: bool = True, headers=None, content=None) -> httpx.Response:
+    sent = {"Authorization": f"Bearer {KEY}"} if key else {}
+    sent.update(headers or {})
+    return httpx.request(method, server.url + path, json=body, content=content, headers=sent, timeout=30)
+
+
+def work_request(path: str, model: str) -> tuple[str, dict]:
+    """The URL path and a valid body of a work route, for `model`."""
+    if path == "/v1/embeddings":
+        return path, {"model": model, "input": ["hello world"]}
+    task = task_of(path)
+    return path.replace("{model}", model), dict(VALID[task])
+
+
+def flood_until_429(server, url: str, body: dict) -> httpx.Response:
+    """Concurrent requests until one is refused for the queue's expected wait (`--max-queue-wait`
+    is 1 ms here, so a request that arrives while another is queued is refused)."""
+    big = {**body, **({"items": body["items"] * 32} if "items" in body else {"input": body["input"] * 32})}
+    answers: list[httpx.Response] = []
+    for _ in range(5):
+        answers.clear()
+        threads = [threading.Thread(target=lambda: answers.append(call(server, "POST", url, big))) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        refused = [a for a in answers if a.status_code == 429]
+        if refused:
+            return refused[0]
+    raise AssertionError(f"no 429 from {url}: {[a.status_code for a in answers]}")
+
+
+def stalled_body(server, url: str) -> httpx.Response:
+    """A body that stops arriving: half of it, then nothing (the server waits BODY_IDLE_S)."""
+    def halves():
+        yield b'{"items": ['
+        time.sleep(BODY_IDLE_S * 2)  # past the idle timeout, within the server's linger
+        yield b'"x"]}'
+
+    try:
+        return httpx.post(server.url + url, content=halves(), timeout=30,
+                          headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json",
+                                   "Content-Length": "16"})
+    except httpx.HTTPError as exc:  # the server closes after answering; the answer is what counts
+        raise AssertionError(f"no 408 answer: {exc!r}") from exc
+
+
+def work_answer(server, path: str, status: str) -> httpx.Response:
+    task = "embeddings" if path == "/v1/embeddings" else task_of(path)
+    url, body = work_request(path, MODEL_FOR[task])
+    if status == "200":
+        return call(server, "POST", url, body)
+    if status == "400":
+        return call(server, "POST", url, {"unknown_field": 1})
+    if status == "401":
+        return call(server, "POST", url, body, key=False)
+    if status == "404":
+        return call(server, "POST", *work_request(path, "no-such-model"))
+    if status == "408":
+        return stalled_body(server, url)
+    if status == "413":
+        return call(server, "POST", url, content=json.dumps({"items": ["x" * MAX_BODY]}).encode(),
+                    headers={"Content-Type": "application/json"})
+    if status == "415":
+        return call(server, "POST", url, content=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json", "Content-Encoding": "br"})
+    if status == "429":
+        return flood_until_429(server, url, body)
+    if status == "503":
+        return call(server, "POST", *work_request(path, "broken-" + MODEL_FOR[task]))
+    if status == "504":
+        return call(server, "POST", url, body, headers={"X-SIE-Timeout-Ms": "0.001"})
+    raise AssertionError(f"no recipe for {status} on {path}")
+
+
+def read_answer(server, path: str, status: str) -> httpx.Response:
+    url = path.replace("{model}", "enc")
+    if status == "200":
+        return call(server, "GET", url, key=path not in ("/healthz", "/readyz", "/metrics", "/openapi.json",
+                                                         "/v1/status"))
+    if status == "401":
+        return call(server, "GET", url, key=False)
+    if status == "404":
+        return call(server, "GET", path.replace("{model}", "no-such-model"))
+    if status == "503" and path == "/readyz":
+        return server.starting_readyz
+    raise AssertionError(f"no recipe for {status} on GET {path}")
+
+
+def sie_operations(document: dict):
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if not any(tag.startswith("compat:") for tag in operation.get("tags", ())):
+                yield path, method, operation
+
+
+def test_every_documented_answer_is_replayed(server, document):
+    replayed = []
+    for path, method, operation in sie_operations(document):
+        public = operation.get("security", document["security"]) == []
+        if public:  # documented as needing no key: it answers without one
+            assert call(server, method.upper(), path, key=False).status_code != 401, path
+        for status, answer_doc in operation["responses"].items():
+            answer = (work_answer if method == "post" else read_answer)(server, path, status)
+            assert answer.status_code == int(status), (path, method, status, answer.text[:300])
+            content = answer_doc.get("content", {})
+            media = answer.headers["Content-Type"].split(";")[0]
+            assert media in content, (path, status, media, list(content))
+            if media == "application/json":
+                validate(document, content[media]["schema"], answer.json())
+            if int(status) in (429, 503):
+                assert "Retry-After" in answer.headers or answer.headers.get("X-Should-Retry") == "false"
+            replayed.append((path, method, status))
+    assert len(replayed) >= 50, replayed
+
+
+def test_every_path_answers_an_undocumented_method_with_405_and_allow(server, document):
+    schema = document["components"]["responses"]["MethodNotAllowed"]["content"]["application/json"]["schema"]
+    for path, item in document["paths"].items():
+        method = "DELETE" if "delete" not in item else "PATCH"
+        answer = call(server, method, path.replace("{model}", "enc"))
+        assert answer.status_code == 405, (path, answer.status_code, answer.text[:200])
+        assert set(answer.headers["Allow"].split(",")) >= {m.upper() for m in item}, (path, answer.headers["Allow"])
+        validate(document, schema, answer.json())
+
+
+def test_public_routes_are_documented_as_public(document):
+    from sie_server.middleware import PUBLIC_ROUTES
+
+    public = {path for path, item in document["paths"].items() for op in item.values() if op.get("security") == []}
+    assert public == {"/healthz", "/readyz", "/metrics", "/openapi.json", "/v1/status"}
+    assert {"healthz", "readyz", "metrics", "openapi", "status"} == set(PUBLIC_ROUTES)
+
+
+# ---- point 6's smaller items ---------------------------------------------------------
+@pytest.mark.parametrize("user", [5, ["a"], {"id": "a"}, True])
+def test_embeddings_user_must_be_a_string(server, user):
+    answer = call(server, "POST", "/v1/embeddings", {"model": "enc", "input": "hi", "user": user})
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "user", answer.text
+    assert call(server, "POST", "/v1/embeddings", {"model": "enc", "input": "hi", "user": "u-1"}).status_code == 200
+
+
+def test_request_schemas_refuse_what_the_server_refuses(server, document):
+    schema = document["paths"]["/v1/embeddings"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    for body in ({"model": "enc", "input": "hi", "user": 5}, {"model": "enc", "input": []},
+                 {"model": "enc", "input": "hi", "extra": 1}):
+        with pytest.raises(jsonschema.ValidationError):
+            validate(document, schema, body)
+        assert call(server, "POST", "/v1/embeddings", body).status_code == 400, body
+
+
+def test_answers_name_no_local_paths(server, roots):
+    listing = call(server, "GET", "/v1/models").text
+    for root in roots.values():
+        assert str(root) not in listing and str(root.parent) not in listing
+    models = {m["id"]: m for m in call(server, "GET", "/v1/models").json()["data"]}
+    assert models["enc"]["weights"]["status"] == "local"  # where the weights are stays known
+    failed = call(server, "POST", "/v1/encode/empty", VALID["encode"])
+    assert failed.status_code == 503 and failed.json()["error"]["reason"] == "not_found", failed.text
+    assert str(roots["empty"]) not in failed.text and "…/empty" in failed.json()["error"]["message"]
+    assert str(roots["empty"]) in server.log_text()  # the operator's log keeps the whole path
+
+
+def test_error_messages_name_no_site_packages_paths():
+    site = str(Path(jsonschema.__file__).parent.parent)
+    error = ModelLoadFailed("m", "error", f"ImportError: cannot import name 'X' from 'transformers' "
+                                          f"({site}/transformers/__init__.py)")
+    for shape in (False, True):
+        message = error_body(error, openai_shape=shape)["error"]["message"]
+        assert site not in message and "<site-packages>/transformers/__init__.py" in message
+
+
+def test_a_corrupt_safetensors_file_is_invalid_weights(server):
+    answer = call(server, "POST", "/v1/encode/broken-enc", VALID["encode"])
+    assert answer.status_code == 503
+    error = answer.json()["error"]
+    assert error["code"] == "model_load_failed" and error["reason"] == "invalid_weights", error
+    assert error["retryable"] is False and "Retry-After" not in answer.headers
