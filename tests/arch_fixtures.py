@@ -6,6 +6,7 @@ mask) as the reference."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -34,6 +35,15 @@ def save_tiny(model, dest: Path) -> Path:
     for name in TOKENIZER_FILES:
         shutil.copy(MINILM_DIR / name, dest / name)
     return dest
+
+def no_segment_ids(root: Path) -> Path:
+    """Models without segment embeddings (RoBERTa, DistilBERT, DeBERTa-v3) take no token_type_ids:
+    say so in the MiniLM tokenizer_config.json, as their own tokenizers do."""
+    config = json.loads((root / "tokenizer_config.json").read_text())
+    config["model_input_names"] = ["input_ids", "attention_mask"]
+    (root / "tokenizer_config.json").write_text(json.dumps(config))
+    return root
+
 
 # Lengths differ (1 to ~70 tokens with the MiniLM tokenizer), so packing, masks and
 # windows are all exercised.

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from arch_fixtures import (
-    FP32_TOL, MINILM_VOCAB, TEXTS, check_batch_invariance, check_every_weight_loaded, max_abs_diff,
+    FP32_TOL, MINILM_VOCAB, TEXTS, check_batch_invariance, check_every_weight_loaded, max_abs_diff, no_segment_ids,
     reference_hidden, runner_for, save_tiny, sie_hidden, tiny_card,
 )
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
@@ -25,14 +25,6 @@ def tiny_config():
 
     return DistilBertConfig(vocab_size=MINILM_VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
                             max_position_embeddings=512, initializer_range=0.1)
-
-
-def _no_segment_ids(root):
-    """DistilBERT takes no segment ids; its tokenizer_config says so."""
-    config = json.loads((root / "tokenizer_config.json").read_text())
-    config["model_input_names"] = ["input_ids", "attention_mask"]
-    (root / "tokenizer_config.json").write_text(json.dumps(config))
-    return root
 
 
 def _perturb_norms(model):
@@ -49,7 +41,7 @@ def model_dir(tmp_path_factory):
 
     torch.manual_seed(0)
     model = _perturb_norms(DistilBertModel(tiny_config()).eval())
-    return _no_segment_ids(save_tiny(model, tmp_path_factory.mktemp("distilbert"))), model
+    return no_segment_ids(save_tiny(model, tmp_path_factory.mktemp("distilbert"))), model
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +75,7 @@ def mlm_dir(tmp_path_factory):
 
     torch.manual_seed(1)
     model = _perturb_norms(DistilBertForMaskedLM(tiny_config()).eval())
-    return _no_segment_ids(save_tiny(model, tmp_path_factory.mktemp("distilbert_mlm"))), model
+    return no_segment_ids(save_tiny(model, tmp_path_factory.mktemp("distilbert_mlm"))), model
 
 
 def test_backbone_out_of_the_masked_lm_checkpoint(mlm_dir):

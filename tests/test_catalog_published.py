@@ -21,6 +21,7 @@ from published_model_facts import PUBLISHED
 from sie_engine import Catalog, Engine, WeightsSource
 from sie_engine.arch import family_for
 from sie_engine.heads.gliner_checkpoint import SPAN_MODES
+from arch_fixtures import no_segment_ids
 from tiny_models import MINILM_VOCAB, save_tiny, tiny_bert_config, tiny_xlmr_config
 
 CATALOG = Catalog.builtin()
@@ -80,14 +81,6 @@ ELSEWHERE = {
 LOADED = [card for card in LOADED if card.id not in ELSEWHERE]
 
 
-def _no_segment_ids(root):
-    """RoBERTa and DeBERTa feed no segment ids: say so as their tokenizer_config does."""
-    config = json.loads((root / "tokenizer_config.json").read_text())
-    config["model_input_names"] = ["input_ids", "attention_mask"]
-    (root / "tokenizer_config.json").write_text(json.dumps(config))
-    return root
-
-
 def _spread(model):
     """Random heads at 0.02 give every input the same score: widen them so answers differ."""
     with torch.no_grad():
@@ -132,7 +125,7 @@ def _classifier(model_type: str, id2label, dest):
             intermediate_size=48, max_position_embeddings=512, local_attention=8, pad_token_id=0,
             bos_token_id=101, cls_token_id=101, eos_token_id=102, sep_token_id=102, **labels))
     root = save_tiny(_spread(model.eval()), dest)
-    return root if model_type == "bert" else _no_segment_ids(root)
+    return root if model_type == "bert" else no_segment_ids(root)
 
 
 def _masked_lm(model_type: str, dest):
@@ -143,10 +136,10 @@ def _masked_lm(model_type: str, dest):
         root = save_tiny(BertForMaskedLM(tiny_bert_config()).eval(), dest)
     elif model_type == "distilbert":
         config = DistilBertConfig(vocab_size=MINILM_VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64)
-        root = _no_segment_ids(save_tiny(DistilBertForMaskedLM(config).eval(), dest))
+        root = no_segment_ids(save_tiny(DistilBertForMaskedLM(config).eval(), dest))
     else:
         config = RobertaConfig(**tiny_xlmr_config().to_dict())
-        root = _no_segment_ids(save_tiny(RobertaForMaskedLM(config).eval(), dest))
+        root = no_segment_ids(save_tiny(RobertaForMaskedLM(config).eval(), dest))
     vocab = json.loads((root / "tokenizer.json").read_text())["model"]["vocab"]
     (root / "idf.json").write_text(json.dumps({token: 1.0 + i % 7 for i, token in enumerate(list(vocab)[999:])}))
     return root

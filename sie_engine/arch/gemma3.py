@@ -1,8 +1,9 @@
 """Gemma 3 text decoders used as embedders (EmbeddingGemma) over packed input.
 
-Read leaf to root: norm, attention, MLP, layer, model. Module names follow Hugging
-Face's `Gemma3TextModel` except the fused projections the weight spec stacks:
-`self_attn.kv_proj` (k_proj, v_proj) and `mlp.gate_up_proj` (gate_proj, up_proj).
+Read leaf to root: norm, attention, layer, model; the gated MLP is arch/qwen.py's (GeGLU
+here: the gate's activation is config.json's). Module names follow Hugging Face's
+`Gemma3TextModel` except the fused projections the weight spec stacks: `self_attn.kv_proj`
+(k_proj, v_proj) and `mlp.gate_up_proj` (gate_proj, up_proj).
 
 What sets Gemma 3 apart from the LLaMA-style blocks of arch/qwen.py:
 - RMSNorm scales by `1 + weight` (weights stored as offsets from one), in float32;
@@ -31,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import AttentionBackend, AttentionMetadata
-from .layers import activation
+from .qwen import QwenMLP
 from .rotary import RotaryEmbedding, apply_rotary
 from .weights import WeightSpec
 
@@ -161,20 +162,6 @@ class Gemma3Attention(nn.Module):
         return self.o_proj(context.reshape(T, self.num_heads * self.head_dim))
 
 
-class Gemma3MLP(nn.Module):
-    """GeGLU: gate_up_proj projects to [gate | up], down_proj(act(gate) * up)."""
-
-    def __init__(self, hidden_size: int, intermediate_size: int, act: str):
-        super().__init__()
-        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-        self.act = activation(act)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # each [T, I]
-        return self.down_proj(self.act(gate) * up)
-
-
 class Gemma3DecoderLayer(nn.Module):
     def __init__(self, config: Gemma3TextConfig, layer_type: str, backend: AttentionBackend):
         super().__init__()
@@ -184,7 +171,7 @@ class Gemma3DecoderLayer(nn.Module):
         self.self_attn = Gemma3Attention(config, layer_type == LOCAL, backend)
         self.post_attention_layernorm = Gemma3RMSNorm(config.hidden_size, eps)
         self.pre_feedforward_layernorm = Gemma3RMSNorm(config.hidden_size, eps)
-        self.mlp = Gemma3MLP(config.hidden_size, config.intermediate_size, config.hidden_activation)
+        self.mlp = QwenMLP(config.hidden_size, config.intermediate_size, config.hidden_activation)  # GeGLU
         self.post_feedforward_layernorm = Gemma3RMSNorm(config.hidden_size, eps)
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
