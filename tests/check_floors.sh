@@ -15,4 +15,4 @@ python3 -m venv "$VENV"
 # From outside the checkout, so the venv's installed copy of SIE is the one tested.
 cd tests && "../$VENV/bin/python" -m pytest -q -p no:cacheprovider \
   test_integration_chroma.py test_integration_qdrant.py test_integration_weaviate.py test_integration_lancedb.py \
-  test_integration_langchain.py test_integration_llamaindex.py test_integration_haystack.py
+  test_images_databases.py test_integration_langchain.py test_integration_llamaindex.py test_integration_haystack.py

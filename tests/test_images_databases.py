@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -191,7 +192,9 @@ def test_lancedb_image_bytes_and_paths_searched_by_text_and_image(sie_url, pictu
             assert photos.search(query).distance_type("cosine").limit(1).to_list()[0]["name"] == str(i)
 
 
-def test_lancedb_empty_image_gets_no_vector(sie_url, pictures, tmp_path):
+def test_lancedb_empty_and_none_images_get_no_vector(sie_url, pictures, reference, tmp_path):
+    """As empty texts do: the table's on_bad_vectors policy decides about such rows (here kept
+    without a vector); the other rows are embedded in the same call."""
     lancedb = pytest.importorskip("lancedb")
     from lancedb.embeddings import get_registry
     from lancedb.pydantic import LanceModel, Vector
@@ -201,12 +204,16 @@ def test_lancedb_empty_image_gets_no_vector(sie_url, pictures, tmp_path):
     func = get_registry().get("sie-image").create(model=CLIP, url=sie_url)
 
     class Photo(LanceModel):
-        image: bytes = func.SourceField()
+        name: str
+        image: Optional[bytes] = func.SourceField()
         vector: Vector(func.ndims()) = func.VectorField()
 
     table = lancedb.connect(tmp_path / "lance").create_table("photos", schema=Photo)
-    table.add([{"image": pictures[0]}, {"image": b""}], on_bad_vectors="drop")
-    assert table.count_rows() == 1
+    table.add([{"name": "a", "image": pictures[0]}, {"name": "b", "image": b""}, {"name": "c", "image": None}],
+              on_bad_vectors="null")
+    rows = {row["name"]: row["vector"] for row in table.to_arrow().to_pylist()}
+    assert rows["b"] is None and rows["c"] is None
+    assert_same_vectors([rows["a"]], reference["images"][:1])
 
 
 # ---- Qdrant -------------------------------------------------------------------
