@@ -30,8 +30,7 @@ from server_fixtures import start_server
 from tiny_models import make_tiny_bert
 
 KEY = "hostile-key"
-HEAD_S, KEEPALIVE_S, BODY_IDLE_S, BODY_TOTAL_S = 1.0, 1.5, 1.0, 3.0
-LINGER_S = 2.0  # sie_server.connections.LINGER_S: unread body bytes drained before the close
+HEAD_S, KEEPALIVE_S, BODY_IDLE_S, BODY_TOTAL_S = 1.0, 1.5, 1.0, 2.0
 MAX_CONNECTIONS, PROBE_CONNECTIONS = 32, 4
 MAX_BODY = 4 * 2**20
 SLACK = 1.0  # scheduling on a busy 2-core machine
@@ -128,10 +127,8 @@ def test_a_body_that_stops_arriving_gets_408_after_the_idle_timeout(server):
         started = time.monotonic()
         sock.sendall(head("POST", ENC, 100) + b'{"items": ["x')
         sock.settimeout(BODY_IDLE_S + 5)
-        first = sock.recv(65536)
-        answered_after = time.monotonic() - started
-        rest, _ = read_until_closed(sock, LINGER_S + 5)
-    answer = first + rest
+        answer = sock.recv(65536)
+        answered_after = time.monotonic() - started  # the connection closes after it
     assert status_of(answer) == 408, answer
     assert json_of(answer)["error"]["code"] == "request_timeout"
     assert answered_after == pytest.approx(BODY_IDLE_S, abs=SLACK)
@@ -304,7 +301,7 @@ ACCEPT_FLOOD = textwrap.dedent("""
         except OSError:
             pass
         print(runner.addresses[0][1], flush=True)
-        await asyncio.sleep(3)
+        await asyncio.sleep(2)
     asyncio.run(main())
 """)
 
