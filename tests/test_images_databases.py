@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from image_fixtures import make_tiny_clip, sample_pil_images
+from image_fixtures import encode_image, make_tiny_clip, sample_pil_images
 from sie_client import AsyncSIEClient, SIEClient
 from sie_server.launch import start_server
 
@@ -28,12 +28,6 @@ CLIP = "test/tiny-clip"
 CAPTIONS = ["a red shoe on a table", "the dog runs on the beach", "a cat asleep in the sun",
             "city lights at night", "a bowl of ripe apples"]
 TOL = 1e-5
-
-
-def png(image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def unit(matrix) -> np.ndarray:
@@ -48,7 +42,7 @@ def pictures():
     holds palette indices, not colours)."""
     images = [img for name, img in sample_pil_images().items() if name != "gif_palette"]
     assert len(images) == len(CAPTIONS)
-    return [png(img) for img in images]
+    return [encode_image(img, "PNG") for img in images]
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +65,8 @@ def sie_url(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sie(sie_url):
-    return SIEClient(sie_url)
+    with SIEClient(sie_url) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
