@@ -53,6 +53,8 @@ SPLADE = ("config.json (*ForMaskedLM) + tokenizer_config.json (model_max_length)
 INFERENCE_FREE = ("config.json (*ForMaskedLM) + idf.json + the README's recipe (documents: max of log(1 + relu) "
                   "over the MLM logits, special tokens zeroed; queries: the IDF of their tokens, no model)")
 GLINER = "gliner_config.json (model_name: the DeBERTa backbone, span_mode) on the Hub"
+GLINER2 = ("config.json (model_type extractor) + encoder_config/config.json (DeBERTa-v3-base) on the Hub; "
+           "microsoft/deberta-v3-base's tokenizer_config.json gives model_max_length 512")
 GLIREL = ("glirel_config.json (model_name microsoft/deberta-v3-large, whose tokenizer_config.json gives "
           "model_max_length 512) on the Hub")
 CLIP = ("config.json (projection_dim, text_config.max_position_embeddings 77) + preprocessor_config.json on the Hub; "
@@ -101,6 +103,12 @@ PUBLISHED: dict[str, Published] = {
     "sentence-transformers/multi-qa-distilbert-dot-v1": dense("distilbert", "cls", False, 768, 512),
     "sentence-transformers/msmarco-distilbert-cos-v5": dense("distilbert", "mean", True, 768, 512),
     "sentence-transformers/msmarco-distilbert-dot-v5": dense("distilbert", "mean", False, 768, 512),
+    "sentence-transformers/msmarco-distilbert-base-tas-b": dense("distilbert", "cls", False, 768, 512),
+    # distiluse: mean pooling, then 2_Dense (768 -> 512, Tanh), no Normalize
+    "sentence-transformers/distiluse-base-multilingual-cased-v1": dense("distilbert", "mean", False, 512, 128,
+                                                                        ST + " + 2_Dense/config.json"),
+    "sentence-transformers/distiluse-base-multilingual-cased-v2": dense("distilbert", "mean", False, 512, 128,
+                                                                        ST + " + 2_Dense/config.json"),
     "sentence-transformers/paraphrase-MiniLM-L3-v2": dense("bert", "mean", False, 384, 128),
     "sentence-transformers/paraphrase-MiniLM-L6-v2": dense("bert", "mean", False, 384, 128),
     "sentence-transformers/paraphrase-MiniLM-L12-v2": dense("bert", "mean", False, 384, 128),
@@ -290,4 +298,6 @@ PUBLISHED: dict[str, Published] = {
     "numind/NuNER_Zero-span": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
     # GLiREL (relation extraction over a DeBERTa backbone; tests/test_glirel.py runs the head)
     "jackboyla/glirel-large-v0": other("deberta-v2", "relations", 512, GLIREL),
+    # GLiNER2 (span architecture: entities and classification in one pass; tests/test_gliner2.py runs it)
+    "fastino/gliner2-base-v1": other("deberta-v2", "gliner2", 512, GLINER2),
 }
