@@ -36,19 +36,21 @@ EWMA_WEIGHT = 0.2
 SPECIAL_TOKENS = 8
 
 
-def upper_bound_tokens(fields: Mapping[str, Any], window: int) -> int:
+def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int = 0) -> int:
     """Tokens a request will queue, at most, from its text lengths alone (before tokenising).
 
     A token covers at least one byte of UTF-8 (byte-level vocabularies one byte at worst), so
     each item is bounded by its bytes plus the request's shared texts (query, instruction,
-    labels: they enter every sequence) and special tokens, and by the model's window, which
+    labels: they enter every sequence), the card's prompt (`prompt_bytes`: its template and
+    instruction) and special tokens, and by the model's window, which
     truncates every sequence. An item that is not text (an image) counts a whole window.
     GLiNER cuts a text longer than the window into several windows; the real count replaces
     this bound as soon as the text is tokenised."""
     items = fields.get("items")
     if not isinstance(items, (list, tuple)):
         return 0
-    shared = SPECIAL_TOKENS + sum(_text_bytes(value) for name, value in fields.items() if name != "items")
+    shared = SPECIAL_TOKENS + prompt_bytes
+    shared += sum(_text_bytes(value) for name, value in fields.items() if name != "items")
     total = 0
     for item in items:
         text = item.get("text") if isinstance(item, dict) else item

@@ -314,7 +314,8 @@ class Engine:
         """A task's implementation, run once admission lets the call in (on the engine's loop).
         The decision comes before any tokenising: a refusal is immediate (admission.py)."""
         card = self.card(model, request.get("precision"))
-        reservation = self.scheduler.admit(card.id, upper_bound_tokens(request, card.max_seq_len))
+        prompt = max(len(card.query_template), len(card.document_template)) + len(card.query_instruction or "")
+        reservation = self.scheduler.admit(card.id, upper_bound_tokens(request, card.max_seq_len, prompt))
         token = _ADMISSION.set(reservation)
         try:
             return await implementation(self, model, request, timeout)
