@@ -330,6 +330,9 @@ def test_weaviate_image_vectors_and_blobs(sie, weaviate_server, pictures, paths,
         helper.import_objects(mixed, [{"image": pictures[0], "name": "photo"}, {"text": CAPTIONS[0], "name": "text"}])
         vectors = {o.properties["name"]: set(o.vector) for o in mixed.query.fetch_objects(include_vector=True).objects}
         assert vectors == {"photo": {"image"}, "text": {"text"}}
+        for target, found in (("image", "photo"), ("text", "text")):   # each object in the indexes it has vectors in
+            hits = helper.near_text(mixed, CAPTIONS[0], target_vector=target, return_properties=["name"])
+            assert [hit.properties["name"] for hit in hits] == [found]
 
         by_text = [helper.near_text(photos, caption, target_vector="image", limit=len(CAPTIONS),
                                     return_properties=["name"]) for caption in CAPTIONS]

@@ -195,7 +195,8 @@ class Grpc(weaviate_pb2_grpc.WeaviateServicer):
         scored: list[tuple[str, dict, dict, float | None, float | None]]
         if request.HasField("near_vector"):
             name, query = self._query_vector(request.near_vector)
-            scored = sorted(((u, p, v, self._distance(v[name], query), None) for u, p, v in objects),
+            # An object without this named vector is not in its index (as in Weaviate): never found by it.
+            scored = sorted(((u, p, v, self._distance(v[name], query), None) for u, p, v in objects if name in v),
                             key=lambda x: x[3])
         elif request.HasField("hybrid_search"):
             scored = self._hybrid(request.hybrid_search, objects)
