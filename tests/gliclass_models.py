@@ -1,6 +1,6 @@
 """Tiny random GLiClass models built with the gliclass library's own classes (its config,
 `GLiClassModel`, `save_pretrained`), over tiny DeBERTa-v2 and BERT backbones from
-transformers' config classes and the real MiniLM tokenizer with gliclass' prompt tokens
+transformers' config classes (DeBERTa-v2, BERT, ModernBERT) and the real MiniLM tokenizer with gliclass' prompt tokens
 added, as knowledgator's checkpoints ship them; and gliclass' pipeline on the same files."""
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ DEBERTA = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, inter
                max_position_embeddings=512, relative_attention=True, position_buckets=32, max_relative_positions=-1,
                pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm", position_biased_input=False, type_vocab_size=0)
 
+MODERNBERT = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
+                  max_position_embeddings=512, local_attention=8, pad_token_id=0, bos_token_id=101, cls_token_id=101,
+                  eos_token_id=102, sep_token_id=102)
 
 LABEL_SPREAD = {"model.classes_projector.linear_2.weight": 0.05}
 
@@ -38,6 +41,10 @@ def make_gliclass(dest: Path, backbone: str = "deberta", seed: int = 0, scale: d
     tokenizer.save_pretrained(str(dest))
     if backbone == "deberta":
         encoder = DebertaV2Config(vocab_size=len(tokenizer), **DEBERTA)
+    elif backbone == "modernbert":
+        from transformers import ModernBertConfig
+
+        encoder = ModernBertConfig(vocab_size=len(tokenizer), **MODERNBERT)
     else:
         encoder = tiny_bert_config(vocab_size=len(tokenizer))
     torch.manual_seed(seed)

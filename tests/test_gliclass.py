@@ -32,6 +32,9 @@ VARIANTS = {
     "bert": dict(backbone="bert", prompt_first=True),
     "bert-mlp": dict(backbone="bert", prompt_first=False, pooling_strategy="avg", class_token_pooling="average",
                      use_lstm=True, scorer_type="mlp"),
+    # gliclass-modern-*'s kind: a ModernBERT backbone (gliclass loads it with AutoModel)
+    "modernbert": dict(backbone="modernbert", prompt_first=True, pooling_strategy="avg", embed_class_token=False,
+                       scale={"model.classes_projector.linear_2.weight": 0.3}),
     "deberta-wdot": dict(backbone="deberta", prompt_first=True, pooling_strategy="max", class_token_pooling="average",
                          scorer_type="weighted-dot", normalize_features=True,
                          scale={"model.scorer.out_mlp.3.weight": 0.05}),

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..checkpoints.layout import CheckpointLayout
-from .gliner_checkpoint import checkpoint_vocab_size
 
 MODEL_TYPE = "GLiClass"
 # The prefix of the backbone's tensors inside a GLiClass checkpoint; the head's sit under its root, "model.".
@@ -117,13 +116,16 @@ def load_gliclass_config(root: Path) -> GliclassConfig:
 
 @lru_cache(maxsize=64)  # read at tokenizer load, memory planning and model load
 def _backbone_config(root: Path) -> dict:
-    encoder = (read_config(root) or {}).get("encoder_config")
+    outer = read_config(root) or {}
+    encoder = outer.get("encoder_config")
     if not isinstance(encoder, Mapping) or not encoder:
         raise ValueError(f"{root}/config.json has no encoder_config: no backbone config")
     config = dict(encoder)
     config.setdefault("model_type", "deberta-v2")  # gliclass' default for an encoder_config without one
-    # the rows as saved: gliclass resizes the embeddings for its prompt tokens
-    config["vocab_size"] = checkpoint_vocab_size(root)
+    # gliclass resizes the backbone's embeddings to the outer vocab_size (its prompt tokens added) before
+    # loading the checkpoint, so that is the rows as saved
+    if outer.get("vocab_size"):
+        config["vocab_size"] = int(outer["vocab_size"])
     return config
 
 
