@@ -39,6 +39,9 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
     if checkpoint_kind(root) == "glirel":  # a GLiREL checkpoint: relation extraction (extract) only
         return ModelCard(id=name, weights=WeightsSource(path=str(root)), outputs=("relations",), max_seq_len=512,
                          description=f"local GLiREL directory {root}")
+    if checkpoint_kind(root) == "gliner2":  # a GLiNER2 save: entities and classification (extract)
+        return ModelCard(id=name, weights=WeightsSource(path=str(root)), outputs=("gliner2",), max_seq_len=512,
+                         description=f"local GLiNER2 directory {root}")
     if checkpoint_kind(root) == "model2vec":  # a static embedder: model2vec's config says the rest
         return _model2vec_card(name, root)
     config_path = root / "config.json"

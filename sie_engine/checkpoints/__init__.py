@@ -19,6 +19,7 @@ from .layout import CheckpointLayout, not_a_model, plain_layout
 LAYOUTS: dict[str, str] = {
     "gliner": "sie_engine.heads.gliner_checkpoint",
     "glirel": "sie_engine.heads.glirel_checkpoint",
+    "gliner2": "sie_engine.heads.gliner2_checkpoint",
     "gliclass": "sie_engine.heads.gliclass_checkpoint",
     "model2vec": "sie_engine.arch.static",
 }

@@ -24,6 +24,7 @@ HEADS: dict[str, str] = {
     "extract": "sie_engine.heads.gliner:build_extract_head",
     "zeroshot": "sie_engine.heads.nli:build_zeroshot_head",
     "relations": "sie_engine.heads.glirel:build_relations_head",
+    "gliner2": "sie_engine.heads.gliner2:build_gliner2_head",
     "gliclass": "sie_engine.heads.gliclass:build_gliclass_head",
 }
 

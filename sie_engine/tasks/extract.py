@@ -30,7 +30,7 @@ from ..types import Entity, ExtractedItem, ExtractResult
 from ..weights import resolve_weights
 from ..work import WorkItem
 from .context import TaskContext
-from . import gliclass, relations, zeroshot
+from . import gliclass, gliner2, relations, zeroshot
 
 EXTRACT = frozenset({"extract"})  # the head extract work runs
 
@@ -93,6 +93,11 @@ async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeou
         return await zeroshot.run(engine, card, ids, texts, labels, fields, timeout, started)
     if gliclass.GLICLASS in card.outputs:  # a GLiClass model: all labels and the text in one pass
         return await gliclass.run(engine, card, ids, texts, labels, fields, timeout, started)
+    if gliner2.GLINER2 in card.outputs:  # GLiNER2: entities and a classification in one pass
+        return await gliner2.run(engine, card, ids, texts, labels, fields, timeout, started, check_labels)
+    if fields.get("classify") is not None:
+        raise InvalidRequest(f"model {card.id!r} extracts entities: classify applies to GLiNER2 models",
+                             field="classify")
     for name in ("hypothesis_template", "top_k"):
         if fields.get(name) is not None:
             raise InvalidRequest(f"model {card.id!r} extracts entities: {name} applies to classification models",

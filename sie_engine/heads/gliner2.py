@@ -1,0 +1,145 @@
+"""GLiNER2's span-architecture heads over SIE's packed backbone output (the `gliner2` output).
+
+Per item (gliner2 2.1.0's SpanExtractor at inference, entities and one classification task):
+  - entities: `count_pred` on the entities schema's [P] vector picks how many instances the
+    schema has (argmax over 0..19); with none the item has no entities. Otherwise each entity
+    label's query is CountLSTM's first step (one GRU step from the learned count embedding 0,
+    the label's [E] vector as the state, then the projector on [step, label vector]); every
+    span of up to `max_width` words gets GLiNER's markerV0 vector from the text words' first
+    sub-tokens, and its probability per label is the sigmoid of span . query;
+  - classification: `classifier` on each [L] vector gives the label's logit.
+
+Module names mirror the checkpoint (`span_rep.span_rep_layer.*`, `classifier.*`, `count_pred.*`,
+`count_embed.*`), so loading is a strict `load_state_dict` after one prefix rename. The heads
+run in float32 (probabilities are thresholded).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..batch import PackedBatch
+from .context import HeadContext
+from .gliner2_checkpoint import BACKBONE_PREFIX, MAX_COUNT, Gliner2Config, load_gliner2_config
+from .gliner2_prompt import ENTITIES, Gliner2Input
+from .gliner_head import SpanMarker, span_grid
+
+GLINER2 = "gliner2"  # the card output, and the head its extract work runs
+
+
+def mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
+    """gliner2's create_mlp without dropout: Linear, ReLU, Linear (checkpoint indices 0 and 2)."""
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
+
+
+class CountStep(nn.Module):
+    """CountLSTM's first instance: one GRU step (PyTorch's r, z, n gates) from count embedding 0 with
+    the label vectors as the state, then the projector. Entity decoding reads only this instance."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.pos_embedding = nn.Embedding(MAX_COUNT, hidden)
+        self.gru = nn.ParameterDict({name: nn.Parameter(torch.empty(shape)) for name, shape in (
+            ("weight_ih_l0", (3 * hidden, hidden)), ("weight_hh_l0", (3 * hidden, hidden)),
+            ("bias_ih_l0", (3 * hidden,)), ("bias_hh_l0", (3 * hidden,)))})
+        self.projector = mlp(2 * hidden, 4 * hidden, hidden)
+
+    def forward(self, labels: torch.Tensor) -> torch.Tensor:
+        """labels `[M, D]` -> queries `[M, D]`."""
+        g = self.gru
+        gi = torch.nn.functional.linear(self.pos_embedding.weight[0], g["weight_ih_l0"], g["bias_ih_l0"])
+        gh = torch.nn.functional.linear(labels, g["weight_hh_l0"], g["bias_hh_l0"])
+        i_r, i_z, i_n = gi.chunk(3, dim=-1)
+        h_r, h_z, h_n = gh.chunk(3, dim=-1)
+        r = torch.sigmoid(i_r + h_r)
+        z = torch.sigmoid(i_z + h_z)
+        n = torch.tanh(i_n + r * h_n)
+        step = (1 - z) * n + z * labels
+        return self.projector(torch.cat([step, labels], dim=-1))
+
+
+@dataclass
+class Gliner2Work:
+    """`WorkItem.extra` of a GLiNER2 work item."""
+
+    input: Gliner2Input
+
+
+@dataclass
+class Gliner2Scores:
+    """One item's scores: entity probabilities `[spans, labels]` (None: the count head said none) with
+    the spans' first words and widths, and the classification logits `[labels]` (None: no task)."""
+
+    entity_probs: np.ndarray | None
+    starts: np.ndarray | None
+    widths: np.ndarray | None
+    class_logits: np.ndarray | None
+
+
+class Gliner2Head(nn.Module):
+    RENAMES = (("span_rep.span_rep_layer.", "span."), ("classifier.", "classifier."), ("count_pred.", "count_pred."),
+               ("count_embed.", "count_embed."))
+
+    def __init__(self, config: Gliner2Config, hidden: int):
+        super().__init__()
+        self.config = config
+        self.span = SpanMarker("markerV0", hidden)
+        self.classifier = mlp(hidden, 2 * hidden, 1)
+        self.count_pred = mlp(hidden, 2 * hidden, MAX_COUNT)
+        self.count_embed = CountStep(hidden)
+
+    def load(self, tensors: Mapping[str, torch.Tensor], root_prefix: str) -> None:
+        state = {}
+        for full_name in tensors.keys():
+            if not full_name.startswith(root_prefix):
+                continue
+            name = full_name[len(root_prefix):]
+            for old, new in self.RENAMES:
+                if name.startswith(old):
+                    state[new + name[len(old):]] = tensors[full_name]
+                    break
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"GLiNER2 heads do not match the checkpoint: missing {sorted(missing)}, "
+                             f"unexpected {sorted(unexpected)}")
+
+    @torch.inference_mode()
+    def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence) -> list[Gliner2Scores]:
+        seq_starts = np.cumsum((0,) + tuple(batch.seq_lens[:-1]))
+        results = []
+        for start, item in zip(seq_starts, items):  # items are few per batch; each has its own schemas
+            one: Gliner2Input = item.extra.input
+            x = hidden[int(start):int(start) + len(one.ids)].float()
+            entity_probs = starts = widths = class_logits = None
+            for kind, positions in zip(one.kinds, one.schema_positions):
+                schema = x[torch.from_numpy(positions).to(x.device)]  # [1 + labels, D]
+                if kind != ENTITIES:
+                    class_logits = self.classifier(schema[1:]).squeeze(-1).cpu().numpy()
+                    continue
+                count = int(self.count_pred(schema[0]).argmax())
+                words = x[torch.from_numpy(one.word_positions).to(x.device)]  # [W, D]
+                if count <= 0 or not len(words):
+                    continue
+                queries = self.count_embed(schema[1:])  # [C, D]
+                starts, widths = span_grid(len(words), self.config.max_width)
+                start_terms, end_terms = self.span.word_terms(words)
+                index = torch.from_numpy(np.concatenate([starts, starts + widths])).to(x.device)
+                first, last = index.tensor_split([len(starts)])
+                spans = self.span.finish(start_terms.index_select(0, first) + end_terms.index_select(0, last))
+                entity_probs = torch.sigmoid(spans @ queries.T).cpu().numpy()  # [S, C]
+            results.append(Gliner2Scores(entity_probs, starts, widths, class_logits))
+        return results
+
+
+def build_gliner2_head(ctx: HeadContext) -> dict[str, nn.Module]:
+    config = load_gliner2_config(ctx.root)
+    head = Gliner2Head(config, ctx.config.hidden_size)
+    if not ctx.prefix.endswith(BACKBONE_PREFIX):
+        raise ValueError(f"backbone tensors sit under {ctx.prefix!r}, not '*{BACKBONE_PREFIX}': not a GLiNER2 save")
+    head.load(ctx.checkpoint, ctx.prefix[: -len(BACKBONE_PREFIX)])
+    return {GLINER2: head.to(device=ctx.device, dtype=torch.float32).eval()}

@@ -1,0 +1,117 @@
+"""GLiNER2: entities and a classification in one pass (the `extract` task on a card whose outputs
+include `gliner2`; tasks/extract.py dispatches here).
+
+`labels` are the entity types; `classify: {"task", "labels", "multi_label"?}` adds one
+classification task to the same sequence. Entities are decoded as gliner2 2.1.0 decodes them:
+per label, the spans scoring at least `threshold`, best first, each dropped when it overlaps
+one already kept; they come label by label, in that order. Classifications list every label
+with its probability, best first: a softmax over the labels, or with `multi_label` a sigmoid
+each (the library answers the first, or those at 0.5 and above).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .. import validation as v
+from ..card import ModelCard
+from ..errors import InvalidRequest
+from ..heads.gliner2 import GLINER2, Gliner2Scores, Gliner2Work
+from ..heads.gliner2_checkpoint import SPECIAL_TOKENS
+from ..heads.gliner2_prompt import Words, prepare
+from ..types import Classification, Entity, ExtractedItem, ExtractResult
+from ..work import WorkItem
+from .common import longest_first
+from .context import TaskContext
+
+OUTPUTS = frozenset({GLINER2})
+
+
+def check_classify(value: Any, limits: v.Limits, check_labels) -> tuple[str, list[str], bool] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"task", "labels", "multi_label"}:
+        raise InvalidRequest('classify must be {"task": str, "labels": [str, ...], "multi_label"?: bool}',
+                             field="classify")
+    task = value.get("task")
+    if not isinstance(task, str) or not task.strip() or len(task) > limits.max_label_chars:
+        raise InvalidRequest(f"classify.task must be a non-blank string of at most {limits.max_label_chars} "
+                             "characters (the task's name, e.g. \"sentiment\")", field="classify.task")
+    try:
+        labels = check_labels(value.get("labels"), limits)
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"classify.{exc}", field=f"classify.{exc.field}") from None
+    multi_label = bool(v.check_optional_bool(value.get("multi_label"), "classify.multi_label"))
+    return task, labels, multi_label
+
+
+def check_prompt_words(words: list[str], field: str) -> None:
+    for i, word in enumerate(words):
+        if any(token in word for token in SPECIAL_TOKENS):
+            raise InvalidRequest(f"{field}[{i}] contains one of the model's prompt tokens", field=f"{field}[{i}]")
+
+
+async def run(engine: TaskContext, card: ModelCard, ids: list[str], texts: list[str], labels: list[str],
+              fields: Mapping[str, Any], timeout: float | None, started: float, check_labels) -> ExtractResult:
+    for name in ("flat", "multi_label", "hypothesis_template", "top_k"):
+        if fields.get(name) is not None:
+            raise InvalidRequest(f"model {card.id!r} (GLiNER2) does not take {name}; classify.multi_label sets the "
+                                 "classification's mode", field=name)
+    threshold = v.check_number(fields.get("threshold"), "threshold", 0.0, 1.0, 0.5)
+    classify = check_classify(fields.get("classify"), engine.limits, check_labels)
+    task, class_labels, multi_label = classify if classify else (None, [], False)
+    check_prompt_words(labels, "labels")
+    check_prompt_words(class_labels + ([task] if task else []), "classify.labels")
+
+    (normalized, words, inputs), tokenize_s = await engine.with_tokenizer(card, prepare, texts, labels, task,
+                                                                          class_labels)
+    request = engine.new_request(card, "extract", len(inputs), timeout)
+    work = [WorkItem(request, i, inputs[i].ids, outputs=OUTPUTS, extra=Gliner2Work(inputs[i]))
+            for i in longest_first([x.ids for x in inputs])]
+    scores: list[Gliner2Scores] = [r[GLINER2] for r in await engine.run_items(card, "extract", work, request)]
+    items = []
+    for item_id, text, norm, item_words, s in zip(ids, texts, normalized, words, scores):
+        entities = decode_entities(s, labels, text, norm, item_words, threshold)
+        classifications = None if task is None else classify_scores(s.class_logits, class_labels, multi_label)
+        items.append(ExtractedItem(id=item_id, entities=entities, classifications=classifications))
+    tokens = sum(len(x.ids) for x in inputs)
+    return ExtractResult(card.id, items, tokens, engine.timings(request, started, tokenize_s))
+
+
+def decode_entities(scores: Gliner2Scores, labels: list[str], text: str, normalized: str, words: Words,
+                    threshold: float) -> list[Entity]:
+    """gliner2's _find_spans then finalize_spans, label by label; offsets into the request's text."""
+    if scores.entity_probs is None:
+        return []
+    entities = []
+    for c, label in enumerate(labels):
+        found = []
+        for row in np.nonzero(scores.entity_probs[:, c] >= threshold)[0].tolist():
+            first = int(scores.starts[row])
+            last = first + int(scores.widths[row])
+            start, end = words.starts[first], words.ends[last]
+            if normalized[start:end].strip():
+                found.append((float(scores.entity_probs[row, c]), start, end))
+        kept: list[tuple[float, int, int]] = []
+        for span in sorted(found, key=lambda s: -s[0]):  # stable: ties keep (start, width) order
+            if not any(span[1] < k[2] and k[1] < span[2] for k in kept):
+                kept.append(span)
+        for score, start, end in kept:
+            if start >= len(text):  # only the "." gliner2 appends to a text without final punctuation
+                continue
+            end = min(end, len(text))
+            entities.append(Entity(text=text[start:end].strip(), label=label, score=score, start=start, end=end))
+    return entities
+
+
+def classify_scores(logits: np.ndarray, labels: list[str], multi_label: bool) -> list[Classification]:
+    logits = logits.astype(np.float64)
+    if multi_label:
+        probs = 1.0 / (1.0 + np.exp(-logits))
+    else:
+        e = np.exp(logits - logits.max())
+        probs = e / e.sum()
+    order = sorted(range(len(labels)), key=lambda j: -probs[j])
+    return [Classification(labels[j], float(probs[j])) for j in order]
