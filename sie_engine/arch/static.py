@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from ..attention import AttentionBackend, AttentionMetadata
-from ..checkpoints.layout import CheckpointLayout
+from ..checkpoints.layout import CheckpointLayout, read_config_json
 from ..tokenizer import Tokenized, VocabularyLookup
 from .weights import WeightSpec
 
@@ -48,16 +48,6 @@ DEFAULT_MAX_LENGTH = 512
 
 
 # ---- checkpoint layout ------------------------------------------------------------
-
-def _config(root: Path) -> dict | None:
-    path = Path(root) / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except ValueError:
-        return None
-
 
 def _tensor_headers(path: Path) -> dict[str, dict]:
     """name -> {dtype, shape} from a safetensors file's header (no tensor data read)."""
@@ -74,7 +64,7 @@ def detects(root: Path) -> bool:
     root = Path(root)
     if not (root / TOKENIZER_FILE).is_file() or not (root / WEIGHTS_FILE).is_file():
         return False
-    config = _config(root)
+    config = read_config_json(root)
     if config is None:
         return False
     if config.get("model_type") == MODEL_TYPE or ARCHITECTURE in (config.get("architectures") or ()):
@@ -89,7 +79,7 @@ def describe_layout(root: Path) -> CheckpointLayout:
     whether per-token weights and a token mapping are present): the typed config needs them
     before any tensor is read."""
     root = Path(root)
-    config = dict(_config(root) or {})
+    config = dict(read_config_json(root) or {})
     header = _tensor_headers(root / WEIGHTS_FILE)
     if "embeddings" not in header:
         raise ValueError(f"{root / WEIGHTS_FILE} has no tensor named 'embeddings': not a model2vec model")

@@ -43,6 +43,17 @@ class CheckpointLayout:
         return tuple(weight_files(self.root))
 
 
+def read_config_json(root: Path) -> dict | None:
+    """A directory's config.json, or None when it has none or it is not JSON (for layouts' `detects`)."""
+    path = Path(root) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def plain_layout(root: Path) -> CheckpointLayout | None:
     """A Hugging Face directory (sentence-transformers' layout is one with modules.json)."""
     config_path = root / "config.json"

@@ -13,13 +13,12 @@ settings it does not implement are refused at load, naming the field.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..checkpoints.layout import CheckpointLayout
+from ..checkpoints.layout import CheckpointLayout, read_config_json as read_config
 
 MODEL_TYPE = "GLiClass"
 # The prefix of the backbone's tensors inside a GLiClass checkpoint; the head's sit under its root, "model.".
@@ -31,16 +30,6 @@ SEP_TOKEN = "<<SEP>>"
 POOLINGS = ("first", "last", "avg", "sum", "max", "rms", "abs_max", "abs_avg")
 SCORERS = ("simple", "weighted-dot", "mlp")
 CLASS_TOKEN_POOLINGS = ("first", "average")
-
-
-def read_config(root: Path) -> dict | None:
-    path = Path(root) / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def detects(root: Path) -> bool:
