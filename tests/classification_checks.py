@@ -6,6 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 
+# items and candidate labels the classification tests share
+TEXTS = [
+    "python3-pip is the package installer for Python; install it with apt.",
+    "A library for reading and writing PNG images.",
+    "The Debian packaging tools: dpkg, apt and friends manage software packages.",
+    "Football is a team sport played with a ball.",
+]
+LABELS = ["software", "graphics", "sports", "python packaging", "system administration"]
+
 
 def assert_classified(items, expected: list[dict], labels: list[str], multi_label: bool, atol: float,
                       spread: float) -> None:

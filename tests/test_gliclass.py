@@ -13,18 +13,10 @@ import pytest
 import torch
 import yaml
 
-from classification_checks import assert_classified, assert_top_k_and_threshold_cut_the_ranking
+from classification_checks import LABELS, TEXTS, assert_classified, assert_top_k_and_threshold_cut_the_ranking
 from gliclass_models import gliclass_pipeline, make_gliclass, reference_scores
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
 from sie_engine.errors import InvalidRequest, ModelLoadFailed
-
-TEXTS = [
-    "python3-pip is the package installer for Python; install it with apt.",
-    "A library for reading and writing PNG images.",
-    "The Debian packaging tools: dpkg, apt and friends manage software packages.",
-    "Football is a team sport played with a ball.",
-]
-LABELS = ["software", "graphics", "sports", "python packaging", "system administration"]
 
 VARIANTS = {
     # the knowledgator checkpoints' kind: DeBERTa-v3, labels first, <<LABEL>> states, dot product

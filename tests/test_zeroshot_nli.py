@@ -12,18 +12,11 @@ import pytest
 import torch
 
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
-from classification_checks import assert_classified, assert_top_k_and_threshold_cut_the_ranking
+from classification_checks import LABELS, TEXTS, assert_classified, assert_top_k_and_threshold_cut_the_ranking
 from sie_engine.errors import InvalidRequest, ModelLoadFailed
 from tiny_models import save_tiny, tiny_bert_config, tiny_xlmr_config
 
 NLI_LABELS = {0: "contradiction", 1: "neutral", 2: "entailment"}
-TEXTS = [
-    "python3-pip is the package installer for Python; install it with apt.",
-    "A library for reading and writing PNG images.",
-    "The Debian packaging tools: dpkg, apt and friends manage software packages.",
-    "Football is a team sport played with a ball.",
-]
-LABELS = ["software", "graphics", "sports", "python packaging", "system administration"]
 
 
 def _spread(model):
