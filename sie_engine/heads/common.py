@@ -27,6 +27,24 @@ def optional(tensors: Mapping[str, torch.Tensor], *names: str) -> torch.Tensor |
     return None
 
 
+def load_renamed(module: nn.Module, tensors: Mapping[str, torch.Tensor], root_prefix: str,
+                 renames: tuple[tuple[str, str], ...]) -> tuple[list[str], list[str]]:
+    """Load a head whose module names mirror its checkpoint's after a rename of prefixes (under
+    `root_prefix`; names only are listed, so only the head's tensors are read). Returns the
+    missing and unexpected names of a strict load, for the caller's error message."""
+    state = {}
+    for full_name in tensors.keys():
+        if not full_name.startswith(root_prefix):
+            continue
+        name = full_name[len(root_prefix):]
+        for old, new in renames:
+            if name.startswith(old):
+                state[new + name[len(old):]] = tensors[full_name]
+                break
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    return sorted(missing), sorted(unexpected)
+
+
 def linear(weight: torch.Tensor, bias: torch.Tensor | None, device: torch.device, dtype: torch.dtype) -> nn.Linear:
     """`nn.Linear` holding a checkpoint's `[out, in]` weight (and `[out]` bias)."""
     out_features, in_features = weight.shape

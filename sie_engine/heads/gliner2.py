@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..batch import PackedBatch
+from .common import load_renamed
 from .context import HeadContext
 from .gliner2_checkpoint import BACKBONE_PREFIX, MAX_COUNT, Gliner2Config, load_gliner2_config
 from .gliner2_prompt import ENTITIES, Gliner2Input
@@ -94,19 +95,9 @@ class Gliner2Head(nn.Module):
         self.count_embed = CountStep(hidden)
 
     def load(self, tensors: Mapping[str, torch.Tensor], root_prefix: str) -> None:
-        state = {}
-        for full_name in tensors.keys():
-            if not full_name.startswith(root_prefix):
-                continue
-            name = full_name[len(root_prefix):]
-            for old, new in self.RENAMES:
-                if name.startswith(old):
-                    state[new + name[len(old):]] = tensors[full_name]
-                    break
-        missing, unexpected = self.load_state_dict(state, strict=False)
+        missing, unexpected = load_renamed(self, tensors, root_prefix, self.RENAMES)
         if missing or unexpected:
-            raise ValueError(f"GLiNER2 heads do not match the checkpoint: missing {sorted(missing)}, "
-                             f"unexpected {sorted(unexpected)}")
+            raise ValueError(f"GLiNER2 heads do not match the checkpoint: missing {missing}, unexpected {unexpected}")
 
     @torch.inference_mode()
     def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence) -> list[Gliner2Scores]:

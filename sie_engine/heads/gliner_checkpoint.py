@@ -133,10 +133,15 @@ def backbone_source(root: Path) -> Path:
     model_name = read_gliner_config(root).get("model_name")
     if not model_name:
         raise ValueError(f"{root}/{GLINER_CONFIG} has neither encoder_config nor model_name: no backbone config")
+    return model_name_source(model_name)
+
+
+def model_name_source(model_name: str) -> Path:
+    """A backbone named by a head's config (`model_name`): a local directory, or its config and
+    tokenizer from the hub (the backbone's weights are inside the head's checkpoint)."""
     local = Path(model_name).expanduser()
     if local.is_dir():
         return local
-    # config and tokenizer only: the backbone's weights are inside the GLiNER checkpoint
     return _from_hub(model_name, None, list(BACKBONE_FILES))
 
 

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence
 
+from .common import load_renamed
 from .gliner_checkpoint import BACKBONE_PREFIX, GlinerConfig
 
 
@@ -213,19 +214,11 @@ class GlinerHead(nn.Module):
 
     def load(self, tensors: Mapping[str, torch.Tensor], root_prefix: str) -> None:
         """Copy the head's tensors from a GLiNER checkpoint; fails listing what is missing."""
-        state = {}
-        for full_name in tensors.keys():  # names only: the checkpoint reads just the head's tensors
-            if not full_name.startswith(root_prefix):
-                continue
-            name = full_name[len(root_prefix):]
-            for old, new in self.RENAMES:
-                if name.startswith(old):
-                    state[new + name[len(old):]] = tensors[full_name]
-        missing, unexpected = self.load_state_dict(state, strict=False)
+        missing, unexpected = load_renamed(self, tensors, root_prefix, self.RENAMES)
         if missing or unexpected:
             raise ValueError(
                 f"GLiNER head ({self.config.span_mode}, {self.config.num_rnn_layers} LSTM layers) does not match the "
-                f"checkpoint: missing {sorted(missing)}, unexpected {sorted(unexpected)}"
+                f"checkpoint: missing {missing}, unexpected {unexpected}"
             )
 
     def word_vectors(self, token_vectors: torch.Tensor, slots: torch.Tensor, num_words: int) -> torch.Tensor:

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..batch import PackedBatch
+from .common import load_renamed
 from .context import HeadContext
 from .gliner_head import Lstm, backbone_root_prefix, projection_mlp
 from .glirel_checkpoint import GlirelConfig, load_glirel_config
@@ -84,19 +85,9 @@ class GlirelHead(nn.Module):
 
     def load(self, tensors: Mapping[str, torch.Tensor], root_prefix: str) -> None:
         """Copy the head's tensors from a GLiREL checkpoint; fails listing what is missing."""
-        state = {}
-        for full_name in tensors.keys():  # names only: the checkpoint reads just the head's tensors
-            if not full_name.startswith(root_prefix):
-                continue
-            name = full_name[len(root_prefix):]
-            for old, new in self.RENAMES:
-                if name.startswith(old):
-                    state[new + name[len(old):]] = tensors[full_name]
-                    break
-        missing, unexpected = self.load_state_dict(state, strict=False)
+        missing, unexpected = load_renamed(self, tensors, root_prefix, self.RENAMES)
         if missing or unexpected:
-            raise ValueError(f"GLiREL head does not match the checkpoint: missing {sorted(missing)}, "
-                             f"unexpected {sorted(unexpected)}")
+            raise ValueError(f"GLiREL head does not match the checkpoint: missing {missing}, unexpected {unexpected}")
 
     @torch.inference_mode()
     def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence) -> list[np.ndarray]:

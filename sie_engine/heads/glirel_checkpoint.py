@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..checkpoints.layout import CheckpointLayout
-from ..weights import _from_hub
-from .gliner_checkpoint import BACKBONE_FILES, BACKBONE_PREFIX, checkpoint_vocab_size
+from .gliner_checkpoint import BACKBONE_PREFIX, checkpoint_vocab_size, model_name_source
 
 GLIREL_CONFIG = "glirel_config.json"
 REL_TOKEN = "[REL]"
@@ -89,10 +88,7 @@ def backbone_source(root: Path) -> Path:
     model_name = read_glirel_config(root).get("model_name")
     if not model_name:
         raise ValueError(f"{root}/{GLIREL_CONFIG} names no model_name: no backbone config or tokenizer")
-    local = Path(model_name).expanduser()
-    if local.is_dir():
-        return local
-    return _from_hub(model_name, None, list(BACKBONE_FILES))  # the weights are in the GLiREL checkpoint
+    return model_name_source(model_name)
 
 
 @lru_cache(maxsize=64)
