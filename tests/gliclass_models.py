@@ -23,19 +23,45 @@ MODERNBERT = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, in
 LABEL_SPREAD = {"model.classes_projector.linear_2.weight": 0.05}
 
 
+def sentencepiece_tokenizer(dest: Path, vocab_size: int = 2000):
+    """A DeBERTa-v3-style tokenizer (Unigram pieces behind a Metaspace pre-tokenizer, [CLS] ... [SEP]),
+    trained on dev documents: the real checkpoints' kind, where MiniLM's is WordPiece."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from transformers import DebertaV2TokenizerFast
+
+    from dev_corpus import load_docs
+
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+    tokenizer = Tokenizer(models.Unigram())
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
+    tokenizer.train_from_iterator([doc["text"] for doc in load_docs(400)],
+                                  trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                                          unk_token="[UNK]"))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+        special_tokens=[(t, tokenizer.token_to_id(t)) for t in ("[CLS]", "[SEP]")])
+    DebertaV2TokenizerFast(tokenizer_object=tokenizer, bos_token="[CLS]", eos_token="[SEP]", unk_token="[UNK]",
+                           sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+                           mask_token="[MASK]").save_pretrained(str(dest))
+
+
 def make_gliclass(dest: Path, backbone: str = "deberta", seed: int = 0, scale: dict | None = None,
-                  **settings) -> Path:
+                  sentencepiece: bool = False, **settings) -> Path:
     """A saved GLiClass directory. `settings`: GLiClassModelConfig fields (prompt_first, pooling_strategy,
-    scorer_type, ...). `scale` multiplies parameters by name (default: the labels' projection by 0.05) so
-    that logits land near 1 and scores tell the labels apart: random weights at the 0.3 scale that makes
-    states differ between positions saturate the sigmoid."""
+    scorer_type, ...); `sentencepiece`: a DeBERTa-v3-style tokenizer instead of MiniLM's. `scale` multiplies
+    parameters by name (default: the labels' projection by 0.05) so that logits land near 1 and scores tell
+    the labels apart: random weights at the 0.3 scale that makes states differ between positions saturate
+    the sigmoid."""
     from transformers import AutoTokenizer, DebertaV2Config
 
     from gliclass import GLiClassModel
     from gliclass.config import GLiClassModelConfig
 
     dest.mkdir(parents=True, exist_ok=True)
-    copy_tokenizer(dest)
+    if sentencepiece:
+        sentencepiece_tokenizer(dest)
+    else:
+        copy_tokenizer(dest)
     tokenizer = AutoTokenizer.from_pretrained(str(dest))
     tokenizer.add_tokens(PROMPT_TOKENS, special_tokens=True)
     tokenizer.save_pretrained(str(dest))

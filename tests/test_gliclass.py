@@ -20,7 +20,7 @@ from sie_engine.errors import InvalidRequest, ModelLoadFailed
 
 VARIANTS = {
     # the knowledgator checkpoints' kind: DeBERTa-v3, labels first, <<LABEL>> states, dot product
-    "deberta": dict(backbone="deberta", prompt_first=True, embed_class_token=False),
+    "deberta": dict(backbone="deberta", prompt_first=True, embed_class_token=False, sentencepiece=True),
     "bert": dict(backbone="bert", prompt_first=True),
     "bert-mlp": dict(backbone="bert", prompt_first=False, pooling_strategy="avg", class_token_pooling="average",
                      use_lstm=True, scorer_type="mlp"),
