@@ -143,5 +143,9 @@ def test_http_and_client(built):
                 assert_same(item, reference_answer(reference, text, 0.5), text)
         bad = httpx.post(f"{server.url}/v1/extract/g2", json={**body, "classify": {"task": TASK}}, timeout=30)
         assert bad.status_code == 400 and "classify.labels" in bad.json()["error"]["message"]
+        # embedded: the same client API in-process, the directory served without a card
+        with SIEClient("embedded", local_models={"local/g2": str(root)}) as embedded:
+            result = embedded.extract("local/g2", TEXTS[:1], LABELS, classify={"task": TASK, "labels": CLASSES})
+            assert_same(result.items[0], reference_answer(reference, TEXTS[0], 0.5), TEXTS[0])
     finally:
         server.stop()

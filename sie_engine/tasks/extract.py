@@ -87,6 +87,9 @@ async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeou
     if relations.RELATIONS in card.outputs:  # a GLiREL model: relations between the items' entities
         return await relations.run(engine, card, fields, timeout, started, check_labels, run)
     relations.refuse_relation_fields(card, fields)
+    if fields.get("classify") is not None and gliner2.GLINER2 not in card.outputs:
+        raise InvalidRequest(f"model {card.id!r} is not a GLiNER2 model: classify applies to GLiNER2 models only "
+                             "(a classifier takes its candidate classes in labels)", field="classify")
     ids, texts = v.parse_items(fields["items"], engine.limits)
     labels = check_labels(fields["labels"], engine.limits)
     if zeroshot.ZEROSHOT in card.outputs:  # an NLI cross-encoder: zero-shot classification
@@ -95,9 +98,6 @@ async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeou
         return await gliclass.run(engine, card, ids, texts, labels, fields, timeout, started)
     if gliner2.GLINER2 in card.outputs:  # GLiNER2: entities and a classification in one pass
         return await gliner2.run(engine, card, ids, texts, labels, fields, timeout, started, check_labels)
-    if fields.get("classify") is not None:
-        raise InvalidRequest(f"model {card.id!r} extracts entities: classify applies to GLiNER2 models",
-                             field="classify")
     for name in ("hypothesis_template", "top_k"):
         if fields.get(name) is not None:
             raise InvalidRequest(f"model {card.id!r} extracts entities: {name} applies to classification models",
