@@ -321,3 +321,33 @@ def test_http_json_msgpack_and_client(built, server):
     outside = httpx.post(f"{server.url}/v1/extract/test/glirel", timeout=30, json={
         "items": [{"text": "Ada", "entities": [{"start": 0, "end": 9, "label": "p"}]}], "labels": ["x"]})
     assert outside.status_code == 400 and "items[0].entities[0]" in outside.json()["error"]["message"]
+
+
+def test_the_hub_layout_offline(built, tmp_path, monkeypatch):
+    """As the hub holds jackboyla/glirel-large-v0: glirel_config.json + pytorch_model.bin, model_name a hub id
+    whose repository gives the backbone's config and tokenizer (not its weights); served by hub id, offline."""
+    import json
+    import shutil
+
+    import huggingface_hub.constants as hub_constants
+    from test_gliner_extract import hub_cache_layout
+
+    tmp, models, _, _ = built
+    upload = tmp_path / "upload"
+    shutil.copytree(models["both-first"][0], upload)
+    config = json.loads((upload / "glirel_config.json").read_text())
+    config["model_name"] = "tiny/deberta-v3-backbone"
+    (upload / "glirel_config.json").write_text(json.dumps(config))
+    backbone = tmp_path / "backbone"
+    shutil.copytree(tmp / "backbone", backbone)
+    (backbone / "model.safetensors").unlink()  # SIE must not need the backbone repository's weights
+    cache = tmp_path / "hub"
+    hub_cache_layout(cache, "someone/glirel-tiny", upload)
+    hub_cache_layout(cache, "tiny/deberta-v3-backbone", backbone)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    card = ModelCard(id="someone/glirel-tiny", weights=WeightsSource(hub="someone/glirel-tiny"), family="deberta-v2",
+                     outputs=("relations",), max_seq_len=128)
+    with Engine(Catalog([card]), device="cpu") as engine:
+        result = engine.extract_sync(card.id, [item(DOCS[0])], RELATIONS, threshold=THRESHOLD)
+    assert_same(DOCS[0], result.items[0].relations, reference_triples(models["both-first"][1], DOCS[0], THRESHOLD))
