@@ -164,6 +164,8 @@ PUBLISHED: dict[str, Published] = {
     # queries; the README's max_length and config.json's sliding_window are both 4096
     "intfloat/e5-mistral-7b-instruct": dense("mistral", "last", True, 4096, 4096, MISTRAL,
                                              f"Instruct: {WEB}\nQuery: {{text}}"),
+    "Salesforce/SFR-Embedding-Mistral": dense("mistral", "last", True, 4096, 4096, MISTRAL,
+                                              f"Instruct: {WEB}\nQuery: {{text}}"),
     "Salesforce/SFR-Embedding-2_R": dense("mistral", "last", True, 4096, 4096, MISTRAL,
                                           f"Instruct: {WEB}\nQuery: {{text}}"),
     "Linq-AI-Research/Linq-Embed-Mistral": dense("mistral", "last", True, 4096, 4096, MISTRAL,
