@@ -160,7 +160,7 @@ PUBLISHED: dict[str, Published] = {
     "Alibaba-NLP/gte-Qwen2-7B-instruct": dense("qwen2", "last", True, 3584, None, QWEN_EMB,
                                                f"Instruct: {WEB}\nQuery: {{text}}<|endoftext|>",
                                                "{text}<|endoftext|>"),
-    # Mistral 7B embedders: last token (the tokenizer appends </s>), Normalize, the instruct prompt on
+    # Mistral 7B embedders: last token, Normalize, the instruct prompt on
     # queries; the README's max_length and config.json's sliding_window are both 4096
     "intfloat/e5-mistral-7b-instruct": dense("mistral", "last", True, 4096, 4096, MISTRAL,
                                              f"Instruct: {WEB}\nQuery: {{text}}"),
