@@ -174,21 +174,25 @@ def print_report(report: dict, classifier: str) -> None:
             print(f"  {key:32} {value:.3f}" if isinstance(value, float) else f"  {key:32} {value}")
 
 
-async def run(args) -> dict:
+async def run(args, engine) -> dict:
+    """The evaluation through SIE's client: over HTTP with --url, else on `engine` in this process."""
     from sie_client import AsyncSIEClient
 
-    with tempfile.TemporaryDirectory() as tmp:
-        classifier, local = args.classifier, {}
-        if classifier in STAND_INS:  # a random-weights stand-in, served without a card
-            local[classifier] = str(STAND_INS[classifier](Path(tmp) / classifier))
-            if args.url:
-                raise SystemExit(f"{classifier} is built here; with --url, name a model the server serves")
-        options = {"url": args.url} if args.url else {"local_models": local, "device": args.device}
-        async with AsyncSIEClient(**options) as client:
-            docs, tags = labelled_docs(args.limit)
-            report = await evaluate(client, classifier, docs, tags, args.k, args.concurrency)
-    print_report(report, args.classifier)
-    return report
+    options = {"url": args.url} if args.url else {"engine": engine}
+    async with AsyncSIEClient(**options) as client:
+        docs, tags = labelled_docs(args.limit)
+        return await evaluate(client, args.classifier, docs, tags, args.k, args.concurrency)
+
+
+def embedded_engine(args, tmp: Path):
+    """An engine with the built-in catalog, plus the stand-in classifier (served without a card) if one is asked for."""
+    from sie_engine import Catalog, Engine, card_from_local_dir
+
+    catalog = Catalog.builtin()
+    if args.classifier in STAND_INS:
+        catalog.add(card_from_local_dir(args.classifier, STAND_INS[args.classifier](tmp / args.classifier)))
+    # a batch job: a long queue is expected, not a reason to refuse work (a server's 429s the client retries)
+    return Engine(catalog, device=args.device, max_queue_wait_s=3600.0)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -202,7 +206,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--concurrency", type=int, default=64, help="classification requests in flight")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     args = parser.parse_args(argv)
-    report = asyncio.run(run(args))
+    if args.url and args.classifier in STAND_INS:
+        parser.error(f"{args.classifier} is built here; with --url, name a model the server serves")
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = None if args.url else embedded_engine(args, Path(tmp))
+        try:
+            report = asyncio.run(run(args, engine))
+        finally:
+            if engine is not None:
+                engine.close()
+    print_report(report, args.classifier)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return report
