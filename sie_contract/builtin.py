@@ -25,6 +25,8 @@ ENCODE = Task(
               description="query mode: the card's query template or instruction"),
         Field("instruction", {"type": "string"}, description="a query instruction replacing the card's"),
         Field("dims", {"type": "integer", "minimum": 1}, description="Matryoshka truncation of dense vectors"),
+        Field("sparse_labels", {"type": "boolean", "default": False},
+              description="sparse outputs also carry `labels`: the vocabulary token of each index"),
         Field("normalize", {"type": "boolean"}, description="L2-normalise (default: the card's)"),
         Field("output_dtype", {"enum": list(OUTPUT_DTYPES), "default": "float32"}),
         TRUNCATE,
@@ -35,7 +37,8 @@ ENCODE = Task(
     implementation="sie_engine.tasks.encode:run",
     answer_schema=answer("items", obj({
         "id": {"type": "string"}, "dense": ref("Tensor"), "multivector": ref("Tensor"),
-        "sparse": obj({"indices": ref("Tensor"), "values": ref("Tensor")}),
+        "sparse": obj({"indices": ref("Tensor"), "values": ref("Tensor"),
+                       "labels": {"type": "array", "items": {"type": "string"}}}),
     }, ["id"])),
 )
 

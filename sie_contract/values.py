@@ -26,6 +26,8 @@ class Quantized:
 class SparseVector:
     indices: np.ndarray  # [nnz] int32 vocabulary ids, ascending
     values: np.ndarray  # [nnz] float32 weights
+    # [nnz] the vocabulary tokens of `indices` (encode's `sparse_labels`; Chroma's SparseVector.labels)
+    labels: list[str] | None = None
 
     def __post_init__(self) -> None:  # the wire's dtypes, whatever the producer used
         self.indices = np.asarray(self.indices, dtype=np.int32)

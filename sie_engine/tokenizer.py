@@ -46,6 +46,10 @@ class VocabularyLookup:
         """A text's ids without special tokens (e.g. to find a symbol's vocabulary entry)."""
         return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int32)
 
+    def tokens_of(self, ids_per_item: Sequence[np.ndarray]) -> list[list[str]]:
+        """The vocabulary token of each id (a sparse vector's labels)."""
+        return [[self._tok.id_to_token(int(i)) or f"[{int(i)}]" for i in ids] for ids in ids_per_item]
+
     def token_id(self, token: str) -> int:
         """The id of one vocabulary token (a marker such as `[unused0]`); raises if the vocabulary lacks it."""
         token_id = self._tok.token_to_id(token)

@@ -47,6 +47,11 @@ def test_dims_truncates_and_renormalises_like_truncate_dim(engine, st_model, dim
     np.testing.assert_allclose(raw, pooled_only.encode(TEXTS)[:, :dims], atol=1e-5)
 
 
+def test_sparse_labels_without_a_sparse_output_is_refused(engine):
+    with pytest.raises(InvalidRequest, match="output_types"):
+        engine.encode_sync(MODEL, TEXTS, sparse_labels=True)
+
+
 def test_float16(engine):
     full, half = _dense(engine), _dense(engine, output_dtype="float16")
     for a, b in zip(full, half):

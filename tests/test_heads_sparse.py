@@ -92,6 +92,18 @@ def test_batch_invariance(engine):
         np.testing.assert_allclose(alone.values, item.sparse.values, atol=1e-5)
 
 
+def test_sparse_labels_name_each_index_as_the_tokenizer_does(engine):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(SPLADE_DIR))
+    plain, labelled = (engine.encode_sync("splade", TEXTS, sparse_labels=flag).items for flag in (False, True))
+    for a, b in zip(plain, labelled):
+        assert a.sparse.labels is None
+        np.testing.assert_array_equal(a.sparse.indices, b.sparse.indices)
+        assert b.sparse.labels == tokenizer.convert_ids_to_tokens(b.sparse.indices.tolist())
+    assert "paris" in labelled[0].sparse.labels  # SPLADE's expansion of "capital of france"
+
+
 def test_dense_is_not_offered(engine):
     with pytest.raises(UnsupportedOutput):
         engine.encode_sync("splade", TEXTS, output_types=["dense"])

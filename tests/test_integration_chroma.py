@@ -169,8 +169,11 @@ def test_sparse_function_with_real_splade(mode_url):
     indices) carrying exactly SIE's weights, in document and query mode."""
     from sie_client import SIEClient
 
-    from integration_recall import SPLADE
+    from transformers import AutoTokenizer
 
+    from integration_recall import SPLADE, splade_dir
+
+    splade_tokenizer = AutoTokenizer.from_pretrained(str(splade_dir()))
     texts = ["the capital of France", "apt installs Debian packages"]
     sparse = SIESparseEmbeddingFunction(model=SPLADE, url=mode_url)
     client = SIEClient(mode_url)
@@ -180,6 +183,9 @@ def test_sparse_function_with_real_splade(mode_url):
         for vector, item in zip(got, expected.items):
             assert vector.indices == sorted(vector.indices) and len(vector.indices) > 0
             assert dict(zip(vector.indices, vector.values)) == pytest.approx(item.sparse.to_dict(), abs=1e-6)
+            # labels: each index's vocabulary token, as SPLADE-tiny's own tokenizer names it
+            assert vector.labels == splade_tokenizer.convert_ids_to_tokens(vector.indices)
+    assert "france" in sparse(texts)[0].labels
 
 
 def test_config_written_by_a_newer_version_opens():

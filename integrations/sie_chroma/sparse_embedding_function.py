@@ -19,13 +19,12 @@ LEGACY_NAMES = ("sie-sparse",)  # written by sie_chroma 0.1.0
 
 
 def to_chroma(sparse) -> SparseVector:
-    """SIE's sparse output -> chromadb's SparseVector (indices strictly ascending, as Chroma requires).
-
-    No `labels` (token strings): SIE answers vocabulary ids only, and the tokenizer that
-    would name them lives with the model, on the server."""
+    """SIE's sparse output -> chromadb's SparseVector (indices strictly ascending, as Chroma requires),
+    with `labels`: the vocabulary token of each index, as Chroma's own sparse functions give them."""
     order = np.argsort(sparse.indices, kind="stable")
+    labels = [sparse.labels[i] for i in order] if sparse.labels is not None else None
     return SparseVector(indices=[int(i) for i in sparse.indices[order]],
-                        values=[float(v) for v in sparse.values[order]])
+                        values=[float(v) for v in sparse.values[order]], labels=labels)
 
 
 @register_sparse_embedding_function
@@ -54,7 +53,7 @@ class SIESparseEmbeddingFunction(SparseEmbeddingFunction[Documents]):
 
     def _encode(self, input: Documents, is_query: bool) -> SparseVectors:
         texts = [input] if isinstance(input, str) else list(input)
-        result = self._client.encode(self.model, texts, output_types=["sparse"], is_query=is_query,
+        result = self._client.encode(self.model, texts, output_types=["sparse"], sparse_labels=True, is_query=is_query,
                                      instruction=self.instruction if is_query else None, batch_size=self.batch_size,
                                      progress=self.progress and not is_query)
         return [to_chroma(item.sparse) for item in result.items]

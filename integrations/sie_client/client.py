@@ -200,12 +200,13 @@ class SIEClient(_Base):
 
     def encode(self, model: str, items: Any, *, output_types: Sequence[str] | None = None, is_query: bool | None = None,
                instruction: str | None = None, dims: int | None = None, normalize: bool | None = None,
-               output_dtype: str | None = None, truncate: bool | None = None, batch_size: int | None = None,
-               progress: bool | None = None) -> EncodeResult:
+               output_dtype: str | None = None, truncate: bool | None = None, sparse_labels: bool | None = None,
+               batch_size: int | None = None, progress: bool | None = None) -> EncodeResult:
         """Encode texts (a string, strings, or `{id?, text}` dicts) into dense / sparse / multivector outputs."""
         return self.run("encode", model, items, output_types=list(output_types) if output_types else None,
                         is_query=is_query, instruction=instruction, dims=dims, normalize=normalize,
-                        output_dtype=output_dtype, truncate=truncate, batch_size=batch_size, progress=progress)
+                        output_dtype=output_dtype, truncate=truncate, sparse_labels=sparse_labels,
+                        batch_size=batch_size, progress=progress)
 
     def score(self, model: str, query: Any, items: Any, *, top_k: int | None = None, batch_size: int | None = None,
               progress: bool | None = None) -> ScoreResult:
@@ -308,10 +309,12 @@ class AsyncSIEClient(_Base):
     async def encode(self, model: str, items: Any, *, output_types: Sequence[str] | None = None,
                      is_query: bool | None = None, instruction: str | None = None, dims: int | None = None,
                      normalize: bool | None = None, output_dtype: str | None = None, truncate: bool | None = None,
-                     batch_size: int | None = None, progress: bool | None = None) -> EncodeResult:
+                     sparse_labels: bool | None = None, batch_size: int | None = None,
+                     progress: bool | None = None) -> EncodeResult:
         return await self.run("encode", model, items, output_types=list(output_types) if output_types else None,
                               is_query=is_query, instruction=instruction, dims=dims, normalize=normalize,
-                              output_dtype=output_dtype, truncate=truncate, batch_size=batch_size, progress=progress)
+                              output_dtype=output_dtype, truncate=truncate, sparse_labels=sparse_labels,
+                              batch_size=batch_size, progress=progress)
 
     async def score(self, model: str, query: Any, items: Any, *, top_k: int | None = None,
                     batch_size: int | None = None, progress: bool | None = None) -> ScoreResult:

@@ -87,6 +87,7 @@ def parse_encode(answer: Mapping[str, Any], output_dtype: str | None = None) -> 
             item.sparse = SparseVector(
                 np.asarray(as_array(sparse["indices"], np.int32), dtype=np.int32),
                 np.asarray(as_array(sparse["values"], np.float32), dtype=np.float32),
+                sparse.get("labels"),
             )
         if raw.get("multivector") is not None:
             item.multivector = as_array(raw["multivector"], dtype)

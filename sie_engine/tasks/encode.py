@@ -46,6 +46,10 @@ async def run(engine: TaskContext, model: str, request: dict[str, Any], timeout:
     output_dtype = v.check_output_dtype(request["output_dtype"] if request.get("output_dtype") is not None
                                         else "float32")
     dims = v.check_dims(request.get("dims"), card.dims, card)
+    sparse_labels = bool(v.check_optional_bool(request.get("sparse_labels"), "sparse_labels"))
+    if sparse_labels and "sparse" not in outputs:
+        raise InvalidRequest("sparse_labels names the tokens of sparse outputs: ask for output_types ['sparse'] too",
+                             field="sparse_labels")
     texts = apply_template([texts[i] for i in text_positions], *card.template_for(is_query, instruction))
 
     work_request = engine.new_request(card, "encode", len(ids), timeout)
@@ -62,6 +66,11 @@ async def run(engine: TaskContext, model: str, request: dict[str, Any], timeout:
         raise
     raw = await work_request.future
     items = assemble(ids, raw, outputs, dims, card.normalize if normalize is None else normalize, output_dtype)
+    if sparse_labels:
+        labels, seconds = await engine.tokenize(card, "tokens_of", [item.sparse.indices for item in items])
+        tokenize_s += seconds
+        for item, item_labels in zip(items, labels):
+            item.sparse.labels = item_labels
     return EncodeResult(card.id, items, tokens, engine.timings(work_request, started, tokenize_s))
 
 
