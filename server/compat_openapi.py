@@ -87,13 +87,21 @@ SCHEMAS = {
 
 MODEL = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"},
          "description": "model id, slashes included; `%23query` appended selects query mode"}
-_ERRORS = {"400": "bad request", "401": "missing or wrong API key", "404": "unknown model", "413": "too large",
+_ERRORS = {"400": "bad request", "401": "missing or wrong API key", "404": "unknown model",
+           "408": "the body stopped arriving or took too long", "413": "too large",
+           "415": "Content-Encoding other than gzip, deflate or identity",
            "422": "invalid field (TEI)", "429": "overloaded (Retry-After)",
-           "503": "not ready or draining (Retry-After)", "504": "deadline passed"}
+           "503": "not ready, draining, or the model failed to load (Retry-After)", "504": "deadline passed"}
+# What each kind of operation answers besides its success (each occurs: tests/test_openapi_replay.py).
+WORK = ("400", "401", "404", "408", "413", "415", "429", "503", "504")
+TEI_WORK = ("401", "404", "408", "413", "415", "422", "429", "503", "504")  # TEI says 422 where others say 400
+BODY_ONLY = ("401", "404", "408", "413", "415", "422")  # tokenize: no model runs
+LOOKUP = ("401", "404")  # GETs about a model
+HEALTH = ("401", "404", "503")
 
 
 def _op(api: str, summary: str, answer: dict | None, error: str, request: str | None = None, model: bool = False,
-        content_type: str = "application/json") -> dict:
+        content_type: str = "application/json", errors: tuple[str, ...] = WORK, success: str = "200") -> dict:
     operation: dict = {"tags": [f"compat:{api}"], "summary": summary}
     if model:
         operation["parameters"] = [MODEL]
@@ -102,13 +110,14 @@ def _op(api: str, summary: str, answer: dict | None, error: str, request: str | 
     ok = {"description": "OK"}
     if answer is not None:
         ok["content"] = {content_type: {"schema": answer}}
-    errors = {code: {"description": text, "content": {"application/json": {"schema": ref(error)}}}
-              for code, text in _ERRORS.items()}
-    return {**operation, "responses": {"200": ok, **errors}}
+    described = {code: {"description": _ERRORS[code], "content": {"application/json": {"schema": ref(error)}}}
+                 for code in errors}
+    return {**operation, "responses": {success: ok if success == "200" else {"description": "no content"},
+                                       **described}}
 
 
-def _tei(summary: str, request: str | None, answer: dict | None) -> dict:
-    return _op("tei", summary, answer, "TEIError", request, model=True)
+def _tei(summary: str, request: str | None, answer: dict | None, errors: tuple[str, ...] = TEI_WORK) -> dict:
+    return _op("tei", summary, answer, "TEIError", request, model=True, errors=errors)
 
 
 MATRIX = {"type": "array", "items": NUMBERS}
@@ -127,12 +136,12 @@ PATHS = {
     "/tei/{model}/predict": {"post": _tei("TEI: score (query, text) pairs", "TEIPredictRequest", {"type": "array"})},
     "/tei/{model}/similarity": {"post": _tei("TEI: cosine similarity to a source sentence", "TEISimilarityRequest",
                                              NUMBERS)},
-    "/tei/{model}/tokenize": {"post": _tei("TEI: the model's tokens", "TEITokenizeRequest", TEI_TOKENS)},
-    "/tei/{model}/info": {"get": _tei("TEI: model info", None, ref("TEIInfo"))},
-    "/tei/{model}/health": {"get": _tei("TEI: 200 while the model can serve", None, None)},
+    "/tei/{model}/tokenize": {"post": _tei("TEI: the model's tokens", "TEITokenizeRequest", TEI_TOKENS, BODY_ONLY)},
+    "/tei/{model}/info": {"get": _tei("TEI: model info", None, ref("TEIInfo"), LOOKUP)},
+    "/tei/{model}/health": {"get": _tei("TEI: 200 while the model can serve", None, None, HEALTH)},
     "/tei/{model}": {"post": _tei("TEI's root route: the model's own call (embed, embed_sparse, rerank, predict)",
                                   "TEIRootRequest", {}),
-                     "get": _tei("TEI's root health", None, None)},
+                     "get": _tei("TEI's root health", None, None, HEALTH)},
     "/v1/rerank": {"post": _op("cohere", "Cohere v1 / Jina rerank", ref("CohereRerankResponse"), "CohereError",
                                "CohereRerankRequest")},
     "/v2/rerank": {"post": _op("cohere", "Cohere v2 rerank", ref("CohereRerankResponse"), "CohereError",
@@ -144,14 +153,14 @@ PATHS = {
                                              ref("WeaviateRerankResponse"), "WeaviateError", "WeaviateRerankRequest",
                                              model=True)},
     "/weaviate/{model}/meta": {"get": _op("weaviate", "Weaviate module meta", {"type": "object"}, "WeaviateError",
-                                          model=True)},
+                                          model=True, errors=LOOKUP)},
     "/weaviate/{model}/.well-known/ready": {"get": _op("weaviate", "204 when ready", None, "WeaviateError",
-                                                       model=True)},
-    "/weaviate/{model}/.well-known/live": {"get": _op("weaviate", "204 while alive", None, "WeaviateError",
-                                                      model=True)},
+                                                       model=True, errors=HEALTH, success="204")},
+    "/weaviate/{model}/.well-known/live": {"get": _op("weaviate", "204 while alive (any model name)", None,
+                                                      "WeaviateError", model=True, errors=("401",), success="204")},
     "/embeddings": {"post": _op("infinity", "Infinity embeddings", ref("InfinityEmbeddingsResponse"), "InfinityError",
                                 "InfinityEmbeddingsRequest")},
     "/rerank": {"post": _op("infinity", "Infinity rerank", ref("InfinityRerankResponse"), "InfinityError",
                             "InfinityRerankRequest")},
-    "/models": {"get": _op("infinity", "Infinity's model list", {"type": "object"}, "InfinityError")},
+    "/models": {"get": _op("infinity", "Infinity's model list", {"type": "object"}, "InfinityError", errors=("401",))},
 }

@@ -10,6 +10,7 @@ and the documented MethodNotAllowed body. The compatibility APIs (operations tag
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import threading
@@ -22,12 +23,13 @@ import pytest
 
 from reliability_models import tiny_model_set
 from server_fixtures import start_server
+from tiny_models import save_tiny, tiny_bert_config
 from sie_server.errors import error_body
 from sie_engine.errors import ModelLoadFailed
 
 KEY = "replay-key"
 MAX_BODY = 64 * 2**10
-BODY_IDLE_S = 0.5
+BODY_IDLE_S = 0.25
 MODEL_FOR = {"encode": "enc", "score": "ce", "extract": "gl", "embeddings": "enc"}
 VALID = {
     "encode": {"items": ["hello world"]},
@@ -48,12 +50,54 @@ def roots(tmp_path_factory):
     empty = tmp_path_factory.mktemp("replay-empty") / "empty"
     shutil.copytree(roots["enc"], empty)
     (empty / "model.safetensors").unlink()
-    return {**roots, **broken, "empty": empty}
+    return {**roots, **broken, "empty": empty, **sparse_and_multivector(tmp_path_factory.mktemp("replay-cards"))}
+
+
+SPLADE = Path(list(importlib.util.find_spec("cognition").submodule_search_locations)[0]) / "model"
+CARDS = """\
+id: {name}
+weights: {{path: {root}}}
+family: bert
+outputs: [{output}]
+max_seq_len: 128
+options:
+  {options}
+"""
+SPARSE = "sparse: {kind: splade}"
+COLBERT = ("multivector: {kind: colbert, query_marker: '[unused0]', document_marker: '[unused1]', query_length: 12, "
+           "expand_queries: true}")
+
+
+def sparse_and_multivector(tmp: Path) -> dict[str, Path]:
+    """Cards (in `tmp/cards`, for --models) of a sparse model (the real SPLADE-tiny) and a tiny
+    random ColBERT, each with a copy whose weights are damaged: TEI's embed_sparse and
+    embed_all need them."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    colbert = save_tiny(BertModel(tiny_bert_config(), add_pooling_layer=False).eval(), tmp / "colbert")
+    weights = {f"bert.{k}": v for k, v in load_file(str(colbert / "model.safetensors")).items()}
+    weights["linear.weight"] = torch.randn(16, 32) * 0.2  # colbert-ir's projection
+    save_file(weights, str(colbert / "model.safetensors"))
+    roots = {"splade": SPLADE, "colbert": colbert}
+    (tmp / "cards").mkdir()
+    for name, output, options in (("splade", "sparse", SPARSE), ("colbert", "multivector", COLBERT)):
+        damaged = tmp / f"broken-{name}"
+        shutil.copytree(roots[name], damaged)
+        for weights_file in damaged.glob("*.safetensors"):
+            weights_file.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": not json}")
+        for card, root in ((name, roots[name]), (f"broken-{name}", damaged)):
+            (tmp / "cards" / f"{card}.yaml").write_text(CARDS.format(name=card, root=root, output=output,
+                                                                     options=options))
+    return {"cards": tmp / "cards"}
 
 
 @pytest.fixture(scope="module")
 def server(roots, tmp_path_factory):
-    models = [a for name, root in roots.items() for a in ("--model", f"{name}={root}")]
+    models = [a for name, root in roots.items() if name != "cards" for a in ("--model", f"{name}={root}")]
+    models += ["--models", str(roots["cards"])]
     process = start_server(*models, "--no-builtin", "--device", "cpu", "--api-key", KEY,
                            "--preload", "enc", "--preload", "ce", "--preload", "gl",
                            "--max-body-bytes", str(MAX_BODY), "--body-idle-timeout", str(BODY_IDLE_S),
@@ -104,11 +148,14 @@ def work_request(path: str, model: str) -> tuple[str, dict]:
 def flood_until_429(server, url: str, body: dict) -> httpx.Response:
     """Concurrent requests until one is refused for the queue's expected wait (`--max-queue-wait`
     is 1 ms here, so a request that arrives while another is queued is refused)."""
-    big = {**body, **({"items": body["items"] * 32} if "items" in body else {"input": body["input"] * 32})}
+    def bigger(value):  # more work per request: lists 8 times as long, texts 16 times
+        return value * 8 if isinstance(value, list) else value * 16 if isinstance(value, str) else value
+
+    big = {name: value if name == "model" else bigger(value) for name, value in body.items()}
     answers: list[httpx.Response] = []
     for _ in range(5):
         answers.clear()
-        threads = [threading.Thread(target=lambda: answers.append(call(server, "POST", url, big))) for _ in range(16)]
+        threads = [threading.Thread(target=lambda: answers.append(call(server, "POST", url, big))) for _ in range(8)]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -265,3 +312,101 @@ def test_a_corrupt_safetensors_file_is_invalid_weights(server):
     error = answer.json()["error"]
     assert error["code"] == "model_load_failed" and error["reason"] == "invalid_weights", error
     assert error["retryable"] is False and "Retry-After" not in answer.headers
+
+
+# ---- the compatibility APIs, in their own shapes ------------------------------------
+# A valid request per compat operation: (model, body); GETs have no body.
+COMPAT_VALID = {
+    ("/tei/{model}/embed", "post"): ("enc", {"inputs": "hello world"}),
+    ("/tei/{model}/embed_sparse", "post"): ("splade", {"inputs": "hello world"}),
+    ("/tei/{model}/embed_all", "post"): ("colbert", {"inputs": "hello world"}),
+    ("/tei/{model}/rerank", "post"): ("ce", {"query": "capital of France", "texts": ["Paris", "bananas"]}),
+    ("/tei/{model}/predict", "post"): ("ce", {"inputs": ["capital of France", "Paris"]}),
+    ("/tei/{model}/similarity", "post"): ("enc", {"inputs": {"source_sentence": "a cat", "sentences": ["a dog"]}}),
+    ("/tei/{model}/tokenize", "post"): ("enc", {"inputs": "hello world"}),
+    ("/tei/{model}/info", "get"): ("enc", None),
+    ("/tei/{model}/health", "get"): ("enc", None),
+    ("/tei/{model}", "post"): ("enc", {"inputs": "hello world"}),
+    ("/tei/{model}", "get"): ("enc", None),
+    ("/v1/rerank", "post"): ("ce", {"model": "ce", "query": "capital of France", "documents": ["Paris", "x"]}),
+    ("/v2/rerank", "post"): ("ce", {"model": "ce", "query": "capital of France", "documents": ["Paris", "x"]}),
+    ("/weaviate/{model}/vectors", "post"): ("enc", {"text": "hello world"}),
+    ("/weaviate/{model}/rerank", "post"): ("ce", {"query": "capital of France", "documents": ["Paris", "x"]}),
+    ("/weaviate/{model}/meta", "get"): ("enc", None),
+    ("/weaviate/{model}/.well-known/ready", "get"): ("enc", None),
+    ("/weaviate/{model}/.well-known/live", "get"): ("enc", None),
+    ("/embeddings", "post"): ("enc", {"model": "enc", "input": ["hello world"]}),
+    ("/rerank", "post"): ("ce", {"model": "ce", "query": "capital of France", "documents": ["Paris", "x"]}),
+    ("/models", "get"): ("enc", None),
+}
+
+
+def compat_request(path: str, method: str, model: str) -> tuple[str, dict | None]:
+    _, body = COMPAT_VALID[(path, method)]
+    if body is not None and "model" in body:
+        body = {**body, "model": model}
+    return path.replace("{model}", model), body
+
+
+def compat_answer(server, path: str, method: str, status: str) -> httpx.Response:
+    model, _ = COMPAT_VALID[(path, method)]
+    url, body = compat_request(path, method, model)
+    verb = method.upper()
+    if status in ("200", "204"):
+        return call(server, verb, url, body)
+    if body is None and status in ("400", "408", "413", "415", "422", "429"):
+        raise AssertionError("a GET has no body to get this status from")
+    if status == "400":
+        return call(server, verb, url, content=b"{not json", headers={"Content-Type": "application/json"})
+    if status == "422":
+        return call(server, verb, url, {"unknown_field": 1})
+    if status == "401":
+        return call(server, verb, url, body, key=False)
+    if status == "404":
+        return call(server, verb, *compat_request(path, method, "no-such-model"))
+    if status == "408":
+        return stalled_body(server, url)
+    if status == "413":
+        return call(server, verb, url, content=json.dumps({"inputs": "x" * MAX_BODY}).encode(),
+                    headers={"Content-Type": "application/json"})
+    if status == "415":
+        return call(server, verb, url, content=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json", "Content-Encoding": "br"})
+    if status == "429":
+        if path.endswith("/predict"):  # a batch of pairs rather than one longer pair
+            body = {"inputs": [body["inputs"]] * 4}
+        return flood_until_429(server, url, body)
+    if status == "503":
+        return call(server, verb, *compat_request(path, method, "broken-" + model))
+    if status == "504":
+        return call(server, verb, url, body, headers={"X-SIE-Timeout-Ms": "0.001"})
+    raise AssertionError(f"no recipe for {status} on {method} {path}")
+
+
+def test_every_documented_compat_answer_is_replayed(server, document):
+    mismatches = []
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if not any(tag.startswith("compat:") for tag in operation.get("tags", ())):
+                continue
+            assert (path, method) in COMPAT_VALID, f"no valid request for {method} {path}"
+            for status, answer_doc in operation["responses"].items():
+                try:
+                    answer = compat_answer(server, path, method, status)
+                except AssertionError as exc:
+                    mismatches.append((method, path, status, str(exc)[:100]))
+                    continue
+                if answer.status_code != int(status):
+                    mismatches.append((method, path, status, answer.status_code, answer.text[:100]))
+                    continue
+                content = answer_doc.get("content", {})
+                if content:
+                    media = answer.headers["Content-Type"].split(";")[0]
+                    if media not in content:
+                        mismatches.append((method, path, status, media))
+                    elif media == "application/json":
+                        try:
+                            validate(document, content[media]["schema"], answer.json())
+                        except jsonschema.ValidationError as exc:
+                            mismatches.append((method, path, status, exc.message[:100]))
+    assert not mismatches, "\n".join(map(str, mismatches))
