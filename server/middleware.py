@@ -20,7 +20,7 @@ from sie_engine.types import Timings
 
 from . import access_log, codec, cors, slow_clients
 from .errors import HTTPProblem, error_body, public, retry_headers, status_for
-from .state import API_KEYS, ERROR_CODE, LIFECYCLE, METRICS, MODEL_LABEL, SETTINGS, TIMINGS, WORK_ROUTES
+from .state import API_KEYS, ENGINE, ERROR_CODE, LIFECYCLE, METRICS, MODEL_LABEL, SETTINGS, TIMINGS, WORK_ROUTES
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,12 @@ def _admit(request: web.Request, route: str) -> None:
     if route in request.app[WORK_ROUTES] and request.app[LIFECYCLE].draining:
         raise HTTPProblem("draining", "this server is shutting down and accepts no new work; retry on another",
                           retry_after=5.0)
+    if route in request.app[WORK_ROUTES]:
+        # more work queued than --max-queue-wait: 429 before the body is even read (issue #19)
+        engine = request.app[ENGINE]
+        if request.match_info.get("model") in engine.catalog:
+            request[MODEL_LABEL] = request.match_info["model"]
+        engine.refuse_if_overloaded()
 
 
 def _ms(seconds: float) -> str:

@@ -7,7 +7,10 @@ one model on a GPU and minutes for another on a CPU (1,048,576 tokens of MiniLM 
 Time is what a client and a drain care about, so time is what is bounded.
 
 - Throughput is measured per model: an exponential moving average of tokens/s over its
-  batches. Before the first batch, a conservative prior from the model's size.
+  full batches (at least half the batch budget: what runs while a queue exists, the only
+  time the estimate matters). A smaller batch is mostly fixed cost, so its rate is a lower
+  bound of the model's: it can only raise the estimate. Before any batch, a conservative
+  prior from the model's size.
 - The wait of a new request is every queued token of every model on the device at that
   model's rate (the dispatcher serves the oldest work first, so all of it runs before the
   new request), plus tokens of admitted requests not yet tokenised (`Reservation`s).
@@ -79,10 +82,15 @@ class Throughput:
         self._params_of = params_of
         self._rates: dict[str, float] = {}
 
-    def observe(self, model_id: str, tokens: int, seconds: float, side_by_side: int = 1) -> None:
-        """A batch of `tokens` took `seconds`, with `side_by_side` batches sharing the device."""
+    def observe(self, model_id: str, tokens: int, seconds: float, side_by_side: int = 1, full: bool = True) -> None:
+        """A batch of `tokens` took `seconds`, with `side_by_side` batches sharing the device;
+        `full`: it held at least half its token budget."""
         rate = tokens / max(seconds, 1e-6) * max(1, side_by_side)
         old = self._rates.get(model_id)
+        if not full:  # a lower bound of the rate (mostly fixed cost): it may only raise the estimate
+            if rate > self.rate(model_id):
+                self._rates[model_id] = rate
+            return
         self._rates[model_id] = rate if old is None else (1 - EWMA_WEIGHT) * old + EWMA_WEIGHT * rate
 
     def measured(self, model_id: str) -> bool:
@@ -150,11 +158,7 @@ class WaitAdmission:
         reservation carries the refusal, raised once its real count is known to fit."""
         wait = self.wait(queued)
         if wait > self.max_wait_s:
-            refusal = Overloaded(
-                f"the queue holds about {wait:.0f}s of work, more than the {self.max_wait_s:g}s this server "
-                f"admits (--max-queue-wait); retry after Retry-After seconds or on another replica",
-                retry_after=max(1.0, math.ceil(wait - self.max_wait_s)),
-            )
+            refusal = self.refusal(wait)
             if largest is None or tokens <= largest:
                 raise refusal
             return Reservation(self, model_id, 0, refusal)
@@ -163,6 +167,14 @@ class WaitAdmission:
             self._reserved[model_id] = self.reserved(model_id) + tokens
             self._on_change(model_id)
         return reservation
+
+    def refusal(self, wait: float) -> Overloaded:
+        """The 429 for a queue of `wait` seconds: Retry-After is the time until it is under the bound."""
+        return Overloaded(
+            f"the queue holds about {wait:.0f}s of work, more than the {self.max_wait_s:g}s this server "
+            f"admits (--max-queue-wait); retry after Retry-After seconds or on another replica",
+            retry_after=max(1.0, math.ceil(wait - self.max_wait_s)),
+        )
 
     def _take(self, reservation: Reservation, tokens: float) -> None:
         if tokens <= 0:

@@ -401,6 +401,12 @@ class Engine:
         """Refuse new work and return once every accepted request has been answered."""
         await self._on_engine_loop(self.scheduler.drain)
 
+    def refuse_if_overloaded(self) -> None:
+        """Raise Overloaded (429) if the queue already holds more work than `max_queue_wait_s`.
+        Cheap and safe from any thread: a server calls it before reading a request's body;
+        every call is checked again, in full, when it runs."""
+        self.scheduler.refuse_if_over()
+
     async def abort(self, message: str, retry_after: float = 5.0) -> int:
         """Refuse new work and answer every accepted request still unanswered with Draining
         (503 `draining` with Retry-After over HTTP); returns how many were answered so."""

@@ -132,6 +132,8 @@ class Scheduler:
         # tokens/s per model and the wait bound (admission.py)
         self.admission = WaitAdmission(max_queue_wait_s, Throughput(pool.device.type, pool.param_count),
                                        on_change=self._report)
+        # the expected wait as of the last change (a float: read on any thread, see refuse_if_over)
+        self.wait_s = 0.0
 
     # ---- lifecycle ---------------------------------------------------------
     def wake(self) -> None:
@@ -207,8 +209,17 @@ class Scheduler:
         """Seconds before a request arriving now would start (admission.py)."""
         return self.admission.wait(self.queued_tokens())
 
+    def refuse_if_over(self) -> None:
+        """Raise Overloaded if the queue already holds more work than the wait bound, from the
+        last computed wait: safe on any thread (a server refuses before reading a body). The
+        full decision, with the request's own reservation, is `admit` on the engine's loop."""
+        wait = self.wait_s
+        if wait > self.admission.max_wait_s:
+            raise self.admission.refusal(wait)
+
     def _report(self, model_id: str) -> None:
         """Tell the metrics a model's queue (items, tokens) and its wait changed."""
+        self.wait_s = self.expected_wait()
         items, tokens = self.queued(model_id)
         self.events.queue_changed(model_id, items, tokens)
         self.events.queue_wait(model_id, self.admission.model_wait(model_id, tokens))
@@ -431,7 +442,9 @@ class Scheduler:
         seconds = time.monotonic() - started
         tokens = sum(it.num_tokens for it in items)
         # batches running side by side add up
-        self.admission.throughput.observe(queue.model_id, tokens, seconds, len(self._batches))
+        budget = runner.batch_tokens or runner.card.max_batch_tokens
+        self.admission.throughput.observe(queue.model_id, tokens, seconds, len(self._batches),
+                                          full=tokens >= budget / 2)
         self.events.batch(queue.model_id, len(items), tokens, padded, seconds)
         self._report(queue.model_id)  # its rate changed, so its wait did
         touched = set()
