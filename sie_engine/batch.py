@@ -90,6 +90,10 @@ class ImageBatch:
     def cu_seqlens(self) -> torch.Tensor:
         return self.attn.cu_seqlens
 
+    def seq_index(self) -> torch.Tensor:
+        """`[B * image_tokens]` index of the image each position belongs to (ColPali's MaxSim)."""
+        return torch.arange(len(self.seq_lens), device=self.pixel_values.device).repeat_interleave(self.seq_lens[0])
+
 
 def pack_images(pixels: Sequence[np.ndarray], image_tokens: int, backend: AttentionBackend, device: torch.device,
                 dtype: torch.dtype) -> ImageBatch:

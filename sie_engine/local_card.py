@@ -50,6 +50,8 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
     config = json.loads(config_path.read_text())
     if config.get("model_type") in ("clip", "siglip"):  # a two-tower image-text model: texts and images
         return _image_text_card(name, root, config)
+    if config.get("model_type") == "colpali":  # ColPali: multi-vector page images and query texts
+        return _colpali_card(name, root, config)
     st = read_sentence_transformers_layout(root)
     outputs: tuple[str, ...] = ("dense",)
     architectures = config.get("architectures") or []
@@ -110,6 +112,16 @@ def _image_text_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelC
                      normalize=True, max_seq_len=typed.max_seq_len, dims=typed.projection_dim,
                      modalities=("text", "image"), image_size=typed.image_size,
                      description=f"local {config['model_type']} directory {root} (text and image items)")
+
+
+def _colpali_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
+    """A ColPali directory (ColPaliForRetrieval and its processor): token vectors of page images
+    and queries (every text item is a query), MaxSim through score."""
+    typed = family_for(config).config_from_hf(config)
+    return ModelCard(id=name, weights=WeightsSource(path=str(root)), family="colpali", outputs=("multivector",),
+                     pooling="none", max_seq_len=512, modalities=("text", "image"), image_size=typed.image_size,
+                     options={"multivector": {"kind": "colpali", "score": "sum"}},
+                     description=f"local ColPali directory {root} (page images and queries)")
 
 
 def read_sentence_transformers_layout(root: Path) -> dict[str, Any] | None:

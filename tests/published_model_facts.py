@@ -267,6 +267,11 @@ PUBLISHED: dict[str, Published] = {
                                             "(PyLate: query_prefix [Q], document_prefix [D], query_length 32, "
                                             "document_length 300) + 1_Dense/config.json (768 -> 128) on the Hub",
                                             query_length=32, markers=("[Q] ", "[D] ")),
+    # visual document retrieval: ColPali's page images and queries (tests/test_colpali.py)
+    "vidore/colpali-v1.3-hf": other("colpali", "multivector", None, "config.json (model_type colpali, "
+                                    "ColPaliForRetrieval, embedding_dim 128, vlm_config paligemma) + "
+                                    "preprocessor_config.json (448 x 448, image_seq_length 1024) + ColPaliProcessor's "
+                                    "prompts on the Hub"),
     # image-text (CLIP and SigLIP; the text tower pools at the end-of-text token, or SigLIP's last position)
     "openai/clip-vit-base-patch32": dense("clip", "last", None, 512, 77, CLIP),
     "openai/clip-vit-large-patch14": dense("clip", "last", None, 768, 77, CLIP),

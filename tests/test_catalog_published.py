@@ -77,6 +77,7 @@ ELSEWHERE = {
     "Qwen/Qwen3-Reranker-0.6B": "tests/test_score_llm_reranker.py",
     "Qwen/Qwen3-Reranker-4B": "tests/test_score_llm_reranker.py",
     "Qwen/Qwen3-Reranker-8B": "tests/test_score_llm_reranker.py",
+    "vidore/colpali-v1.3-hf": "tests/test_colpali.py",
 }
 LOADED = [card for card in LOADED if card.id not in ELSEWHERE]
 

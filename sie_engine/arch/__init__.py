@@ -156,3 +156,9 @@ from .siglip import SiglipInputs, SiglipModel, siglip_config  # noqa: E402
 # `forward_images`; their input preparation reads the checkpoint's image processor too.
 register(Family("clip", ImageTextConfig.from_hf, ClipModel, "last", tokenizer=ClipInputs), ["CLIPModel"], ["clip"])
 register(Family("siglip", siglip_config, SiglipModel, "last", tokenizer=SiglipInputs), ["SiglipModel"], ["siglip"])
+
+from .paligemma import ColPaliInputs, PaliGemmaConfig, PaliGemmaModel  # noqa: E402
+
+# ColPali (PaliGemma: SigLIP vision tower, projector, Gemma decoder): multi-vector pages and queries
+register(Family("colpali", PaliGemmaConfig.from_hf, PaliGemmaModel, "none", tokenizer=ColPaliInputs),
+         ["ColPaliForRetrieval"], ["colpali"])

@@ -10,6 +10,9 @@ Token vectors are `normalize(linear(hidden))`. Which tokens are kept:
   tokenizer's `encode_marked` inserts.
 - BGE-M3 (`kind: bge-m3`): every token but the first ([CLS]); the projection is
   `colbert_linear.pt`.
+- ColPali (`kind: colpali`, arch/paligemma.py): every token of a query and every position of a
+  page (image features and prompt); the projection is `embedding_proj_layer`. The head hands the
+  backbone the page prompt's tokens, which its input preparation read from the processor.
 
 MaxSim: score(q, d) = sum over query vectors of the best dot product with a document
 vector (`score: mean` divides by the number of query vectors, as BGE-M3 does).
@@ -43,7 +46,7 @@ from .common import linear, load_torch_file, optional, tensor
 from .context import HeadContext
 from .st_dense import load_module_weights
 
-KINDS = ("colbert", "bge-m3")
+KINDS = ("colbert", "bge-m3", "colpali")
 SCORES = ("sum", "mean")
 
 
@@ -159,6 +162,9 @@ def _projection(ctx: HeadContext, kind: str) -> nn.Linear:
     if kind == "bge-m3":
         state = load_torch_file(ctx.root / "colbert_linear.pt")
         return linear(state["weight"], state.get("bias"), device, dtype)
+    if kind == "colpali":
+        return linear(tensor(tensors, "embedding_proj_layer.weight"), optional(tensors, "embedding_proj_layer.bias"),
+                      device, dtype)
     weight = optional(tensors, "linear.weight")
     if weight is not None:  # colbert-ir layout: the projection sits beside the backbone
         return linear(weight, optional(tensors, "linear.bias"), device, dtype)
@@ -200,6 +206,8 @@ def build_multivector(ctx: HeadContext) -> dict[str, nn.Module]:
     if score_mode not in SCORES:
         raise ValueError(f"card {ctx.card.id}: options.multivector.score {score_mode!r} not one of {SCORES}")
     proj = _projection(ctx, kind)
+    if kind == "colpali":  # a page is its image features, then this fixed prompt
+        ctx.backbone.image_prompt_ids = torch.as_tensor(ctx.tokenizer.image_prompt_ids, dtype=torch.long)
     skip = skiplist_ids(ctx, options.get("skiplist", "punctuation" if kind == "colbert" else None))
     marker = options.get("document_marker")
     if skip and marker is None:

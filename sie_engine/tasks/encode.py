@@ -58,7 +58,7 @@ async def run(engine: TaskContext, model: str, request: dict[str, Any], timeout:
         tokens, tokenize_s = await _submit_texts(engine, card, work_request, texts, text_positions, wanted, truncate,
                                                is_query)
         if image_positions:
-            image_tokens, seconds = await _submit_images(engine, card, work_request, images, image_positions, wanted)
+            image_tokens, seconds = await submit_images(engine, card, work_request, images, image_positions, wanted)
             tokens, tokenize_s = tokens + image_tokens, tokenize_s + seconds
     except BaseException as exc:
         work_request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
@@ -115,11 +115,11 @@ IMAGE_CHUNK = 32
 NO_IDS = np.zeros(0, dtype=np.int32)
 
 
-async def _submit_images(engine: TaskContext, card, work_request, images: list, positions: list[int],
-                         wanted: frozenset) -> tuple[int, float]:
+async def submit_images(engine: TaskContext, card, work_request, images: list, positions: list[int],
+                        wanted: frozenset, queue: str | None = None, extra: Any = None) -> tuple[int, float]:
     """Decode, check and preprocess the image items on the tokenizer pool and queue them (apart from
     texts: the scheduler batches them by patches for the vision tower); returns (positions the vision
-    tower runs, seconds spent preparing)."""
+    tower runs, seconds spent preparing). `queue` and `extra`: the score task's (MaxSim against a query)."""
     limits = engine.limits
 
     def prepare(inputs, values, fields):
@@ -135,8 +135,9 @@ async def _submit_images(engine: TaskContext, card, work_request, images: list, 
             card, prepare, [images[i] for i in chunk], [f"items[{i}].image" for i in chunk])
         seconds += spent
         tokens += per_image * len(chunk)
-        engine.submit(card, IMAGE_QUEUE, [
-            WorkItem(work_request, position, NO_IDS, outputs=wanted, pixels=values, image_tokens=per_image)
+        engine.submit(card, queue or IMAGE_QUEUE, [
+            WorkItem(work_request, position, NO_IDS, outputs=wanted, pixels=values, image_tokens=per_image,
+                     extra=extra)
             for position, values in zip(chunk, pixels)
         ], work_request)
     return tokens, seconds

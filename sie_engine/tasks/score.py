@@ -16,6 +16,7 @@ The answer lists items best first with their request index and rank.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Mapping, Sequence
 
@@ -27,6 +28,7 @@ from ..types import ScoredItem, ScoreResult
 from ..work import WorkItem
 from .common import check_truncation, longest_first
 from .context import TaskContext
+from .encode import submit_images
 
 SCORE = frozenset({"score"})  # the head score work runs
 
@@ -47,7 +49,13 @@ async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeou
     started = time.monotonic()
     card = engine.card(model)
     query_text = parse_query(fields["query"], engine.limits)
-    ids, texts = v.parse_items(fields["items"], engine.limits)
+    if "image" in card.modalities and "multivector" in card.outputs:  # ColPali: pages are image items
+        ids, maybe_texts, images = v.parse_encode_items(fields["items"], engine.limits)
+    else:
+        (ids, maybe_texts), images = v.parse_items(fields["items"], engine.limits), []
+    image_positions = [i for i, image in enumerate(images) if image is not None]
+    text_positions = [i for i, text in enumerate(maybe_texts) if text is not None]
+    texts = [maybe_texts[i] for i in text_positions]
     top_k = v.check_positive_int(fields.get("top_k"), "top_k")
     truncate = v.check_optional_bool(fields.get("truncate"), "truncate")
     instruction = v.check_instruction(fields.get("instruction"), engine.limits)
@@ -81,10 +89,12 @@ async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeou
         if truncate is False and q_tok.truncated[0]:
             raise InvalidRequest("query is longer than the model's query window; shorten it or allow truncation",
                                  field="query.text")
-        d_tok, d_s = await engine.tokenize(card, "encode_marked", texts, **marked_encode_args(card, False))
-        check_truncation(d_tok, truncate)
+        d_tok, d_s = await engine.tokenize(card, "encode_marked", texts, **marked_encode_args(card, False)) \
+            if texts else (None, 0.0)
+        if d_tok is not None:
+            check_truncation(d_tok, truncate, positions=text_positions)
         tokenize_s = q_s + d_s
-        tokens = q_tok.num_tokens + d_tok.num_tokens
+        tokens = q_tok.num_tokens + (d_tok.num_tokens if d_tok is not None else 0)
         q_request = engine.new_request(card, "encode", 1, timeout)
         (encoded,) = await engine.run_items(
             card, "encode", [WorkItem(q_request, 0, q_tok.ids[0], outputs=frozenset({"multivector"}),
@@ -92,10 +102,20 @@ async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeou
         )
         query_vectors = encoded["multivector"]
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        request = engine.new_request(card, "score", len(texts), remaining)
-        work = [WorkItem(request, i, d_tok.ids[i], extra=query_vectors, outputs=SCORE)
-                for i in longest_first(d_tok.ids)]
-        scores = await engine.run_items(card, "score", work, request)
+        request = engine.new_request(card, "score", len(ids), remaining)
+        if d_tok is not None:
+            engine.submit(card, "score", [WorkItem(request, text_positions[i], d_tok.ids[i], extra=query_vectors,
+                                                   outputs=SCORE) for i in longest_first(d_tok.ids)], request)
+        if image_positions:  # page images: the vision tower's queue, MaxSim in the same head
+            try:
+                image_tokens, image_s = await submit_images(engine, card, request, images, image_positions, SCORE,
+                                                            queue="score:image", extra=query_vectors)
+            except BaseException as exc:  # a bad image: the texts already queued must not wait on it
+                request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+                request.future.exception()
+                raise
+            tokens, tokenize_s = tokens + image_tokens, tokenize_s + image_s
+        scores = await request.future
 
     ranked = rank(ids, [r["score"] for r in scores], top_k)
     return ScoreResult(card.id, ranked, tokens, engine.timings(request, started, tokenize_s))
