@@ -40,7 +40,7 @@ def body_timeout(message: str) -> HTTPProblem:
 
 
 def _encoding(request: web.BaseRequest) -> str:
-    if request.content.total_compressed_bytes is not None:
+    if getattr(request.content, "total_compressed_bytes", None) is not None:
         return "identity"  # aiohttp already inflated it (an app run without connections.py's runner)
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower() or "identity"
     if encoding not in _WBITS:

@@ -112,18 +112,19 @@ class _BeyondTheCap(asyncio.Protocol):
 
 class _LimitedFactory:
     def __init__(self, server: web.Server, app: web.Application | None, max_connections: int,
-                 probe_connections: int, head_timeout_s: float):
+                 settings: ServerSettings):
         self._server = server
         self.app = app
         self._max = max_connections
-        self._reserve = max(1, probe_connections)
-        self._head_timeout_s = head_timeout_s
+        self._reserve = max(1, settings.probe_connections)
+        self._head_timeout_s = settings.head_timeout_s
+        self._keepalive_timeout_s = settings.keepalive_timeout_s
         self.beyond: collections.OrderedDict[_BeyondTheCap, None] = collections.OrderedDict()
         self._warned_at = 0.0
 
     def __call__(self) -> asyncio.Protocol:
         if len(self._server.connections) < self._max:
-            return HeadTimeout(self._server(), self._head_timeout_s)
+            return HeadTimeout(self._server(), self._head_timeout_s, self._keepalive_timeout_s)
         now = time.monotonic()
         if now - self._warned_at > 10:  # at most one line per 10 s under a flood
             self._warned_at = now
@@ -160,8 +161,7 @@ class ConnectionLimitedRunner(web.AppRunner):
         server = web.AppRunner.server.fget(self)
         if server is None:
             return None
-        return _LimitedFactory(server, self.app, self.max_connections, self._settings.probe_connections,
-                               self._settings.head_timeout_s)
+        return _LimitedFactory(server, self.app, self.max_connections, self._settings)
 
 
 def usable_connections(wanted: int) -> int:

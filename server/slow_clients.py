@@ -21,16 +21,24 @@ log = logging.getLogger(__name__)
 class HeadTimeout(asyncio.Protocol):
     """aiohttp's `RequestHandler` for one connection, plus the head timer."""
 
-    def __init__(self, inner: web.RequestHandler, head_timeout_s: float):
+    def __init__(self, inner: web.RequestHandler, head_timeout_s: float, first_byte_timeout_s: float):
         self.inner = inner
         self._timeout = head_timeout_s
+        self._first_byte_timeout = first_byte_timeout_s
         self._timer: asyncio.TimerHandle | None = None
+        self._silence: asyncio.TimerHandle | None = None
         self._busy = 0  # requests of this connection whose handler is running
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.inner.connection_made(transport)
+        # a connection that never sends a byte (recent aiohttp closes it after its keep-alive
+        # timeout too; older releases never do)
+        self._silence = asyncio.get_running_loop().call_later(self._first_byte_timeout, self.inner.force_close)
 
     def data_received(self, data: bytes) -> None:
+        if self._silence is not None:
+            self._silence.cancel()
+            self._silence = None
         if data and self._timer is None and not self._busy:
             self._timer = asyncio.get_running_loop().call_later(self._timeout, self._expired)
         self.inner.data_received(data)
@@ -40,6 +48,8 @@ class HeadTimeout(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_timer()
+        if self._silence is not None:
+            self._silence.cancel()
         self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:

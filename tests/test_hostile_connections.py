@@ -206,6 +206,12 @@ def test_compressed_bodies_are_read(server, encoding, body):
     assert answer.json()["items"] == plain["items"]
 
 
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+def test_an_empty_body_is_400(server, encoding):
+    answer = post_raw(server, b"", encoding)
+    assert answer.status_code == 400 and "empty" in answer.json()["error"]["message"], answer.text
+
+
 @pytest.mark.parametrize("encoding, body", [("gzip", BODY), ("deflate", BODY), ("gzip", gzip.compress(BODY)[:-12])])
 def test_a_body_that_is_not_what_its_encoding_says_is_400(server, encoding, body):
     answer = post_raw(server, body, encoding)
