@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import shutil
 from pathlib import Path
 
 import httpx
@@ -17,9 +18,9 @@ import pytest
 import torch
 
 from colpali_fixtures import TINY_EMBEDDING_DIM, TINY_IMAGE_TOKENS, colpali_reference, make_tiny_colpali
-from image_fixtures import hostile_images, sample_images
+from image_fixtures import sample_images
 from sie_client import SIEClient
-from sie_engine import Catalog, Engine, WeightsSource
+from sie_engine import Catalog, Engine, WeightsSource, card_from_local_dir
 from sie_engine.arch import family_for
 from sie_engine.arch.weights import load_checkpoint, materialize
 from sie_engine.attention import select_backend
@@ -106,8 +107,30 @@ def test_score_ranks_page_images_by_maxsim_on_the_server(engine, reference):
 def test_a_corrupt_page_image_is_refused_and_the_model_goes_on_serving(engine):
     with pytest.raises(InvalidRequest, match=r"items\[1\]\.image"):
         engine.score_sync(CARD, "the cat", [{"image": sample_images()["png_rgb"]},
-                                            {"image": hostile_images()["truncated_png"]}])
+                                            {"image": sample_images()["png_rgb"][:60]}])  # truncated
     assert len(engine.score_sync(CARD, "the cat", [{"image": sample_images()["png_rgb"]}]).scores) == 1
+
+
+def test_the_other_tensor_names_serve_the_same_from_a_local_directory(tiny, engine, tmp_path):
+    """save_pretrained writes the decoder nested (vlm.language_model.model.*) and the vision tower
+    flat; the other naming (the decoder flat, as transformers 5 holds it, the vision tower nested in
+    SiglipVisionModel's vision_model, as transformers 4 saved it, and a tied lm_head) loads the same."""
+    from safetensors.torch import load_file, save_file
+
+    other_dir = tmp_path / "colpali-other-names"
+    shutil.copytree(tiny, other_dir)
+    tensors = load_file(other_dir / "model.safetensors")
+    renamed = {name.replace("vlm.language_model.model.", "vlm.language_model.")
+               .replace("vlm.vision_tower.", "vlm.vision_tower.vision_model."): value
+               for name, value in tensors.items()}
+    renamed["vlm.language_model.lm_head.weight"] = tensors["vlm.language_model.model.embed_tokens.weight"].clone()
+    save_file(renamed, other_dir / "model.safetensors", metadata={"format": "pt"})
+    items = [{"image": sample_images()["png_rgb"]}, "the cat"]
+    with Engine(Catalog([card_from_local_dir("other", other_dir)]), device="cpu") as other:
+        got = other.encode_sync("other", items, output_types=["multivector"]).items
+    want = engine.encode_sync(CARD, items, output_types=["multivector"]).items
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(a.multivector), np.asarray(b.multivector), atol=1e-6)
 
 
 @pytest.fixture(scope="module")

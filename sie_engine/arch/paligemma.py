@@ -2,7 +2,8 @@
 `PaliGemmaModel`): a SigLIP vision tower without its pooling head, a linear projector into the
 Gemma (1) decoder's width, and the decoder over [image tokens, then the prompt's tokens].
 
-Read leaf to root: the Gemma layer, the config, the model, the input preparation.
+Read top to bottom: the config, the vision tower's attention, the Gemma layer and decoder, the model,
+the input preparation.
 
 - Gemma (1) layers are arch/qwen.py's LLaMA blocks (grouped-query attention with one K/V head,
   scores scaled by head_dim ** -0.5, the GeGLU gated MLP) with Gemma's RMSNorm (`1 + weight`,
@@ -197,11 +198,6 @@ class PaliGemmaModel(nn.Module):
         self.multi_modal_projector.linear = nn.Linear(config.vision.hidden_size, config.text.hidden_size)
         self.language_model = GemmaDecoder(config.text, backend)
         self.image_prompt_ids: torch.Tensor | None = None
-
-    # the ColBERT-style head reads the decoder's width
-    @property
-    def hidden_size(self) -> int:
-        return self.config.text.hidden_size
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
