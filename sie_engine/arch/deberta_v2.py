@@ -208,12 +208,16 @@ class DisentangledSelfAttention(nn.Module):
         n, L = group.n, group.length
         span = self.config.relative_span
         scores = None
+        # Only the relative positions a group of length L reaches (about 2L of the 2S) are projected:
+        # for short sequences that is a fraction of the matmul and of its [n, heads, L, 2S] result.
         if pos_key is not None:  # content -> position: q_i . Pk[r(i, j)]
-            c2p = torch.matmul(qg, pos_key.transpose(-1, -2))  # [n, heads, L, 2S]
-            scores = torch.gather(c2p, -1, plan.c2p_index(L, span).expand(n, self.num_heads, L, L)) * self.scale
+            index, lo, hi = plan.c2p_index(L, span)
+            c2p = torch.matmul(qg, pos_key[:, lo:hi].transpose(-1, -2))  # [n, heads, L, hi - lo]
+            scores = torch.gather(c2p, -1, index.expand(n, self.num_heads, L, L)) * self.scale
         if pos_query is not None:  # position -> content: k_j . Pq[r(j, i)], transposed
-            p2c = torch.matmul(kg, pos_query.transpose(-1, -2))  # [n, heads, L(key), 2S]
-            p2c = torch.gather(p2c, -1, plan.p2c_index(L, span).expand(n, self.num_heads, L, L)).transpose(-1, -2)
+            index, lo, hi = plan.p2c_index(L, span)
+            p2c = torch.matmul(kg, pos_query[:, lo:hi].transpose(-1, -2))  # [n, heads, L(key), hi - lo]
+            p2c = torch.gather(p2c, -1, index.expand(n, self.num_heads, L, L)).transpose(-1, -2)
             scores = p2c * self.scale if scores is None else scores + p2c * self.scale
         return scores
 
@@ -230,18 +234,20 @@ class RelativePositions:
         self.device = device
         self._cache: dict = {}
 
-    def c2p_index(self, length: int, span: int) -> torch.Tensor:
-        key = ("c2p", length)
-        if key not in self._cache:
-            relative = relative_positions(length, self.config, self.device)
-            self._cache[key] = torch.clamp(relative + span, 0, 2 * span - 1)
-        return self._cache[key]
+    def c2p_index(self, length: int, span: int) -> tuple[torch.Tensor, int, int]:
+        """`[L, L]` rows of the relative embeddings each (i, j) reads, counted from `lo`, and the
+        window [lo, hi) of rows they cover."""
+        return self._window(("c2p", length), length, span, 1)
 
-    def p2c_index(self, length: int, span: int) -> torch.Tensor:
-        key = ("p2c", length)
+    def p2c_index(self, length: int, span: int) -> tuple[torch.Tensor, int, int]:
+        return self._window(("p2c", length), length, span, -1)
+
+    def _window(self, key: tuple, length: int, span: int, sign: int) -> tuple[torch.Tensor, int, int]:
         if key not in self._cache:
             relative = relative_positions(length, self.config, self.device)
-            self._cache[key] = torch.clamp(-relative + span, 0, 2 * span - 1)
+            index = torch.clamp(sign * relative + span, 0, 2 * span - 1)
+            lo, hi = int(index.min()), int(index.max()) + 1
+            self._cache[key] = (index - lo, lo, hi)
         return self._cache[key]
 
 
