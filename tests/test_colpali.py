@@ -48,7 +48,8 @@ def reference(tiny):
 
 @pytest.fixture(scope="module")
 def engine(tiny):
-    card = dataclasses.replace(Catalog.builtin().get(CARD), weights=WeightsSource(path=str(tiny)))
+    # the card's own settings on the tiny stand-in, at float32 (the card serves bfloat16; the last test checks it)
+    card = dataclasses.replace(Catalog.builtin().get(CARD), weights=WeightsSource(path=str(tiny)), dtype="float32")
     with Engine(Catalog([card]), device="cpu") as engine:
         yield engine
 
@@ -104,10 +105,12 @@ def test_score_ranks_page_images_by_maxsim_on_the_server(engine, reference):
         assert [s.index for s in result.scores] == list(np.argsort(-scores[q], kind="stable"))
 
 
-def test_a_corrupt_page_image_is_refused_and_the_model_goes_on_serving(engine):
+def test_a_corrupt_page_image_or_a_text_page_is_refused_and_the_model_goes_on_serving(engine):
     with pytest.raises(InvalidRequest, match=r"items\[1\]\.image"):
         engine.score_sync(CARD, "the cat", [{"image": sample_images()["png_rgb"]},
                                             {"image": sample_images()["png_rgb"][:60]}])  # truncated
+    with pytest.raises(InvalidRequest, match=r"items\[1\] is a text.*ranks page images"):
+        engine.score_sync(CARD, "the cat", [{"image": sample_images()["png_rgb"]}, "a text page"])
     assert len(engine.score_sync(CARD, "the cat", [{"image": sample_images()["png_rgb"]}]).scores) == 1
 
 
@@ -131,6 +134,14 @@ def test_the_other_tensor_names_serve_the_same_from_a_local_directory(tiny, engi
     want = engine.encode_sync(CARD, items, output_types=["multivector"]).items
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(a.multivector), np.asarray(b.multivector), atol=1e-6)
+
+
+def test_the_cards_bfloat16_stays_close_to_float32(engine, reference):
+    pages, queries, _ = reference
+    items = [{"image": sample_images()[PAGES[0]]}, QUERIES[0]]
+    result = engine.encode_sync(CARD, items, output_types=["multivector"], precision="bfloat16")
+    for got, want in zip([np.asarray(item.multivector) for item in result.items], [pages[0], queries[0]]):
+        assert got.shape == want.shape and (got * want).sum(1).min() > 0.99
 
 
 @pytest.fixture(scope="module")

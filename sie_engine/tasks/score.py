@@ -56,6 +56,10 @@ async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeou
     image_positions = [i for i, image in enumerate(images) if image is not None]
     text_positions = [i for i, text in enumerate(maybe_texts) if text is not None]
     texts = [maybe_texts[i] for i in text_positions]
+    if text_positions and (card.options or {}).get("multivector", {}).get("kind") == "colpali":
+        first = text_positions[0]
+        raise InvalidRequest(f"items[{first}] is a text, but model {card.id!r} ranks page images: send each page as "
+                             "{\"image\": ...} (its text items are queries)", field=f"items[{first}]")
     top_k = v.check_positive_int(fields.get("top_k"), "top_k")
     truncate = v.check_optional_bool(fields.get("truncate"), "truncate")
     instruction = v.check_instruction(fields.get("instruction"), engine.limits)
