@@ -63,6 +63,10 @@ async def _read_raw(request: web.BaseRequest, max_bytes: int, idle_timeout_s: fl
             if loop.time() >= deadline:
                 raise body_timeout(f"the request body took longer than {total_timeout_s:g}s to arrive") from None
             raise body_timeout(f"the request body stopped arriving: nothing for {idle_timeout_s:g}s") from None
+        except ConnectionError:
+            # the client went away: its handler is being cancelled, but wait_for may hand back the
+            # payload's "connection lost" first; answer it as the cancellation it is (a 499 line)
+            raise asyncio.CancelledError() from None
         if not chunk:
             return b"".join(chunks)
         size += len(chunk)

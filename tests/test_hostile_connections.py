@@ -282,6 +282,12 @@ def test_client_caused_errors_are_logged_without_tracebacks(server):
         with socket.create_connection(address(server)) as sock:
             sock.sendall(garbage)
             read_until_closed(sock, 10)
+    for reset_after in (b"", head("POST", ENC, 100) + b'{"items": ['):  # a reset before and during a request
+        sock = socket.create_connection(address(server))
+        sock.sendall(reset_after)
+        time.sleep(0.1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
+        sock.close()
     time.sleep(0.3)
     added = server.log_text()[before:]
     assert "Traceback" not in added and " ERROR " not in added, added
