@@ -9,7 +9,6 @@ OUTPUT_TYPES = ("dense", "sparse", "multivector")
 OUTPUT_DTYPES = ("float32", "float16", "int8", "binary")
 PRECISIONS = ("float32", "float16", "bfloat16", "int8")
 
-ITEMS = Field("items", ref("Items"), required=True, description="texts: strings or {id?, text} objects")
 TRUNCATE = Field("truncate", {"type": "boolean", "default": True},
                  description="false: a text longer than the model's window is a 400 instead of being cut")
 
@@ -47,7 +46,8 @@ SCORE = Task(
     summary="Rerank items against a query, best first",
     fields=(
         Field("query", {"oneOf": [{"type": "string"}, obj({"text": {"type": "string"}}, ["text"])]}, required=True),
-        ITEMS,
+        Field("items", ref("EncodeItems"), required=True,
+              description="texts: strings or {id?, text} objects; page images as {id?, image} (ColPali only)"),
         Field("top_k", {"type": "integer", "minimum": 1}, description="keep the k best"),
         TRUNCATE,
         Field("instruction", {"type": "string"}, description="prompted LLM rerankers only: replaces the card's"),
