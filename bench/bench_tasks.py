@@ -12,6 +12,9 @@ Tasks (`--task`, comma-separated):
            random at a real model's size (`--nli-arch`: deberta = DeBERTa-v3-base's shape, as
            MoritzLaurer/deberta-v3-base-zeroshot-v2.0; bert = BERT-base's): speed does not
            depend on the weights' values. Built once into the tests' cache folder.
+  gliclass GLiClass (multi-label) vs the gliclass library's ZeroShotClassificationPipeline (its default
+           batch of 8), the same labels; a random model at gliclass-base's size (DeBERTa-v3-base
+           backbone), built once with gliclass' own classes (tests/gliclass_models.py)
   mpnet    all-mpnet-base-v2 (real weights) vs sentence-transformers (bench_families.py)
   static   potion-base-8M (real weights) vs model2vec's StaticModel.encode (bench_families.py)
 
@@ -42,7 +45,7 @@ import bench_families  # noqa: E402
 import real_checkpoints  # noqa: E402
 from common import Timer, load_texts, median, read_jsonl  # noqa: E402
 
-TASKS = ("nli", "mpnet", "static")
+TASKS = ("nli", "gliclass", "mpnet", "static")
 TEMPLATE = "This example is {}."
 
 
@@ -106,53 +109,95 @@ def nli_model_dir(arch: str) -> Path:
     return root
 
 
-def bench_nli(args) -> list[dict]:
-    """SIE float32 and bfloat16 (a card with dtype bfloat16) against the pipeline in float32."""
+def compare_extract(title: str, card, texts: list[str], labels: list[str], reference, rounds: int,
+                    **fields) -> list[dict]:
+    """SIE's `extract` in float32 and in bfloat16 (the card with dtype bfloat16) against `reference`
+    (texts -> per text {label: score}) on the same texts and labels: one row per SIE precision."""
     from dataclasses import replace
 
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
-
     from sie_engine import Catalog, Engine
-    from sie_engine.local_card import card_from_local_dir
 
-    root = nli_model_dir(args.nli_arch)
-    texts = load_texts(args.nli_docs)
-    labels = frequent_sections(args.labels)
-    card = card_from_local_dir("nli", root)
-    engine = Engine(Catalog([card, replace(card, id="nli-bf16", dtype="bfloat16")]), device="cpu")
-    model = AutoModelForSequenceClassification.from_pretrained(str(root)).eval()
-    reference = pipeline("zero-shot-classification", model=model, tokenizer=AutoTokenizer.from_pretrained(str(root)),
-                         device="cpu")
+    engine = Engine(Catalog([card, replace(card, id=card.id + "-bf16", dtype="bfloat16")]), device="cpu")
     tokens = 0
 
     def sie(model_id):
         def call():
             nonlocal tokens
-            result = engine.extract_sync(model_id, texts, labels, hypothesis_template=TEMPLATE)
+            result = engine.extract_sync(model_id, texts, labels, **fields)
             tokens = result.tokens
             return [{c.label: c.score for c in item.classifications} for item in result.items]
         return call
 
-    def ref():
-        out = reference(texts, candidate_labels=labels, hypothesis_template=TEMPLATE, batch_size=args.nli_batch)
-        return [dict(zip(o["labels"], o["scores"])) for o in out]
-
-    systems = {"sie": sie("nli"), "sie-bf16": sie("nli-bf16"), "ref": ref}
+    systems = {"float32": sie(card.id), "bfloat16": sie(card.id + "-bf16"), "ref": lambda: reference(texts)}
     try:
         for call in systems.values():  # warm-up: loads, first-call allocations
             call()
-        seconds, answers = alternate(systems, args.rounds)
+        seconds, answers = alternate(systems, rounds)
     finally:
         engine.close()
-    name = {"deberta": "DeBERTa-v3-base", "bert": "BERT-base"}[args.nli_arch]
     rows = []
-    for system, precision in (("sie", "float32"), ("sie-bf16", "bfloat16")):
-        diff = max(abs(g[label] - w[label]) for g, w in zip(answers[system], answers["ref"]) for label in labels)
-        rows.append({"name": f"NLI zero-shot, {name} shape (random), {len(labels)} labels: SIE {precision} vs "
-                             f"transformers pipeline float32 (batch {args.nli_batch})",
-                     "items": len(texts), "tokens": tokens, "sie_s": seconds[system], "ref_s": seconds["ref"],
-                     "agreement": f"max score diff {diff:.1e}"})
+    for precision in ("float32", "bfloat16"):
+        diff = max(abs(g[label] - w[label]) for g, w in zip(answers[precision], answers["ref"]) for label in labels)
+        rows.append({"name": title.format(precision=precision), "items": len(texts), "tokens": tokens,
+                     "sie_s": seconds[precision], "ref_s": seconds["ref"], "agreement": f"max score diff {diff:.1e}"})
     return rows
+
+
+def bench_nli(args) -> list[dict]:
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    from sie_engine.local_card import card_from_local_dir
+
+    root = nli_model_dir(args.nli_arch)
+    labels = frequent_sections(args.labels)
+    model = AutoModelForSequenceClassification.from_pretrained(str(root)).eval()
+    pipe = pipeline("zero-shot-classification", model=model, tokenizer=AutoTokenizer.from_pretrained(str(root)),
+                    device="cpu")
+
+    def reference(texts):
+        out = pipe(texts, candidate_labels=labels, hypothesis_template=TEMPLATE, batch_size=args.nli_batch)
+        return [dict(zip(o["labels"], o["scores"])) for o in out]
+
+    name = {"deberta": "DeBERTa-v3-base", "bert": "BERT-base"}[args.nli_arch]
+    title = (f"NLI zero-shot, {name} shape (random), {len(labels)} labels: SIE {{precision}} vs transformers "
+             f"pipeline float32 (batch {args.nli_batch})")
+    return compare_extract(title, card_from_local_dir("nli", root), load_texts(args.nli_docs), labels, reference,
+                           args.rounds, hypothesis_template=TEMPLATE)
+
+
+# ----------------------------------------------------------------------------- GLiClass
+
+def gliclass_model_dir() -> Path:
+    """A GLiClass model at gliclass-base's size (DeBERTa-v3-base backbone, random weights), built once with
+    the gliclass library's own classes (tests/gliclass_models.py) into the tests' cache folder."""
+    import gliclass_models
+
+    root = real_checkpoints.cache_root() / "bench-gliclass-deberta-base-random"
+    if (root / "model.safetensors").is_file() or (root / "pytorch_model.bin").is_file():
+        return root
+    tiny = gliclass_models.DEBERTA
+    gliclass_models.DEBERTA = dict(tiny, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                   intermediate_size=3072, position_buckets=256)
+    try:
+        work = gliclass_models.make_gliclass(root.with_name(root.name + f".tmp{os.getpid()}"), backbone="deberta")
+    finally:
+        gliclass_models.DEBERTA = tiny
+    os.replace(work, root)
+    return root
+
+
+def bench_gliclass(args) -> list[dict]:
+    from gliclass_models import gliclass_pipeline, reference_scores
+    from sie_engine.local_card import card_from_local_dir
+
+    root = gliclass_model_dir()
+    labels = frequent_sections(args.labels)
+    pipe = gliclass_pipeline(root)
+    title = (f"GLiClass, DeBERTa-v3-base backbone (random), {len(labels)} labels, multi-label: SIE {{precision}} vs "
+             f"gliclass ZeroShotClassificationPipeline float32 (batch 8)")
+    return compare_extract(title, card_from_local_dir("gliclass", root), load_texts(args.gliclass_docs), labels,
+                           lambda texts: reference_scores(pipe, texts, labels, True, batch_size=8), args.rounds,
+                           multi_label=True)
 
 
 # ----------------------------------------------------------------------------- embedders
@@ -172,6 +217,7 @@ def main() -> None:
     parser.add_argument("--labels", type=int, default=8, help="candidate labels: the most frequent sections")
     parser.add_argument("--nli-arch", choices=("deberta", "bert"), default="deberta")
     parser.add_argument("--nli-batch", type=int, default=8, help="the pipeline's batch_size")
+    parser.add_argument("--gliclass-docs", type=int, default=32)
     parser.add_argument("--mpnet-docs", type=int, default=200)
     parser.add_argument("--static-docs", type=int, default=6000)
     args = parser.parse_args()
@@ -184,6 +230,8 @@ def main() -> None:
     for task in tasks:
         if task == "nli":
             rows.extend(bench_nli(args))
+        elif task == "gliclass":
+            rows.extend(bench_gliclass(args))
         elif task == "mpnet":
             rows.append(family_row(bench_families.bench_mpnet(args.mpnet_docs, args.rounds)))
         elif task == "static":
