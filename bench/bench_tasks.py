@@ -15,6 +15,9 @@ Tasks (`--task`, comma-separated):
   gliclass GLiClass (multi-label) vs the gliclass library's ZeroShotClassificationPipeline (its default
            batch of 8), the same labels; a random model at gliclass-base's size (DeBERTa-v3-base
            backbone), built once with gliclass' own classes (tests/gliclass_models.py)
+  glirel   GLiREL relations between given entities vs glirel's batch_predict_relations: a random model
+           at glirel-large's head settings over a DeBERTa-v3-base-sized backbone, five one-word
+           entities per dev document, four relation labels, every score (threshold 0)
   mpnet    all-mpnet-base-v2 (real weights) vs sentence-transformers (bench_families.py)
   static   potion-base-8M (real weights) vs model2vec's StaticModel.encode (bench_families.py)
 
@@ -45,7 +48,7 @@ import bench_families  # noqa: E402
 import real_checkpoints  # noqa: E402
 from common import Timer, load_texts, median, read_jsonl  # noqa: E402
 
-TASKS = ("nli", "gliclass", "mpnet", "static")
+TASKS = ("nli", "gliclass", "glirel", "mpnet", "static")
 TEMPLATE = "This example is {}."
 
 
@@ -200,6 +203,89 @@ def bench_gliclass(args) -> list[dict]:
                            multi_label=True)
 
 
+# ----------------------------------------------------------------------------- GLiREL
+
+RELATIONS = ["depends on", "provides", "written in", "part of"]
+
+
+def glirel_model_dir() -> Path:
+    """A GLiREL at glirel-large's settings over a DeBERTa-v3-base-sized random backbone, built once with
+    the glirel library (tests/test_glirel.py's builder) into the tests' cache folder."""
+    from transformers import DebertaV2Model
+
+    from test_glirel import build_glirel
+    from tiny_models import save_tiny
+
+    root = real_checkpoints.cache_root() / "bench-glirel-deberta-base-random"
+    if (root / "pytorch_model.bin").is_file() or (root / "model.safetensors").is_file():
+        return root
+    backbone = real_checkpoints.cache_root() / "bench-glirel-deberta-base-backbone"
+    if not (backbone / "model.safetensors").is_file():
+        config = nli_config("deberta")
+        torch.manual_seed(0)
+        save_tiny(DebertaV2Model(config).eval(), backbone)
+    work = root.with_name(root.name + f".tmp{os.getpid()}")
+    build_glirel(work, backbone, 0, hidden_size=768, subtoken_pooling="first", label_embed_strategy="both")
+    os.replace(work, root)
+    return root
+
+
+def entity_words(text: str, count: int = 5, within: int = 60) -> list[tuple[int, int]]:
+    """`count` one-word entities (word index, word index) spread over the text's first `within` words: the
+    same spans go to both systems (which words they are does not change the work)."""
+    from sie_engine.heads.gliner_prompt import split_words
+
+    words = min(len(split_words(text).texts), within)
+    step = max(words // count, 1)
+    return [(i, i) for i in range(0, words, step)][:count]
+
+
+def bench_glirel(args) -> list[dict]:
+    from glirel import GLiREL
+
+    from sie_engine import Catalog, Engine
+    from sie_engine.heads.gliner_prompt import split_words
+    from sie_engine.local_card import card_from_local_dir
+
+    root = glirel_model_dir()
+    texts = [t for t in load_texts(args.glirel_docs * 2) if len(split_words(t).texts) >= 10][:args.glirel_docs]
+    spans = [entity_words(t) for t in texts]
+    words = [split_words(t) for t in texts]
+    items = [{"text": t, "entities": [{"start": w.starts[a], "end": w.ends[b], "label": "thing"} for a, b in sp]}
+             for t, w, sp in zip(texts, words, spans)]
+    ner = [[[a, b, "thing", " ".join(w.texts[a:b + 1])] for a, b in sp] for w, sp in zip(words, spans)]
+    # glirel 1.2.1 asks for the two arguments huggingface_hub no longer passes
+    reference = GLiREL._from_pretrained(model_id=str(root), revision=None, cache_dir=None, force_download=False,
+                                        proxies=None, resume_download=False, local_files_only=True,
+                                        token=None).eval()
+    engine = Engine(Catalog([card_from_local_dir("glirel", root)]), device="cpu")
+    tokens = 0
+
+    def sie():
+        nonlocal tokens
+        result = engine.extract_sync("glirel", items, RELATIONS, threshold=0.0)
+        tokens = result.tokens
+        return [{(r.head.start, r.tail.start, r.relation): r.score for r in item.relations} for item in result.items]
+
+    def ref():
+        out = reference.batch_predict_relations(texts, RELATIONS, threshold=0.0, ner=ner)
+        return [{(w.starts[r["head_pos"][0]], w.starts[r["tail_pos"][0]], r["label"]): r["score"] for r in doc}
+                for w, doc in zip(words, out)]
+
+    try:
+        sie(), ref()  # warm-up
+        seconds, answers = alternate({"sie": sie, "ref": ref}, args.rounds)
+    finally:
+        engine.close()
+    same = all(a.keys() == b.keys() for a, b in zip(answers["sie"], answers["ref"]))
+    diff = max(abs(a[k] - b[k]) for a, b in zip(answers["sie"], answers["ref"]) for k in a.keys() & b.keys())
+    title = (f"GLiREL, DeBERTa-v3-base backbone (random), {len(spans[0])} entities, {len(RELATIONS)} relations: "
+             "SIE float32 vs glirel batch_predict_relations")
+    return [{"name": title,
+             "items": len(texts), "tokens": tokens, "sie_s": seconds["sie"], "ref_s": seconds["ref"],
+             "agreement": f"{'same' if same else 'DIFFERENT'} triples, max score diff {diff:.1e}"}]
+
+
 # ----------------------------------------------------------------------------- embedders
 
 def family_row(row: dict) -> dict:
@@ -218,6 +304,7 @@ def main() -> None:
     parser.add_argument("--nli-arch", choices=("deberta", "bert"), default="deberta")
     parser.add_argument("--nli-batch", type=int, default=8, help="the pipeline's batch_size")
     parser.add_argument("--gliclass-docs", type=int, default=32)
+    parser.add_argument("--glirel-docs", type=int, default=16)
     parser.add_argument("--mpnet-docs", type=int, default=200)
     parser.add_argument("--static-docs", type=int, default=6000)
     args = parser.parse_args()
@@ -232,6 +319,8 @@ def main() -> None:
             rows.extend(bench_nli(args))
         elif task == "gliclass":
             rows.extend(bench_gliclass(args))
+        elif task == "glirel":
+            rows.extend(bench_glirel(args))
         elif task == "mpnet":
             rows.append(family_row(bench_families.bench_mpnet(args.mpnet_docs, args.rounds)))
         elif task == "static":
