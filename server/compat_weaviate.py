@@ -19,7 +19,17 @@ weaviate/reranker-transformers app.py and crossencoder.py):
 - `GET /meta` -> `{"model": {...}}` (the containers send their model's config.json; SIE sends
   what its card knows), `GET /.well-known/ready` and `/.well-known/live` -> 204.
 
-multi2vec-clip (`/vectorize`, images) is not served: SIE has no image models yet.
+- `POST /vectorize` (multi2vec-clip; modules/multi2vec-clip/clients/vectorizer.go and the
+  weaviate/multi2vec-clip-inference container's app.py and clip.py): `{texts: [...], images:
+  [base64, ...]}` (Go's omitempty leaves an empty list out) -> `{textVectors, imageVectors}`, one
+  vector per text (text tower) and per image (vision tower) in the order sent; neither sent ->
+  two empty lists, as the container answers. One `encode` call with text and image items, so
+  the image limits (413, 400) apply. Vectors are L2-normalised for CLIP (the container's
+  ClipInferenceOpenAI and OpenCLIP normalise) and raw features for SigLIP (its
+  ClipInferenceSigCLIP answers get_text_features / get_image_features as they are). Weaviate's
+  client sends no config (no dimensions, no task type); the module's `/meta` and readiness are
+  the routes below.
+
 Errors are the containers' `{"error": "..."}` (what the module prints) with SIE's statuses.
 Weaviate's module clients send no Authorization header: serve these to Weaviate from an SIE
 without API keys (on a private network).
@@ -27,8 +37,10 @@ without API keys (on a private network).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import numpy as np
 from aiohttp import web
 
 from sie_engine import validation
@@ -36,12 +48,16 @@ from sie_engine.errors import InvalidRequest, SIEError
 
 from . import codec, compat
 from .handlers import body_of
+from .redact import public_text
 from .state import ENGINE, LIFECYCLE
 
 TASK_TYPES = {"query": True, "passage": False}
 VECTOR_FIELDS = ("text", "dims", "vector", "error", "config")  # Weaviate's vecRequest, sent whole
 CONFIG_FIELDS = ("pooling_strategy", "task_type", "dimensions")
 RERANK_FIELDS = ("query", "documents", "property")  # Weaviate's RankInput
+CLIP_FIELDS = ("texts", "images")  # multi2vec-clip's vecRequest
+RAW_FEATURE_FAMILIES = {"siglip"}  # the container answers SigLIP's features unnormalised, CLIP's normalised
+ITEM = re.compile(r"items\[(\d+)\](\.text|\.image)?")
 
 
 def weaviate_error(error: SIEError, status: int) -> tuple[int, dict]:
@@ -103,6 +119,56 @@ async def rerank(request: web.Request) -> web.Response:
     return await compat.answer(request, {"query": query, "scores": scores, "property": None, "score": None})
 
 
+def _strings(body: dict, name: str, kind: str) -> list[str]:
+    value = body.get(name)
+    if value is None:  # Go's omitempty leaves an empty list out
+        return []
+    if not isinstance(value, list):
+        raise InvalidRequest(f"{name} must be a list of {kind}", field=name)
+    for i, entry in enumerate(value):
+        if not isinstance(entry, str):
+            raise InvalidRequest(f"{name}[{i}] must be a {kind[:-1]}, got {type(entry).__name__}",
+                                 field=f"{name}[{i}]")
+    return value
+
+
+def _clip_names(exc: InvalidRequest, texts: int) -> InvalidRequest:
+    """encode's `items[k].text` / `items[k].image` -> `texts[k]` / `images[k - texts]` (texts come first)."""
+    field = exc.field or ""
+    match = ITEM.match(field)
+    if match:
+        index = int(match.group(1))
+        theirs = f"texts[{index}]" if index < texts else f"images[{index - texts}]"
+        message = re.sub(rf"items\[{index}\](\.text|\.image)?", theirs, exc.message)
+        return type(exc)(message, field=theirs + field[match.end():])
+    if field == "items":  # the item count
+        return type(exc)(exc.message.replace("items", "texts and images", 1), field="texts")
+    return exc
+
+
+@weaviate
+async def vectorize(request: web.Request) -> web.Response:
+    model, alias = compat.split_mode(request.match_info["model"])
+    body = await body_of(request)
+    codec.check_fields(body, CLIP_FIELDS)
+    texts = _strings(body, "texts", "strings")
+    images = _strings(body, "images", "base64 strings")
+    request.app[ENGINE].model_info(model)  # 404 for a model not served here, even with nothing to vectorise
+    compat.label(request, model)
+    if not texts and not images:  # the container answers two empty lists
+        return await compat.answer(request, {"textVectors": [], "imageVectors": []})
+    items = [{"text": t} for t in texts] + [{"image": i} for i in images]  # base64 decoded off the loop
+    try:
+        result = await compat.encode(request, model, items, output_types=["dense"], is_query=alias, normalize=False)
+    except InvalidRequest as exc:
+        raise _clip_names(exc, len(texts)) from None
+    vectors = np.stack([item.dense for item in result.items]).astype(np.float32, copy=False)
+    if request.app[ENGINE].model_info(model).family not in RAW_FEATURE_FAMILIES:  # resident now: its family is known
+        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    return await compat.answer(request, {"textVectors": vectors[:len(texts)], "imageVectors": vectors[len(texts):]},
+                               vectors.nbytes)
+
+
 @weaviate
 async def meta(request: web.Request) -> web.Response:
     model, _ = compat.split_mode(request.match_info["model"])
@@ -113,7 +179,8 @@ async def meta(request: web.Request) -> web.Response:
         "_name_or_path": model, "model_type": info.family, "outputs": list(info.outputs), "tasks": list(info.tasks),
         "dims": dict(info.dims), "matryoshka_dims": list(info.matryoshka_dims),
         "max_position_embeddings": info.max_seq_len, "pooling": card.pooling, "state": info.state,
-        "description": info.description, "server": "sie",
+        "modalities": list(info.modalities), "image_size": info.image_size,
+        "description": public_text(info.description), "server": "sie",  # no path of this machine
     }})
 
 
@@ -138,6 +205,7 @@ ROUTES = (  # (method, path under /weaviate/{model}, handler, route name)
     ("POST", "/vectors", vectors, "weaviate_vectors"),
     ("POST", "/vectors/", vectors, "weaviate_vectors_slash"),
     ("POST", "/rerank", rerank, "weaviate_rerank"),
+    ("POST", "/vectorize", vectorize, "weaviate_vectorize"),
     ("GET", "/meta", meta, "weaviate_meta"),
     ("GET", "/.well-known/ready", ready, "weaviate_ready"),
     ("GET", "/.well-known/live", live, "weaviate_live"),

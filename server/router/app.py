@@ -115,7 +115,7 @@ async def embeddings_handler(request: web.Request) -> web.StreamResponse:
 _PER_MODEL_ROUTES = {
     "tei": ("/embed", "/embed_sparse", "/embed_all", "/rerank", "/predict", "/similarity", "/tokenize", "/info",
             "/health"),
-    "weaviate": ("/vectors", "/vectors/", "/rerank", "/meta", "/.well-known/ready", "/.well-known/live"),
+    "weaviate": ("/vectors", "/vectors/", "/rerank", "/vectorize", "/meta", "/.well-known/ready", "/.well-known/live"),
 }
 # ... and those that name the model in the body (Cohere/Jina rerank, Infinity), like /v1/embeddings
 _BODY_MODEL_ROUTES = ("/v1/rerank", "/v2/rerank", "/embeddings", "/rerank")
