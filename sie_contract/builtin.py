@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .schemas import answer, obj, ref
+from .schemas import TEXT, answer, obj, ref
 from .tasks import Field, Task
 
 OUTPUT_TYPES = ("dense", "sparse", "multivector")
@@ -45,7 +45,7 @@ SCORE = Task(
     name="score",
     summary="Rerank items against a query, best first",
     fields=(
-        Field("query", {"oneOf": [{"type": "string"}, obj({"text": {"type": "string"}}, ["text"])]}, required=True),
+        Field("query", {"oneOf": [TEXT, obj({"text": TEXT}, ["text"])]}, required=True),
         Field("items", ref("EncodeItems"), required=True,
               description="texts: strings or {id?, text} objects; page images as {id?, image} (ColPali only)"),
         Field("top_k", {"type": "integer", "minimum": 1}, description="keep the k best"),
@@ -65,8 +65,8 @@ ENTITY_SPAN = obj({"start": {"type": "integer", "minimum": 0}, "end": {"type": "
                    "label": {"type": "string"}, "text": {"type": "string"}, "score": {"type": "number"}},
                   ["start", "end", "label"])
 EXTRACT_ITEMS = Field("items", {"type": "array", "minItems": 1, "items": {"oneOf": [
-    {"type": "string"},
-    obj({"id": {"type": "string"}, "text": {"type": "string"}, "entities": {"type": "array", "items": ENTITY_SPAN}},
+    TEXT,
+    obj({"id": {"type": "string"}, "text": TEXT, "entities": {"type": "array", "items": ENTITY_SPAN}},
         ["text"])]}}, required=True,
     description="texts: strings or {id?, text} objects; for a relation model, {id?, text, entities}")
 

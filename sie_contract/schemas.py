@@ -24,12 +24,15 @@ TENSOR = {
                    "data": {"type": "string", "format": "binary"}, "scale": {"type": "number"}})],
 }
 
+# A text to run a model on: the server refuses empty and blank ones (400), so the schema does.
+TEXT = {"type": "string", "minLength": 1, "pattern": "\\S"}
+
 COMPONENTS = {
-    "Item": {"oneOf": [{"type": "string"}, obj({"id": {"type": "string"}, "text": {"type": "string"}}, ["text"])]},
+    "Item": {"oneOf": [TEXT, obj({"id": {"type": "string"}, "text": TEXT}, ["text"])]},
     "Items": {"type": "array", "items": ref("Item"), "minItems": 1},
     # encode's items may be images (two-tower image-text models: CLIP, SigLIP)
     "EncodeItem": {"oneOf": [
-        {"type": "string"}, obj({"id": {"type": "string"}, "text": {"type": "string"}}, ["text"]),
+        TEXT, obj({"id": {"type": "string"}, "text": TEXT}, ["text"]),
         obj({"id": {"type": "string"}, "image": {
             "type": "string", "format": "byte",
             "description": "the image file's bytes (PNG, JPEG, WebP, GIF, BMP): base64 or a data: URI in JSON, "

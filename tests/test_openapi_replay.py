@@ -276,13 +276,23 @@ def test_embeddings_user_must_be_a_string(server, user):
     assert call(server, "POST", "/v1/embeddings", {"model": "enc", "input": "hi", "user": "u-1"}).status_code == 200
 
 
-def test_request_schemas_refuse_what_the_server_refuses(server, document):
-    schema = document["paths"]["/v1/embeddings"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    for body in ({"model": "enc", "input": "hi", "user": 5}, {"model": "enc", "input": []},
-                 {"model": "enc", "input": "hi", "extra": 1}):
-        with pytest.raises(jsonschema.ValidationError):
-            validate(document, schema, body)
-        assert call(server, "POST", "/v1/embeddings", body).status_code == 400, body
+REFUSED = [  # (path, body): bodies the server answers 400
+    ("/v1/embeddings", {"model": "enc", "input": "hi", "user": 5}), ("/v1/embeddings", {"model": "enc", "input": []}),
+    ("/v1/embeddings", {"model": "enc", "input": "hi", "extra": 1}),
+    ("/v1/encode/{model}", {"items": [""]}), ("/v1/encode/{model}", {"items": [{"text": " \n"}]}),
+    ("/v1/encode/{model}", {"items": []}), ("/v1/score/{model}", {"query": "", "items": ["a"]}),
+    ("/v1/score/{model}", {"query": {"text": "  "}, "items": ["a"]}),
+    ("/v1/extract/{model}", {"items": ["\t"], "labels": ["person"]}),
+]
+
+
+@pytest.mark.parametrize("path, body", REFUSED)
+def test_request_schemas_refuse_what_the_server_refuses(server, document, path, body):
+    schema = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    with pytest.raises(jsonschema.ValidationError):
+        validate(document, schema, body)
+    model = MODEL_FOR["embeddings" if path == "/v1/embeddings" else task_of(path)]
+    assert call(server, "POST", path.replace("{model}", model), body).status_code == 400, body
 
 
 def test_answers_name_no_local_paths(server, roots):
