@@ -131,3 +131,11 @@ def test_unknown_model_meta_and_readiness(http):
     assert "/tmp/" not in meta.text and "…/clip" in info["description"]  # answers name no local paths
     assert http.get("/weaviate/clip/.well-known/ready").status_code == 204
     assert http.get("/weaviate/clip/.well-known/live").status_code == 204
+
+
+def test_the_router_forwards_every_weaviate_route():
+    """The router strips a known route from `/weaviate/<model>/<route>` to find the model."""
+    from sie_server import compat_weaviate
+    from sie_server.router.app import _PER_MODEL_ROUTES
+
+    assert {path for _, path, _, _ in compat_weaviate.ROUTES} == set(_PER_MODEL_ROUTES["weaviate"])
