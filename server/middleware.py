@@ -132,6 +132,8 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
             route == "embeddings")
     finally:
         slow_clients.request_finished(request)
+        if route in request.app[WORK_ROUTES]:
+            request.app[ENGINE].pre_admission_done()  # let in by _admit and undecided: not any more
         if counted:
             lifecycle.leave(request)
             metrics.inflight.dec()

@@ -27,7 +27,7 @@ from sie_contract import registry as task_registry
 from sie_contract.builtin import PRECISIONS
 from sie_contract.tasks import FieldError, Task
 
-from .admission import Reservation, upper_bound_tokens
+from .admission import PendingCall, Reservation, upper_bound_tokens
 from .card import Catalog, ModelCard
 from .checkpoints import CheckpointLayout, resolve as resolve_checkpoint
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
@@ -51,6 +51,9 @@ WEIGHTS_RECHECK_S = 10.0
 # The admission of the task call running in this context: the requests it makes settle it
 # as their items are queued (a task implementation never sees it).
 _ADMISSION: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar("sie_admission", default=None)
+# A call a server let in before reading its body (refuse_if_overloaded), until admission decides.
+# Set in the server's task; a call to the engine's loop runs in a copy of that context.
+_PRE_ADMITTED: contextvars.ContextVar[PendingCall | None] = contextvars.ContextVar("sie_pre_admitted", default=None)
 
 
 UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6, "MIB": 2**20,
@@ -315,7 +318,12 @@ class Engine:
         The decision comes before any tokenising: a refusal is immediate (admission.py)."""
         card = self.card(model, request.get("precision"))
         prompt = max(len(card.query_template), len(card.document_template)) + len(card.query_instruction or "")
-        reservation = self.scheduler.admit(card.id, upper_bound_tokens(request, card.max_seq_len, prompt))
+        pre_admitted = _PRE_ADMITTED.get()
+        try:
+            reservation = self.scheduler.admit(card.id, upper_bound_tokens(request, card.max_seq_len, prompt))
+        finally:
+            if pre_admitted is not None:  # decided: its reservation (or refusal) stands for it now
+                pre_admitted.release()
         token = _ADMISSION.set(reservation)
         try:
             return await implementation(self, model, request, timeout)
@@ -402,10 +410,19 @@ class Engine:
         await self._on_engine_loop(self.scheduler.drain)
 
     def refuse_if_overloaded(self) -> None:
-        """Raise Overloaded (429) if the queue already holds more work than `max_queue_wait_s`.
-        Cheap and safe from any thread: a server calls it before reading a request's body;
-        every call is checked again, in full, when it runs."""
-        self.scheduler.refuse_if_over()
+        """Raise Overloaded (429) if the queue already holds more work than `max_queue_wait_s`
+        (with the calls let in here that admission has not decided yet). Cheap and safe from any
+        thread: a server calls it before reading a request's body, in the task that then calls
+        the engine, and `pre_admission_done()` in that task when the request ends. Every call is
+        checked again, in full, when it runs."""
+        _PRE_ADMITTED.set(self.scheduler.pre_admit())
+
+    def pre_admission_done(self) -> None:
+        """The request let in by `refuse_if_overloaded` in this task has ended (it may never have
+        reached admission: a bad body, a client gone)."""
+        call = _PRE_ADMITTED.get()
+        if call is not None:
+            call.release()
 
     async def abort(self, message: str, retry_after: float = 5.0) -> int:
         """Refuse new work and answer every accepted request still unanswered with Draining

@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .admission import Reservation, Throughput, WaitAdmission
+from .admission import PendingCall, Reservation, Throughput, WaitAdmission
 from .errors import DeadlineExceeded, Draining, InferenceFailed, ModelLoadFailed, Overloaded, PayloadTooLarge, SIEError
 from .parallelism import BatchParallelism, on_threads
 from .pool import ModelPool
@@ -132,7 +132,7 @@ class Scheduler:
         # tokens/s per model and the wait bound (admission.py)
         self.admission = WaitAdmission(max_queue_wait_s, Throughput(pool.device.type, pool.param_count),
                                        on_change=self._report)
-        # the expected wait as of the last change (a float: read on any thread, see refuse_if_over)
+        # the expected wait as of the last change (a float: read on any thread, see pre_admit)
         self.wait_s = 0.0
 
     # ---- lifecycle ---------------------------------------------------------
@@ -209,13 +209,15 @@ class Scheduler:
         """Seconds before a request arriving now would start (admission.py)."""
         return self.admission.wait(self.queued_tokens())
 
-    def refuse_if_over(self) -> None:
-        """Raise Overloaded if the queue already holds more work than the wait bound, from the
-        last computed wait: safe on any thread (a server refuses before reading a body). The
-        full decision, with the request's own reservation, is `admit` on the engine's loop."""
-        wait = self.wait_s
+    def pre_admit(self) -> PendingCall:
+        """Raise Overloaded if the queue already holds more work than the wait bound: the last
+        computed wait plus the calls let in here and not decided yet (admission.py). Safe on any
+        thread (a server calls it before reading a body); release the call once `admit` has
+        decided. The full decision, with the request's own size, is `admit`, on the engine's loop."""
+        wait = self.wait_s + self.admission.pending.count * self.admission.request_s
         if wait > self.admission.max_wait_s:
             raise self.admission.refusal(wait)
+        return self.admission.pending.enter()
 
     def _report(self, model_id: str) -> None:
         """Tell the metrics a model's queue (items, tokens) and its wait changed."""
