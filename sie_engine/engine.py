@@ -16,6 +16,7 @@ import contextvars
 import dataclasses
 import inspect
 import logging
+import math
 import os
 import threading
 import time
@@ -167,7 +168,10 @@ class Engine:
         host_cache: int | str | None = None,
         max_queued_tokens: int = 1 << 20,
         max_total_queued_tokens: int = 1 << 22,
-        max_queue_wait_s: float = 30.0,
+        # No wait bound in-process (embedded mode, a program's own Engine): its calls are the
+        # only traffic and have no other replica to go to, so they wait their turn instead of
+        # being refused. A server passes its --max-queue-wait (30 s by default).
+        max_queue_wait_s: float = math.inf,
         limits: v.Limits = v.Limits(),
         tokenizer_threads: int = 2,
         cpu_batches: int | None = None,
