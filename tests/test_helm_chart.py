@@ -116,6 +116,7 @@ def test_keda_owns_replicas_and_scales_each_pool_on_sie_metrics(rendered):
         assert f'pool="{pool}"' in queries["pending-requests"]
         assert "sie_router_pending_requests" in queries["pending-requests"]
         assert "sie_queued_tokens" in queries["queued-tokens"]
+        assert "sie_queue_wait_seconds" in queries["queue-wait"]
         assert 'phase="queue"' in queries["queue-time"]
         assert all(t["type"] == "prometheus" for t in so["triggers"])
         assert so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["policies"]
