@@ -65,6 +65,12 @@ SCHEMAS = {
         "query": {"type": "string"}, "property": {"type": ["string", "null"]}, "score": {"type": ["number", "null"]},
         "scores": {"type": ["array", "null"],
                    "items": obj({"document": {"type": "string"}, "score": {"type": "number"}})}}, ["query"]),
+    # multi2vec-clip: Weaviate's client leaves an empty list out of the JSON
+    "WeaviateVectorizeRequest": obj({"texts": STRINGS, "images": {"type": "array", "items": {
+        "type": "string", "description": "base64 image bytes"}}}),
+    "WeaviateVectorizeResponse": obj({"textVectors": {"type": "array", "items": NUMBERS},
+                                      "imageVectors": {"type": "array", "items": NUMBERS}},
+                                     ["textVectors", "imageVectors"]),
     "InfinityEmbeddingsRequest": obj({
         "model": {"type": "string"}, "input": TEXTS, "encoding_format": {"enum": ["float", "base64"]},
         "dimensions": {"type": "integer", "minimum": 0}, "user": {"type": "string"}, "modality": {"const": "text"}},
@@ -152,6 +158,9 @@ PATHS = {
     "/weaviate/{model}/rerank": {"post": _op("weaviate", "Weaviate reranker-transformers: scores in document order",
                                              ref("WeaviateRerankResponse"), "WeaviateError", "WeaviateRerankRequest",
                                              model=True)},
+    "/weaviate/{model}/vectorize": {"post": _op("weaviate", "Weaviate multi2vec-clip: text and image vectors",
+                                                ref("WeaviateVectorizeResponse"), "WeaviateError",
+                                                "WeaviateVectorizeRequest", model=True)},
     "/weaviate/{model}/meta": {"get": _op("weaviate", "Weaviate module meta", {"type": "object"}, "WeaviateError",
                                           model=True, errors=LOOKUP)},
     "/weaviate/{model}/.well-known/ready": {"get": _op("weaviate", "204 when ready", None, "WeaviateError",

@@ -10,6 +10,7 @@ and the documented MethodNotAllowed body. The compatibility APIs (operations tag
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import shutil
@@ -21,6 +22,7 @@ import httpx
 import jsonschema
 import pytest
 
+from image_fixtures import make_tiny_clip, sample_images
 from reliability_models import tiny_model_set
 from server_fixtures import start_server
 from tiny_models import save_tiny, tiny_bert_config
@@ -47,6 +49,12 @@ def roots(tmp_path_factory):
         shutil.copytree(roots[name], broken[f"broken-{name}"])
         for weights in [*broken[f"broken-{name}"].glob("*.safetensors"), *broken[f"broken-{name}"].glob("*.bin")]:
             weights.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": not json}")
+    # an image-text model for Weaviate's multi2vec-clip route, and its damaged copy
+    roots["clip"] = make_tiny_clip(tmp_path_factory.mktemp("replay-clip") / "clip")
+    broken["broken-clip"] = tmp_path_factory.mktemp("replay-broken") / "clip"
+    shutil.copytree(roots["clip"], broken["broken-clip"])
+    for weights in broken["broken-clip"].glob("*.safetensors"):
+        weights.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": not json}")
     empty = tmp_path_factory.mktemp("replay-empty") / "empty"
     shutil.copytree(roots["enc"], empty)
     (empty / "model.safetensors").unlink()
@@ -342,6 +350,8 @@ COMPAT_VALID = {
     ("/v2/rerank", "post"): ("ce", {"model": "ce", "query": "capital of France", "documents": ["Paris", "x"]}),
     ("/weaviate/{model}/vectors", "post"): ("enc", {"text": "hello world"}),
     ("/weaviate/{model}/rerank", "post"): ("ce", {"query": "capital of France", "documents": ["Paris", "x"]}),
+    ("/weaviate/{model}/vectorize", "post"): ("clip", {"texts": ["a red shoe"], "images": [
+        base64.b64encode(sample_images()["png_rgb"]).decode()]}),
     ("/weaviate/{model}/meta", "get"): ("enc", None),
     ("/weaviate/{model}/.well-known/ready", "get"): ("enc", None),
     ("/weaviate/{model}/.well-known/live", "get"): ("enc", None),
