@@ -18,6 +18,8 @@ Tasks (`--task`, comma-separated):
   glirel   GLiREL relations between given entities vs glirel's batch_predict_relations: a random model
            at glirel-large's head settings over a DeBERTa-v3-base-sized backbone, five one-word
            entities per dev document, four relation labels, every score (threshold 0)
+  clip     CLIP image embeddings (JPEG bytes in) vs transformers' CLIPModel.get_image_features after its
+           image processor, a random model at ViT-B/32's size (tokens = image patches + class token)
   mpnet    all-mpnet-base-v2 (real weights) vs sentence-transformers (bench_families.py)
   static   potion-base-8M (real weights) vs model2vec's StaticModel.encode (bench_families.py)
 
@@ -48,7 +50,7 @@ import bench_families  # noqa: E402
 import real_checkpoints  # noqa: E402
 from common import Timer, load_texts, median, read_jsonl  # noqa: E402
 
-TASKS = ("nli", "gliclass", "glirel", "mpnet", "static")
+TASKS = ("nli", "gliclass", "glirel", "clip", "mpnet", "static")
 TEMPLATE = "This example is {}."
 
 
@@ -286,6 +288,80 @@ def bench_glirel(args) -> list[dict]:
              "agreement": f"{'same' if same else 'DIFFERENT'} triples, max score diff {diff:.1e}"}]
 
 
+# ----------------------------------------------------------------------------- CLIP
+
+def clip_model_dir() -> Path:
+    """A random CLIP at ViT-B/32's size (vision: 12 layers, hidden 768, 224 px in 32 px patches; text:
+    12 layers, hidden 512; projection 512) with its processor, built once into the tests' cache folder.
+    The tokenizer is the tests' small byte-level BPE (tests/image_fixtures.py): only images are timed."""
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
+
+    from image_fixtures import tiny_clip_tokenizer
+
+    root = real_checkpoints.cache_root() / "bench-clip-vit-b32-random"
+    if (root / "model.safetensors").is_file():
+        return root
+    tokenizer = tiny_clip_tokenizer()
+    text = dict(vocab_size=len(tokenizer), hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
+                num_attention_heads=8, max_position_embeddings=77, bos_token_id=tokenizer.bos_token_id,
+                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    vision = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                  image_size=224, patch_size=32)
+    torch.manual_seed(0)
+    model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=512)).eval()
+    work = root.with_name(root.name + f".tmp{os.getpid()}")
+    model.save_pretrained(work)
+    CLIPProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 224},
+                                                     crop_size={"height": 224, "width": 224}),
+                  tokenizer=tokenizer).save_pretrained(work)
+    os.replace(work, root)
+    return root
+
+
+def bench_clip(args) -> list[dict]:
+    import io
+
+    import numpy as np
+    from PIL import Image
+    from transformers import CLIPImageProcessorPil, CLIPModel
+
+    from common import min_cosine
+    from image_fixtures import _picture, encode_image
+    from sie_engine import Catalog, Engine
+    from sie_engine.local_card import card_from_local_dir
+
+    root = clip_model_dir()
+    images = [encode_image(_picture(320 + 8 * (i % 5), 240 + 8 * (i % 3), i), "JPEG") for i in range(args.clip_images)]
+    engine = Engine(Catalog([card_from_local_dir("clip", root)]), device="cpu")
+    model = CLIPModel.from_pretrained(str(root)).eval()
+    # transformers' PIL image processor: its default one needs torchvision, which does not load beside this torch
+    processor = CLIPImageProcessorPil.from_pretrained(str(root))
+
+    def sie():
+        result = engine.encode_sync("clip", [{"image": b} for b in images], normalize=False)
+        return np.stack([item.dense for item in result.items])
+
+    def ref():  # what a transformers user writes: decode, the processor, get_image_features in batches of 32
+        out = []
+        for start in range(0, len(images), 32):
+            pictures = [Image.open(io.BytesIO(b)).convert("RGB") for b in images[start:start + 32]]
+            with torch.no_grad():
+                features = model.get_image_features(**processor(images=pictures, return_tensors="pt"))
+            out.append(getattr(features, "pooler_output", features).numpy())
+        return np.concatenate(out)
+
+    try:
+        sie(), ref()  # warm-up
+        seconds, answers = alternate({"sie": sie, "ref": ref}, args.rounds)
+    finally:
+        engine.close()
+    patches = len(images) * ((224 // 32) ** 2 + 1)
+    return [{"name": "CLIP image embeddings, ViT-B/32 size (random), JPEG bytes in: SIE float32 vs transformers "
+                     "CLIPModel.get_image_features (its PIL image processor, batch 32)",
+             "items": len(images), "tokens": patches, "sie_s": seconds["sie"], "ref_s": seconds["ref"],
+             "agreement": f"min cosine {min_cosine(answers['sie'], answers['ref']):.7f}"}]
+
+
 # ----------------------------------------------------------------------------- embedders
 
 def family_row(row: dict) -> dict:
@@ -305,6 +381,7 @@ def main() -> None:
     parser.add_argument("--nli-batch", type=int, default=8, help="the pipeline's batch_size")
     parser.add_argument("--gliclass-docs", type=int, default=32)
     parser.add_argument("--glirel-docs", type=int, default=16)
+    parser.add_argument("--clip-images", type=int, default=64)
     parser.add_argument("--mpnet-docs", type=int, default=200)
     parser.add_argument("--static-docs", type=int, default=6000)
     args = parser.parse_args()
@@ -321,6 +398,8 @@ def main() -> None:
             rows.extend(bench_gliclass(args))
         elif task == "glirel":
             rows.extend(bench_glirel(args))
+        elif task == "clip":
+            rows.extend(bench_clip(args))
         elif task == "mpnet":
             rows.append(family_row(bench_families.bench_mpnet(args.mpnet_docs, args.rounds)))
         elif task == "static":
