@@ -337,9 +337,11 @@ def bench_clip(args) -> list[dict]:
     # transformers' PIL image processor: its default one needs torchvision, which does not load beside this torch
     processor = CLIPImageProcessorPil.from_pretrained(str(root))
 
-    def sie():
-        result = engine.encode_sync("clip", [{"image": b} for b in images], normalize=False)
-        return np.stack([item.dense for item in result.items])
+    def sie(precision):
+        def call():
+            result = engine.encode_sync("clip", [{"image": b} for b in images], normalize=False, precision=precision)
+            return np.stack([item.dense for item in result.items])
+        return call
 
     def ref():  # what a transformers user writes: decode, the processor, get_image_features in batches of 32
         out = []
@@ -350,16 +352,19 @@ def bench_clip(args) -> list[dict]:
             out.append(getattr(features, "pooler_output", features).numpy())
         return np.concatenate(out)
 
+    systems = {"float32": sie("float32"), "bfloat16": sie("bfloat16"), "ref": ref}
     try:
-        sie(), ref()  # warm-up
-        seconds, answers = alternate({"sie": sie, "ref": ref}, args.rounds)
+        for call in systems.values():  # warm-up
+            call()
+        seconds, answers = alternate(systems, args.rounds)
     finally:
         engine.close()
     patches = len(images) * ((224 // 32) ** 2 + 1)
-    return [{"name": "CLIP image embeddings, ViT-B/32 size (random), JPEG bytes in: SIE float32 vs transformers "
-                     "CLIPModel.get_image_features (its PIL image processor, batch 32)",
-             "items": len(images), "tokens": patches, "sie_s": seconds["sie"], "ref_s": seconds["ref"],
-             "agreement": f"min cosine {min_cosine(answers['sie'], answers['ref']):.7f}"}]
+    return [{"name": f"CLIP image embeddings, ViT-B/32 size (random), JPEG bytes in: SIE {precision} vs transformers "
+                     "CLIPModel.get_image_features float32 (its PIL image processor, batch 32)",
+             "items": len(images), "tokens": patches, "sie_s": seconds[precision], "ref_s": seconds["ref"],
+             "agreement": f"min cosine {min_cosine(answers[precision], answers['ref']):.7f}"}
+            for precision in ("float32", "bfloat16")]
 
 
 # ----------------------------------------------------------------------------- embedders
