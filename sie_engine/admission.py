@@ -33,12 +33,16 @@ from typing import Any, Callable, Mapping
 
 from .errors import Overloaded
 
-# Effective FLOP/s assumed before a model's first batch is measured: well under what these
-# devices reach (the 2-core CPU box ran MiniLM at ~190 GFLOP/s, 2026-11-29), so an
-# unmeasured model is admitted cautiously rather than flooded.
-PRIOR_FLOPS = {"cpu": 50e9, "cuda": 20e12}
-# Parameters assumed for a model whose weights have not been looked at yet.
-UNKNOWN_PARAMS = 350e6
+# Effective FLOP/s assumed before a model's first batch is measured: about what these devices
+# reach at their best (the 2-core CPU box: ~190 GFLOP/s float32, ~430 bfloat16, 2026-11-29).
+# A refusal should rest on a measured rate: before one, admission errs towards admitting, and
+# the model's first full batch (a second or two of work) replaces the prior. A cautious prior
+# (50 GFLOP/s with 350M parameters for an unlooked-at model) refused bursts of a few short
+# texts to an idle server: 8 requests of 2 texts "held 34 s of work" before MiniLM had loaded.
+PRIOR_FLOPS = {"cpu": 400e9, "cuda": 400e12}
+# Parameters assumed for a model whose weights have not been looked at yet: BERT-base's, the
+# size of most models served here (the prior uses the real count once the weights are read).
+UNKNOWN_PARAMS = 110e6
 # Weight of the newest batch in the moving average.
 EWMA_WEIGHT = 0.2
 # Tokens a sequence may gain beyond its text: special tokens, markers.

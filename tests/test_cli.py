@@ -5,6 +5,7 @@ what it runs on when it starts and quits at a second Ctrl-C during the drain.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,8 +19,16 @@ from sie_server.launch import server_command, start_server
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # A request head whose body never comes: its handler waits in flight until the client goes.
-HALF_REQUEST = (f"POST /v1/encode/{MODEL} HTTP/1.1\r\nHost: sie\r\nContent-Type: application/json\r\n"
-                "Content-Length: 100\r\n\r\n{\"items\"").encode()
+
+
+def long_request() -> bytes:
+    """A whole request that takes many seconds: its model loads first, then 2,000 documents.
+    (A half-sent body would not do: a request whose body has not arrived holds no drain.)"""
+    from dev_corpus import load_docs
+
+    body = json.dumps({"items": [d["text"] for d in load_docs(2000)]}).encode()
+    return (f"POST /v1/encode/{MODEL} HTTP/1.1\r\nHost: sie\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
 def sie_server(*args: str, stdout=subprocess.PIPE, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -84,8 +93,8 @@ def test_startup_summary(server):
 def test_a_second_ctrl_c_during_the_drain_quits_at_once(server):
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port))) as client:
-        client.sendall(HALF_REQUEST)  # in flight: the drain would wait for it (120 s by default)
-        time.sleep(0.3)
+        client.sendall(long_request())  # in flight: the drain would wait for it
+        time.sleep(0.5)
         server.signal(signal.SIGINT)
         assert "Ctrl-C again" in server.log_containing("Ctrl-C again")
         started = time.monotonic()
