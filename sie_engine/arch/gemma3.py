@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import AttentionBackend, AttentionMetadata
-from .qwen import QwenMLP
+from .qwen import FUSED_KV_AND_GATE_UP, QwenMLP
 from .rotary import RotaryEmbedding, apply_rotary
 from .weights import WeightSpec
 
@@ -184,15 +184,7 @@ class Gemma3TextModel(nn.Module):
     """Packed Gemma 3 text model: `forward(input_ids [T], positions [T], attn, token_type_ids=None) ->
     hidden [T, H]` (after the final norm)."""
 
-    weight_spec = WeightSpec(
-        anchor="embed_tokens.weight",
-        stacked=(
-            ("self_attn.k_proj", "self_attn.kv_proj", 0),
-            ("self_attn.v_proj", "self_attn.kv_proj", 1),
-            ("mlp.gate_proj", "mlp.gate_up_proj", 0),
-            ("mlp.up_proj", "mlp.gate_up_proj", 1),
-        ),
-    )
+    weight_spec = WeightSpec(anchor="embed_tokens.weight", stacked=FUSED_KV_AND_GATE_UP)
 
     def __init__(self, config: Gemma3TextConfig, backend: AttentionBackend):
         super().__init__()

@@ -38,7 +38,7 @@ from ..images import ImageTextInputs
 from ..tokenizer import Tokenized
 from .clip import Encoder, PatchEmbeddings, SelfAttention, TowerConfig
 from .gemma3 import Gemma3RMSNorm
-from .qwen import QwenConfig, QwenDecoderLayer
+from .qwen import FUSED_KV_AND_GATE_UP, QwenConfig, QwenDecoderLayer
 from .rotary import RotaryEmbedding
 from .weights import WeightSpec
 
@@ -177,8 +177,7 @@ class PaliGemmaModel(nn.Module):
         # checkpoints converted under transformers 4 nest the towers one level deeper
         renames=(("language_model.model.", "language_model."), ("vision_tower.vision_model.", "vision_tower.")),
         # both towers keep q_proj apart and fuse k_proj and v_proj (equal shards in both)
-        stacked=(("self_attn.k_proj", "self_attn.kv_proj", 0), ("self_attn.v_proj", "self_attn.kv_proj", 1),
-                 ("mlp.gate_proj", "mlp.gate_up_proj", 0), ("mlp.up_proj", "mlp.gate_up_proj", 1)),
+        stacked=FUSED_KV_AND_GATE_UP,
         ignore=("language_model.lm_head", "vision_tower.embeddings.position_ids",
                 "vision_tower.vision_model.embeddings.position_ids"),
     )

@@ -157,19 +157,20 @@ class QwenDecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+# LLaMA-style checkpoints keep k/v and gate/up apart; SIE's blocks fuse each pair into one matmul.
+FUSED_KV_AND_GATE_UP = (
+    ("self_attn.k_proj", "self_attn.kv_proj", 0),
+    ("self_attn.v_proj", "self_attn.kv_proj", 1),
+    ("mlp.gate_proj", "mlp.gate_up_proj", 0),
+    ("mlp.up_proj", "mlp.gate_up_proj", 1),
+)
+
+
 class QwenModel(nn.Module):
     """Packed Qwen2/Qwen3/Mistral: `forward(input_ids [T], positions [T], attn, token_type_ids=None) -> hidden [T, H]`
     (after the final norm; last-token pooling picks each sequence's last row)."""
 
-    weight_spec = WeightSpec(
-        anchor="embed_tokens.weight",
-        stacked=(
-            ("self_attn.k_proj", "self_attn.kv_proj", 0),
-            ("self_attn.v_proj", "self_attn.kv_proj", 1),
-            ("mlp.gate_proj", "mlp.gate_up_proj", 0),
-            ("mlp.up_proj", "mlp.gate_up_proj", 1),
-        ),
-    )
+    weight_spec = WeightSpec(anchor="embed_tokens.weight", stacked=FUSED_KV_AND_GATE_UP)
 
     def __init__(self, config: QwenConfig, backend: AttentionBackend):
         super().__init__()
