@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from .arch import family_for
 from .card import Catalog, ModelCard
 from .checkpoints import CheckpointLayout, resolve as resolve_checkpoint
 from .host_cache import HostCache
@@ -285,8 +286,13 @@ class ModelPool:
         layout = resolve_checkpoint(card)
         dtype = resolve_dtype(card.dtype, self.device)
         element_size = torch.empty((), dtype=dtype).element_size()
+        family = family_for(layout.config, card.family)
+        batch_tokens = batch_budget(card, family, self.device, dtype)
+        # a family whose batches hold no transformer activations says what they hold
+        reserve = getattr(family.model_class, "activation_bytes", None)
         return LoadPlan(layout, loaded_nbytes(layout.weight_files, element_size),
-                        activation_reserve(batch_budget(card, self.device, dtype), layout.config, dtype))
+                        reserve(batch_tokens, family.config_from_hf(layout.config), dtype) if reserve is not None
+                        else activation_reserve(batch_tokens, layout.config, dtype))
 
     async def _make_room(self, model_id: str, need: int) -> None:
         if need > self.budget_bytes:

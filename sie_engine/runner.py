@@ -56,11 +56,13 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 CPU_FLOAT32_BATCH_TOKENS = 2048
 
 
-def batch_budget(card: ModelCard, device: torch.device, dtype: torch.dtype) -> int:
+def batch_budget(card: ModelCard, family: Family, device: torch.device, dtype: torch.dtype) -> int:
     """Real tokens per batch: the card's budget, capped for float32 on CPU (never below
-    one full-length sequence)."""
-    if device.type == "cpu" and dtype == torch.float32:
-        return max(min(card.max_batch_tokens, CPU_FLOAT32_BATCH_TOKENS), card.max_seq_len)
+    one full-length sequence) unless the family's model says otherwise (`cpu_float32_batch_tokens`,
+    None: no cap, e.g. a static embedder, which keeps no activations)."""
+    cap = getattr(family.model_class, "cpu_float32_batch_tokens", CPU_FLOAT32_BATCH_TOKENS)
+    if device.type == "cpu" and dtype == torch.float32 and cap is not None:
+        return max(min(card.max_batch_tokens, cap), card.max_seq_len)
     return card.max_batch_tokens
 
 
@@ -162,8 +164,11 @@ class ModelRunner:
             key_lens=[it.key_len or it.num_tokens for it in items] if limited else None,
         )
         self._local.padded_tokens = batch.attn.padded_tokens  # for the scheduler's metrics
-        hidden = self.backbone(batch.input_ids, batch.positions, batch.attn, batch.token_type_ids)
         wanted = set().union(*(it.outputs for it in items))
+        # a head may read the batch itself (a static embedder's fused table mean): no hidden states then
+        reads_hidden = any(getattr(self.heads[name], "reads_hidden", True) for name in wanted)
+        hidden = self.backbone(batch.input_ids, batch.positions, batch.attn, batch.token_type_ids) if reads_hidden \
+            else None
         per_head = {name: self.heads[name](hidden, batch, items) for name in wanted}
         return [{name: per_head[name][i] for name in it.outputs} for i, it in enumerate(items)]
 
@@ -260,7 +265,7 @@ def build_runner(card: ModelCard, layout: CheckpointLayout | Path, device: torch
     return ModelRunner(
         card=card, layout=layout, family=family, config=typed_config, model=LoadedModel(backbone, heads),
         tokenizer=tokenizer, device=device, dtype=dtype, backend=backend,
-        batch_tokens=batch_budget(card, device, dtype),
+        batch_tokens=batch_budget(card, family, device, dtype),
     )
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 
-@dataclass(eq=False)
+# slots: a large request queues thousands of items, and the scheduler reads each one's
+# `num_tokens` several times (queue, batch, throughput)
+@dataclass(eq=False, slots=True)
 class WorkItem:
     """One sequence of a request, as the scheduler queues it.
 
@@ -27,7 +29,8 @@ class WorkItem:
     # runs for it (patches, plus a class token), which the batcher counts as its tokens
     pixels: np.ndarray | None = None
     image_tokens: int = 0
+    # tokens the batcher counts: the text's, or the positions the vision tower runs for an image
+    num_tokens: int = field(init=False)
 
-    @property
-    def num_tokens(self) -> int:
-        return self.image_tokens if self.pixels is not None else len(self.ids)
+    def __post_init__(self) -> None:
+        self.num_tokens = self.image_tokens if self.pixels is not None else len(self.ids)

@@ -188,6 +188,28 @@ def test_batch_invariance_and_no_attention_plan(tiny_dirs):
         np.testing.assert_allclose(sie_pooled(runner, [seq])[0], together[i], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_fused_table_mean_equals_rows_then_mean_pooling(kind, tiny_dirs):
+    """float32 runs the dense head fused with the table lookup (`mean_of_rows`, no `[T, dim]`
+    rows); it equals the backbone's rows through the shared mean pooling, which bfloat16 keeps."""
+    from sie_engine.heads.dense import DenseHead, TableMeanHead
+    from sie_engine.heads.pooling import mean_pool
+
+    root = tiny_dirs[kind]
+    runner = build_runner(tiny_card(root), root, torch.device("cpu"))
+    assert isinstance(runner.heads["dense"], TableMeanHead)
+    ids = runner.tokenizer.encode(ALL_TEXTS).ids
+    batch = pack(ids, runner.backend, runner.device)
+    rows = runner.backbone(batch.input_ids, batch.positions, batch.attn)
+    expected = mean_pool(rows, batch.cu_seqlens, batch.seq_index()).numpy()
+    np.testing.assert_allclose(sie_pooled(runner, ids), expected, atol=1e-6, rtol=0)
+    # no transformer activations: the card's whole batch budget on CPU
+    assert runner.batch_tokens == tiny_card(root).max_batch_tokens
+    low = build_runner(tiny_card(root, dtype="bfloat16"), root, torch.device("cpu"))
+    assert isinstance(low.heads["dense"], DenseHead)
+    np.testing.assert_allclose(sie_pooled(low, ids), expected, atol=2e-2, rtol=0)
+
+
 def test_local_directory_card_reads_model2vec_config(tiny_dirs, tmp_path):
     card = card_from_local_dir("mine", tiny_dirs["weighted"])
     assert (card.family, card.pooling, card.normalize, card.max_seq_len, card.outputs) == (

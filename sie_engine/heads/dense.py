@@ -34,10 +34,29 @@ class DenseHead(nn.Module):
         return pooled.float().cpu().numpy()
 
 
+class TableMeanHead(nn.Module):
+    """A static embedder's mean pooling, fused with its table lookup (`mean_of_rows`): reads the
+    batch's token ids, not hidden states, so the runner skips the backbone's `[T, dim]` rows."""
+
+    reads_hidden = False
+
+    def __init__(self, mean_of_rows, dim: int):
+        super().__init__()
+        self._mean_of_rows = mean_of_rows  # the backbone's bound method (the weights are the backbone's)
+        self.dim = dim
+
+    def forward(self, hidden: torch.Tensor | None, batch: PackedBatch, items: Sequence = ()) -> np.ndarray:
+        return self._mean_of_rows(batch.input_ids, batch.cu_seqlens).cpu().numpy()
+
+
 def build_dense(ctx: HeadContext) -> dict[str, nn.Module]:
     if hasattr(ctx.backbone, "image_features"):  # a two-tower image-text model pools and projects per tower
         from .towers import build_tower_dense
 
         return build_tower_dense(ctx)
     projection = pooled_dense_stack(ctx.root, ctx.device, ctx.dtype)
+    fused = getattr(ctx.backbone, "mean_of_rows", None)
+    # float32 only: mean_pool accumulates lower precisions in float32, embedding_bag would not
+    if fused is not None and ctx.card.pooling == "mean" and projection is None and ctx.dtype == torch.float32:
+        return {"dense": TableMeanHead(fused, ctx.config.hidden_size).eval()}
     return {"dense": DenseHead(ctx.card.pooling, projection, ctx.config.hidden_size, ctx.dtype).eval()}

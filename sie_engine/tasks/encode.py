@@ -160,18 +160,17 @@ def apply_template(texts: list[str], template: str, instruction: str | None) -> 
 def assemble(ids: list[str], raw: list[dict], outputs: Sequence[str], dims: int | None,
              normalize: bool, output_dtype: str) -> list[EncodedItem]:
     """Per-item head outputs -> EncodedItems with the request's output options."""
-    items = [EncodedItem(id=item_id) for item_id in ids]
+    none = [None] * len(ids)
+    dense = sparse = multivector = none
     if "dense" in outputs:
-        dense = np.stack([r["dense"] for r in raw])
-        if dims is not None and dims > dense.shape[1]:  # a card without `dims` is checked here, on the real width
-            raise InvalidRequest(f"dims must be between 1 and {dense.shape[1]} for this model", field="dims")
-        dense = truncate_and_normalize(dense, dims, normalize)
-        for item, vector in zip(items, dense):
-            item.dense = convert_dtype(vector, output_dtype)
+        vectors = np.stack([r["dense"] for r in raw])
+        if dims is not None and dims > vectors.shape[1]:  # a card without `dims` is checked here, on the real width
+            raise InvalidRequest(f"dims must be between 1 and {vectors.shape[1]} for this model", field="dims")
+        vectors = truncate_and_normalize(vectors, dims, normalize)
+        dense = list(vectors) if output_dtype == "float32" else [convert_dtype(v, output_dtype) for v in vectors]
     if "sparse" in outputs:
-        for item, r in zip(items, raw):
-            item.sparse = r["sparse"]
+        sparse = [r["sparse"] for r in raw]
     if "multivector" in outputs:
-        for item, r in zip(items, raw):
-            item.multivector = convert_dtype(r["multivector"], output_dtype)
-    return items
+        multivector = [convert_dtype(r["multivector"], output_dtype) for r in raw]
+    # one constructor call per item: a large request has thousands
+    return [EncodedItem(*fields) for fields in zip(ids, dense, sparse, multivector)]
