@@ -1,6 +1,7 @@
 """Values that cross the wire besides plain numbers and arrays: int8 vectors with
-their scale, and sparse vectors. The engine produces them, the server writes them
-(as tensor objects in msgpack), the client reads them back into the same types."""
+their scale, sparse vectors, and what extraction finds (entities, classes, relations).
+The engine produces them, the server writes them (vectors as tensor objects in msgpack),
+the client reads them back into the same types."""
 
 from __future__ import annotations
 
@@ -35,3 +36,28 @@ class SparseVector:
 
     def to_dict(self) -> dict[int, float]:
         return {int(i): float(v) for i, v in zip(self.indices, self.values)}
+
+
+@dataclass
+class Entity:
+    text: str
+    label: str
+    score: float | None  # None: an entity the request gave a relation model, not one found
+    start: int  # character offsets into the item's text, end exclusive
+    end: int
+
+
+@dataclass
+class Classification:
+    label: str
+    score: float
+
+
+@dataclass
+class Relation:
+    """A relation model's triple: `head` stands in `relation` to `tail` (entities of the same item)."""
+
+    head: Entity
+    relation: str
+    tail: Entity
+    score: float

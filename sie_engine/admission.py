@@ -49,14 +49,28 @@ EWMA_WEIGHT = 0.2
 SPECIAL_TOKENS = 8
 
 
-def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int = 0) -> int:
+# The smallest patch of the vision towers served (ViT-L/14, SigLIP so400m/14, PaliGemma's).
+SMALLEST_PATCH = 14
+
+
+def image_positions_bound(image_size: int) -> int:
+    """Positions a vision tower runs for one image of the card's size, at most (before its
+    preprocessor has loaded and says the real count): its patches, plus a class token or the
+    few tokens of a prompt (PaliGemma's)."""
+    return math.ceil(image_size / SMALLEST_PATCH) ** 2 + SPECIAL_TOKENS
+
+
+def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int = 0,
+                       image_tokens: int | None = None) -> int:
     """Tokens a request will queue, at most, from its text lengths alone (before tokenising).
 
     A token covers at least one byte of UTF-8 (byte-level vocabularies one byte at worst), so
     each item is bounded by its bytes plus the request's shared texts (query, instruction,
     labels: they enter every sequence), the card's prompt (`prompt_bytes`: its template and
     instruction) and special tokens, and by the model's window, which
-    truncates every sequence. An item that is not text (an image) counts a whole window.
+    truncates every sequence. An image item counts `image_tokens` (the positions its vision tower
+    runs: ColPali's 448-px page is ~1,030, far beyond its 512-token text window), any other
+    item that is not text a whole window.
     GLiNER cuts a text longer than the window into several windows; the real count replaces
     this bound as soon as the text is tokenised."""
     items = fields.get("items")
@@ -67,7 +81,12 @@ def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int
     total = 0
     for item in items:
         text = item.get("text") if isinstance(item, dict) else item
-        total += min(_text_bytes(text) + shared, window) if isinstance(text, str) else window
+        if isinstance(text, str):
+            total += min(_text_bytes(text) + shared, window)
+        elif image_tokens is not None and isinstance(item, dict) and item.get("image") is not None:
+            total += image_tokens
+        else:
+            total += window
     return total
 
 

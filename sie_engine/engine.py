@@ -28,7 +28,7 @@ from sie_contract import registry as task_registry
 from sie_contract.builtin import PRECISIONS
 from sie_contract.tasks import FieldError, Task
 
-from .admission import PendingCall, Reservation, upper_bound_tokens
+from .admission import PendingCall, Reservation, image_positions_bound, upper_bound_tokens
 from .card import Catalog, ModelCard
 from .checkpoints import CheckpointLayout, resolve as resolve_checkpoint
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
@@ -324,7 +324,8 @@ class Engine:
         prompt = max(len(card.query_template), len(card.document_template)) + len(card.query_instruction or "")
         pre_admitted = _PRE_ADMITTED.get()
         try:
-            reservation = self.scheduler.admit(card.id, upper_bound_tokens(request, card.max_seq_len, prompt))
+            reservation = self.scheduler.admit(
+                card.id, upper_bound_tokens(request, card.max_seq_len, prompt, self._image_tokens(card)))
         finally:
             if pre_admitted is not None:  # decided: its reservation (or refusal) stands for it now
                 pre_admitted.release()
@@ -334,6 +335,15 @@ class Engine:
         finally:
             _ADMISSION.reset(token)
             reservation.release()
+
+    def _image_tokens(self, card: ModelCard) -> int | None:
+        """Positions an image item of this model runs (admission's count): its preprocessor's,
+        once loaded, else a bound from the card's image size; None for a text-only model."""
+        inputs = self._tokenizers.loaded(card.id)
+        known = getattr(inputs, "image_tokens", None)
+        if known is not None:
+            return int(known)
+        return image_positions_bound(card.image_size) if card.image_size else None
 
     def run_sync(self, task: str, model: str, *args: Any, **fields: Any) -> Any:
         return self._sync(self.run, task, model, *args, **fields)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sie_contract.values import SparseVector
+from sie_contract.values import Classification, Entity, Relation, SparseVector
 
 
 @dataclass
@@ -48,31 +48,6 @@ class ScoreResult:
     scores: list[ScoredItem]  # best first
     tokens: int
     timings: Timings = field(default_factory=Timings)
-
-
-@dataclass
-class Entity:
-    text: str
-    label: str
-    score: float | None  # None: an entity the request gave (relation models), not one found
-    start: int
-    end: int
-
-
-@dataclass
-class Classification:
-    label: str
-    score: float
-
-
-@dataclass
-class Relation:
-    """A relation model's triple: `head` stands in `relation` to `tail` (entities of the same item)."""
-
-    head: Entity
-    relation: str
-    tail: Entity
-    score: float
 
 
 @dataclass

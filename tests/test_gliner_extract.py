@@ -428,3 +428,13 @@ def test_stepwise_lstm_equals_the_packed_lstm():
     keep = torch.from_numpy(np.arange(max(lengths))[None, :] < np.asarray(lengths)[:, None])
     with torch.inference_mode():
         torch.testing.assert_close(stepwise(words, lengths, keep), packed(words, lengths, keep), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("key", ["labels_encoder", "relations_layer", "post_fusion_schema"])
+def test_a_gliner_variant_sie_does_not_compute_is_refused_naming_its_setting(key):
+    """A checkpoint that switches on what SIE's head does not compute (a label encoder, a relation
+    layer, fusion layers) is refused at load, naming the setting, not served with wrong scores."""
+    from sie_engine.heads.gliner_checkpoint import GlinerConfig
+
+    with pytest.raises(ValueError, match=rf"gliner_config.json: {key}=.* is not supported by SIE"):
+        GlinerConfig.from_dict({"max_width": 12, key: "something"})

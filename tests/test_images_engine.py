@@ -108,6 +108,18 @@ def test_built_in_image_card_on_a_tiny_stand_in_equals_transformers(engine, tiny
                                                                                           "clip" else 32,)
 
 
+def test_admission_counts_an_image_as_its_positions(engine):
+    """Admission bounds a request before decoding it: an image item is the positions its vision
+    tower runs (the loaded preprocessor's count), or a bound from the card's image size before."""
+    from sie_engine.admission import image_positions_bound
+
+    engine.encode_sync("clip", [{"image": sample_images()["png_rgb"]}])
+    assert engine._image_tokens(engine.card("clip")) == 17  # 16 patches and the class token
+    never_loaded = dataclasses.replace(engine.card("clip"), id="never-loaded", image_size=336)
+    assert engine._image_tokens(never_loaded) == image_positions_bound(336) >= (336 // 14) ** 2 + 1
+    assert engine._image_tokens(dataclasses.replace(never_loaded, image_size=None)) is None  # text only
+
+
 def test_vectors_are_normalised_by_default(engine):
     result = engine.encode_sync("clip", [{"image": sample_images()["png_rgb"]}, "the cat"])
     np.testing.assert_allclose(np.linalg.norm(vectors(result), axis=1), 1.0, rtol=1e-5)

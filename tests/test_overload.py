@@ -17,7 +17,7 @@ import pytest
 
 from dev_corpus import load_docs
 from server_fixtures import DEFAULT_MODEL, metric_value, server_fixture
-from sie_engine.admission import upper_bound_tokens
+from sie_engine.admission import image_positions_bound, upper_bound_tokens
 from sie_engine.tokenizer import TextTokenizer
 from tiny_models import MINILM_DIR
 
@@ -48,6 +48,14 @@ def test_upper_bound_is_above_the_real_token_count():
     assert upper_bound_tokens({"items": [{"text": t} for t in long]}, 256) == 32 * 256
     # the query of a score request enters every pair
     assert upper_bound_tokens({"query": "q" * 50, "items": ["d" * 10]}, 256) > 60
+    # an image counts the positions its vision tower runs, not the text window
+    images = {"items": [{"image": "aGk="}, {"image": "aGk="}, {"text": "a"}]}
+    assert upper_bound_tokens(images, 77, image_tokens=257) == 2 * 257 + 1 + 8
+    assert upper_bound_tokens(images, 77) == 3 * 77 - 77 + 1 + 8  # no image count known: a window each
+    # before a model's preprocessor loads, the card's image size bounds them: ColPali's 448-px
+    # page (1,024 patches and its prompt: ~1,030), ViT-L/14 at 224 (257), SigLIP so400m/14 at 384 (729)
+    assert image_positions_bound(448) >= 1030 and image_positions_bound(224) >= 257
+    assert image_positions_bound(384) >= 729
 
 
 def test_throughput_prior_then_measured_and_reservations_settle(tmp_path):

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from sie_contract.values import Quantized, SparseVector
+from sie_contract.values import Classification, Entity, Quantized, Relation, SparseVector
 
 
 @dataclass
@@ -46,31 +46,6 @@ class ScoreResult:
     model: str
     scores: list[ScoredItem]  # best first
     tokens: int = 0
-
-
-@dataclass
-class Entity:
-    text: str
-    label: str
-    score: float | None  # None: an entity the request gave a relation model, not one found
-    start: int  # character offsets into the item's text, end exclusive
-    end: int
-
-
-@dataclass
-class Classification:
-    label: str
-    score: float
-
-
-@dataclass
-class Relation:
-    """A relation model's triple: `head` stands in `relation` to `tail` (entities of the same item)."""
-
-    head: Entity
-    relation: str
-    tail: Entity
-    score: float
 
 
 @dataclass

@@ -54,6 +54,14 @@ def read_config_json(root: Path) -> dict | None:
         return None
 
 
+def refuse_settings(config: Mapping[str, Any], unsupported: Mapping[str, str], file: str) -> None:
+    """Raise ValueError naming the first setting of `unsupported` (key -> what it turns on) that
+    the checkpoint's `file` switches on: SIE would load it and silently compute something else."""
+    for key, what in unsupported.items():
+        if config.get(key):
+            raise ValueError(f"{file}: {key}={config[key]!r} ({what}) is not supported by SIE")
+
+
 def plain_layout(root: Path) -> CheckpointLayout | None:
     """A Hugging Face directory (sentence-transformers' layout is one with modules.json)."""
     config_path = root / "config.json"

@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..checkpoints.layout import CheckpointLayout, read_config_json as read_config
+from ..checkpoints.layout import CheckpointLayout, read_config_json as read_config, refuse_settings
 
 MODEL_TYPE = "GLiClass"
 # The prefix of the backbone's tensors inside a GLiClass checkpoint; the head's sit under its root, "model.".
@@ -67,9 +67,7 @@ class GliclassConfig:
             "use_calibrator": "a post-hoc calibrator",
             "multimodal": "multi-modal inputs",
         }
-        for key, what in unsupported.items():
-            if config.get(key):
-                raise ValueError(f"config.json: {key}={config[key]!r} ({what}) is not supported by SIE")
+        refuse_settings(config, unsupported, "config.json")
         if config.get("encoder_layer_id", -1) != -1:
             raise ValueError(f"config.json: encoder_layer_id={config['encoder_layer_id']!r} (an inner layer's "
                              "states) is not supported by SIE: it reads the backbone's last layer")

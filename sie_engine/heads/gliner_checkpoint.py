@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..checkpoints.layout import CheckpointLayout
+from ..checkpoints.layout import CheckpointLayout, refuse_settings
 from ..weights import _from_hub, weight_files
 
 # A GLiNER checkpoint's config; such a directory has no config.json.
@@ -76,9 +76,7 @@ class GlinerConfig:
             "fuse_layers": "fused backbone layers",
             "precomputed_prompts_mode": "precomputed prompts",
         }
-        for key, what in unsupported.items():
-            if config.get(key):
-                raise ValueError(f"gliner_config.json: {key}={config[key]!r} ({what}) is not supported by SIE")
+        refuse_settings(config, unsupported, "gliner_config.json")
         model_type = config.get("model_type")
         if model_type not in (None, "gliner", "gliner_uni_encoder_span", "gliner_uni_encoder_token"):
             raise ValueError(f"gliner_config.json: model_type={model_type!r} is not supported "
