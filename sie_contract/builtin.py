@@ -95,6 +95,9 @@ EXTRACT = Task(
                                                                  "minItems": 1},
                                "multi_label": {"type": "boolean"}}, ["task", "labels"]),
               description="GLiNER2 models: one classification task answered beside the entities, in the same pass"),
+        Field("relation_labels", {"type": "array", "items": {"type": "string"}, "minItems": 1},
+              description="GLiNER2 models: relation types whose (head, tail) spans are found beside the entities, "
+                          "in the same pass"),
         Field("entity_model", {"type": "string"},
               description="relation models: a GLiNER model that finds the items' entities first"),
         Field("entity_labels", {"type": "array", "items": {"type": "string"}, "minItems": 1},

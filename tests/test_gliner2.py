@@ -1,7 +1,8 @@
-"""GLiNER2 (span architecture) entities and classification in one pass, against the `gliner2`
-library's `extract` on the same weights: a GLiNER2 built with its own classes on a tiny random
-DeBERTa-v3 backbone, its heads re-drawn so probabilities spread, the count head set to one
-instance (a random one may say none), saved with save_pretrained; SIE serves the directory."""
+"""GLiNER2 (span architecture) entities, relations and classification in one pass, against the
+`gliner2` library's `extract` on the same weights: a GLiNER2 built with its own classes on a tiny
+random DeBERTa-v3 backbone, its heads re-drawn so probabilities spread, the count head set to two
+instances (a random one may say none; entities read the first, relations both), saved with
+save_pretrained; SIE serves the directory."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from test_gliner_deberta import tiny_deberta
 
 LABELS = ["person", "location", "organization"]
 TASK, CLASSES = "topic", ["politics", "sports", "technology"]
+RELATIONS = ["works_for", "born_in"]
 TEXTS = [
     "Barack Obama was born in Hawaii and worked with Google in Mountain View",
     "Ada Lovelace met Charles Babbage in London!",
@@ -39,7 +41,7 @@ def build_reference(dest, backbone, seed: int):
             if not name.startswith("encoder."):
                 scale = 1.0 / math.sqrt(param.shape[1]) if param.dim() >= 2 else 0.1
                 param.copy_(torch.randn(param.shape, generator=generator) * scale)
-        model.count_pred[2].bias[1] += 50.0  # one instance, so entities are decoded
+        model.count_pred[2].bias[2] += 50.0  # two instances: entities are decoded, relations run two GRU steps
         found = reference_answer(model, TEXTS[0], 0.0)["entities"]
         scores = np.clip([e["confidence"] for spans in found.values() for e in spans], 1e-7, 1 - 1e-7)
         alpha = 3.0 / np.log(scores / (1 - scores)).std()  # logits with a spread of about 3
@@ -50,9 +52,22 @@ def build_reference(dest, backbone, seed: int):
     return model
 
 
-def reference_answer(model, text, threshold, multi_label=False):
-    schema = model.create_schema().entities(LABELS).classification(TASK, CLASSES, multi_label=multi_label)
+def reference_answer(model, text, threshold, multi_label=False, relations=False):
+    schema = model.create_schema().entities(LABELS)
+    if relations:
+        schema = schema.relations(RELATIONS)
+    schema = schema.classification(TASK, CLASSES, multi_label=multi_label)
     return model.extract(text, schema, threshold=threshold, include_confidence=True, include_spans=True)
+
+
+def reference_relations(answer, text):
+    """The library's triples as SIE lists them (type by type, instance by instance), with both ends'
+    confidences; an end only in the "." appended to the text drops its triple in SIE."""
+    found = answer.get("relation_extraction", {})
+    return [(name, t["head"]["start"], min(t["head"]["end"], len(text)), t["tail"]["start"],
+             min(t["tail"]["end"], len(text)), t["head"]["confidence"], t["tail"]["confidence"])
+            for name in RELATIONS for t in found.get(name, [])
+            if t["head"]["start"] < len(text) and t["tail"]["start"] < len(text)]
 
 
 def reference_entities(answer, text):
@@ -93,6 +108,35 @@ def test_entities_and_classification_equal_the_library(built, threshold):
     assert total >= 5 and result.tokens > 0
 
 
+@pytest.mark.parametrize("threshold", [0.0, 0.5])
+def test_relations_equal_the_library(built, threshold):
+    """Relation types beside the entities and the classification: per type and predicted instance,
+    the best head and tail spans; the entities and the class are those of the request without them."""
+    _, _, reference, engine = built
+    classify = {"task": TASK, "labels": CLASSES}
+    result = engine.extract_sync("gliner2/tiny", TEXTS, LABELS, threshold=threshold, classify=classify,
+                                 relation_labels=RELATIONS)
+    total = 0
+    for text, item in zip(TEXTS, result.items):
+        answer = reference_answer(reference, text, threshold, relations=True)
+        assert_same(item, answer, text)
+        expected = reference_relations(answer, text)
+        assert [(r.relation, r.head.start, r.head.end, r.tail.start, r.tail.end) for r in item.relations] == \
+            [x[:5] for x in expected]
+        np.testing.assert_allclose([(r.head.score, r.tail.score) for r in item.relations],
+                                   np.reshape([x[5:] for x in expected], (-1, 2)), atol=1e-5)
+        spans = {(e.start, e.end): e.label for e in item.entities}
+        for r in item.relations:
+            assert r.score == min(r.head.score, r.tail.score)
+            assert r.head.text == text[r.head.start:r.head.end].strip()
+            assert r.head.label == spans.get((r.head.start, r.head.end), "head")
+            assert r.tail.label == spans.get((r.tail.start, r.tail.end), "tail")
+        total += len(item.relations)
+    assert total >= (2 * len(RELATIONS) * len(TEXTS) if threshold == 0.0 else 1)
+    plain = engine.extract_sync("gliner2/tiny", TEXTS[:1], LABELS).items[0]
+    assert plain.relations is None  # no relation_labels: no relations field
+
+
 def test_multi_label_and_batch_invariance(built):
     _, _, reference, engine = built
     classify = {"task": TASK, "labels": CLASSES, "multi_label": True}
@@ -114,6 +158,9 @@ def test_multi_label_and_batch_invariance(built):
     (dict(classify={"labels": CLASSES}), "classify.task"),
     (dict(classify={"task": TASK, "labels": CLASSES, "top": 1}), "classify"),
     (dict(flat=False), "flat"),
+    (dict(relation_labels=[]), "relation_labels"),
+    (dict(relation_labels=["works [R] for"]), "relation_labels[0]"),
+    (dict(relation_labels=[f"relation {i} of many" for i in range(40)]), "labels"),  # fills the 128-token window
 ])
 def test_bad_requests(built, fields, where):
     _, _, _, engine = built
@@ -141,6 +188,12 @@ def test_http_and_client(built):
             result = client.extract("g2", TEXTS, LABELS, classify={"task": TASK, "labels": CLASSES})
             for text, item in zip(TEXTS, result.items):
                 assert_same(item, reference_answer(reference, text, 0.5), text)
+            result = client.extract("g2", TEXTS, LABELS, threshold=0.0, relation_labels=RELATIONS,
+                                    classify={"task": TASK, "labels": CLASSES})
+            for text, item in zip(TEXTS, result.items):
+                expected = reference_relations(reference_answer(reference, text, 0.0, relations=True), text)
+                assert [(r.relation, r.head.start, r.tail.end) for r in item.relations] == \
+                    [(x[0], x[1], x[4]) for x in expected] and expected
         bad = httpx.post(f"{server.url}/v1/extract/g2", json={**body, "classify": {"task": TASK}}, timeout=30)
         assert bad.status_code == 400 and "classify.labels" in bad.json()["error"]["message"]
         # embedded: the same client API in-process, the directory served without a card

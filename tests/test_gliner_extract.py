@@ -252,6 +252,8 @@ def test_usage_counts_window_tokens(engine):
     (dict(flat="yes"), "flat"),
     (dict(multi_label="yes"), "multi_label"),
     (dict(top_k=3), "top_k"),
+    (dict(relation_labels=["works_for"]), "relation_labels"),  # GLiNER2 models only
+    (dict(classify={"task": "topic", "labels": ["a"]}), "classify"),
     (dict(items=[""]), "items[0].text"),
     (dict(items=[]), "items"),
 ])

@@ -248,6 +248,10 @@ def test_entities_from_a_gliner_in_the_same_request(built):
     ("gliner/tiny", dict(items=[item(DOCS[1])]), UnsupportedOutput, "no relations output"),
     ("gliner/tiny", dict(items=["Ada met Bob."], classify={"task": "t", "labels": ["a"]}), InvalidRequest,
      "classify applies to GLiNER2"),
+    ("glirel/both-first", dict(items=["Ada met Bob."], classify={"task": "t", "labels": ["a"]}), InvalidRequest,
+     "classify applies to GLiNER2"),  # refused, not dropped
+    ("glirel/both-first", dict(items=["Ada met Bob."], relation_labels=["works_for"]), InvalidRequest,
+     "relation types in labels"),
     ("glirel/both-first", dict(items=[{"text": "a " * 300, "entities": [
         {"start": 2 * i, "end": 2 * i + 1, "label": "x"} for i in range(300)]}]), InvalidRequest, "at most 256"),
 ])

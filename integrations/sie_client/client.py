@@ -217,17 +217,19 @@ class SIEClient(_Base):
                 flat: bool | None = None, multi_label: bool | None = None, hypothesis_template: str | None = None,
                 top_k: int | None = None, entity_model: str | None = None,
                 entity_labels: Sequence[str] | None = None, entity_threshold: float | None = None,
-                classify: Mapping[str, Any] | None = None, batch_size: int | None = None,
-                progress: bool | None = None) -> ExtractResult:
+                classify: Mapping[str, Any] | None = None, relation_labels: Sequence[str] | None = None,
+                batch_size: int | None = None, progress: bool | None = None) -> ExtractResult:
         """Zero-shot entities with the given labels, per item; on a classification model (NLI or GLiClass),
         `classifications` per item, best first; on a relation model (GLiREL), `relations` between the
         entities each item carries (`{text, entities: [{start, end, label}]}`) or that `entity_model`
         (a GLiNER, with `entity_labels`) finds; on a GLiNER2 model, `classify={"task", "labels",
-        "multi_label"?}` adds one classification, answered in `classifications` beside the entities."""
+        "multi_label"?}` adds one classification, answered in `classifications`, and `relation_labels`
+        relation types, answered in `relations`, beside the entities."""
         return self.run("extract", model, items, list(labels), threshold=threshold, flat=flat, multi_label=multi_label,
                         hypothesis_template=hypothesis_template, top_k=top_k, entity_model=entity_model,
                         entity_labels=None if entity_labels is None else list(entity_labels),
                         entity_threshold=entity_threshold, classify=None if classify is None else dict(classify),
+                        relation_labels=None if relation_labels is None else list(relation_labels),
                         batch_size=batch_size, progress=progress)
 
     def models(self) -> list[ModelInfo]:
@@ -325,14 +327,16 @@ class AsyncSIEClient(_Base):
                       hypothesis_template: str | None = None, top_k: int | None = None,
                       entity_model: str | None = None, entity_labels: Sequence[str] | None = None,
                       entity_threshold: float | None = None, classify: Mapping[str, Any] | None = None,
-                      batch_size: int | None = None, progress: bool | None = None) -> ExtractResult:
+                      relation_labels: Sequence[str] | None = None, batch_size: int | None = None,
+                      progress: bool | None = None) -> ExtractResult:
         return await self.run("extract", model, items, list(labels), threshold=threshold, flat=flat,
                               multi_label=multi_label, hypothesis_template=hypothesis_template, top_k=top_k,
                               entity_model=entity_model,
                               entity_labels=None if entity_labels is None else list(entity_labels),
                               entity_threshold=entity_threshold,
-                              classify=None if classify is None else dict(classify), batch_size=batch_size,
-                              progress=progress)
+                              classify=None if classify is None else dict(classify),
+                              relation_labels=None if relation_labels is None else list(relation_labels),
+                              batch_size=batch_size, progress=progress)
 
     async def models(self) -> list[ModelInfo]:
         return [wire.parse_model(m) for m in (await self.request("GET", "/v1/models"))["data"]]

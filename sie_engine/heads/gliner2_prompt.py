@@ -3,7 +3,8 @@ prompt, token ids and the positions the heads read.
 
 The text gets a final "." when it ends without sentence punctuation, and is split into
 lower-cased words (GLiNER2's whitespace splitter). Each task is a schema, written as words:
-`( [P] entities ( [E] person [E] location ) )` and `( [P] <task> ( [L] label ... ) )`; the
+`( [P] entities ( [E] person [E] location ) )`, `( [P] <relation> ( [R] head [R] tail ) )` per
+relation type and `( [P] <task> ( [L] label ... ) )`; the
 schemas, joined by `[SEP_STRUCT]`, then `[SEP_TEXT]`, then the words make one sequence, each
 word tokenised on its own and no special tokens added. The heads read each text word's
 first sub-token, and per schema its `[P]` and its label markers' first sub-tokens.
@@ -22,7 +23,13 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import InvalidRequest
+
 ENTITIES = "entities"
+RELATION = "relation"
+CLASSIFICATION = "classification"
+# a relation schema's fields, in gliner2's order (its `relations([...])` schemas)
+RELATION_FIELDS = ("head", "tail")
 
 
 @lru_cache(maxsize=1)
@@ -65,8 +72,8 @@ def schema_words(parent: str, labels: Sequence[str], marker: str) -> list[str]:
 @dataclass
 class Gliner2Input:
     """One item's sequence. word_positions: `[W]` first sub-token of each text word;
-    schema_positions: per schema (entities first, then the classification), `[1 + labels]`
-    positions of its [P] and its label markers; kinds: the schemas' kinds."""
+    schema_positions: per schema (entities, relation types, the classification), `[1 + fields]`
+    positions of its [P] and its field markers; kinds: the schemas' kinds."""
 
     item: int
     ids: np.ndarray
@@ -76,8 +83,10 @@ class Gliner2Input:
 
 
 def prepare(tokenizer, texts: Sequence[str], entity_labels: Sequence[str], task: str | None,
-            class_labels: Sequence[str]) -> tuple[list[str], list[Words], list[Gliner2Input]]:
-    """Per text: the normalised text, its words and its sequence. `tokenizer` is SIE's TextTokenizer."""
+            class_labels: Sequence[str], relation_types: Sequence[str] = ()) -> tuple[list[str], list[Words],
+                                                                                      list[Gliner2Input]]:
+    """Per text: the normalised text, its words and its sequence. `tokenizer` is SIE's TextTokenizer.
+    Schemas in gliner2's order: entities, one per relation type, the classification."""
     hf = tokenizer.hf
     cache: dict[str, list[int]] = {}
 
@@ -90,9 +99,12 @@ def prepare(tokenizer, texts: Sequence[str], entity_labels: Sequence[str], task:
     if entity_labels:
         schemas.append(schema_words(ENTITIES, entity_labels, "[E]"))
         kinds.append(ENTITIES)
+    for relation in relation_types:
+        schemas.append(schema_words(relation, RELATION_FIELDS, "[R]"))
+        kinds.append(RELATION)
     if task is not None:
         schemas.append(schema_words(task, class_labels, "[L]"))
-        kinds.append("classification")
+        kinds.append(CLASSIFICATION)
     prompt_ids: list[int] = []
     schema_positions = []
     for s, words in enumerate(schemas):
@@ -106,6 +118,10 @@ def prepare(tokenizer, texts: Sequence[str], entity_labels: Sequence[str], task:
             prompt_ids += pieces(word)
         schema_positions.append(np.asarray(positions, dtype=np.int64))
     prompt_ids += pieces("[SEP_TEXT]")
+    if len(prompt_ids) >= tokenizer.max_length:  # no room left for a single word of any text
+        raise InvalidRequest(f"the labels, relation_labels and classify of this request take {len(prompt_ids)} tokens "
+                             f"of the model's {tokenizer.max_length}-token window, leaving none for the text; "
+                             "send fewer or shorter labels", field="labels")
 
     normalized, all_words, inputs = [], [], []
     for item, text in enumerate(texts):

@@ -84,19 +84,22 @@ def prepare_request(tokenizer, card: ModelCard, texts: list[str], labels: list[s
 async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeout: float | None) -> ExtractResult:
     started = time.monotonic()
     card = engine.card(model)
+    if gliner2.GLINER2 not in card.outputs:
+        for name, other in (("classify", "a classifier takes its candidate classes in labels"),
+                            ("relation_labels", "a relation model takes its relation types in labels")):
+            if fields.get(name) is not None:
+                raise InvalidRequest(f"model {card.id!r} is not a GLiNER2 model: {name} applies to GLiNER2 models "
+                                     f"only ({other})", field=name)
     if relations.RELATIONS in card.outputs:  # a GLiREL model: relations between the items' entities
         return await relations.run(engine, card, fields, timeout, started, check_labels, run)
     relations.refuse_relation_fields(card, fields)
-    if fields.get("classify") is not None and gliner2.GLINER2 not in card.outputs:
-        raise InvalidRequest(f"model {card.id!r} is not a GLiNER2 model: classify applies to GLiNER2 models only "
-                             "(a classifier takes its candidate classes in labels)", field="classify")
     ids, texts = v.parse_items(fields["items"], engine.limits)
     labels = check_labels(fields["labels"], engine.limits)
     if zeroshot.ZEROSHOT in card.outputs:  # an NLI cross-encoder: zero-shot classification
         return await zeroshot.run(engine, card, ids, texts, labels, fields, timeout, started)
     if gliclass.GLICLASS in card.outputs:  # a GLiClass model: all labels and the text in one pass
         return await gliclass.run(engine, card, ids, texts, labels, fields, timeout, started)
-    if gliner2.GLINER2 in card.outputs:  # GLiNER2: entities and a classification in one pass
+    if gliner2.GLINER2 in card.outputs:  # GLiNER2: entities, relations and a classification in one pass
         return await gliner2.run(engine, card, ids, texts, labels, fields, timeout, started, check_labels)
     for name in ("hypothesis_template", "top_k"):
         if fields.get(name) is not None:
