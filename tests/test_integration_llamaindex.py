@@ -112,3 +112,81 @@ def test_entity_extractor_in_an_ingestion_pipeline(clients):
         assert {label: sorted(values) for label, values in metadata.items()} == \
             {label: sorted({e.text for e in item.entities if e.label == label})
              for label in {e.label for e in item.entities}}
+
+
+
+@pytest.fixture(scope="module")
+def relation_models(tmp_path_factory):
+    """An embedded client serving a tiny GLiREL, the framework tests' tiny GLiNER (its entity
+    model) and a tiny GLiNER2 (random weights: wiring, not quality)."""
+    from framework_fixtures import tiny_models
+    from sie_client import SIEClient
+    from test_gliner2 import build_reference as build_gliner2
+    from test_gliner_deberta import tiny_deberta
+    from test_glirel import VARIANTS, build_glirel
+
+    tmp = tmp_path_factory.mktemp("llamaindex-relations")
+    backbone = tiny_deberta("v3", tmp / "backbone", seed=2)
+    build_glirel(tmp / "glirel", backbone, 0, **VARIANTS["both-first"])
+    build_gliner2(tmp / "gliner2", backbone, seed=3)
+    local = {"test/tiny-glirel": str(tmp / "glirel"), "test/tiny-gliner2": str(tmp / "gliner2"),
+             EXTRACTOR: tiny_models(tmp / "framework")[EXTRACTOR]}
+    with SIEClient("embedded", local_models=local) as client:
+        yield client
+
+
+def test_path_extractor_builds_a_property_graph(clients, relation_models):
+    """SIEPathExtractor as PropertyGraphIndex's only kg_extractor, no LLM, with a relation model and
+    a GLiNER entity model: the graph store holds SIE's triples (relations scored, entities typed),
+    and a retriever over the graph embedded by SIEEmbedding finds a triple by its head."""
+    from llama_index.core import PropertyGraphIndex
+    from llama_index.core.graph_stores import SimplePropertyGraphStore
+    from llama_index.core.indices.property_graph import VectorContextRetriever
+
+    from sie_llamaindex import SIEPathExtractor
+    from test_glirel import RELATIONS
+
+    sync, _ = clients
+    texts = ["Ada Lovelace worked with Charles Babbage in London.", *[d["text"] for d in sample()[0][:15]]]
+    extractor = SIEPathExtractor(model="test/tiny-glirel", entity_model=EXTRACTOR, entity_labels=LABELS,
+                                 relation_labels=RELATIONS, threshold=0.0, client=relation_models)
+    index = PropertyGraphIndex(nodes=[TextNode(id_=str(i), text=t, metadata={"doc": i}) for i, t in enumerate(texts)],
+                               kg_extractors=[extractor], embed_model=SIEEmbedding(model=MODEL, client=sync),
+                               property_graph_store=SimplePropertyGraphStore(), show_progress=False)
+    answer = relation_models.extract("test/tiny-glirel", texts, RELATIONS, entity_model=EXTRACTOR,
+                                     entity_labels=LABELS, threshold=0.0)
+    expected = {(r.head.text, r.relation, r.tail.text) for item in answer.items for r in item.relations}
+    triplets = index.property_graph_store.get_triplets(relation_names=list(RELATIONS))
+    assert expected and {(h.name, r.label, t.name) for h, r, t in triplets} == expected
+    assert all(h.label in LABELS and t.label in LABELS for h, _, t in triplets)  # typed by the GLiNER
+    assert all(0.0 <= r.properties["score"] <= 1.0 and "doc" in r.properties for _, r, _ in triplets)
+    head = triplets[0][0].name
+    retriever = index.as_retriever(sub_retrievers=[VectorContextRetriever(
+        index.property_graph_store, include_text=False, embed_model=SIEEmbedding(model=MODEL, client=sync),
+        vector_store=index.vector_store, similarity_top_k=2)])
+    assert any(head in n.node.get_content() for n in retriever.retrieve(head))
+
+
+async def test_path_extractor_with_gliner2_leaves_out_self_references(relation_models):
+    """GLiNER2 answers entities and triples in one pass; a triple whose head and tail are the same
+    span is no path (the tiny random model gives some), and the async call tags as the sync one."""
+    from llama_index.core.graph_stores.types import KG_NODES_KEY, KG_RELATIONS_KEY
+
+    from sie_llamaindex import SIEPathExtractor
+    from test_gliner2 import LABELS as TYPES, RELATIONS, TEXTS
+
+    extractor = SIEPathExtractor(model="test/tiny-gliner2", entity_labels=TYPES, relation_labels=RELATIONS,
+                                 threshold=0.0, client=relation_models)
+    nodes = extractor([TextNode(text=t, metadata={"kind": "bio"}) for t in TEXTS])
+    again = await extractor.acall([TextNode(text=t, metadata={"kind": "bio"}) for t in TEXTS])
+    answer = relation_models.extract("test/tiny-gliner2", TEXTS, TYPES, relation_labels=RELATIONS, threshold=0.0)
+    same_span = 0
+    for node, other, item in zip(nodes, again, answer.items):
+        assert {(n.name, n.label) for n in node.metadata[KG_NODES_KEY]} >= {(e.text, e.label) for e in item.entities}
+        kept = {(r.head.text, r.relation, r.tail.text) for r in item.relations
+                if (r.head.start, r.head.end) != (r.tail.start, r.tail.end)}
+        same_span += sum((r.head.start, r.head.end) == (r.tail.start, r.tail.end) for r in item.relations)
+        paths = node.metadata[KG_RELATIONS_KEY]
+        assert {(r.source_id, r.label, r.target_id) for r in paths} == kept
+        assert [r.id for r in paths] == [r.id for r in other.metadata[KG_RELATIONS_KEY]]
+    assert same_span, "the tiny GLiNER2 gave no same-span triple to leave out"

@@ -3,6 +3,8 @@
 - `SIEEmbedding` (`BaseEmbedding`): text (document) and query mode, sync and async.
 - `SIERerank` (`BaseNodePostprocessor`): rerank retrieved nodes with an SIE score model.
 - `SIEEntityExtractor` (`BaseExtractor`): entity metadata from SIE's zero-shot extraction.
+- `SIEPathExtractor` (`TransformComponent`, a `PropertyGraphIndex` kg_extractor): entity nodes and
+  relations from an SIE GLiNER2 or relation (GLiREL) model, zero-shot, no LLM.
 
 Every class takes `model=`, `url=` (None: `SIE_URL`, else embedded mode), `api_key=`
 (None: `SIE_API_KEY`) and `timeout=`, or ready-made `client=` / `async_client=`.
@@ -10,6 +12,7 @@ Every class takes `model=`, `url=` (None: `SIE_URL`, else embedded mode), `api_k
 
 from .embedding import SIEEmbedding
 from .extractor import SIEEntityExtractor
+from .paths import SIEPathExtractor
 from .rerank import SIERerank
 
-__all__ = ["SIEEmbedding", "SIEEntityExtractor", "SIERerank"]
+__all__ = ["SIEEmbedding", "SIEEntityExtractor", "SIEPathExtractor", "SIERerank"]
