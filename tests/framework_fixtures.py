@@ -31,6 +31,24 @@ def tiny_models(tmp: Path) -> dict[str, str]:
             CLASSIFIER: str(_bert_nli(tmp / "nli"))}
 
 
+RELATION_MODEL = "test/tiny-glirel"
+GLINER2_MODEL = "test/tiny-gliner2"
+
+
+def tiny_relation_models(tmp: Path) -> dict[str, str]:
+    """A tiny random GLiREL (its entity model: EXTRACTOR, the tiny GLiNER) and GLiNER2, with
+    that GLiNER: the knowledge-graph extractors' wiring."""
+    from test_gliner2 import build_reference as build_gliner2
+    from test_gliner_deberta import tiny_deberta
+    from test_glirel import VARIANTS, build_glirel
+
+    backbone = tiny_deberta("v3", tmp / "backbone", seed=2)
+    build_glirel(tmp / "glirel", backbone, 0, **VARIANTS["both-first"])
+    build_gliner2(tmp / "gliner2", backbone, seed=3)
+    return {RELATION_MODEL: str(tmp / "glirel"), GLINER2_MODEL: str(tmp / "gliner2"),
+            EXTRACTOR: tiny_models(tmp / "framework")[EXTRACTOR]}
+
+
 class ModeRecordingClient(SIEClient):
     """The real client, noting the `is_query` of each encode call: MiniLM has no query
     template, so its vectors cannot show whether an integration asked for query mode."""

@@ -22,7 +22,10 @@ from haystack.utils import Secret  # noqa: E402
 from haystack_integrations.components.retrievers.qdrant import QdrantEmbeddingRetriever  # noqa: E402
 from haystack_integrations.document_stores.qdrant import QdrantDocumentStore  # noqa: E402
 
-from framework_fixtures import EXTRACTOR, LABELS, assert_framework_recall, sie_qdrant_recall, tiny_models  # noqa: E402
+from framework_fixtures import (  # noqa: E402
+    EXTRACTOR, GLINER2_MODEL, LABELS, RELATION_MODEL, assert_framework_recall, sie_qdrant_recall, tiny_models,
+    tiny_relation_models,
+)
 from integration_recall import MODEL, RERANKER, recall, sample, sie_server  # noqa: E402
 from sie_client import SIEClient  # noqa: E402
 from sie_haystack import SIEDocumentEmbedder, SIEEntityExtractor, SIERanker, SIETextEmbedder  # noqa: E402
@@ -30,7 +33,8 @@ from sie_haystack import SIEDocumentEmbedder, SIEEntityExtractor, SIERanker, SIE
 
 @pytest.fixture(scope="module")
 def sie_url(tmp_path_factory):
-    models = tiny_models(tmp_path_factory.mktemp("haystack-models"))
+    tmp = tmp_path_factory.mktemp("haystack-models")
+    models = {**tiny_models(tmp), **tiny_relation_models(tmp / "relations")}
     with sie_server(*[arg for name, path in models.items() for arg in ("--model", f"{name}={path}")]) as url:
         yield url
 
@@ -125,6 +129,40 @@ async def test_entity_extractor_annotates_documents(sie_url):
     store.write_documents(annotated)
     stored = {d.id: d.meta for d in store.filter_documents()}
     assert all(stored[d.id]["named_entities"] == d.meta["named_entities"] for d in annotated)
+
+
+async def test_entity_extractor_annotates_relations(sie_url):
+    """A GLiNER2 model (relation_labels) and a GLiREL model with a GLiNER entity_model: triples
+    under meta["relations"], JSON a document store keeps; the settings survive to_dict."""
+    from test_gliner2 import LABELS as TYPES, RELATIONS as GLINER2_RELATIONS, TEXTS
+    from test_glirel import RELATIONS
+
+    documents = [Document(id=str(i), content=t) for i, t in enumerate(TEXTS)]
+    client = SIEClient(sie_url)
+    for extractor, expected in [
+        (SIEEntityExtractor(labels=TYPES, model=GLINER2_MODEL, url=sie_url, relation_labels=GLINER2_RELATIONS,
+                            threshold=0.0),
+         client.extract(GLINER2_MODEL, TEXTS, TYPES, relation_labels=GLINER2_RELATIONS, threshold=0.0)),
+        (SIEEntityExtractor(labels=RELATIONS, model=RELATION_MODEL, url=sie_url, entity_model=EXTRACTOR,
+                            entity_labels=LABELS, threshold=0.0),
+         client.extract(RELATION_MODEL, TEXTS, RELATIONS, entity_model=EXTRACTOR, entity_labels=LABELS,
+                        threshold=0.0)),
+    ]:
+        annotated = extractor.run(documents)["documents"]
+        assert sum(len(item.relations) for item in expected.items) > 0
+        for doc, item in zip(annotated, expected.items):
+            assert [(r["head"]["start"], r["relation"], r["tail"]["end"], r["head"]["entity"])
+                    for r in doc.meta["relations"]] == \
+                [(r.head.start, r.relation, r.tail.end, r.head.label) for r in item.relations]
+        assert [d.meta for d in (await extractor.run_async(documents))["documents"]] == [d.meta for d in annotated]
+        store = document_store()
+        store.write_documents(annotated)
+        assert {d.id: d.meta["relations"] for d in store.filter_documents()} == \
+            {d.id: d.meta["relations"] for d in annotated}
+        again = SIEEntityExtractor.from_dict(extractor.to_dict())
+        assert (again.relation_labels, again.entity_model, again.entity_labels) == \
+            (extractor.relation_labels, extractor.entity_model, extractor.entity_labels)
+    client.close()
 
 
 def test_components_serialise_without_the_key(monkeypatch):

@@ -125,3 +125,39 @@ async def test_the_extractor_tags_classes_with_a_classification_model(clients):
         assert doc.metadata["classifications"] == [{"label": c.label, "score": c.score} for c in item.classifications]
         assert len(doc.metadata["classifications"]) == 2
     assert [d.metadata for d in await tagger.atransform_documents(documents)] == [d.metadata for d in tagged]
+
+
+async def test_the_extractor_tags_relations_from_gliner2_and_a_relation_model(tmp_path_factory):
+    """Relation triples under metadata["relations"]: a GLiNER2 model (entity types in labels,
+    relation types in relation_labels) and a GLiREL model whose GLiNER entity model finds the
+    entities first; entities tagged beside them; async equal to sync."""
+    from framework_fixtures import GLINER2_MODEL, RELATION_MODEL, tiny_relation_models
+    from sie_client import AsyncSIEClient, SIEClient
+    from test_gliner2 import LABELS as TYPES, RELATIONS as GLINER2_RELATIONS, TEXTS
+    from test_glirel import RELATIONS
+
+    local = tiny_relation_models(tmp_path_factory.mktemp("langchain-relations"))
+    with SIEClient("embedded", local_models=local) as sync:
+        async_client = AsyncSIEClient("embedded", local_models=local)
+        documents = [Document(page_content=t) for t in TEXTS]
+        for tagger, expected in [
+            (SIEEntityExtractor(model=GLINER2_MODEL, labels=TYPES, relation_labels=GLINER2_RELATIONS, threshold=0.0,
+                                client=sync, async_client=async_client),
+             sync.extract(GLINER2_MODEL, TEXTS, TYPES, relation_labels=GLINER2_RELATIONS, threshold=0.0)),
+            (SIEEntityExtractor(model=RELATION_MODEL, labels=RELATIONS, entity_model=EXTRACTOR, entity_labels=LABELS,
+                                threshold=0.0, client=sync, async_client=async_client),
+             sync.extract(RELATION_MODEL, TEXTS, RELATIONS, entity_model=EXTRACTOR, entity_labels=LABELS,
+                          threshold=0.0)),
+        ]:
+            tagged = tagger.transform_documents(documents)
+            assert sum(len(item.relations) for item in expected.items) > 0
+            for doc, item in zip(tagged, expected.items):
+                assert [(r["head"]["start"], r["relation"], r["tail"]["end"], r["score"])
+                        for r in doc.metadata["relations"]] == \
+                    [(r.head.start, r.relation, r.tail.end, r.score) for r in item.relations]
+                assert all(doc.page_content[r["head"]["start"]:r["head"]["end"]].strip() == r["head"]["text"]
+                           for r in doc.metadata["relations"])
+                assert sorted((e["start"], e["label"]) for e in doc.metadata["entities"]) == \
+                    sorted((e.start, e.label) for e in item.entities)
+            assert [d.metadata for d in await tagger.atransform_documents(documents)] == [d.metadata for d in tagged]
+        await async_client.close()

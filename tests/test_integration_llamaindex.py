@@ -19,7 +19,8 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode  # noq
 from llama_index.vector_stores.chroma import ChromaVectorStore  # noqa: E402
 
 from framework_fixtures import (  # noqa: E402
-    EXTRACTOR, LABELS, ModeRecordingClient, assert_framework_recall, sie_chroma_recall, tiny_models,
+    EXTRACTOR, GLINER2_MODEL, LABELS, RELATION_MODEL, ModeRecordingClient, assert_framework_recall, sie_chroma_recall,
+    tiny_models,
 )
 from integration_recall import MODEL, RERANKER, recall, sample  # noqa: E402
 from sie_client import AsyncSIEClient  # noqa: E402
@@ -117,21 +118,11 @@ def test_entity_extractor_in_an_ingestion_pipeline(clients):
 
 @pytest.fixture(scope="module")
 def relation_models(tmp_path_factory):
-    """An embedded client serving a tiny GLiREL, the framework tests' tiny GLiNER (its entity
-    model) and a tiny GLiNER2 (random weights: wiring, not quality)."""
-    from framework_fixtures import tiny_models
+    """An embedded client serving a tiny GLiREL, its tiny GLiNER entity model and a tiny GLiNER2."""
+    from framework_fixtures import tiny_relation_models
     from sie_client import SIEClient
-    from test_gliner2 import build_reference as build_gliner2
-    from test_gliner_deberta import tiny_deberta
-    from test_glirel import VARIANTS, build_glirel
 
-    tmp = tmp_path_factory.mktemp("llamaindex-relations")
-    backbone = tiny_deberta("v3", tmp / "backbone", seed=2)
-    build_glirel(tmp / "glirel", backbone, 0, **VARIANTS["both-first"])
-    build_gliner2(tmp / "gliner2", backbone, seed=3)
-    local = {"test/tiny-glirel": str(tmp / "glirel"), "test/tiny-gliner2": str(tmp / "gliner2"),
-             EXTRACTOR: tiny_models(tmp / "framework")[EXTRACTOR]}
-    with SIEClient("embedded", local_models=local) as client:
+    with SIEClient("embedded", local_models=tiny_relation_models(tmp_path_factory.mktemp("relations"))) as client:
         yield client
 
 
@@ -148,12 +139,12 @@ def test_path_extractor_builds_a_property_graph(clients, relation_models):
 
     sync, _ = clients
     texts = ["Ada Lovelace worked with Charles Babbage in London.", *[d["text"] for d in sample()[0][:15]]]
-    extractor = SIEPathExtractor(model="test/tiny-glirel", entity_model=EXTRACTOR, entity_labels=LABELS,
+    extractor = SIEPathExtractor(model=RELATION_MODEL, entity_model=EXTRACTOR, entity_labels=LABELS,
                                  relation_labels=RELATIONS, threshold=0.0, client=relation_models)
     index = PropertyGraphIndex(nodes=[TextNode(id_=str(i), text=t, metadata={"doc": i}) for i, t in enumerate(texts)],
                                kg_extractors=[extractor], embed_model=SIEEmbedding(model=MODEL, client=sync),
                                property_graph_store=SimplePropertyGraphStore(), show_progress=False)
-    answer = relation_models.extract("test/tiny-glirel", texts, RELATIONS, entity_model=EXTRACTOR,
+    answer = relation_models.extract(RELATION_MODEL, texts, RELATIONS, entity_model=EXTRACTOR,
                                      entity_labels=LABELS, threshold=0.0)
     expected = {(r.head.text, r.relation, r.tail.text) for item in answer.items for r in item.relations}
     triplets = index.property_graph_store.get_triplets(relation_names=list(RELATIONS))
@@ -175,11 +166,11 @@ async def test_path_extractor_with_gliner2_leaves_out_self_references(relation_m
     from sie_llamaindex import SIEPathExtractor
     from test_gliner2 import LABELS as TYPES, RELATIONS, TEXTS
 
-    extractor = SIEPathExtractor(model="test/tiny-gliner2", entity_labels=TYPES, relation_labels=RELATIONS,
+    extractor = SIEPathExtractor(model=GLINER2_MODEL, entity_labels=TYPES, relation_labels=RELATIONS,
                                  threshold=0.0, client=relation_models)
     nodes = extractor([TextNode(text=t, metadata={"kind": "bio"}) for t in TEXTS])
     again = await extractor.acall([TextNode(text=t, metadata={"kind": "bio"}) for t in TEXTS])
-    answer = relation_models.extract("test/tiny-gliner2", TEXTS, TYPES, relation_labels=RELATIONS, threshold=0.0)
+    answer = relation_models.extract(GLINER2_MODEL, TEXTS, TYPES, relation_labels=RELATIONS, threshold=0.0)
     same_span = 0
     for node, other, item in zip(nodes, again, answer.items):
         assert {(n.name, n.label) for n in node.metadata[KG_NODES_KEY]} >= {(e.text, e.label) for e in item.entities}

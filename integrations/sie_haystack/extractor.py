@@ -1,5 +1,6 @@
 """`SIEEntityExtractor`: a Haystack component that annotates documents with the
-entities an SIE extraction model (GLiNER-style, zero-shot: any labels) finds."""
+entities an SIE extraction model (GLiNER-style, zero-shot: any labels) finds, and the
+relation triples of a GLiNER2 or relation (GLiREL) model."""
 
 from __future__ import annotations
 
@@ -22,32 +23,58 @@ class SIEEntityExtractor(SIEConnection):
     annotations in text order, here as JSON-ready dicts (so document stores keep them):
     `{"entity": label, "start", "end", "score", "text"}` with character offsets into the
     content, end exclusive.
+
+    Relations, under `meta["relations"]` (`relations_key`), as `{"head", "relation", "tail",
+    "score"}` with head and tail annotated as above: a GLiNER2 model takes the entity types in
+    `labels` and the relation types in `relation_labels`; a relation model (GLiREL) the relation
+    types in `labels`, and its `entity_model` (a GLiNER) finds the entities of `entity_labels`.
     """
 
     def __init__(self, labels: list[str], model: str = "urchade/gliner_small-v2.1", url: str | None = None,
                  api_key: Secret = DEFAULT_KEY, timeout: float | None = None, threshold: float | None = None,
-                 meta_key: str = "named_entities", batch_size: int = 32):
+                 meta_key: str = "named_entities", batch_size: int = 32, relation_labels: list[str] | None = None,
+                 entity_model: str | None = None, entity_labels: list[str] | None = None,
+                 relations_key: str = "relations"):
         SIEConnection.__init__(self, url, api_key, timeout)  # @component rebuilds the class: no bare super()
         self.labels = list(labels)
         self.model = model
         self.threshold = threshold
         self.meta_key = meta_key
         self.batch_size = batch_size
+        self.relation_labels = None if relation_labels is None else list(relation_labels)
+        self.entity_model = entity_model
+        self.entity_labels = None if entity_labels is None else list(entity_labels)
+        self.relations_key = relations_key
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(self, labels=self.labels, model=self.model, threshold=self.threshold,
-                               meta_key=self.meta_key, batch_size=self.batch_size, **self.connection_dict())
+                               meta_key=self.meta_key, batch_size=self.batch_size,
+                               relation_labels=self.relation_labels, entity_model=self.entity_model,
+                               entity_labels=self.entity_labels, relations_key=self.relations_key,
+                               **self.connection_dict())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SIEEntityExtractor":
         return default_from_dict(cls, connection_from_dict(data))
 
+    def _options(self) -> dict[str, Any]:
+        return dict(threshold=self.threshold, batch_size=self.batch_size, relation_labels=self.relation_labels,
+                    entity_model=self.entity_model, entity_labels=self.entity_labels)
+
+    @staticmethod
+    def _annotation(e) -> dict[str, Any]:
+        return {"entity": e.label, "start": e.start, "end": e.end, "score": e.score, "text": e.text}
+
     def _annotated(self, documents: list[Document], result) -> dict[str, list[Document]]:
         out = []
         for doc, item in zip(documents, result.items):
-            annotations = [{"entity": e.label, "start": e.start, "end": e.end, "score": e.score, "text": e.text}
-                           for e in sorted(item.entities, key=lambda e: (e.start, e.end))]
-            out.append(replace(doc, meta={**doc.meta, self.meta_key: annotations}))
+            meta = {**doc.meta, self.meta_key: [self._annotation(e) for e in
+                                                sorted(item.entities, key=lambda e: (e.start, e.end))]}
+            if item.relations is not None:
+                meta[self.relations_key] = [{"head": self._annotation(r.head), "relation": r.relation,
+                                             "tail": self._annotation(r.tail), "score": r.score}
+                                            for r in item.relations]
+            out.append(replace(doc, meta=meta))
         return {"documents": out}
 
     @component.output_types(documents=list[Document])
@@ -55,7 +82,7 @@ class SIEEntityExtractor(SIEConnection):
         if not documents:
             return {"documents": []}
         result = self.clients.sync.extract(self.model, [d.content or "" for d in documents], self.labels,
-                                           threshold=self.threshold, batch_size=self.batch_size)
+                                           **self._options())
         return self._annotated(documents, result)
 
     @component.output_types(documents=list[Document])
@@ -63,5 +90,5 @@ class SIEEntityExtractor(SIEConnection):
         if not documents:
             return {"documents": []}
         result = await self.clients.call("extract", self.model, [d.content or "" for d in documents], self.labels,
-                                         threshold=self.threshold, batch_size=self.batch_size)
+                                         **self._options())
         return self._annotated(documents, result)

@@ -1,7 +1,7 @@
 """`SIEEntityExtractor`: a LangChain document transformer that tags each document
 with what an SIE extraction model finds in its text, zero-shot (any labels): the
 entities of an entity model (GLiNER-style), the classes of a classification model
-(NLI zero-shot, GLiClass)."""
+(NLI zero-shot, GLiClass), the relation triples of a GLiNER2 or relation (GLiREL) model."""
 
 from __future__ import annotations
 
@@ -25,6 +25,14 @@ class SIEEntityExtractor(SIEConnection, BaseDocumentTransformer):
 
         router = SIEEntityExtractor(model="MoritzLaurer/deberta-v3-base-zeroshot-v2.0",
                                     labels=["billing", "bug report", "feature request"], top_k=1)
+
+    Relations, under `relations_key`, as `{"head", "relation", "tail", "score"}` (head and tail:
+    entities as above): a GLiNER2 model takes the entity types in `labels` and the relation types
+    in `relation_labels`; a relation model (GLiREL) the relation types in `labels`, and its
+    `entity_model` (a GLiNER) finds the entities of `entity_labels` first:
+
+        graph = SIEEntityExtractor(model="fastino/gliner2-base-v1", labels=["person", "organization"],
+                                   relation_labels=["works_for", "founded"])
     """
 
     model: str = "urchade/gliner_small-v2.1"
@@ -32,20 +40,34 @@ class SIEEntityExtractor(SIEConnection, BaseDocumentTransformer):
     threshold: Optional[float] = None
     metadata_key: str = "entities"
     classes_key: str = "classifications"
+    relations_key: str = "relations"
     multi_label: Optional[bool] = None
     top_k: Optional[int] = None
+    relation_labels: Optional[list[str]] = None
+    entity_model: Optional[str] = None
+    entity_labels: Optional[list[str]] = None
     batch_size: Optional[int] = None
     progress: Optional[bool] = None
 
     def _options(self) -> dict[str, Any]:
         return dict(threshold=self.threshold, multi_label=self.multi_label, top_k=self.top_k,
-                    batch_size=self.batch_size, progress=self.progress)
+                    relation_labels=self.relation_labels, entity_model=self.entity_model,
+                    entity_labels=self.entity_labels, batch_size=self.batch_size, progress=self.progress)
+
+    @staticmethod
+    def _entity(e) -> dict[str, Any]:
+        return {"text": e.text, "label": e.label, "score": e.score, "start": e.start, "end": e.end}
 
     def _tags(self, item) -> dict[str, Any]:
-        if item.classifications is not None:  # a classification model
-            return {self.classes_key: [{"label": c.label, "score": c.score} for c in item.classifications]}
-        return {self.metadata_key: [{"text": e.text, "label": e.label, "score": e.score, "start": e.start,
-                                     "end": e.end} for e in sorted(item.entities, key=lambda e: (e.start, e.end))]}
+        tags: dict[str, Any] = {}
+        if item.classifications is not None:  # a classification model (or GLiNER2's classify)
+            tags[self.classes_key] = [{"label": c.label, "score": c.score} for c in item.classifications]
+        if item.classifications is None or item.entities:
+            tags[self.metadata_key] = [self._entity(e) for e in sorted(item.entities, key=lambda e: (e.start, e.end))]
+        if item.relations is not None:  # a GLiNER2 model with relation_labels, or a relation model
+            tags[self.relations_key] = [{"head": self._entity(r.head), "relation": r.relation,
+                                         "tail": self._entity(r.tail), "score": r.score} for r in item.relations]
+        return tags
 
     def _tagged(self, documents: Sequence[Document], result) -> list[Document]:
         return [Document(page_content=doc.page_content, metadata={**doc.metadata, **self._tags(item)}, id=doc.id)
