@@ -78,27 +78,40 @@ def pack(
 @dataclass
 class ImageBatch:
     """
-    pixel_values: `[B, C, S, S]` in the model's dtype (every image of a model has one size).
-    attn: attention metadata over the vision tower's packed positions, `image_tokens` per image.
-    seq_lens: host copy of the B lengths (all `image_tokens`).
+    pixel_values: `[B, C, S, S]` in the model's dtype (every image of a model has one size), or
+        for a model that takes each image's own patch grid (SigLIP 2 NaFlex) `[T, C * p * p]`,
+        the images' patches back to back.
+    attn: attention metadata over the vision tower's packed positions.
+    seq_lens: host copy of the B lengths (positions per image).
+    grids: each image's patch grid (h, w) when the images come as their own grids; else None.
     """
 
     pixel_values: torch.Tensor
     attn: AttentionMetadata
     seq_lens: tuple[int, ...]
+    grids: tuple[tuple[int, int], ...] | None = None
 
     @property
     def cu_seqlens(self) -> torch.Tensor:
         return self.attn.cu_seqlens
 
     def seq_index(self) -> torch.Tensor:
-        """`[B * image_tokens]` index of the image each position belongs to (ColPali's MaxSim)."""
-        return torch.arange(len(self.seq_lens), device=self.pixel_values.device).repeat_interleave(self.seq_lens[0])
+        """`[T]` index of the image each position belongs to (ColPali's MaxSim)."""
+        device = self.pixel_values.device
+        return torch.arange(len(self.seq_lens), device=device).repeat_interleave(
+            torch.tensor(self.seq_lens, device=device))
 
 
-def pack_images(pixels: Sequence[np.ndarray], image_tokens: int, backend: AttentionBackend, device: torch.device,
-                dtype: torch.dtype) -> ImageBatch:
-    """Preprocessed images (`[C, S, S]` float32 each) into one batch on `device`."""
-    seq_lens = (image_tokens,) * len(pixels)
+def pack_images(pixels: Sequence[np.ndarray], positions: Sequence[int], backend: AttentionBackend,
+                device: torch.device, dtype: torch.dtype, patch_grids: bool = False) -> ImageBatch:
+    """Preprocessed images into one batch on `device`: `[C, S, S]` float32 each, or with
+    `patch_grids` each image's own grid of flattened patches, `[h, w, C * p * p]`.
+    `positions`: the positions the vision tower runs for each image."""
+    seq_lens = tuple(int(n) for n in positions)
+    if patch_grids:
+        grids = tuple((int(p.shape[0]), int(p.shape[1])) for p in pixels)
+        flat = np.concatenate([p.reshape(-1, p.shape[-1]) for p in pixels])
+        values = torch.from_numpy(flat).to(device, dtype, non_blocking=True)
+        return ImageBatch(pixel_values=values, attn=backend.prepare(seq_lens, device), seq_lens=seq_lens, grids=grids)
     values = torch.from_numpy(np.stack(pixels)).to(device, dtype, non_blocking=True)
     return ImageBatch(pixel_values=values, attn=backend.prepare(seq_lens, device), seq_lens=seq_lens)

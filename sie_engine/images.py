@@ -18,7 +18,7 @@ import binascii
 import io
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -129,13 +129,20 @@ def load_image_processor(root: Path):
     return cls.from_dict(settings)
 
 
-def prepare_images(processor, values: Sequence[Any], fields: Sequence[str], limits: Limits) -> list[np.ndarray]:
-    """Images as sent -> `[C, S, S]` float32 pixel values each, decoded and preprocessed one at a
-    time (one bad image names its item; at most one full-size decoded image is held at once)."""
+def first_image(processed: Mapping[str, Any]) -> np.ndarray:
+    """The pixel values of the one image a processor call was given (`[C, S, S]`)."""
+    return processed["pixel_values"][0]
+
+
+def prepare_images(processor, values: Sequence[Any], fields: Sequence[str], limits: Limits,
+                   take: Callable[[Mapping[str, Any]], np.ndarray] = first_image) -> list[np.ndarray]:
+    """Images as sent -> float32 pixel values each (`take` picks them from the processor's output),
+    decoded and preprocessed one at a time (one bad image names its item; at most one full-size
+    decoded image is held at once)."""
     pixels = []
     for value, field in zip(values, fields):
         picture = decode_image(image_bytes(value, limits, field), limits, field)
-        pixels.append(processor(images=[picture], return_tensors="np")["pixel_values"][0].astype(np.float32))
+        pixels.append(take(processor(images=[picture], return_tensors="np")).astype(np.float32))
     return pixels
 
 
@@ -167,3 +174,7 @@ class ImageTextInputs(TextTokenizer):
 
     def encode_images(self, values: Sequence[Any], fields: Sequence[str], limits: Limits) -> list[np.ndarray]:
         return prepare_images(self.image_processor, values, fields, limits)
+
+    def positions(self, pixels: np.ndarray) -> int:
+        """Positions the vision tower runs for one prepared image (the batcher's count of it)."""
+        return self.image_tokens

@@ -48,7 +48,7 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
     if not config_path.is_file():
         raise ValueError(f"{root} has no config.json: not a Hugging Face model directory")
     config = json.loads(config_path.read_text())
-    if config.get("model_type") in ("clip", "siglip"):  # a two-tower image-text model: texts and images
+    if config.get("model_type") in ("clip", "siglip", "siglip2"):  # a two-tower image-text model: texts and images
         return _image_text_card(name, root, config)
     if config.get("model_type") == "colpali":  # ColPali: multi-vector page images and query texts
         return _colpali_card(name, root, config)

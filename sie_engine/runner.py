@@ -174,10 +174,12 @@ class ModelRunner:
 
     def _run_images(self, items: Sequence[WorkItem]) -> list[dict[str, Any]]:
         """The vision tower over a batch of images, then the heads (two-tower image-text models)."""
-        batch = pack_images([it.pixels for it in items], items[0].image_tokens, self.backend, self.device,
-                            self.dtype)
+        # a model that takes each image's own patch grid (SigLIP 2 NaFlex) says so: `patch_grids`
+        grids = getattr(self.backbone, "patch_grids", False)
+        batch = pack_images([it.pixels for it in items], [it.num_tokens for it in items], self.backend, self.device,
+                            self.dtype, patch_grids=grids)
         self._local.padded_tokens = batch.attn.padded_tokens
-        hidden = self.backbone.forward_images(batch.pixel_values, batch.attn)
+        hidden = self.backbone.forward_images(batch.pixel_values, batch.attn, *((batch.grids,) if grids else ()))
         wanted = set().union(*(it.outputs for it in items))
         per_head = {name: self.heads[name](hidden, batch, items) for name in wanted}
         return [{name: per_head[name][i] for name in it.outputs} for i, it in enumerate(items)]

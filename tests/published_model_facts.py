@@ -280,6 +280,7 @@ PUBLISHED: dict[str, Published] = {
     "google/siglip-so400m-patch14-224": dense("siglip", "last", None, 1152, 64, SIGLIP),
     "google/siglip-so400m-patch14-384": dense("siglip", "last", None, 1152, 64, SIGLIP),
     "google/siglip2-base-patch16-224": dense("siglip", "last", None, 768, 64, SIGLIP),
+    "google/siglip2-base-patch16-naflex": dense("siglip2", "last", None, 768, 64, SIGLIP),
     # static embedders (model2vec)
     "minishlab/potion-base-8M": dense("model2vec", "mean", True, 256, None, STATIC),
     "minishlab/potion-base-32M": dense("model2vec", "mean", True, 512, None, STATIC),

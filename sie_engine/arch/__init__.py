@@ -151,11 +151,15 @@ register(
 
 from .clip import ClipInputs, ClipModel, ImageTextConfig  # noqa: E402
 from .siglip import SiglipInputs, SiglipModel, siglip_config  # noqa: E402
+from .siglip2 import Siglip2Inputs, Siglip2Model, siglip2_config  # noqa: E402
 
 # Two-tower image-text models: the text tower is the packed forward, the vision tower
 # `forward_images`; their input preparation reads the checkpoint's image processor too.
 register(Family("clip", ImageTextConfig.from_hf, ClipModel, "last", tokenizer=ClipInputs), ["CLIPModel"], ["clip"])
 register(Family("siglip", siglip_config, SiglipModel, "last", tokenizer=SiglipInputs), ["SiglipModel"], ["siglip"])
+# SigLIP 2 NaFlex: each image at its own aspect ratio (the fixed-resolution SigLIP 2 checkpoints are SiglipModel)
+register(Family("siglip2", siglip2_config, Siglip2Model, "last", tokenizer=Siglip2Inputs), ["Siglip2Model"],
+         ["siglip2"])
 
 from .paligemma import ColPaliInputs, PaliGemmaConfig, PaliGemmaModel  # noqa: E402
 

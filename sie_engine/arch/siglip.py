@@ -11,7 +11,7 @@ attends to the patches; layer norm and MLP with a residual).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -25,15 +25,21 @@ from .clip import MLP, Encoder, ImageTextConfig, PatchEmbeddings, TextTower, com
 from .weights import WeightSpec
 
 
-def siglip_config(config: Mapping[str, Any]) -> ImageTextConfig:
-    """SigLIP's config.json: the shared width is the text head's `projection_size` (default:
-    the text width), which the vision tower's width must equal."""
-    text, vision, _ = complete_towers(config, "siglip")
+def shared_width(text: Mapping[str, Any], vision: Mapping[str, Any]) -> int:
+    """The shared embedding width: the text head's `projection_size` (default: the text width),
+    which the vision tower's width must equal."""
     width = text.get("projection_size") or text["hidden_size"]
     if width != vision["hidden_size"]:
         raise ValueError(f"text projection_size {width} != vision hidden_size {vision['hidden_size']}: "
                          "the towers' embeddings would not share a space")
-    return ImageTextConfig.parse(text, vision, width, vision_use_head=bool(vision.get("vision_use_head", True)))
+    return int(width)
+
+
+def siglip_config(config: Mapping[str, Any]) -> ImageTextConfig:
+    """SigLIP's config.json (the shared width: `shared_width`)."""
+    text, vision, _ = complete_towers(config, "siglip")
+    return ImageTextConfig.parse(text, vision, shared_width(text, vision),
+                                 vision_use_head=bool(vision.get("vision_use_head", True)))
 
 
 class AttentionPoolingHead(nn.Module):
@@ -52,15 +58,23 @@ class AttentionPoolingHead(nn.Module):
         self.layernorm = nn.LayerNorm(hidden, eps=config.vision.layer_norm_eps)
         self.mlp = MLP(hidden, config.vision.intermediate_size, config.vision.hidden_act)
 
-    def forward(self, hidden: torch.Tensor, images: int) -> torch.Tensor:
-        """`[B * P, H]` (every image has P patches) -> `[B, H]`."""
+    def forward(self, hidden: torch.Tensor, lengths: Sequence[int]) -> torch.Tensor:
+        """`[sum(lengths), H]`, each image's positions in turn -> `[B, H]`."""
         H = hidden.shape[-1]
         d = H // self.num_heads
+        images = len(lengths)
         w_q, w_kv = self.attention.in_proj_weight.split((H, 2 * H))
         b_q, b_kv = self.attention.in_proj_bias.split((H, 2 * H))
         q = F.linear(self.probe[0], w_q, b_q).view(1, self.num_heads, 1, d).expand(images, -1, -1, -1)
-        k, v = F.linear(hidden, w_kv, b_kv).view(images, -1, 2, self.num_heads, d).permute(2, 0, 3, 1, 4)
-        pooled = F.scaled_dot_product_attention(q, k, v).reshape(images, H)  # [B, heads, 1, d] -> [B, H]
+        kv = F.linear(hidden, w_kv, b_kv)  # [T, 2H]
+        mask = None
+        if len(set(lengths)) > 1:  # images of their own sizes (NaFlex): padded to the longest, padding masked
+            longest = max(lengths)
+            kv = nn.utils.rnn.pad_sequence(kv.split(list(lengths)), batch_first=True)
+            mask = torch.arange(longest, device=hidden.device) < torch.tensor(lengths, device=hidden.device)[:, None]
+            mask = mask[:, None, None, :]  # [B, 1, 1, longest]: broadcast over heads and the probe
+        k, v = kv.reshape(images, -1, 2, self.num_heads, d).permute(2, 0, 3, 1, 4)
+        pooled = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).reshape(images, H)  # [B, heads, 1, d]
         pooled = self.attention.out_proj(pooled)
         return pooled + self.mlp(self.layernorm(pooled))
 
@@ -103,7 +117,7 @@ class SiglipModel(nn.Module):
         return vision.post_layernorm(vision.encoder(vision.embeddings(pixel_values), attn))
 
     def image_features(self, hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
-        return self.vision_model.head(hidden, cu_seqlens.shape[0] - 1)
+        return self.vision_model.head(hidden, (cu_seqlens[1:] - cu_seqlens[:-1]).tolist())
 
 
 class SiglipInputs(ImageTextInputs):

@@ -125,20 +125,20 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
     def prepare(inputs, values, fields):
         if not hasattr(inputs, "encode_images"):
             raise InvalidRequest(f"model {card.id!r} has no vision tower; it takes text items only", field="items")
-        return inputs.encode_images(values, fields, limits), inputs.image_tokens
+        pixels = inputs.encode_images(values, fields, limits)
+        return pixels, [inputs.positions(values) for values in pixels]
 
     tokens = 0
     seconds = 0.0
     for start in range(0, len(positions), IMAGE_CHUNK):
         chunk = positions[start:start + IMAGE_CHUNK]
-        (pixels, per_image), spent = await engine.with_tokenizer(
+        (pixels, counts), spent = await engine.with_tokenizer(
             card, prepare, [images[i] for i in chunk], [f"items[{i}].image" for i in chunk])
         seconds += spent
-        tokens += per_image * len(chunk)
+        tokens += sum(counts)
         engine.submit(card, queue or IMAGE_QUEUE, [
-            WorkItem(work_request, position, NO_IDS, outputs=wanted, pixels=values, image_tokens=per_image,
-                     extra=extra)
-            for position, values in zip(chunk, pixels)
+            WorkItem(work_request, position, NO_IDS, outputs=wanted, pixels=values, image_tokens=count, extra=extra)
+            for position, values, count in zip(chunk, pixels, counts)
         ], work_request)
     return tokens, seconds
 
