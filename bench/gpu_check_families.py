@@ -39,6 +39,8 @@ from sie_engine.card import ModelCard, WeightsSource  # noqa: E402
 from sie_engine.runner import build_runner  # noqa: E402
 from sie_engine.tokenizer import TextTokenizer  # noqa: E402
 
+import word_tokenizer  # noqa: E402
+
 VOCAB = 4096
 DEVICE = torch.device("cuda")  # --device cpu: a dry run of this script where no GPU is
 LENGTHS = (1, 7, 64, 129, 300, 511, 700)
@@ -119,14 +121,8 @@ FAMILIES = [
 def word_level_tokenizer(directory: Path) -> TextTokenizer:
     """A real fast tokenizer (word-level over the test vocabulary) for build_runner; the check
     feeds token ids directly, so its vocabulary does not matter."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, **{f"w{i}": i for i in range(4, VOCAB)}}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]").save_pretrained(directory)
-    return TextTokenizer(directory, max_length=max(LENGTHS))
+    return word_tokenizer.word_level_tokenizer(directory, vocab, max(LENGTHS), pad_token="[PAD]")
 
 
 def reference(model, ids: list[torch.Tensor], pad_id: int) -> list[torch.Tensor]:

@@ -38,11 +38,12 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from sie_engine.card import ModelCard, WeightsSource  # noqa: E402
 from sie_engine.runner import build_runner  # noqa: E402
+from sie_engine.tokenizer import TextTokenizer  # noqa: E402
 from sie_engine.work import WorkItem  # noqa: E402
 
-SCORE = frozenset({"score"})  # the head a score work item asks for
-from sie_engine.tokenizer import TextTokenizer  # noqa: E402
+import word_tokenizer  # noqa: E402
 
+SCORE = frozenset({"score"})  # the head a score work item asks for
 VOCAB = 4096
 SPECIAL = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "[unused0]": 5, "[unused1]": 6,
            "yes": 7, "no": 8}
@@ -53,15 +54,9 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 def word_level_tokenizer(directory: Path) -> TextTokenizer:
     """A real fast tokenizer for build_runner; the check feeds token ids directly."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     vocab = {**SPECIAL, **{f"w{i}": i for i in range(len(SPECIAL), VOCAB)}}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                            sep_token="[SEP]", mask_token="[MASK]").save_pretrained(directory)
-    return TextTokenizer(directory, max_length=max(LENGTHS) + 1)
+    return word_tokenizer.word_level_tokenizer(directory, vocab, max(LENGTHS) + 1, pad_token="[PAD]",
+                                               cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
 
 
 def random_ids(rng, n: int, *, cls: bool = True, marker: int | None = None, unk_every: int = 0) -> np.ndarray:

@@ -44,10 +44,7 @@ def check_classify(value: Any, limits: v.Limits, check_labels) -> tuple[str, lis
     if not isinstance(task, str) or not task.strip() or len(task) > limits.max_label_chars:
         raise InvalidRequest(f"classify.task must be a non-blank string of at most {limits.max_label_chars} "
                              "characters (the task's name, e.g. \"sentiment\")", field="classify.task")
-    try:
-        labels = check_labels(value.get("labels"), limits)
-    except InvalidRequest as exc:
-        raise InvalidRequest(f"classify.{exc}", field=f"classify.{exc.field}") from None
+    labels = labels_under("classify.", value.get("labels"), limits, check_labels)
     multi_label = bool(v.check_optional_bool(value.get("multi_label"), "classify.multi_label"))
     return task, labels, multi_label
 
@@ -67,8 +64,8 @@ async def run(engine: TaskContext, card: ModelCard, ids: list[str], texts: list[
     threshold = v.check_number(fields.get("threshold"), "threshold", 0.0, 1.0, 0.5)
     classify = check_classify(fields.get("classify"), engine.limits, check_labels)
     task, class_labels, multi_label = classify if classify else (None, [], False)
-    relation_types = [] if fields.get("relation_labels") is None else check_relation_labels(
-        fields["relation_labels"], engine.limits, check_labels)
+    relation_types = [] if fields.get("relation_labels") is None else labels_under(
+        "relation_", fields["relation_labels"], engine.limits, check_labels)
     check_prompt_words(labels, "labels")
     check_prompt_words(class_labels + ([task] if task else []), "classify.labels")
     check_prompt_words(relation_types, "relation_labels")
@@ -91,11 +88,13 @@ async def run(engine: TaskContext, card: ModelCard, ids: list[str], texts: list[
     return ExtractResult(card.id, items, tokens, engine.timings(request, started, tokenize_s))
 
 
-def check_relation_labels(value: Any, limits: v.Limits, check_labels) -> list[str]:
+def labels_under(prefix: str, value: Any, limits: v.Limits, check_labels) -> list[str]:
+    """`check_labels` on a label list kept under another name (`classify.labels`,
+    `relation_labels`): its errors name the field as the request spells it."""
     try:
         return check_labels(value, limits)
     except InvalidRequest as exc:
-        raise InvalidRequest(f"relation_{exc}", field=f"relation_{exc.field}") from None
+        raise InvalidRequest(f"{prefix}{exc}", field=f"{prefix}{exc.field}") from None
 
 
 def ranked_spans(probs: np.ndarray, scores: Gliner2Scores, normalized: str, words: Words,
