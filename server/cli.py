@@ -145,6 +145,9 @@ def add_serve_parser(subparsers) -> None:
                    help="threads that tokenise requests, beside the batches that run the models")
     p.add_argument("--cpu-batches", type=int, default=None, metavar="N",
                    help="batches run side by side on CPU, each on a share of torch's threads (default 2)")
+    p.add_argument("--cuda-batches", type=int, default=None, metavar="N",
+                   help="batches in flight on a GPU, each on a CUDA stream of its own, so one batch's host work "
+                        "overlaps another's kernels (default 2)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=cmd_serve)
 
@@ -219,6 +222,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                           image_formats=tuple(f.strip().upper() for f in args.image_formats.split(",") if f.strip())),
             tokenizer_threads=args.tokenizer_threads,
             cpu_batches=args.cpu_batches,
+            cuda_batches=args.cuda_batches,
             pool_events=metrics.pool_events, scheduler_events=metrics.scheduler_events,
         )
     except ValueError as exc:

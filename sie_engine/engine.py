@@ -4,8 +4,9 @@ wrappers, on top of the catalog, the model pool and the scheduler.
 The engine runs its scheduler on an event loop of its own, in a background
 thread, so it serves callers from any event loop (the server's, a notebook's)
 or from plain threads. Tokenisation runs on a thread pool and inference on
-inference threads (one on CUDA; on CPU `cpu_batches`, default two, each batch on a
-share of torch's threads); neither blocks any event loop.
+inference threads (on CPU `cpu_batches`, default two, each batch on a share of
+torch's threads; on CUDA `cuda_batches`, default two, each on a stream of its own);
+neither blocks any event loop.
 """
 
 from __future__ import annotations
@@ -175,6 +176,7 @@ class Engine:
         limits: v.Limits = v.Limits(),
         tokenizer_threads: int = 2,
         cpu_batches: int | None = None,
+        cuda_batches: int | None = None,
         pool_events: PoolEvents | None = None,
         scheduler_events: SchedulerEvents | None = None,
         load_retry_cooldown_s: float = 30.0,
@@ -188,8 +190,10 @@ class Engine:
         self.limits = limits
         self._tokenize_pool = concurrent.futures.ThreadPoolExecutor(tokenizer_threads,
                                                                     thread_name_prefix="sie-tokenize")
-        # on CPU, batches side by side on a share of torch's threads each (parallelism.py)
-        self.parallelism = BatchParallelism.for_device(self.device, cpu_batches)
+        # batches side by side: on CPU on a share of torch's threads each, on CUDA on a stream
+        # each, so one batch's host work overlaps the other's kernels (parallelism.py)
+        self.parallelism = BatchParallelism.for_device(
+            self.device, cpu_batches if self.device.type == "cpu" else cuda_batches)
         self._infer_pool = concurrent.futures.ThreadPoolExecutor(self.parallelism.batches,
                                                                  thread_name_prefix="sie-infer")
         self._load_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sie-load")
@@ -206,6 +210,7 @@ class Engine:
                 has_work=lambda model_id: self.scheduler.has_work(model_id),
                 events=pool_events, retry_cooldown_s=load_retry_cooldown_s, builder=self._build,
                 host_cache_bytes=self.host_cache_bytes, on_load_done=lambda: self.scheduler.wake(),
+                batches_in_flight=self.parallelism.batches,
             )
             self.scheduler = Scheduler(
                 self.pool, self._infer_pool, max_queued_tokens=max_queued_tokens,

@@ -12,7 +12,11 @@ request's latency is then what one batch on all cores gives. While such a wide b
 runs, no other starts (the cores would be oversubscribed); the next batch waits for it,
 as it always did.
 
-On CUDA one batch runs at a time and torch's CPU threads are left as they are.
+On CUDA two batches are in flight by default, each on an inference thread and a CUDA
+stream of its own, and torch's CPU threads are left as they are: while the GPU runs one
+batch's kernels, the other thread packs the next batch, copies it over and queues its
+kernels, or copies the last results back and hands them out. With one batch at a time
+the GPU idles through all of that host work between batches.
 """
 
 from __future__ import annotations
@@ -35,11 +39,12 @@ class BatchParallelism:
     @staticmethod
     def for_device(device: torch.device, batches: int | None = None) -> "BatchParallelism":
         """CPU: `batches` at once (default two where there are two threads or more), sharing
-        the threads torch was given (`torch.set_num_threads`, `OMP_NUM_THREADS`)."""
+        the threads torch was given (`torch.set_num_threads`, `OMP_NUM_THREADS`). CUDA:
+        `batches` in flight (default two), torch's threads untouched."""
         if batches is not None and batches < 1:
-            raise ValueError(f"cpu_batches must be at least 1, not {batches}")
+            raise ValueError(f"{device.type}_batches must be at least 1, not {batches}")
         if device.type != "cpu":
-            return BatchParallelism()
+            return BatchParallelism(batches or 2)
         threads = torch.get_num_threads()
         batches = min(batches or 2, threads)
         return BatchParallelism(batches, threads, threads // batches)

@@ -2,8 +2,8 @@
 least recently used are evicted when a memory budget would be exceeded.
 
 Memory is charged per model as weight bytes plus an activation reserve sized by
-the model's batch token budget, against a budget in bytes (GPU memory on CUDA, a
-RAM budget on CPU). Before a load the weights are estimated from the checkpoint's
+the model's batch token budget (times the batches that may run at once), against a
+budget in bytes (GPU memory on CUDA, a RAM budget on CPU). Before a load the weights are estimated from the checkpoint's
 headers (each tensor's size in the dtype it will be held in); once loaded, the model
 is charged what its tensors measure. An evicted model kept warm in the host cache is
 copied there on a worker thread, never on the event loop, and its memory stays charged
@@ -80,7 +80,7 @@ class LoadPlan:
 
     layout: CheckpointLayout
     weight_bytes: int  # estimated from the checkpoint's headers
-    reserve: int  # activations of one batch
+    reserve: int  # activations of the batches that may run at once
 
     @property
     def need(self) -> int:
@@ -100,10 +100,13 @@ class ModelPool:
         builder: Callable[..., ModelRunner] = build_runner,
         host_cache_bytes: int = 0,
         on_load_done: Callable[[], None] = lambda: None,
+        batches_in_flight: int = 1,
     ):
         """has_work(model id): whether work waits for the model (the scheduler's view);
         on_load_done(): called after every load attempt, success or failure (the scheduler
-        wakes on it); builder(card, layout, device): makes a ModelRunner (on the load thread)."""
+        wakes on it); builder(card, layout, device): makes a ModelRunner (on the load thread);
+        batches_in_flight: batches that may run at once (two of one model, say), each holding
+        its activations."""
         self.catalog = catalog
         self.device = device
         self.budget_bytes = budget_bytes
@@ -123,6 +126,7 @@ class ModelPool:
         self.host_cache = HostCache(host_cache_bytes)
         self._plans: dict[str, LoadPlan] = {}  # resolved once per model
         self._on_load_done = on_load_done
+        self.batches_in_flight = batches_in_flight
         # evicted models whose weights are still leaving (model id -> bytes still held, the move)
         self._evicting: dict[str, tuple[int, asyncio.Future]] = {}
 
@@ -290,9 +294,9 @@ class ModelPool:
         batch_tokens = batch_budget(card, family, self.device, dtype)
         # a family whose batches hold no transformer activations says what they hold
         reserve = getattr(family.model_class, "activation_bytes", None)
-        return LoadPlan(layout, loaded_nbytes(layout.weight_files, element_size),
-                        reserve(batch_tokens, family.config_from_hf(layout.config), dtype) if reserve is not None
-                        else activation_reserve(batch_tokens, layout.config, dtype))
+        one_batch = (reserve(batch_tokens, family.config_from_hf(layout.config), dtype) if reserve is not None
+                     else activation_reserve(batch_tokens, layout.config, dtype))
+        return LoadPlan(layout, loaded_nbytes(layout.weight_files, element_size), one_batch * self.batches_in_flight)
 
     async def _make_room(self, model_id: str, need: int) -> None:
         if need > self.budget_bytes:

@@ -155,6 +155,22 @@ class ModelRunner:
     def run(self, items: Sequence[WorkItem]) -> list[dict[str, Any]]:
         """One packed forward over the items, then each head some item asks for; per item,
         `{head name: its value}` for the heads it asked for."""
+        if self.device.type != "cuda":
+            return self._run(items)
+        with torch.cuda.stream(self._stream()):
+            return self._run(items)
+
+    def _stream(self) -> torch.cuda.Stream:
+        """This inference thread's CUDA stream: batches in flight on other threads queue their
+        kernels beside its own, and copying its results back waits for its kernels alone.
+        It first waits for the device's default stream, where loads and swap-ins copy weights."""
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
+            stream = self._local.stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.default_stream(self.device))
+        return stream
+
+    def _run(self, items: Sequence[WorkItem]) -> list[dict[str, Any]]:
         if items[0].pixels is not None:  # an image batch (the scheduler queues images apart from texts)
             return self._run_images(items)
         limited = any(it.key_len is not None for it in items)
@@ -175,11 +191,11 @@ class ModelRunner:
     def _run_images(self, items: Sequence[WorkItem]) -> list[dict[str, Any]]:
         """The vision tower over a batch of images, then the heads (two-tower image-text models)."""
         # a model that takes each image's own patch grid (SigLIP 2 NaFlex) says so: `patch_grids`
-        grids = getattr(self.backbone, "patch_grids", False)
         batch = pack_images([it.pixels for it in items], [it.num_tokens for it in items], self.backend, self.device,
-                            self.dtype, patch_grids=grids)
+                            self.dtype, patch_grids=getattr(self.backbone, "patch_grids", False))
         self._local.padded_tokens = batch.attn.padded_tokens
-        hidden = self.backbone.forward_images(batch.pixel_values, batch.attn, *((batch.grids,) if grids else ()))
+        hidden = self.backbone.forward_images(batch.pixel_values, batch.attn,
+                                              *((batch.grids,) if batch.grids is not None else ()))
         wanted = set().union(*(it.outputs for it in items))
         per_head = {name: self.heads[name](hidden, batch, items) for name in wanted}
         return [{name: per_head[name][i] for name in it.outputs} for i, it in enumerate(items)]

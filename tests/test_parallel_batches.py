@@ -39,7 +39,9 @@ def test_cpu_batches_share_torchs_threads():
         assert BatchParallelism.for_device(CPU, 1) == BatchParallelism(1, 4, 4)
     with torch_threads(1):
         assert BatchParallelism.for_device(CPU) == BatchParallelism(1, 1, 1)
-    assert BatchParallelism.for_device(torch.device("cuda")) == BatchParallelism(1, None, None)
+    # CUDA: two batches in flight, each on a stream of its own; torch's threads untouched
+    assert BatchParallelism.for_device(torch.device("cuda")) == BatchParallelism(2, None, None)
+    assert BatchParallelism.for_device(torch.device("cuda"), 1) == BatchParallelism(1, None, None)
     with pytest.raises(ValueError, match="at least 1"):
         BatchParallelism.for_device(CPU, 0)
 
@@ -50,8 +52,9 @@ def test_a_wide_batch_holds_every_core():
     assert plan.room_for_another([]) and plan.room_for_another([2])
     assert not plan.room_for_another([4])  # the lone batch on all threads: the next one waits
     assert not plan.room_for_another([2, 2])
-    cuda = BatchParallelism()
-    assert cuda.room_for_another([]) and not cuda.room_for_another([None])
+    cuda = BatchParallelism(2)
+    assert cuda.room_for_another([]) and cuda.room_for_another([None]) and not cuda.room_for_another([None, None])
+    assert not BatchParallelism().room_for_another([None])
 
 
 def test_thread_count_is_set_in_the_inference_thread_only():
@@ -127,3 +130,15 @@ async def test_a_lone_request_gets_every_thread_and_holds_them(engine, one_at_a_
     assert [threads for _, _, threads in log] == [2, 2]
     assert not overlapping(log)  # the second batch waited for the wide one
     np.testing.assert_allclose(second.items[0].dense, one_at_a_time[3], atol=1e-6)
+
+
+def test_each_batch_that_may_run_at_once_reserves_its_activations(cards, engine):
+    """Two batches of one model may run side by side (on CPU or, as streams, on a GPU): the pool
+    charges the model the activations of both, not of one."""
+    one = make_engine(cards, Recorder(), cpu_batches=1)
+    try:
+        single = one.pool._plan(cards[0]).reserve
+    finally:
+        one.close()
+    assert engine.parallelism.batches == 2 and single > 0
+    assert engine.pool._plan(cards[0]).reserve == 2 * single

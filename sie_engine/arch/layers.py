@@ -56,11 +56,16 @@ def activation(name: str, inplace: bool = False):
 
 
 def residual_linear_(residual: torch.Tensor, linear: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """`residual + linear(x)`, written into `residual`: the residual is the matmul's
-    accumulator (addmm with beta=1), so no output tensor is allocated and no separate add
-    pass runs. `x` is `[T, in]`, `residual` `[T, out]` and no longer needed by the caller.
+    """`residual + linear(x)`, written into `residual`. `x` is `[T, in]`, `residual` `[T, out]`
+    and no longer needed by the caller.
+
+    On CPU the residual is the matmul's accumulator (addmm with beta=1), so no output tensor
+    is allocated: a fresh one per layer costs an allocation and a pass over cold memory. On
+    CUDA the bias rides in the matmul's epilogue and one vectorised add of equal shapes
+    follows: adding a broadcast bias in place runs a slow strided kernel (11% of BERT-base's
+    GPU time on an H200, 2026-11-30), and the caching allocator makes the extra output free.
     Other linear modules (int8 dynamic quantisation) take the plain path."""
-    if type(linear) is not nn.Linear:
+    if type(linear) is not nn.Linear or x.is_cuda:
         return residual.add_(linear(x))
     if linear.bias is not None:
         residual.add_(linear.bias)

@@ -32,6 +32,8 @@ class RotaryEmbedding(nn.Module):
         if cached is None:
             exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim
             cached = (1.0 / (self.base ** exponents)).to(device)
+            if cached.is_cuda:  # shared by every inference thread's stream: complete before any reads it
+                torch.cuda.current_stream(cached.device).synchronize()
             self._inv_freq[device] = cached
         return cached
 
