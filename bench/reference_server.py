@@ -1,10 +1,11 @@
 """The one-process-per-model baseline of bench_mixed.py: one model behind a minimal aiohttp
 server, as a user without SIE would run it (one container per model).
 
-    python bench/reference_server.py --path DIR --kind st|model2vec [--threads 1] [--port 0]
+    python bench/reference_server.py --path DIR --kind st|model2vec [--threads 1] [--port 0] [--device cpu]
 
 `--kind st` loads DIR with sentence-transformers (`SentenceTransformer.encode`, batch 32, the
-model's own window), `--kind model2vec` with model2vec's `StaticModel.encode`. POST /embed takes
+model's own window; float16 on `--device cuda`, as SIE runs there), `--kind model2vec` with
+model2vec's `StaticModel.encode`. POST /embed takes
 msgpack `{"texts": [...]}` and answers msgpack `{"shape": [n, dims], "vectors": <float32 bytes>}`.
 Each request is encoded on its own, one at a time, in a worker thread (the event loop only
 parses and answers): a minimal server, no batching across requests. Prints
@@ -18,7 +19,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 
-def load_encoder(path: str, kind: str):
+def load_encoder(path: str, kind: str, device: str = "cpu"):
     """texts -> (n, dims) float32 numpy array."""
     import numpy as np
 
@@ -29,7 +30,10 @@ def load_encoder(path: str, kind: str):
         return lambda texts: np.asarray(model.encode(texts), dtype=np.float32)
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(path, device="cpu")
+    import torch
+
+    model = SentenceTransformer(path, device=device,
+                                model_kwargs={"torch_dtype": torch.float16} if device == "cuda" else None)
     return lambda texts: model.encode(texts, batch_size=32, convert_to_numpy=True).astype(np.float32, copy=False)
 
 
@@ -61,7 +65,7 @@ def make_app(encode):
 async def serve(args) -> None:
     from aiohttp import web
 
-    encode = load_encoder(args.path, args.kind)
+    encode = load_encoder(args.path, args.kind, args.device)
     encode(["warm up"])
     runner = web.AppRunner(make_app(encode), access_log=None)
     await runner.setup()
@@ -79,6 +83,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args()
     import torch
 
