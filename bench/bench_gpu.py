@@ -9,9 +9,9 @@ values), plus swap-in time of an evicted model from the pinned host cache.
 `--variants` are engine set-ups measured side by side, rounds alternating: batches in flight on
 the GPU (each on a CUDA stream of its own) and tokeniser threads; experiments, not engine
 options: `2:2:compile` runs the backbone under torch.compile, `2:2:si=0.0005` sets Python's
-GIL switch interval to 0.5 ms while the engine runs (default 5 ms). `--profile` runs the fastest
-set-up once more under torch's profiler: its top kernels and the share of the wall time the GPU
-was busy.
+GIL switch interval to 0.5 ms while the engine runs (default 5 ms). `--profile` shows where the
+fastest set-up's time goes: tokenising in one call, the batches back to back with tokens ready,
+and six batches under torch's profiler (the top kernels and their total, the GPU's bound).
 
 DIR holds all-MiniLM-L6-v2 in the Hugging Face layout (float16 weights are fine).
 The corpus is repeated `--copies` times so each timed run lasts long enough to measure.
