@@ -35,6 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from common import min_cosine  # noqa: E402
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource  # noqa: E402
 from sie_engine.pool import PoolEvents  # noqa: E402
 from sie_engine.validation import Limits  # noqa: E402
@@ -281,11 +282,9 @@ def main() -> None:
                 print(f"{name}: ST batch {batch_size}: {tokens / seconds:,.0f} tokens/s", flush=True)
             st_seconds, st_vectors, st_batch = best_st
             for variant, (seconds, tokens, vectors, backend, batch_tokens) in zip(args.variants, best):
-                cos = (vectors * st_vectors).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(st_vectors,
-                                                                                                        axis=1)
                 lines.append(f"| {name} | {variant} | {tokens / seconds:,.0f} | {batch_tokens} | {backend} | "
                              f"{tokens / st_seconds:,.0f} ({st_batch}) | {st_seconds / seconds:.2f}x | "
-                             f"{cos.min():.5f} |")
+                             f"{min_cosine(vectors, st_vectors):.5f} |")
             if args.profile:
                 fastest = min(range(len(best)), key=lambda i: best[i][0])
                 profiles.append(f"{name}, batch {best[fastest][4]}: " + profile_sie(

@@ -3,11 +3,12 @@ least recently used are evicted when a memory budget would be exceeded.
 
 Memory is charged per model as weight bytes plus an activation reserve sized by
 the model's batch token budget (times the batches that may run at once), against a
-budget in bytes (GPU memory on CUDA, a RAM budget on CPU). Before a load the weights are estimated from the checkpoint's
-headers (each tensor's size in the dtype it will be held in); once loaded, the model
-is charged what its tensors measure. An evicted model kept warm in the host cache is
-copied there on a worker thread, never on the event loop, and its memory stays charged
-until the copy is done; loads waiting for room are served in arrival order.
+budget in bytes (GPU memory on CUDA, a RAM budget on CPU). Before a load the weights
+are estimated from the checkpoint's headers (each tensor's size in the dtype it will
+be held in); once loaded, the model is charged what its tensors measure. An evicted
+model kept warm in the host cache is copied there on a worker thread, never on the
+event loop, and its memory stays charged until the copy is done; loads waiting for
+room are served in arrival order.
 
 "Used" is refreshed by every batch (`touch`), not only by loads. A model pinned by a
 running batch is never evicted; a model with queued but not running work is evicted
