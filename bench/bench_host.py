@@ -1,0 +1,267 @@
+"""Host cost per request: sie-server against a minimal server, one nearly free model (issue 27).
+
+    python bench/bench_host.py                  # 2 rounds x (1 text, 16 texts) x 10 s per system
+    python bench/bench_host.py --seconds 5 --rounds 1 --clients 32
+
+The model is a 1-layer, 32-wide BERT with random weights and the real MiniLM tokenizer, so its
+forward costs next to nothing and what is measured is the host work around it: HTTP, body
+decoding, validation, tokenising, scheduling, answer encoding. The minimal server is the floor
+for that work in Python: an aiohttp app that parses the JSON body, tokenises with the same
+`tokenizers` tokenizer, takes the mean of the model's token-embedding rows per text on the event
+loop and writes SIE's answer shape. Both serve `POST /v1/encode/free` with SIE's request body.
+
+Both run as subprocesses on free loopback ports; one client process (this one) keeps `--clients`
+requests in flight for `--seconds`, systems alternating within each round. Per system and request
+size it prints the median round's requests/s, p50 and p99 latency and the server's CPU seconds per
+request (user + system time of its process from /proc, all threads), then SIE's ratios to the
+minimal server against issue 27's goals. The client shares the cores with the server, the same for
+both systems; on a 2-core box the client's own cost caps the minimal server's rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_server import free_port, pct  # noqa: E402
+from common import MINILM_DIR, load_texts  # noqa: E402
+
+MODEL = "free"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# ----------------------------------------------------------------------------- the model
+
+def make_free_model(dest: Path) -> Path:
+    """A BERT whose forward is nearly free (1 layer, width 32) with MiniLM's tokenizer."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=512)
+    BertModel(config).eval().save_pretrained(dest, safe_serialization=True)
+    for name in TOKENIZER_FILES:
+        if (MINILM_DIR / name).exists():
+            shutil.copy(MINILM_DIR / name, dest / name)
+    return dest
+
+
+# ----------------------------------------------------------------------------- the minimal server
+
+def serve_minimal(model_dir: Path, port: int) -> None:
+    """The floor: parse, tokenise, mean of embedding rows, answer; all on the event loop."""
+    import numpy as np
+    import orjson
+    from aiohttp import web
+    from safetensors.numpy import load_file
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tokenizer.enable_truncation(512)
+    table = next(v for k, v in load_file(str(model_dir / "model.safetensors")).items()
+                 if k.endswith("word_embeddings.weight"))
+
+    async def encode(request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        items = body["items"]
+        texts = [item if isinstance(item, str) else item["text"] for item in items]
+        encodings = tokenizer.encode_batch(texts)
+        answer = []
+        for i, enc in enumerate(encodings):
+            vector = table[enc.ids].mean(0)
+            answer.append({"id": str(i), "dense": (vector / np.linalg.norm(vector)).tolist()})
+        tokens = sum(len(enc.ids) for enc in encodings)
+        return web.Response(body=orjson.dumps({"model": MODEL, "items": answer, "usage": {"tokens": tokens}}),
+                            content_type="application/json")
+
+    async def ready(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application(client_max_size=64 << 20)
+    app.router.add_post(f"/v1/encode/{MODEL}", encode)
+    app.router.add_get("/readyz", ready)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+# ----------------------------------------------------------------------------- servers as processes
+
+class Server:
+    def __init__(self, name: str, argv: list[str], port: int):
+        self.name, self.port = name, port
+        env = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
+        self.process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def cpu_seconds(self) -> float:
+        """User + system time of the server process so far (every thread)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+    async def wait_ready(self, session, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.process.stderr.read().decode()[-2000:]}")
+            try:
+                async with session.get(self.url + "/readyz") as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            await asyncio.sleep(0.2)
+        raise RuntimeError(f"{self.name} was not ready within {timeout_s} s")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def start_servers(model_dir: Path) -> list[Server]:
+    minimal_port, sie_port = free_port(), free_port()
+    sie = Path(sys.executable).with_name("sie-server")
+    return [
+        Server("minimal", [sys.executable, __file__, "--serve-minimal", str(model_dir), "--port", str(minimal_port)],
+               minimal_port),
+        # no access log: the minimal server writes none either
+        Server("sie-server", [str(sie), "serve", "--no-builtin", "--model", f"{MODEL}={model_dir}", "--device", "cpu",
+                              "--port", str(sie_port), "--preload", MODEL, "--no-access-log"], sie_port),
+    ]
+
+
+# ----------------------------------------------------------------------------- load
+
+@dataclass
+class Pass:
+    requests: int
+    seconds: float
+    cpu_s: float
+    latencies: list[float] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.requests / self.seconds
+
+
+async def drive(session, server: Server, bodies: list[bytes], clients: int, seconds: float) -> Pass:
+    """`clients` loops each sending its next request when answered, for `seconds`."""
+    url = f"{server.url}/v1/encode/{MODEL}"
+    headers = {"Content-Type": "application/json"}
+    latencies: list[float] = []
+    stop_at = time.perf_counter() + seconds
+
+    async def client(offset: int) -> None:
+        i = offset
+        while time.perf_counter() < stop_at:
+            started = time.perf_counter()
+            async with session.post(url, data=bodies[i % len(bodies)], headers=headers) as response:
+                await response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"{server.name} answered {response.status}: {await response.text()}")
+            latencies.append(time.perf_counter() - started)
+            i += clients
+
+    cpu_before, started = server.cpu_seconds(), time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    elapsed, cpu = time.perf_counter() - started, server.cpu_seconds() - cpu_before
+    return Pass(len(latencies), elapsed, cpu, latencies)
+
+
+def request_bodies(texts: list[str], per_request: int, count: int = 512) -> list[bytes]:
+    return [json.dumps({"items": [{"text": texts[(i * per_request + j) % len(texts)]}
+                                  for j in range(per_request)]}).encode() for i in range(count)]
+
+
+async def run(args) -> int:
+    import aiohttp
+
+    # short texts: the dev corpus's first sentences, cut to a query's length
+    texts = [" ".join(t.split()[:12]) for t in load_texts(2000)]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results: dict[tuple[str, int], list[Pass]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        servers = start_servers(make_free_model(Path(tmp)))
+        connector = aiohttp.TCPConnector(limit=args.clients)
+        try:
+            async with aiohttp.ClientSession(connector=connector) as session:
+                for server in servers:
+                    await server.wait_ready(session)
+                for size in sizes:  # warm both: first requests load, compile and fill caches
+                    for server in servers:
+                        await drive(session, server, request_bodies(texts, size), args.clients, 1.0)
+                for round_ in range(args.rounds):
+                    order = servers if round_ % 2 == 0 else servers[::-1]
+                    for size in sizes:
+                        bodies = request_bodies(texts, size)
+                        for server in order:
+                            measured = await drive(session, server, bodies, args.clients, args.seconds)
+                            results.setdefault((server.name, size), []).append(measured)
+                            print(f"round {round_ + 1} {server.name:10} {size:2} text(s): {measured.rate:8.0f} req/s",
+                                  file=sys.stderr, flush=True)
+        finally:
+            for server in servers:
+                server.stop()
+    report(results, sizes, args)
+    return 0
+
+
+def report(results: dict[tuple[str, int], list[Pass]], sizes: list[int], args) -> None:
+    print(f"\n{args.clients} clients, {args.seconds:g} s per pass, {args.rounds} round(s), median round\n")
+    print("| request | system | req/s | p50 ms | p99 ms | server CPU ms/request |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    summary: dict[tuple[str, int], tuple[float, float, float]] = {}
+    for size in sizes:
+        for name in ("minimal", "sie-server"):
+            passes = sorted(results[(name, size)], key=lambda p: p.rate)
+            mid = passes[len(passes) // 2]
+            rate = statistics.median(p.rate for p in passes)
+            cpu_ms = 1000 * statistics.median(p.cpu_s / p.requests for p in passes)
+            p99 = pct(mid.latencies, 99)  # pct gives milliseconds
+            summary[(name, size)] = (rate, p99, cpu_ms)
+            print(f"| {size} text{'s' if size > 1 else ''} | {name} | {rate:,.0f} | {pct(mid.latencies, 50):.1f} "
+                  f"| {p99:.1f} | {cpu_ms:.2f} |")
+    print("\nsie-server against the minimal server (issue 27's goals in brackets):")
+    for size in sizes:
+        (m_rate, m_p99, _), (s_rate, s_p99, s_cpu) = summary[("minimal", size)], summary[("sie-server", size)]
+        goal = "1/3" if size == 1 else "0.8"
+        print(f"  {size:2} text(s): rate {s_rate / m_rate:.2f}x [>= {goal}], p99 {s_p99 / m_p99:.1f}x [<= 3x], "
+              f"CPU {s_cpu:.2f} ms/request{' [<= 0.3]' if size == 1 else ''}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each measured pass")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds; the systems' order alternates")
+    parser.add_argument("--clients", type=int, default=32, help="requests in flight")
+    parser.add_argument("--sizes", default="1,16", help="texts per request, comma-separated")
+    parser.add_argument("--serve-minimal", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_minimal:
+        serve_minimal(args.serve_minimal, args.port)
+        return 0
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
