@@ -279,7 +279,7 @@ class Engine:
         """Tokenise on the tokenizer pool; returns the result and the seconds it took."""
         tokenizer = await self._tokenizers.get(card)
         started = time.monotonic()
-        fn = getattr(tokenizer, method)
+        fn = getattr(tokenizer, method)  # the input preparation method the task names, not a capability probe
         result = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, lambda: fn(*args, **kwargs))
         return result, time.monotonic() - started
 
@@ -345,9 +345,8 @@ class Engine:
         """Positions an image item of this model runs (admission's count): its preprocessor's,
         once loaded, else a bound from the card's image size; None for a text-only model."""
         inputs = self._tokenizers.loaded(card.id)
-        known = getattr(inputs, "image_tokens", None)
-        if known is not None:
-            return int(known)
+        if inputs is not None and inputs.images is not None:
+            return inputs.images.image_tokens
         return image_positions_bound(card.image_size) if card.image_size else None
 
     def run_sync(self, task: str, model: str, *args: Any, **fields: Any) -> Any:

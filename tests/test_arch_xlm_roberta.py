@@ -22,7 +22,7 @@ from arch_fixtures import (
     reference_pooled, runner_for, save_tiny, sie_hidden, sie_pooled, tiny_card,
 )
 from sie_engine import Catalog, Engine
-from sie_engine.arch import family_for
+from sie_engine.models import family_for
 
 XLMR_VOCAB = 250_002
 LONG_TEXT = "multilingual retrieval needs long windows " * 120  # > 512 tokens: truncated to the full window

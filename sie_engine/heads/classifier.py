@@ -32,11 +32,12 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
-from ..arch.layers import activation as hidden_activation
+from ..layers.blocks import activation as hidden_activation
 from ..batch import PackedBatch
 from .common import linear, layer_norm, ln_tensors, optional, tensor
 from .context import HeadContext
 from .pooling import cls_pool, mean_pool
+from .base import Head
 
 ACTIVATIONS = ("sigmoid", "identity", "softmax")
 # sentence-transformers stores the activation as an import path.
@@ -143,7 +144,7 @@ def to_scores(logits: torch.Tensor, activation: str, label: int) -> torch.Tensor
     return logits[:, label]
 
 
-class YesNoHead(nn.Module):
+class YesNoHead(Head):
     """hidden `[T, H]` -> P(yes) `[B]` from the last token of each sequence.
 
     `rows`: `[2, H]` LM-head rows of the "no" and "yes" tokens (in that order)."""
@@ -177,7 +178,7 @@ def yes_no_options(card) -> dict:
     return options
 
 
-class ScoreHead(nn.Module):
+class ScoreHead(Head):
     """A cross-encoder's `score` head: the classifier's logits through the activation, at one label."""
 
     def __init__(self, classifier: SequenceClassifier, activation: str, label: int):

@@ -1,0 +1,1 @@
+"""The bert family (see sie_engine/models/__init__.py for what a family package holds)."""
