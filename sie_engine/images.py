@@ -138,7 +138,7 @@ def prepare_images(processor, values: Sequence[Any], fields: Sequence[str], limi
     """Images as sent -> float32 pixel values each (`take` picks them from the processor's output),
     decoded and preprocessed one at a time (one bad image names its item; at most one full-size
     decoded image is held at once)."""
-    pixels = []
+    pixels: list[np.ndarray] = []
     for value, field in zip(values, fields):
         picture = decode_image(image_bytes(value, limits, field), limits, field)
         pixels.append(take(processor(images=[picture], return_tensors="np")).astype(np.float32))

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from .card import ModelCard, WeightsSource
 from .errors import UnsupportedArchitecture
 from .models import LAYOUTS, family_for, layout_module
+from .models.base import Family
 
 
 def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
@@ -35,6 +36,7 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
     if not config_path.is_file():
         raise ValueError(f"{root} has no config.json: not a Hugging Face model directory")
     config = json.loads(config_path.read_text())
+    family: Family | None
     try:
         family = family_for(config)
     except UnsupportedArchitecture:  # reported when the model loads, after its card is listed

@@ -34,6 +34,7 @@ import torch
 from .card import Catalog, ModelCard
 from .checkpoints import CheckpointLayout, resolve as resolve_checkpoint
 from .models import family_for
+from .models.base import Family
 from .host_cache import HostCache
 from .errors import ModelLoadFailed, ModelNotFound, SIEError, UnsupportedArchitecture, WeightsNotFound
 from .runner import ModelRunner, batch_budget, build_runner, resolve_dtype
@@ -291,7 +292,7 @@ class ModelPool:
         layout = resolve_checkpoint(card)
         dtype = resolve_dtype(card.dtype, self.device)
         element_size = torch.empty((), dtype=dtype).element_size()
-        family = family_for(layout.config, card.family)
+        family: Family = family_for(layout.config, card.family)
         batch_tokens = batch_budget(card, family, self.device, dtype)
         # a family whose batches hold no transformer activations says what they hold
         one_batch = family.model_class.activation_bytes(batch_tokens, family.config_from_hf(layout.config), dtype)

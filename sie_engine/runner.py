@@ -168,9 +168,11 @@ class ModelRunner:
         if items[0].pixels is not None:  # an image batch (the scheduler queues images apart from texts)
             return self._run_images(items)
         limited = any(it.key_len is not None for it in items)
+        # a batch's items all carry segment ids or none do (the task that made them decides)
+        type_ids = [it.type_ids for it in items if it.type_ids is not None]
         batch = pack(
             [it.ids for it in items], self.backend, self.device,
-            [it.type_ids for it in items] if items[0].type_ids is not None else None,
+            type_ids if items[0].type_ids is not None else None,
             key_lens=[it.key_len or it.num_tokens for it in items] if limited else None,
         )
         self._local.padded_tokens = batch.attn.padded_tokens  # for the scheduler's metrics
@@ -185,7 +187,8 @@ class ModelRunner:
     def _run_images(self, items: Sequence[WorkItem]) -> list[dict[str, Any]]:
         """The vision tower over a batch of images, then the heads (two-tower image-text models)."""
         # a model that takes each image's own patch grid (SigLIP 2 NaFlex) says so: `patch_grids`
-        batch = pack_images([it.pixels for it in items], [it.num_tokens for it in items], self.backend, self.device,
+        pixels = [it.pixels for it in items if it.pixels is not None]  # an image batch holds images only
+        batch = pack_images(pixels, [it.num_tokens for it in items], self.backend, self.device,
                             self.dtype, patch_grids=self.backbone.patch_grids)
         self._local.padded_tokens = batch.attn.padded_tokens
         hidden = self.backbone.forward_images(batch.pixel_values, batch.attn, batch.grids)
@@ -224,7 +227,7 @@ def tokenizer_window(card: ModelCard, layout: CheckpointLayout, family: Family) 
 
 
 def load_tokenizer(card: ModelCard, layout: CheckpointLayout) -> TextTokenizer:
-    family = family_for(layout.config, card.family)  # an unsupported architecture is the error to report first
+    family: Family = family_for(layout.config, card.family)  # an unsupported architecture is the error to report first
     make = family.tokenizer or TextTokenizer  # a family with its own input preparation (static embedders) brings it
     return make(layout, tokenizer_window(card, layout, family), trust_remote_code=card.trust_remote_code)
 
@@ -247,7 +250,7 @@ def build_runner(card: ModelCard, layout: CheckpointLayout | Path, device: torch
     if not isinstance(layout, CheckpointLayout):
         layout = describe(layout)
     layout = with_backbone_overrides(card, layout)
-    family = family_for(layout.config, card.family)
+    family: Family = family_for(layout.config, card.family)
     dtype = resolve_dtype(card.dtype, device)
     backend = family.model_class.attention_backend(device, dtype)  # a family without attention plans its own
     if backend is None:

@@ -1,5 +1,5 @@
 """XLM-RoBERTa (multilingual-e5, arctic-embed-l-v2, bge-m3's backbone) through SIE's BERT
-forward pass (arch/bert.py with `position_offset` = padding index + 1) against
+forward pass (models/bert/model.py with `position_offset` = padding index + 1) against
 transformers' XLMRobertaModel on the same weights.
 
 The tiny model keeps XLM-R's real vocabulary size (250,002) and position table (514

@@ -10,7 +10,7 @@ Token vectors are `normalize(linear(hidden))`. Which tokens are kept:
   tokenizer's `encode_marked` inserts.
 - BGE-M3 (`kind: bge-m3`): every token but the first ([CLS]); the projection is
   `colbert_linear.pt`.
-- ColPali (`kind: colpali`, arch/paligemma.py): every token of a query and every position of a
+- ColPali (`kind: colpali`, models/colpali/model.py): every token of a query and every position of a
   page (image features and prompt); the projection is `embedding_proj_layer`. The head hands the
   backbone the page prompt's tokens, which its input preparation read from the processor.
 

@@ -14,12 +14,9 @@ A plug-in family registers with `register_family`, `register_layout` and `regist
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import UnsupportedArchitecture
-
-if TYPE_CHECKING:
-    from .base import Family
 
 _M = "sie_engine.models"
 
@@ -153,8 +150,11 @@ def unregister_head(output: str) -> None:
     HEADS.pop(output, None)
 
 
-def family(name: str) -> Family:
-    """A registered family by name."""
+# The registry names no class, not even for type checkers (an import of .base here, even under
+# TYPE_CHECKING, would sit above everything base imports): a family is a `base.Family`, which
+# callers annotate where they keep one.
+def family(name: str) -> Any:
+    """A registered family (a `base.Family`) by name."""
     if name not in FAMILIES:
         raise UnsupportedArchitecture(f"family {name!r} is not implemented (known: {', '.join(sorted(FAMILIES))})")
     return resolve(FAMILIES[name])
@@ -174,8 +174,8 @@ def family_name(config: Mapping[str, Any]) -> str:
     )
 
 
-def family_for(config: Mapping[str, Any], requested: str | None = None) -> Family:
-    """The family for a config.json, or the card's explicit family."""
+def family_for(config: Mapping[str, Any], requested: str | None = None) -> Any:
+    """The family (a `base.Family`) for a config.json, or the card's explicit family."""
     return family(requested if requested is not None else family_name(config))
 
 

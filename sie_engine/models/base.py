@@ -69,6 +69,11 @@ class Backbone(nn.Module):
         (the head reads the tensor from the checkpoint instead)."""
         return None
 
+    def sequence_classifier(self, ctx: Any) -> nn.Module | None:
+        """The family's own `*ForSequenceClassification` head (a `heads.classifier.SequenceClassifier`
+        built from `ctx`, a `HeadContext`); None: the shared BERT / RoBERTa layouts."""
+        return None
+
     def forward_images(self, pixel_values: torch.Tensor, attn: AttentionMetadata,
                        grids: Grids | None = None) -> torch.Tensor:
         """The vision side over a batch of images -> `[positions of the batch, H]`. `grids`: each

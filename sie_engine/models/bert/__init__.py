@@ -1,1 +1,2 @@
-"""The bert family (see sie_engine/models/__init__.py for what a family package holds)."""
+"""BERT and the models that share its forward: RoBERTa, XLM-R, CamemBERT (model.py), and DistilBERT
+under its own checkpoint names (distilbert.py)."""

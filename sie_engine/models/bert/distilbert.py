@@ -4,7 +4,7 @@ SPLADE encoders) over packed input.
 DistilBERT is BERT's encoder under other names, with no segment embeddings (and no pooler):
 word + learned position embeddings from position 0, LayerNorm, then post-norm layers of
 attention and a GELU feed-forward, every LayerNorm at eps 1e-12. So the forward pass is
-arch/bert.py's, and this file is the config mapping and the rename table from DistilBERT's
+models/bert/model.py's, and this file is the config mapping and the rename table from DistilBERT's
 checkpoint names (`transformer.layer.N.attention.q_lin`, `sa_layer_norm`, `ffn.lin1`, ...)
 to BERT's.
 """

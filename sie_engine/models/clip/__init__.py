@@ -1,1 +1,2 @@
-"""The clip family (see sie_engine/models/__init__.py for what a family package holds)."""
+"""CLIP: a two-tower image-text model (model.py); the card of a card-less CLIP / SigLIP directory
+(card.py)."""

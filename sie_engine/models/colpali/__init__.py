@@ -1,1 +1,2 @@
-"""The colpali family (see sie_engine/models/__init__.py for what a family package holds)."""
+"""ColPali (PaliGemma: SigLIP vision tower, projector, Gemma decoder): multi-vector page images and
+queries; the card of a card-less ColPali directory (card.py)."""

@@ -5,9 +5,9 @@ Gemma (1) decoder's width, and the decoder over [image tokens, then the prompt's
 Read top to bottom: the config, the vision tower's attention, the Gemma layer and decoder, the model,
 the input preparation.
 
-- Gemma (1) layers are arch/qwen.py's LLaMA blocks (grouped-query attention with one K/V head,
+- Gemma (1) layers are models/qwen/model.py's LLaMA blocks (grouped-query attention with one K/V head,
   scores scaled by head_dim ** -0.5, the GeGLU gated MLP) with Gemma's RMSNorm (`1 + weight`,
-  arch/gemma3.py's); token embeddings are scaled by sqrt(hidden_size), image features are not
+  models/gemma3/model.py's); token embeddings are scaled by sqrt(hidden_size), image features are not
   (transformers scales inside the embedding lookup and merges the image features after it).
 - Attention is bidirectional over each whole sequence: ColPali's processor returns
   `token_type_ids` of 0 for every token, which `PaliGemmaModel` makes one bidirectional block
@@ -52,7 +52,7 @@ class PaliGemmaConfig:
     """config.json of a ColPali checkpoint (`vlm_config` with its `vision_config` and `text_config`).
 
     vision: the SigLIP tower; image_size, patch_size, num_channels: its input.
-    text: the Gemma decoder as arch/qwen.py's config (bidirectional, no biases).
+    text: the Gemma decoder as models/qwen/model.py's config (bidirectional, no biases).
     image_token_id: the placeholder the processor writes once per image feature.
     embedding_dim: the width of ColPali's token vectors (128).
     """

@@ -1,1 +1,2 @@
-"""The deberta_v2 family (see sie_engine/models/__init__.py for what a family package holds)."""
+"""DeBERTa-v2/v3: disentangled relative-position attention (the backbone of most GLiNER models
+and of NLI cross-encoders)."""

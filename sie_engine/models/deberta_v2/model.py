@@ -337,6 +337,18 @@ class DebertaV2Model(Backbone):
     def input_embeddings(self) -> nn.Embedding:
         return self.embeddings.word_embeddings
 
+    def sequence_classifier(self, ctx: Any) -> nn.Module:
+        """DebertaV2ForSequenceClassification (NLI cross-encoders): ContextPooler (`pooler.dense` +
+        `pooler_hidden_act` on [CLS]), then `classifier`."""
+        from ...heads.classifier import DenseAct, SequenceClassifier
+        from ...heads.common import linear, optional, tensor
+
+        device, dtype, tensors, config = ctx.device, ctx.dtype, ctx.checkpoint, ctx.hf_config
+        pre = DenseAct(linear(tensor(tensors, "pooler.dense.weight"), tensor(tensors, "pooler.dense.bias"), device,
+                              dtype), activation(config.get("pooler_hidden_act", "gelu")))
+        classifier = linear(tensor(tensors, "classifier.weight"), optional(tensors, "classifier.bias"), device, dtype)
+        return SequenceClassifier("cls", pre, classifier)
+
     def __init__(self, config: DebertaV2Config, backend: AttentionBackend | None = None):
         super().__init__()
         self.backend = backend or select_backend(torch.device("cpu"), torch.float32,

@@ -1,1 +1,1 @@
-"""The gemma3 family (see sie_engine/models/__init__.py for what a family package holds)."""
+"""Gemma 3 text decoders (EmbeddingGemma)."""

@@ -1,11 +1,11 @@
 """Gemma 3 text decoders used as embedders (EmbeddingGemma) over packed input.
 
-Read leaf to root: norm, attention, layer, model; the gated MLP is arch/qwen.py's (GeGLU
+Read leaf to root: norm, attention, layer, model; the gated MLP is models/qwen/model.py's (GeGLU
 here: the gate's activation is config.json's). Module names follow Hugging Face's
 `Gemma3TextModel` except the fused projections the weight spec stacks: `self_attn.kv_proj`
 (k_proj, v_proj) and `mlp.gate_up_proj` (gate_proj, up_proj).
 
-What sets Gemma 3 apart from the LLaMA-style blocks of arch/qwen.py:
+What sets Gemma 3 apart from the LLaMA-style blocks of models/qwen/model.py:
 - RMSNorm scales by `1 + weight` (weights stored as offsets from one), in float32;
 - four norms per layer: before and after attention, before and after the MLP (the
   "after" norms apply to the sublayer's output, before the residual add);

@@ -1,1 +1,2 @@
-"""The gliclass family (see sie_engine/models/__init__.py for what a family package holds)."""
+"""GLiClass zero-shot classification: layout (checkpoint.py), head (head.py); the task side is
+sie_engine/tasks/gliclass.py."""

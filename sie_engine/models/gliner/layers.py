@@ -9,7 +9,7 @@ From the backbone's hidden states `[T, H]` of a packed batch of windows:
      markerV1), label vectors through the prompt MLP;
   4. span-label logits = span vector . label vector, probabilities by sigmoid.
 Token models (span_mode token_level, NuNER Zero's kind) replace 3-4 with GLiNER's
-Scorer: start / end / inside logits per (word, label), decoded in gliner_decode.
+Scorer: start / end / inside logits per (word, label), decoded in models/gliner/decode.py.
 
 Module names mirror GLiNER's checkpoint (`span_rep_layer.span_rep_layer.*`,
 `prompt_rep_layer.*`, `scorer.*`, `rnn.lstm.*`, `token_rep_layer.projection.*`), so loading

@@ -1,1 +1,2 @@
-"""The gliner2 family (see sie_engine/models/__init__.py for what a family package holds)."""
+"""GLiNER2: layout (checkpoint.py), prompt and schemas (prompt.py), heads (head.py); the task
+side is sie_engine/tasks/gliner2.py."""

@@ -1,1 +1,2 @@
-"""The glirel family (see sie_engine/models/__init__.py for what a family package holds)."""
+"""GLiREL relation extraction: layout (checkpoint.py), prompt (prompt.py), head (head.py); the
+task side is sie_engine/tasks/relations.py."""

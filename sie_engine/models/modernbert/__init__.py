@@ -1,1 +1,1 @@
-"""The modernbert family (see sie_engine/models/__init__.py for what a family package holds)."""
+"""ModernBERT: rotary positions, alternating local / global attention, gated MLP."""

@@ -175,6 +175,25 @@ class ModernBertModel(Backbone):
     def input_embeddings(self) -> nn.Embedding:
         return self.embeddings.tok_embeddings
 
+    def sequence_classifier(self, ctx: Any) -> nn.Module:
+        """ModernBertForSequenceClassification (gte-reranker-modernbert): CLS or mean pooling
+        (`classifier_pooling`), `head.dense` + activation + `head.norm`, then `classifier`."""
+        from ...heads.classifier import DenseAct, SequenceClassifier
+        from ...heads.common import layer_norm, linear, ln_tensors, optional, tensor
+
+        device, dtype, tensors, config = ctx.device, ctx.dtype, ctx.checkpoint, ctx.hf_config
+        pool = config.get("classifier_pooling", "cls")
+        if pool not in ("cls", "mean"):
+            raise ValueError(f"classifier_pooling {pool!r} is not supported (cls, mean)")
+        norm_w, norm_b = ln_tensors(tensors, "head.norm")
+        pre = DenseAct(
+            linear(tensor(tensors, "head.dense.weight"), optional(tensors, "head.dense.bias"), device, dtype),
+            activation(config.get("classifier_activation", "gelu")),
+            layer_norm(norm_w, norm_b, config.get("norm_eps", 1e-5), device, dtype),
+        )
+        classifier = linear(tensor(tensors, "classifier.weight"), optional(tensors, "classifier.bias"), device, dtype)
+        return SequenceClassifier(pool, pre, classifier)
+
     def __init__(self, config: ModernBertConfig, backend: AttentionBackend):
         super().__init__()
         self.config = config

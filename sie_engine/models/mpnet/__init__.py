@@ -1,1 +1,1 @@
-"""The mpnet family (see sie_engine/models/__init__.py for what a family package holds)."""
+"""MPNet: BERT's blocks with a relative position bias."""

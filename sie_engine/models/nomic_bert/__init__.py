@@ -1,1 +1,1 @@
-"""The nomic_bert family (see sie_engine/models/__init__.py for what a family package holds)."""
+"""NomicBERT (nomic-embed-text): rotary positions, SwiGLU; its card reads Nomic's `n_positions`."""

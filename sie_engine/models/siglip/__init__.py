@@ -1,1 +1,1 @@
-"""The siglip family (see sie_engine/models/__init__.py for what a family package holds)."""
+"""SigLIP (model.py) and SigLIP 2 NaFlex (siglip2.py: each image its own patch grid)."""

@@ -1,1 +1,2 @@
-"""The static family (see sie_engine/models/__init__.py for what a family package holds)."""
+"""Static embedders in model2vec's format: the layout and card of a model2vec directory
+(layout.py, torch-free), the token table, its tokenisation and no-attention batch plan (model.py)."""
