@@ -112,7 +112,8 @@ async def test_it_serves_over_http_openapi_and_the_typed_client(engine, toy_dir)
         document = await (await server.get("/openapi.json")).json()
         assert "/v1/encode/{model}" in document["paths"]
         # what the listing says of the family's model is what OpenAPI documents a model entry by
-        assert {"id", "family", "dims", "tasks", "outputs"} <= set(document["components"]["schemas"]["Model"]["properties"])
+        documented = set(document["components"]["schemas"]["Model"]["properties"])
+        assert {"id", "family", "dims", "tasks", "outputs"} <= documented
 
         url = str(server.make_url("")).rstrip("/")
 

@@ -27,4 +27,5 @@ def local_card(name: str, root: Path) -> ModelCard:
     """Dense vectors (the family's max-pooled head), normalised; the window is its positions."""
     config = json.loads((Path(root) / CONFIG_FILE).read_text())
     return ModelCard(id=name, weights=WeightsSource(path=str(root)), family="toy", outputs=("dense",),
-                     normalize=True, max_seq_len=int(config["max_positions"]), description=f"local toy directory {root}")
+                     normalize=True, max_seq_len=int(config["max_positions"]),
+                     description=f"local toy directory {root}")
