@@ -279,7 +279,7 @@ class Engine:
         """Tokenise on the tokenizer pool; returns the result and the seconds it took."""
         tokenizer = await self._tokenizers.get(card)
         started = time.monotonic()
-        fn = getattr(tokenizer, method)  # the input preparation method the task names, not a capability probe
+        fn = getattr(tokenizer, method)
         result = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, lambda: fn(*args, **kwargs))
         return result, time.monotonic() - started
 

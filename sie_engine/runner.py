@@ -169,10 +169,9 @@ class ModelRunner:
             return self._run_images(items)
         limited = any(it.key_len is not None for it in items)
         # a batch's items all carry segment ids or none do (the task that made them decides)
-        type_ids = [it.type_ids for it in items if it.type_ids is not None]
+        type_ids = [it.type_ids for it in items if it.type_ids is not None] if items[0].type_ids is not None else None
         batch = pack(
-            [it.ids for it in items], self.backend, self.device,
-            type_ids if items[0].type_ids is not None else None,
+            [it.ids for it in items], self.backend, self.device, type_ids,
             key_lens=[it.key_len or it.num_tokens for it in items] if limited else None,
         )
         self._local.padded_tokens = batch.attn.padded_tokens  # for the scheduler's metrics
