@@ -235,7 +235,7 @@ def glirel_model_dir() -> Path:
 def entity_words(text: str, count: int = 5, within: int = 60) -> list[tuple[int, int]]:
     """`count` one-word entities (word index, word index) spread over the text's first `within` words: the
     same spans go to both systems (which words they are does not change the work)."""
-    from sie_engine.heads.gliner_prompt import split_words
+    from sie_engine.models.gliner.prompt import split_words
 
     words = min(len(split_words(text).texts), within)
     step = max(words // count, 1)
@@ -246,7 +246,7 @@ def bench_glirel(args) -> list[dict]:
     from glirel import GLiREL
 
     from sie_engine import Catalog, Engine
-    from sie_engine.heads.gliner_prompt import split_words
+    from sie_engine.models.gliner.prompt import split_words
     from sie_engine.local_card import card_from_local_dir
 
     root = glirel_model_dir()

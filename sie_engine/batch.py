@@ -15,6 +15,9 @@ import torch
 
 from .attention import AttentionBackend, AttentionMetadata
 
+# each image's patch grid (h, w), for a family whose images come as their own grids (SigLIP 2 NaFlex)
+Grids = tuple[tuple[int, int], ...]
+
 
 @dataclass
 class PackedBatch:
@@ -89,7 +92,7 @@ class ImageBatch:
     pixel_values: torch.Tensor
     attn: AttentionMetadata
     seq_lens: tuple[int, ...]
-    grids: tuple[tuple[int, int], ...] | None = None
+    grids: Grids | None = None
 
     @property
     def cu_seqlens(self) -> torch.Tensor:

@@ -18,7 +18,7 @@ import yaml
 from sie_contract import all_tasks
 
 from .errors import InvalidRequest
-from .heads import HEADS
+from .models import HEADS
 
 ENCODE_OUTPUTS = ("dense", "sparse", "multivector")
 POOLINGS = ("cls", "mean", "last", "max", "weightedmean", "mean_sqrt_len", "none")
@@ -56,7 +56,7 @@ class WeightsSource:
 class ModelCard:
     id: str
     weights: WeightsSource
-    # Architecture family (a key of sie_engine.arch.FAMILIES). None: read it from
+    # Architecture family (a key of sie_engine.models.FAMILIES). None: read it from
     # config.json's `architectures` when the model loads.
     family: str | None = None
     # What the model offers: dense / sparse / multivector (encode), score, extract.

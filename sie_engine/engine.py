@@ -345,9 +345,8 @@ class Engine:
         """Positions an image item of this model runs (admission's count): its preprocessor's,
         once loaded, else a bound from the card's image size; None for a text-only model."""
         inputs = self._tokenizers.loaded(card.id)
-        known = getattr(inputs, "image_tokens", None)
-        if known is not None:
-            return int(known)
+        if inputs is not None and inputs.images is not None:
+            return inputs.images.image_tokens
         return image_positions_bound(card.image_size) if card.image_size else None
 
     def run_sync(self, task: str, model: str, *args: Any, **fields: Any) -> Any:

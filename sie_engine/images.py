@@ -22,9 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .checkpoints import CheckpointLayout, describe
 from .errors import InvalidRequest, PayloadTooLarge
-from .tokenizer import TextTokenizer
 from .validation import Limits
 
 
@@ -121,6 +119,7 @@ def load_image_processor(root: Path):
     config = read_image_processor_config(Path(root))
     name = config.get("image_processor_type") or config.get("feature_extractor_type") or ""
     name = name.replace("FeatureExtractor", "ImageProcessor")  # the older checkpoints' name for the same class
+    # transformers' class by the name the checkpoint's config gives (a lookup, not a capability probe)
     cls = getattr(transformers, name + "Pil", None) or getattr(transformers, name, None)
     if cls is None or not name:
         raise ValueError(f"{root}: image processor {name!r} is not one transformers has")
@@ -139,41 +138,27 @@ def prepare_images(processor, values: Sequence[Any], fields: Sequence[str], limi
     """Images as sent -> float32 pixel values each (`take` picks them from the processor's output),
     decoded and preprocessed one at a time (one bad image names its item; at most one full-size
     decoded image is held at once)."""
-    pixels = []
+    pixels: list[np.ndarray] = []
     for value, field in zip(values, fields):
         picture = decode_image(image_bytes(value, limits, field), limits, field)
         pixels.append(take(processor(images=[picture], return_tensors="np")).astype(np.float32))
     return pixels
 
 
-class ImageTextInputs(TextTokenizer):
-    """Input preparation of a two-tower image-text model: the checkpoint's tokenizer for texts
-    (TextTokenizer) and its image processor for images. `image_tokens`: positions the vision
-    tower runs per image (patches, plus the class token where the family has one), what the
-    batcher counts an image as."""
+class ImagePreprocessor:
+    """The image role of a model's input preparation: the checkpoint's image processor over the
+    images a request sent. `image_size`: the side the vision tower expects; `image_tokens`:
+    positions it runs per image (patches, plus the class token where the family has one), what
+    admission counts an image as before it sees it."""
 
-    class_tokens = 1  # CLIP's; SigLIP's subclass has none
-
-    def __init__(self, layout: CheckpointLayout | Path, max_length: int, trust_remote_code: bool = False):
-        if not isinstance(layout, CheckpointLayout):
-            layout = describe(layout)
-        self.load_text(layout, max_length, trust_remote_code)
-        self.image_processor = load_image_processor(layout.root)
-        config = self.read_config(layout.config)
-        self.image_size = config.image_size
-        self.image_tokens = config.num_patches + self.class_tokens
-
-    def load_text(self, layout: CheckpointLayout, max_length: int, trust_remote_code: bool) -> None:
-        """The text side (TextTokenizer's; a family whose checkpoints ship a slow tokenizer overrides it)."""
-        TextTokenizer.__init__(self, layout, max_length, trust_remote_code=trust_remote_code)
-
-    @staticmethod
-    def read_config(config: Any) -> Any:
-        """The family's typed config (with `image_size` and `num_patches`)."""
-        raise NotImplementedError
+    def __init__(self, processor: Any, image_size: int, image_tokens: int):
+        self.processor = processor
+        self.image_size = image_size
+        self.image_tokens = image_tokens
 
     def encode_images(self, values: Sequence[Any], fields: Sequence[str], limits: Limits) -> list[np.ndarray]:
-        return prepare_images(self.image_processor, values, fields, limits)
+        """Images as sent -> float32 pixel values each (`[C, S, S]`)."""
+        return prepare_images(self.processor, values, fields, limits)
 
     def positions(self, pixels: np.ndarray) -> int:
         """Positions the vision tower runs for one prepared image (the batcher's count of it)."""

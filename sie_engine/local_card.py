@@ -2,8 +2,8 @@
 
 What sentence-transformers' own files say is taken as it says it: pooling,
 normalisation, the window and the query / document prompts; the family (and so the
-positions the window may use) comes from config.json, and the layout (GLiNER's
-among them) from `checkpoints.describe`.
+positions the window may use) comes from config.json; a layout or family with a card of
+its own kind (GLiNER's, CLIP's, ...) gives it (sie_engine.models' registry).
 """
 
 from __future__ import annotations
@@ -12,46 +12,48 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from .arch import family_for
 from .card import ModelCard, WeightsSource
-from .checkpoints import kind as checkpoint_kind
 from .errors import UnsupportedArchitecture
+from .models import LAYOUTS, family_for, layout_module
+from .models.base import Family
 
 
 def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
     """A card for a Hugging Face-layout directory without one.
 
-    The family comes from config.json `architectures` at load time; pooling and
-    normalisation from sentence-transformers' `modules.json` and
-    `1_Pooling/config.json` where present, otherwise the family's usual default
-    (mean pooling, normalised, for encoders); query and document prompts from
-    `config_sentence_transformers.json`.
+    Each registered checkpoint layout (sie_engine.models.LAYOUTS, in order) is asked whether it
+    knows the directory and gives its card; a plain Hugging Face directory's family (from
+    config.json) gives the card of its kind, or, for text encoders, `encoder_card`.
     """
     root = Path(path).expanduser().resolve()
     if not root.is_dir():
         raise ValueError(f"{root} does not exist (a local model is a Hugging Face-layout directory with config.json)")
-    if checkpoint_kind(root) == "gliner":  # a GLiNER checkpoint (no config.json): extraction only
-        return ModelCard(id=name, weights=WeightsSource(path=str(root)), outputs=("extract",), max_seq_len=512,
-                         description=f"local GLiNER directory {root}")
-    if checkpoint_kind(root) == "gliclass":  # a GLiClass checkpoint: zero-shot classification (extract) only
-        return ModelCard(id=name, weights=WeightsSource(path=str(root)), outputs=("gliclass",), max_seq_len=512,
-                         description=f"local GLiClass directory {root}")
-    if checkpoint_kind(root) == "glirel":  # a GLiREL checkpoint: relation extraction (extract) only
-        return ModelCard(id=name, weights=WeightsSource(path=str(root)), outputs=("relations",), max_seq_len=512,
-                         description=f"local GLiREL directory {root}")
-    if checkpoint_kind(root) == "gliner2":  # a GLiNER2 save: entities and classification (extract)
-        return ModelCard(id=name, weights=WeightsSource(path=str(root)), outputs=("gliner2",), max_seq_len=512,
-                         description=f"local GLiNER2 directory {root}")
-    if checkpoint_kind(root) == "model2vec":  # a static embedder: model2vec's config says the rest
-        return _model2vec_card(name, root)
+    for layout in LAYOUTS:
+        module = layout_module(layout)
+        if module.detects(root):
+            return module.local_card(name, root)
     config_path = root / "config.json"
     if not config_path.is_file():
         raise ValueError(f"{root} has no config.json: not a Hugging Face model directory")
     config = json.loads(config_path.read_text())
-    if config.get("model_type") in ("clip", "siglip", "siglip2"):  # a two-tower image-text model: texts and images
-        return _image_text_card(name, root, config)
-    if config.get("model_type") == "colpali":  # ColPali: multi-vector page images and query texts
-        return _colpali_card(name, root, config)
+    family: Family | None
+    try:
+        family = family_for(config)
+    except UnsupportedArchitecture:  # reported when the model loads, after its card is listed
+        family = None
+    if family is not None and family.local_card is not None:
+        return family.local_card(name, root, config)
+    return encoder_card(name, root, config)
+
+
+def encoder_card(name: str, root: Path, config: Mapping[str, Any], *, pooling: str = "mean",
+                 window: int | None = None) -> ModelCard:
+    """A text encoder's card: pooling and normalisation from sentence-transformers' `modules.json`
+    and `1_Pooling/config.json` where present, otherwise `pooling` (the family's usual one),
+    normalised; `window`: the family's own window (default: what its positions allow, else
+    `max_position_embeddings`); query and document prompts from `config_sentence_transformers.json`.
+    A sequence classifier serves score (and zero-shot classification when it is an NLI model), a
+    masked LM sparse vectors."""
     st = read_sentence_transformers_layout(root)
     outputs: tuple[str, ...] = ("dense",)
     architectures = config.get("architectures") or []
@@ -61,13 +63,8 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
             outputs = ("score", "zeroshot")  # an NLI model: zero-shot classification (extract) too
     elif any(a.endswith("ForMaskedLM") for a in architectures) and st is None:
         outputs = ("sparse",)
-    pooling = "mean"
     normalize = True
-    max_seq_len = family_positions(config) or int(config.get("max_position_embeddings", 512))
-    if config.get("model_type", "").startswith("qwen"):
-        pooling, max_seq_len = "last", min(max_seq_len, 8192)
-    if config.get("model_type") == "nomic_bert" and "n_positions" in config:  # Nomic's own config layout
-        max_seq_len = int(config["n_positions"])
+    max_seq_len = window or family_positions(config) or int(config.get("max_position_embeddings", 512))
     if st is not None:
         pooling = st.get("pooling", pooling)
         normalize = st.get("normalize", False)
@@ -88,40 +85,6 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
         max_batch_tokens=max(16384, min(max_seq_len, 8192)),
         description=f"local directory {root}",
     )
-
-
-def _model2vec_card(name: str, root: Path) -> ModelCard:
-    """A model2vec directory: mean of token rows, normalised and truncated as its config.json
-    tells model2vec's `StaticModel.encode` (normalize: false and 512 tokens when it says nothing;
-    max_length null, no truncation, becomes the 8,192-token window every local card is held to)."""
-    from .arch.static import DEFAULT_MAX_LENGTH
-
-    config = json.loads((root / "config.json").read_text())
-    window = config.get("max_length", DEFAULT_MAX_LENGTH) or 8192
-    return ModelCard(id=name, weights=WeightsSource(path=str(root)), family="static", outputs=("dense",),
-                     pooling="mean", normalize=bool(config.get("normalize", False)), max_seq_len=min(int(window), 8192),
-                     max_batch_tokens=max(16384, min(int(window), 8192)),
-                     description=f"local model2vec directory {root}")
-
-
-def _image_text_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
-    """A CLIP or SigLIP directory (what `CLIPModel.save_pretrained` and its processor's write): dense
-    vectors, normalised, for text and image items; the window is the text tower's positions."""
-    typed = family_for(config).config_from_hf(config)
-    return ModelCard(id=name, weights=WeightsSource(path=str(root)), outputs=("dense",), pooling="last",
-                     normalize=True, max_seq_len=typed.max_seq_len, dims=typed.projection_dim,
-                     modalities=("text", "image"), image_size=typed.image_size,
-                     description=f"local {config['model_type']} directory {root} (text and image items)")
-
-
-def _colpali_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
-    """A ColPali directory (ColPaliForRetrieval and its processor): token vectors of page images
-    and queries (every text item is a query), MaxSim through score."""
-    typed = family_for(config).config_from_hf(config)
-    return ModelCard(id=name, weights=WeightsSource(path=str(root)), family="colpali", outputs=("multivector",),
-                     pooling="none", max_seq_len=512, modalities=("text", "image"), image_size=typed.image_size,
-                     options={"multivector": {"kind": "colpali", "score": "sum"}},
-                     description=f"local ColPali directory {root} (page images and queries)")
 
 
 def read_sentence_transformers_layout(root: Path) -> dict[str, Any] | None:
@@ -189,8 +152,6 @@ def _pooling_from_st(config: Mapping[str, Any]) -> str:
             return chosen[0]
     raise ValueError(f"unsupported sentence-transformers pooling config {dict(config)} "
                      f"(SIE pools by {', '.join(sorted(_ST_POOLING))})")
-
-
 
 
 def family_positions(config: Mapping[str, Any]) -> int | None:

@@ -31,9 +31,10 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from .arch import family_for
 from .card import Catalog, ModelCard
 from .checkpoints import CheckpointLayout, resolve as resolve_checkpoint
+from .models import family_for
+from .models.base import Family
 from .host_cache import HostCache
 from .errors import ModelLoadFailed, ModelNotFound, SIEError, UnsupportedArchitecture, WeightsNotFound
 from .runner import ModelRunner, batch_budget, build_runner, resolve_dtype
@@ -291,12 +292,12 @@ class ModelPool:
         layout = resolve_checkpoint(card)
         dtype = resolve_dtype(card.dtype, self.device)
         element_size = torch.empty((), dtype=dtype).element_size()
-        family = family_for(layout.config, card.family)
+        family: Family = family_for(layout.config, card.family)
         batch_tokens = batch_budget(card, family, self.device, dtype)
         # a family whose batches hold no transformer activations says what they hold
-        reserve = getattr(family.model_class, "activation_bytes", None)
-        one_batch = (reserve(batch_tokens, family.config_from_hf(layout.config), dtype) if reserve is not None
-                     else activation_reserve(batch_tokens, layout.config, dtype))
+        one_batch = family.model_class.activation_bytes(batch_tokens, family.config_from_hf(layout.config), dtype)
+        if one_batch is None:
+            one_batch = activation_reserve(batch_tokens, layout.config, dtype)
         return LoadPlan(layout, loaded_nbytes(layout.weight_files, element_size), one_batch * self.batches_in_flight)
 
     async def _make_room(self, model_id: str, need: int) -> None:

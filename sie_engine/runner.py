@@ -20,15 +20,16 @@ from typing import Any, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
-from .arch import Family, family_for
-from .arch.weights import WeightLoadError, load_checkpoint, materialize
 from .attention import AttentionBackend, select_backend
 from .batch import pack, pack_images
 from .card import ModelCard
 from .checkpoints import CheckpointLayout, describe
 from .errors import UnsupportedArchitecture
-from .heads import HEADS, builder as head_builder
+from .heads.base import Head
 from .heads.context import HeadContext
+from .layers.weights import WeightLoadError, load_checkpoint, materialize
+from .models import HEADS, family_for, head_builder, resolve
+from .models.base import Backbone, Family
 from .tokenizer import TextTokenizer
 from .weights import Checkpoint
 from .work import WorkItem
@@ -49,24 +50,17 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return DTYPES[name]
 
 
-# float32 batches on CPU run fastest at about 2,048 tokens: the activations of a batch
-# (MiniLM's [T, 1536] MLP intermediate is 12 MiB at T = 2,048) then stay in cache between
-# the matmul and the elementwise passes. all-MiniLM-L6-v2 on the 2-core box, 2026-11-29:
-# 8,192 tokens ~8,000 tokens/s, 2,048 ~9,350, 1,024 ~8,900; bfloat16 is best at 8,192.
-CPU_FLOAT32_BATCH_TOKENS = 2048
-
-
 def batch_budget(card: ModelCard, family: Family, device: torch.device, dtype: torch.dtype) -> int:
     """Real tokens per batch: the card's budget, capped for float32 on CPU (never below
-    one full-length sequence) unless the family's model says otherwise (`cpu_float32_batch_tokens`,
-    None: no cap, e.g. a static embedder, which keeps no activations)."""
-    cap = getattr(family.model_class, "cpu_float32_batch_tokens", CPU_FLOAT32_BATCH_TOKENS)
+    one full-length sequence) at the family's `Backbone.cpu_float32_batch_tokens` (None: no cap,
+    e.g. a static embedder, which keeps no activations)."""
+    cap = family.model_class.cpu_float32_batch_tokens
     if device.type == "cpu" and dtype == torch.float32 and cap is not None:
         return max(min(card.max_batch_tokens, cap), card.max_seq_len)
     return card.max_batch_tokens
 
 
-def quantize_linear_int8(module: torch.nn.Module) -> torch.nn.Module:
+def quantize_linear_int8(module: Backbone) -> Backbone:
     """Dynamic int8 quantisation of the linear layers (weights int8 per output channel,
     activations quantised per batch at run time), about 2x the float32 matmul speed on CPU.
 
@@ -78,7 +72,7 @@ def quantize_linear_int8(module: torch.nn.Module) -> torch.nn.Module:
 
     from torch.ao.quantization import per_channel_dynamic_qconfig
 
-    sensitive = getattr(module, "int8_sensitive", ())
+    sensitive = module.int8_sensitive
     spec = {
         name: per_channel_dynamic_qconfig
         for name, child in module.named_modules()
@@ -93,7 +87,7 @@ class LoadedModel(nn.Module):
     """A backbone and its heads (by the names work items ask for; one head module may be
     reachable under two names, e.g. ColBERT's token vectors inside its MaxSim head)."""
 
-    def __init__(self, backbone: nn.Module, heads: dict[str, nn.Module]):
+    def __init__(self, backbone: Backbone, heads: dict[str, Head]):
         super().__init__()
         self.backbone = backbone
         self.heads = nn.ModuleDict(heads)
@@ -134,7 +128,7 @@ class ModelRunner:
     @property
     def dims(self) -> dict[str, int]:
         """Width of each vector output (dense, sparse vocabulary, multivector)."""
-        return {name: head.dim for name, head in self.heads.items() if getattr(head, "dim", None)}
+        return {name: head.dim for name, head in self.heads.items() if head.dim}
 
     @property
     def param_bytes(self) -> int:
@@ -149,7 +143,7 @@ class ModelRunner:
     @property
     def last_padded_tokens(self) -> int:
         """Padding the attention backend added (CPU grouping) to the last batch this thread ran."""
-        return getattr(self._local, "padded_tokens", 0)
+        return getattr(self._local, "padded_tokens", 0)  # thread-local state: 0 before this thread's first batch
 
     @torch.inference_mode()
     def run(self, items: Sequence[WorkItem]) -> list[dict[str, Any]]:
@@ -164,7 +158,7 @@ class ModelRunner:
         """This inference thread's CUDA stream: batches in flight on other threads queue their
         kernels beside its own, and copying its results back waits for its kernels alone.
         It first waits for the device's default stream, where loads and swap-ins copy weights."""
-        stream = getattr(self._local, "stream", None)
+        stream = getattr(self._local, "stream", None)  # thread-local state, made on the thread's first batch
         if stream is None:
             stream = self._local.stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.default_stream(self.device))
@@ -174,15 +168,16 @@ class ModelRunner:
         if items[0].pixels is not None:  # an image batch (the scheduler queues images apart from texts)
             return self._run_images(items)
         limited = any(it.key_len is not None for it in items)
+        # a batch's items all carry segment ids or none do (the task that made them decides)
+        type_ids = [it.type_ids for it in items if it.type_ids is not None] if items[0].type_ids is not None else None
         batch = pack(
-            [it.ids for it in items], self.backend, self.device,
-            [it.type_ids for it in items] if items[0].type_ids is not None else None,
+            [it.ids for it in items], self.backend, self.device, type_ids,
             key_lens=[it.key_len or it.num_tokens for it in items] if limited else None,
         )
         self._local.padded_tokens = batch.attn.padded_tokens  # for the scheduler's metrics
         wanted = set().union(*(it.outputs for it in items))
         # a head may read the batch itself (a static embedder's fused table mean): no hidden states then
-        reads_hidden = any(getattr(self.heads[name], "reads_hidden", True) for name in wanted)
+        reads_hidden = any(self.heads[name].reads_hidden for name in wanted)
         hidden = self.backbone(batch.input_ids, batch.positions, batch.attn, batch.token_type_ids) if reads_hidden \
             else None
         per_head = {name: self.heads[name](hidden, batch, items) for name in wanted}
@@ -191,11 +186,11 @@ class ModelRunner:
     def _run_images(self, items: Sequence[WorkItem]) -> list[dict[str, Any]]:
         """The vision tower over a batch of images, then the heads (two-tower image-text models)."""
         # a model that takes each image's own patch grid (SigLIP 2 NaFlex) says so: `patch_grids`
-        batch = pack_images([it.pixels for it in items], [it.num_tokens for it in items], self.backend, self.device,
-                            self.dtype, patch_grids=getattr(self.backbone, "patch_grids", False))
+        pixels = [it.pixels for it in items if it.pixels is not None]  # an image batch holds images only
+        batch = pack_images(pixels, [it.num_tokens for it in items], self.backend, self.device,
+                            self.dtype, patch_grids=self.backbone.patch_grids)
         self._local.padded_tokens = batch.attn.padded_tokens
-        hidden = self.backbone.forward_images(batch.pixel_values, batch.attn,
-                                              *((batch.grids,) if batch.grids is not None else ()))
+        hidden = self.backbone.forward_images(batch.pixel_values, batch.attn, batch.grids)
         wanted = set().union(*(it.outputs for it in items))
         per_head = {name: self.heads[name](hidden, batch, items) for name in wanted}
         return [{name: per_head[name][i] for name in it.outputs} for i, it in enumerate(items)]
@@ -231,7 +226,7 @@ def tokenizer_window(card: ModelCard, layout: CheckpointLayout, family: Family) 
 
 
 def load_tokenizer(card: ModelCard, layout: CheckpointLayout) -> TextTokenizer:
-    family = family_for(layout.config, card.family)  # an unsupported architecture is the error to report first
+    family: Family = family_for(layout.config, card.family)  # an unsupported architecture is the error to report first
     make = family.tokenizer or TextTokenizer  # a family with its own input preparation (static embedders) brings it
     return make(layout, tokenizer_window(card, layout, family), trust_remote_code=card.trust_remote_code)
 
@@ -254,11 +249,11 @@ def build_runner(card: ModelCard, layout: CheckpointLayout | Path, device: torch
     if not isinstance(layout, CheckpointLayout):
         layout = describe(layout)
     layout = with_backbone_overrides(card, layout)
-    family = family_for(layout.config, card.family)
+    family: Family = family_for(layout.config, card.family)
     dtype = resolve_dtype(card.dtype, device)
-    own_backend = getattr(family.model_class, "attention_backend", None)  # a family without attention plans its own
-    backend = own_backend(device, dtype) if own_backend is not None else select_backend(
-        device, dtype, bias_group_tokens=getattr(family.model_class, "attention_bias_group_tokens", None))
+    backend = family.model_class.attention_backend(device, dtype)  # a family without attention plans its own
+    if backend is None:
+        backend = select_backend(device, dtype, bias_group_tokens=family.model_class.attention_bias_group_tokens)
     typed_config = family.config_from_hf(layout.config)
     with torch.device("meta"):
         backbone = family.model_class(typed_config, backend)
@@ -275,11 +270,17 @@ def build_runner(card: ModelCard, layout: CheckpointLayout | Path, device: torch
         context = HeadContext(card=card, root=layout.root, hf_config=layout.config, config=typed_config,
                               checkpoint=checkpoint, prefix=report.prefix, backbone=backbone, tokenizer=tokenizer,
                               device=device, dtype=dtype)
-        heads: dict[str, nn.Module] = {}
+        heads: dict[str, Head] = {}
         for output in card.outputs:
-            if output not in HEADS:
+            own = family.head_target(output)
+            if own is None and output not in HEADS:
                 raise UnsupportedArchitecture(f"{card.id}: output {output!r} has no head implementation yet")
-            heads.update(head_builder(output)(context))
+            built = (resolve(own) if own is not None else head_builder(output))(context)
+            for name, head in built.items():
+                if not isinstance(head, Head):  # its declarations (dim, reads_hidden) are what the runner reads
+                    raise TypeError(f"the {output!r} head builder returned {type(head).__name__} for {name!r}, "
+                                    "not a sie_engine.heads.base.Head")
+            heads.update(built)
     return ModelRunner(
         card=card, layout=layout, family=family, config=typed_config, model=LoadedModel(backbone, heads),
         tokenizer=tokenizer, device=device, dtype=dtype, backend=backend,

@@ -10,11 +10,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
 from .checkpoints import CheckpointLayout, describe
+from .images import ImagePreprocessor, load_image_processor
 
 # transformers imports its classes lazily, on first attribute access, and that is not thread
 # safe: two first loads at once (two models, or two precisions of one) failed 10 times in 12
@@ -41,6 +42,8 @@ class VocabularyLookup:
     SIE uses, whatever its input preparation)."""
 
     _tok: Any  # tokenizers.Tokenizer
+    # The image role of the model's input preparation (ImageTextInputs sets it); None: text items only.
+    images: ImagePreprocessor | None = None
 
     def plain_ids(self, text: str) -> np.ndarray:
         """A text's ids without special tokens (e.g. to find a symbol's vocabulary entry)."""
@@ -59,6 +62,8 @@ class VocabularyLookup:
 
 
 class TextTokenizer(VocabularyLookup):
+    _whole: Any = None  # the untruncated copy of the Rust tokenizer, made on first use (_untruncated)
+
     def __init__(self, layout: CheckpointLayout | Path, max_length: int, trust_remote_code: bool = False):
         """The tokenizer of a checkpoint (its layout, or its directory). `trust_remote_code`: let a
         checkpoint's own tokenizer code run; only a card that opts in sets it (SIE's forward passes
@@ -73,6 +78,7 @@ class TextTokenizer(VocabularyLookup):
                                                trust_remote_code=trust_remote_code)
         if layout.bos_eos:  # as GLiNER loads its tokenizer: bos/eos on where the tokenizer has them
             for flag, token_id in (("add_bos_token", hf.bos_token_id), ("add_eos_token", hf.eos_token_id)):
+                # transformers' own tokenizer classes differ in whether they have the flag (third-party API)
                 if hasattr(hf, flag) and token_id is not None:
                     setattr(hf, flag, True)
         if layout.extra_tokens:
@@ -94,7 +100,8 @@ class TextTokenizer(VocabularyLookup):
 
     def encode(self, texts: Sequence[str], *, add_special_tokens: bool = True,
                with_offsets: bool = False) -> Tokenized:
-        # encode_batch_fast skips character offsets: about 15% faster when they are not needed
+        # encode_batch_fast skips character offsets: about 15% faster when they are not needed (tokenizers
+        # >= 0.21 has it; the lookup is of the library's API, not of a SIE capability)
         encode = (self._tok.encode_batch if with_offsets
                   else getattr(self._tok, "encode_batch_fast", self._tok.encode_batch))
         encodings = encode(list(texts), add_special_tokens=add_special_tokens)
@@ -166,7 +173,7 @@ class TextTokenizer(VocabularyLookup):
     def _untruncated(self):
         """A copy of the Rust tokenizer without truncation (made once; the shared one keeps
         its window, and changing its settings per call would race between threads)."""
-        if getattr(self, "_whole", None) is None:
+        if self._whole is None:
             from tokenizers import Tokenizer
 
             whole = Tokenizer.from_str(self._tok.to_str())
@@ -174,3 +181,30 @@ class TextTokenizer(VocabularyLookup):
             whole.no_padding()
             self._whole = whole
         return self._whole
+
+
+class ImageTextInputs(TextTokenizer):
+    """Input preparation of an image-text model: the checkpoint's tokenizer for texts (this class,
+    as TextTokenizer) and, as `images`, its image processor for images (`image_role`, built from
+    the family's typed config: `image_size`, `num_patches`, plus `class_tokens`)."""
+
+    class_tokens = 1  # CLIP's; SigLIP's subclass has none
+    image_role: ClassVar[type[ImagePreprocessor]] = ImagePreprocessor
+    images: ImagePreprocessor
+
+    def __init__(self, layout: CheckpointLayout | Path, max_length: int, trust_remote_code: bool = False):
+        if not isinstance(layout, CheckpointLayout):
+            layout = describe(layout)
+        self.load_text(layout, max_length, trust_remote_code)
+        config = self.read_config(layout.config)
+        self.images = self.image_role(load_image_processor(layout.root), config.image_size,
+                                      config.num_patches + self.class_tokens)
+
+    def load_text(self, layout: CheckpointLayout, max_length: int, trust_remote_code: bool) -> None:
+        """The text side (TextTokenizer's; a family whose checkpoints ship a slow tokenizer overrides it)."""
+        TextTokenizer.__init__(self, layout, max_length, trust_remote_code=trust_remote_code)
+
+    @staticmethod
+    def read_config(config: Any) -> Any:
+        """The family's typed config (with `image_size` and `num_patches`)."""
+        raise NotImplementedError

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sie_engine.arch.weights import load_checkpoint, materialize
+from sie_engine.layers.weights import load_checkpoint, materialize
 from sie_engine.batch import pack
 from sie_engine.card import ModelCard, WeightsSource
 from sie_engine.runner import build_runner

@@ -17,7 +17,7 @@ from arch_fixtures import (
     reference_hidden, runner_for, save_tiny, sie_hidden, tiny_card,
 )
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
-from sie_engine.arch import family_for
+from sie_engine.models import family_for
 
 
 def tiny_config():

@@ -22,8 +22,8 @@ from arch_fixtures import (
     reference_hidden, reference_pooled, runner_for, save_tiny, sie_hidden, sie_pooled, tiny_card,
 )
 from sie_engine import Catalog, Engine
-from sie_engine.arch import family_for
-from sie_engine.arch.gemma3 import Gemma3TextConfig
+from sie_engine.models import family_for
+from sie_engine.models.gemma3.model import Gemma3TextConfig
 
 QUERY_PROMPT, DOCUMENT_PROMPT = "task: search result | query: ", "title: none | text: "
 WINDOW = 8  # config.json's sliding_window: local layers see 4 tokens each side (bidirectional)

@@ -20,7 +20,7 @@ from arch_fixtures import (
     reference_hidden, reference_pooled, runner_for, save_tiny, sie_hidden, sie_pooled, tiny_card,
 )
 from sie_engine import Catalog, Engine
-from sie_engine.arch.modernbert import ModernBertConfig
+from sie_engine.models.modernbert.model import ModernBertConfig
 
 LOCAL_ATTENTION = 8
 

@@ -25,10 +25,10 @@ from arch_fixtures import (
 )
 from dev_corpus import load_docs, load_queries
 from sie_engine import Catalog, Engine
-from sie_engine.arch import family_for
-from sie_engine.arch import mpnet as mpnet_arch
-from sie_engine.arch.mpnet import MPNetConfig
-from sie_engine.arch.weights import load_checkpoint, materialize
+from sie_engine.models import family_for
+import sie_engine.models.mpnet.model as mpnet_arch
+from sie_engine.models.mpnet.model import MPNetConfig
+from sie_engine.layers.weights import load_checkpoint, materialize
 from sie_engine.local_card import read_sentence_transformers_layout
 from sie_engine.weights import Checkpoint, weight_files
 

@@ -20,7 +20,7 @@ from arch_fixtures import (
     reference_hidden, reference_pooled, runner_for, save_tiny, sie_hidden, sie_pooled, tiny_card,
 )
 from sie_engine import Catalog, Engine
-from sie_engine.arch.nomic_bert import NomicBertConfig
+from sie_engine.models.nomic_bert.model import NomicBertConfig
 
 # nomic-embed-text-v1.5's config.json (Nomic's own layout), shrunk: the keys SIE must read.
 HUB_CONFIG = {

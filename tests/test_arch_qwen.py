@@ -21,8 +21,8 @@ from arch_fixtures import (
     reference_hidden, reference_pooled, runner_for, save_tiny, sie_hidden, sie_pooled, tiny_card,
 )
 from sie_engine import Catalog, Engine
-from sie_engine.arch import family_for
-from sie_engine.arch.qwen import QwenConfig
+from sie_engine.models import family_for
+from sie_engine.models.qwen.model import QwenConfig
 
 QWEN3_TEMPLATE = "Instruct: {instruction}\nQuery:{text}"
 QWEN3_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"

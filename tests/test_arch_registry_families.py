@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from arch_fixtures import FP32_TOL, max_abs_diff, reference_hidden, runner_for, save_tiny, sie_hidden
-from sie_engine.arch import ARCHITECTURES, family_for
+from sie_engine.models import ARCHITECTURES, family_for
 
 VOCAB = 1000  # token ids are fed directly: the tokenizer's vocabulary does not matter here
 LENGTHS = (3, 17, 40)

@@ -24,9 +24,9 @@ import real_checkpoints
 from arch_fixtures import MINILM_DIR, TEXTS, cosine, sie_pooled, tiny_card
 from dev_corpus import load_docs, load_queries
 from sie_engine import Catalog, Engine
-from sie_engine.arch import family_for
-from sie_engine.arch.static import NoAttention, StaticConfig
-from sie_engine.arch.weights import load_checkpoint, materialize
+from sie_engine.models import family_for
+from sie_engine.models.static.model import NoAttention, StaticConfig
+from sie_engine.layers.weights import load_checkpoint, materialize
 from sie_engine.batch import pack
 from sie_engine.checkpoints import describe
 from sie_engine.local_card import card_from_local_dir

@@ -1,5 +1,5 @@
 """XLM-RoBERTa (multilingual-e5, arctic-embed-l-v2, bge-m3's backbone) through SIE's BERT
-forward pass (arch/bert.py with `position_offset` = padding index + 1) against
+forward pass (models/bert/model.py with `position_offset` = padding index + 1) against
 transformers' XLMRobertaModel on the same weights.
 
 The tiny model keeps XLM-R's real vocabulary size (250,002) and position table (514
@@ -22,7 +22,7 @@ from arch_fixtures import (
     reference_pooled, runner_for, save_tiny, sie_hidden, sie_pooled, tiny_card,
 )
 from sie_engine import Catalog, Engine
-from sie_engine.arch import family_for
+from sie_engine.models import family_for
 
 XLMR_VOCAB = 250_002
 LONG_TEXT = "multilingual retrieval needs long windows " * 120  # > 512 tokens: truncated to the full window

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sie_engine.arch.weights import WeightLoadError, load_checkpoint
+from sie_engine.layers.weights import WeightLoadError, load_checkpoint
 from sie_engine.card import ModelCard, WeightsSource
 from sie_engine.runner import build_runner
 from sie_engine.work import WorkItem

@@ -22,7 +22,7 @@ import torch
 
 from arch_fixtures import FP32_TOL, MINILM_VOCAB, cosine, reference_hidden, reference_pooled, save_tiny
 from sie_engine import Catalog, Engine, WeightsSource
-from sie_engine.arch import FAMILIES
+from sie_engine.models import FAMILIES
 
 CATALOG = Catalog.builtin()
 # Static embedders (model2vec) have no transformer to stand in for: tests/test_arch_static.py

@@ -19,8 +19,8 @@ import torch
 
 from published_model_facts import PUBLISHED
 from sie_engine import Catalog, Engine, WeightsSource
-from sie_engine.arch import family_for
-from sie_engine.heads.gliner_checkpoint import SPAN_MODES
+from sie_engine.models import family_for
+from sie_engine.models.gliner.checkpoint import SPAN_MODES
 from arch_fixtures import no_segment_ids
 from tiny_models import MINILM_VOCAB, save_tiny, tiny_bert_config, tiny_xlmr_config
 

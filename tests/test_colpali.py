@@ -21,8 +21,8 @@ from colpali_fixtures import TINY_EMBEDDING_DIM, TINY_IMAGE_TOKENS, colpali_refe
 from image_fixtures import sample_images
 from sie_client import SIEClient
 from sie_engine import Catalog, Engine, WeightsSource, card_from_local_dir
-from sie_engine.arch import family_for
-from sie_engine.arch.weights import load_checkpoint, materialize
+from sie_engine.models import family_for
+from sie_engine.layers.weights import load_checkpoint, materialize
 from sie_engine.attention import select_backend
 from sie_engine.checkpoints import describe
 from sie_engine.errors import InvalidRequest

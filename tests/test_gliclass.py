@@ -154,8 +154,8 @@ def test_pooling_matches_gliclass_poolings():
     """Every text pooling of gliclass (poolings.POOLING2OBJECT) on one sequence equals SIE's over a packed batch."""
     from gliclass.poolings import POOLING2OBJECT
 
-    from sie_engine.heads.gliclass import pool
-    from sie_engine.heads.gliclass_checkpoint import POOLINGS
+    from sie_engine.models.gliclass.head import pool
+    from sie_engine.models.gliclass.checkpoint import POOLINGS
 
     torch.manual_seed(0)
     lengths = [5, 1, 9]

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
-from sie_engine.arch import family_for
-from sie_engine.arch.deberta_v2 import DebertaV2Config, DebertaV2Model
-from sie_engine.arch.weights import load_checkpoint, materialize
+from sie_engine.models import family_for
+from sie_engine.models.deberta_v2.model import DebertaV2Config, DebertaV2Model
+from sie_engine.layers.weights import load_checkpoint, materialize
 from sie_engine.attention import GroupedSDPAAttention
 from sie_engine.batch import pack
 from sie_engine.tokenizer import TextTokenizer

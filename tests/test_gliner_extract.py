@@ -21,9 +21,9 @@ import torch
 
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
 from sie_engine.errors import InvalidRequest, UnsupportedTask
-from sie_engine.heads.gliner_checkpoint import load_gliner_config
-from sie_engine.heads.gliner_decode import Span, greedy
-from sie_engine.heads.gliner_prompt import class_token_id, prepare
+from sie_engine.models.gliner.checkpoint import load_gliner_config
+from sie_engine.models.gliner.decode import Span, greedy
+from sie_engine.models.gliner.prompt import class_token_id, prepare
 from sie_engine.tokenizer import TextTokenizer
 from tiny_models import MINILM_DIR, make_tiny_bert
 
@@ -353,7 +353,7 @@ def test_missing_head_tensor_fails_the_load_naming_it(models, tmp_path):
 @pytest.mark.parametrize("variant", ["minilm-markerV0-first", "tiny-markerV1-max"])
 def test_span_chunks_do_not_change_results(engine, models, variant, monkeypatch):
     """Span vectors are computed in chunks of whole windows; tiny chunks give the same answer."""
-    import sie_engine.heads.gliner as gliner_head
+    import sie_engine.models.gliner.head as gliner_head
 
     _, reference = models[variant]
     monkeypatch.setattr(gliner_head, "SPAN_CHUNK", 40)
@@ -376,7 +376,7 @@ def test_reference_candidates_reproduce_predict_entities(models, variant):
     """The windowed reference above uses GLiNER's internals; on one text they give predict_entities."""
     from gliner.decoding.decoder import Span as GSpan, SpanDecoder
 
-    from sie_engine.heads.gliner_prompt import split_words
+    from sie_engine.models.gliner.prompt import split_words
 
     _, reference = models[variant]
     for text in TEXTS:
@@ -390,8 +390,8 @@ def test_reference_candidates_reproduce_predict_entities(models, variant):
 
 def test_one_batch_mixes_requests_with_their_own_labels_and_settings(models):
     """Windows of different requests (own labels, threshold, flat/nested) share one packed batch."""
-    from sie_engine.heads.gliner import WindowWork
-    from sie_engine.heads.gliner_decode import DecodeSettings
+    from sie_engine.models.gliner.head import WindowWork
+    from sie_engine.models.gliner.decode import DecodeSettings
     from sie_engine.runner import build_runner
     from sie_engine.work import WorkItem
     from sie_engine.tasks.extract import prepare_request
@@ -419,7 +419,7 @@ def test_one_batch_mixes_requests_with_their_own_labels_and_settings(models):
 
 def test_stepwise_lstm_equals_the_packed_lstm():
     """The CPU's stepwise LSTM against torch's packed LSTM (the CUDA path), two layers."""
-    from sie_engine.heads.gliner_head import Lstm
+    from sie_engine.models.gliner.layers import Lstm
 
     torch.manual_seed(0)
     packed = Lstm(32, 2, stepwise=False).eval()
@@ -436,7 +436,7 @@ def test_stepwise_lstm_equals_the_packed_lstm():
 def test_a_gliner_variant_sie_does_not_compute_is_refused_naming_its_setting(key):
     """A checkpoint that switches on what SIE's head does not compute (a label encoder, a relation
     layer, fusion layers) is refused at load, naming the setting, not served with wrong scores."""
-    from sie_engine.heads.gliner_checkpoint import GlinerConfig
+    from sie_engine.models.gliner.checkpoint import GlinerConfig
 
     with pytest.raises(ValueError, match=rf"gliner_config.json: {key}=.* is not supported by SIE"):
         GlinerConfig.from_dict({"max_width": 12, key: "something"})

@@ -19,10 +19,10 @@ import yaml
 
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
 from sie_engine.errors import InvalidRequest, UnsupportedOutput
-from sie_engine.heads import glirel as glirel_head
-from sie_engine.heads.gliner_prompt import split_words
-from sie_engine.heads.glirel_checkpoint import load_glirel_config
-from sie_engine.heads.glirel_prompt import prepare, word_span
+import sie_engine.models.glirel.head as glirel_head
+from sie_engine.models.gliner.prompt import split_words
+from sie_engine.models.glirel.checkpoint import load_glirel_config
+from sie_engine.models.glirel.prompt import prepare, word_span
 from sie_engine.tokenizer import TextTokenizer
 from sie_server.launch import start_server
 from test_gliner_deberta import tiny_deberta

@@ -97,3 +97,26 @@ def test_the_contract_and_the_client_import_no_torch():
             engine_imports = {m for m in imports_of(name, path, known) if m.startswith(("sie_engine", "sie_server"))}
             assert not engine_imports, f"{name} imports {engine_imports}"
             assert "import torch" not in path.read_text(), name
+
+
+def test_the_checkpoint_resolver_imports_no_head():
+    """Describing a directory (sie_engine.checkpoints and every layout module the registry names)
+    reaches no head, at top level or inside a function: a layout sits below the heads it serves,
+    so inspecting a directory never builds or imports model code it does not need."""
+    from sie_engine.models import HEADS, LAYOUTS
+
+    found = modules()
+    known = set(found)
+    graph = {name: imports_of(name, path, known) for name, path in found.items()}
+    head_modules = {target.partition(":")[0] for target in HEADS.values()}
+    reached: set[str] = set()
+    todo = ["sie_engine.checkpoints", *LAYOUTS.values()]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(graph[name])
+    heads = sorted(m for m in reached
+                   if m in head_modules or m == "sie_engine.heads" or m.startswith("sie_engine.heads."))
+    assert not heads, f"the checkpoint resolver reaches heads: {heads}"
+    assert set(LAYOUTS.values()) <= reached

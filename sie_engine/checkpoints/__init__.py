@@ -1,34 +1,26 @@
 """Checkpoint layouts: from a model directory to one `CheckpointLayout`.
 
-Layouts other than a plain Hugging Face directory register here by name, as the module
-that implements them: `detects(root) -> bool` (cheap: looks at file names) and
-`describe_layout(root) -> CheckpointLayout`. They are asked first, in order, and imported
-only then. GLiNER's lives with GLiNER's head and depends on this package, never the
-reverse.
+Layouts other than a plain Hugging Face directory are registered by name in
+`sie_engine.models.LAYOUTS`, as the module that implements them: `detects(root) -> bool`
+(cheap: looks at file names) and `describe_layout(root) -> CheckpointLayout`. They are asked
+first, in order, and imported only then. Each lives in its family's package and depends on
+this one, never the reverse; none imports a head.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from ..card import ModelCard
+from ..models import LAYOUTS, layout_module
 from ..weights import resolve_weights
 from .layout import CheckpointLayout, not_a_model, plain_layout
-
-LAYOUTS: dict[str, str] = {
-    "gliner": "sie_engine.heads.gliner_checkpoint",
-    "glirel": "sie_engine.heads.glirel_checkpoint",
-    "gliner2": "sie_engine.heads.gliner2_checkpoint",
-    "gliclass": "sie_engine.heads.gliclass_checkpoint",
-    "model2vec": "sie_engine.arch.static",
-}
 
 
 def kind(root: Path) -> str:
     """The layout's name ("gliner", ..., or "hf" for anything else) without reading the checkpoint."""
-    for name, module in LAYOUTS.items():
-        if importlib.import_module(module).detects(Path(root)):
+    for name in LAYOUTS:
+        if layout_module(name).detects(Path(root)):
             return name
     return "hf"
 
@@ -38,7 +30,7 @@ def describe(root: Path) -> CheckpointLayout:
     root = Path(root)
     name = kind(root)
     if name in LAYOUTS:
-        return importlib.import_module(LAYOUTS[name]).describe_layout(root)
+        return layout_module(name).describe_layout(root)
     layout = plain_layout(root)
     if layout is None:
         raise not_a_model(root)

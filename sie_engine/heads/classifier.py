@@ -1,7 +1,8 @@
 """Cross-encoder heads: sequence classification over a packed (query, document)
 pair, giving one relevance score per pair (the `score` task).
 
-Three checkpoint layouts, as transformers names them:
+The shared checkpoint layouts, as transformers names them (a family with its own says so:
+`Backbone.sequence_classifier`, e.g. models/deberta_v2 and models/modernbert):
 
 - `BertForSequenceClassification`: pooler (dense + tanh on [CLS]) then `classifier`.
 - `*RobertaForSequenceClassification` (XLM-R, RoBERTa; bge-reranker): `classifier.dense` + tanh
@@ -32,11 +33,11 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
-from ..arch.layers import activation as hidden_activation
 from ..batch import PackedBatch
-from .common import linear, layer_norm, ln_tensors, optional, tensor
+from .common import linear, optional, tensor
 from .context import HeadContext
 from .pooling import cls_pool, mean_pool
+from .base import Head
 
 ACTIVATIONS = ("sigmoid", "identity", "softmax")
 # sentence-transformers stores the activation as an import path.
@@ -83,7 +84,8 @@ class SequenceClassifier(nn.Module):
         return self.classifier(self.pre(pooled)).float()
 
 
-class _DenseAct(nn.Module):
+class DenseAct(nn.Module):
+    """`[B, H]` -> `[B, H]`: dense, activation, optional norm (the layers before a classifier)."""
     def __init__(self, dense: nn.Linear, act, norm: nn.Module | None = None):
         super().__init__()
         self.dense = dense
@@ -104,32 +106,19 @@ def build_classifier(ctx: HeadContext) -> SequenceClassifier:
             f"card {ctx.card.id}: `score` needs a *ForSequenceClassification checkpoint; "
             f"config.json names {architectures}"
         )
-    if arch.startswith("ModernBert"):
-        pool = config.get("classifier_pooling", "cls")
-        if pool not in ("cls", "mean"):
-            raise ValueError(f"classifier_pooling {pool!r} is not supported (cls, mean)")
-        norm_w, norm_b = ln_tensors(tensors, "head.norm")
-        pre = _DenseAct(
-            linear(tensor(tensors, "head.dense.weight"), optional(tensors, "head.dense.bias"), device, dtype),
-            hidden_activation(config.get("classifier_activation", "gelu")),
-            layer_norm(norm_w, norm_b, config.get("norm_eps", 1e-5), device, dtype),
-        )
-        classifier = linear(tensor(tensors, "classifier.weight"), optional(tensors, "classifier.bias"), device, dtype)
-    elif arch.startswith("DebertaV2"):  # ContextPooler ([CLS], dense, pooler_hidden_act) + classifier
+    own = ctx.backbone.sequence_classifier(ctx)  # a family with a classifier layout of its own
+    if own is not None:
+        return own.eval()
+    if "classifier.out_proj.weight" in tensors:  # RoBERTa-style head
         pool = "cls"
-        pre = _DenseAct(linear(tensor(tensors, "pooler.dense.weight"), tensor(tensors, "pooler.dense.bias"), device,
-                               dtype), hidden_activation(config.get("pooler_hidden_act", "gelu")))
-        classifier = linear(tensor(tensors, "classifier.weight"), optional(tensors, "classifier.bias"), device, dtype)
-    elif "classifier.out_proj.weight" in tensors:  # RoBERTa-style head
-        pool = "cls"
-        pre = _DenseAct(linear(tensors["classifier.dense.weight"], tensors["classifier.dense.bias"], device, dtype),
-                        torch.tanh)
+        pre = DenseAct(linear(tensors["classifier.dense.weight"], tensors["classifier.dense.bias"], device, dtype),
+                       torch.tanh)
         classifier = linear(tensors["classifier.out_proj.weight"], tensors["classifier.out_proj.bias"], device, dtype)
     else:  # BERT: pooler + classifier
         pool = "cls"
         pooler = f"{prefix}pooler.dense"
-        pre = _DenseAct(linear(tensor(tensors, f"{pooler}.weight"), tensor(tensors, f"{pooler}.bias"), device, dtype),
-                        torch.tanh)
+        pre = DenseAct(linear(tensor(tensors, f"{pooler}.weight"), tensor(tensors, f"{pooler}.bias"), device, dtype),
+                       torch.tanh)
         classifier = linear(tensor(tensors, "classifier.weight"), optional(tensors, "classifier.bias"), device, dtype)
     return SequenceClassifier(pool, pre, classifier).eval()
 
@@ -143,7 +132,7 @@ def to_scores(logits: torch.Tensor, activation: str, label: int) -> torch.Tensor
     return logits[:, label]
 
 
-class YesNoHead(nn.Module):
+class YesNoHead(Head):
     """hidden `[T, H]` -> P(yes) `[B]` from the last token of each sequence.
 
     `rows`: `[2, H]` LM-head rows of the "no" and "yes" tokens (in that order)."""
@@ -177,7 +166,7 @@ def yes_no_options(card) -> dict:
     return options
 
 
-class ScoreHead(nn.Module):
+class ScoreHead(Head):
     """A cross-encoder's `score` head: the classifier's logits through the activation, at one label."""
 
     def __init__(self, classifier: SequenceClassifier, activation: str, label: int):

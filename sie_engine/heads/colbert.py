@@ -10,7 +10,7 @@ Token vectors are `normalize(linear(hidden))`. Which tokens are kept:
   tokenizer's `encode_marked` inserts.
 - BGE-M3 (`kind: bge-m3`): every token but the first ([CLS]); the projection is
   `colbert_linear.pt`.
-- ColPali (`kind: colpali`, arch/paligemma.py): every token of a query and every position of a
+- ColPali (`kind: colpali`, models/colpali/model.py): every token of a query and every position of a
   page (image features and prompt); the projection is `embedding_proj_layer`. The head hands the
   backbone the page prompt's tokens, which its input preparation read from the processor.
 
@@ -45,6 +45,7 @@ from ..work import WorkItem
 from .common import linear, load_torch_file, optional, tensor
 from .context import HeadContext
 from .st_dense import load_module_weights
+from .base import Head
 
 KINDS = ("colbert", "bge-m3", "colpali")
 SCORES = ("sum", "mean")
@@ -68,7 +69,7 @@ def uses_markers(card: ModelCard) -> bool:
     return any(options.get(k) for k in ("query_marker", "document_marker", "query_length", "expand_queries"))
 
 
-class MultiVectorHead(nn.Module):
+class MultiVectorHead(Head):
     """hidden `[T, H]` -> per sequence, its kept token vectors `[kept, D]` float32."""
 
     def __init__(self, proj: nn.Linear, normalize: bool, drop_first: bool, skip_ids: torch.Tensor | None,
@@ -136,7 +137,7 @@ def maxsim_scores(vectors: torch.Tensor, keep: torch.Tensor, batch: PackedBatch,
     return scores
 
 
-class MaxSimHead(nn.Module):
+class MaxSimHead(Head):
     """The `score` head of a late-interaction model: each item's MaxSim against its request's
     query vectors (`WorkItem.extra`, `[Lq, D]`), computed on the device."""
 

@@ -9,7 +9,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from ..arch.weights import WeightLoadError
+from ..layers.weights import WeightLoadError
 
 
 def tensor(tensors: Mapping[str, torch.Tensor], *names: str) -> torch.Tensor:

@@ -14,9 +14,11 @@ from ..batch import PackedBatch
 from .context import HeadContext
 from .pooling import NEEDS_SEQ_INDEX, pool
 from .st_dense import pooled_dense_stack
+from .base import Head
+from ..models.base import TwoTowerBackbone
 
 
-class DenseHead(nn.Module):
+class DenseHead(Head):
     """hidden `[T, H]` -> pooled vectors `[B, dim]` float32 (a host array, one row per item)."""
 
     def __init__(self, mode: str, projection: nn.Sequential | None, hidden_size: int, dtype: torch.dtype):
@@ -34,7 +36,7 @@ class DenseHead(nn.Module):
         return pooled.float().cpu().numpy()
 
 
-class TableMeanHead(nn.Module):
+class TableMeanHead(Head):
     """A static embedder's mean pooling, fused with its table lookup (`mean_of_rows`): reads the
     batch's token ids, not hidden states, so the runner skips the backbone's `[T, dim]` rows."""
 
@@ -49,14 +51,14 @@ class TableMeanHead(nn.Module):
         return self._mean_of_rows(batch.input_ids, batch.cu_seqlens).cpu().numpy()
 
 
-def build_dense(ctx: HeadContext) -> dict[str, nn.Module]:
-    if hasattr(ctx.backbone, "image_features"):  # a two-tower image-text model pools and projects per tower
+def build_dense(ctx: HeadContext) -> dict[str, Head]:
+    if isinstance(ctx.backbone, TwoTowerBackbone):  # a two-tower image-text model pools and projects per tower
         from .towers import build_tower_dense
 
         return build_tower_dense(ctx)
     projection = pooled_dense_stack(ctx.root, ctx.device, ctx.dtype)
-    fused = getattr(ctx.backbone, "mean_of_rows", None)
     # float32 only: mean_pool accumulates lower precisions in float32, embedding_bag would not
-    if fused is not None and ctx.card.pooling == "mean" and projection is None and ctx.dtype == torch.float32:
-        return {"dense": TableMeanHead(fused, ctx.config.hidden_size).eval()}
+    if (ctx.backbone.fuses_mean_pool and ctx.card.pooling == "mean" and projection is None
+            and ctx.dtype == torch.float32):
+        return {"dense": TableMeanHead(ctx.backbone.mean_of_rows, ctx.config.hidden_size).eval()}
     return {"dense": DenseHead(ctx.card.pooling, projection, ctx.config.hidden_size, ctx.dtype).eval()}

@@ -23,6 +23,7 @@ from torch import nn
 from ..batch import PackedBatch
 from .classifier import SequenceClassifier, build_classifier
 from .context import HeadContext
+from .base import Head
 
 
 def nli_indices(config: Mapping[str, Any], num_labels: int) -> tuple[int, int]:
@@ -48,7 +49,7 @@ def nli_indices(config: Mapping[str, Any], num_labels: int) -> tuple[int, int]:
     return entailment, contradiction
 
 
-class NliHead(nn.Module):
+class NliHead(Head):
     """hidden `[T, H]` of packed (premise, hypothesis) pairs -> per pair `[entailment, contradiction]` logits."""
 
     def __init__(self, classifier: SequenceClassifier, entailment: int, contradiction: int):

@@ -30,11 +30,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..arch.layers import activation as hidden_activation
+from ..layers.blocks import activation as hidden_activation
 from ..batch import PackedBatch
 from ..types import SparseVector
 from .common import layer_norm, linear, ln_tensors, load_torch_file, optional, tensor
 from .context import HeadContext
+from .base import Head
 
 KINDS = ("splade", "inference-free", "bge-m3")
 # logits per chunk of the vocabulary projection: 2**24 floats = 64 MiB at float32
@@ -161,9 +162,7 @@ def _mlm_head(ctx: HeadContext) -> MLMHead:
         bias = tensor(tensors, "cls.predictions.bias", "cls.predictions.decoder.bias")
         decoder = optional(tensors, "cls.predictions.decoder.weight")
     if decoder is None:  # tied to the input embeddings: share the backbone's matrix, no copy
-        embeddings = getattr(ctx.backbone, "embeddings", None)
-        table = getattr(embeddings, "word_embeddings", None)
-        table = table if table is not None else getattr(embeddings, "tok_embeddings", None)
+        table = ctx.backbone.input_embeddings()
         decoder = table.weight if table is not None else tensor(
             tensors, f"{prefix}embeddings.word_embeddings.weight", f"{prefix}embeddings.tok_embeddings.weight")
     norm_w, norm_b = ln_tensors(tensors, norm_name)
@@ -176,7 +175,7 @@ def _mlm_head(ctx: HeadContext) -> MLMHead:
     ).eval()
 
 
-class SparseHead(nn.Module):
+class SparseHead(Head):
     """hidden `[T, H]` -> one SparseVector per item (`kind`: splade over an MLM head, or bge-m3's
     per-token linear)."""
 

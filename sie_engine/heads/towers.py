@@ -13,9 +13,10 @@ from torch import nn
 
 from ..batch import ImageBatch, PackedBatch
 from .context import HeadContext
+from .base import Head
 
 
-class TowerDenseHead(nn.Module):
+class TowerDenseHead(Head):
     """hidden of a text batch `[T, H_text]` or an image batch `[B * P, H_vision]` -> `[B, dim]`
     float32 host array. The model is held unregistered: it is the runner's backbone already."""
 

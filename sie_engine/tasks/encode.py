@@ -123,10 +123,10 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
     limits = engine.limits
 
     def prepare(inputs, values, fields):
-        if not hasattr(inputs, "encode_images"):
+        if inputs.images is None:
             raise InvalidRequest(f"model {card.id!r} has no vision tower; it takes text items only", field="items")
-        pixels = inputs.encode_images(values, fields, limits)
-        return pixels, [inputs.positions(values) for values in pixels]
+        pixels = inputs.images.encode_images(values, fields, limits)
+        return pixels, [inputs.images.positions(values) for values in pixels]
 
     tokens = 0
     seconds = 0.0

@@ -21,11 +21,11 @@ import numpy as np
 from .. import validation as v
 from ..card import ModelCard
 from ..errors import InvalidRequest, ModelLoadFailed
-from ..heads.gliner import WindowWork
+from ..models.gliner.head import WindowWork
 from ..checkpoints import kind as checkpoint_kind
-from ..heads.gliner_checkpoint import GlinerConfig, load_gliner_config
-from ..heads.gliner_decode import DecodeSettings, merge_windows
-from ..heads.gliner_prompt import Prepared, PromptTooLong, class_token_id, prepare
+from ..models.gliner.checkpoint import GlinerConfig, load_gliner_config
+from ..models.gliner.decode import DecodeSettings, merge_windows
+from ..models.gliner.prompt import Prepared, PromptTooLong, class_token_id, prepare
 from ..types import Entity, ExtractedItem, ExtractResult
 from ..weights import resolve_weights
 from ..work import WorkItem

@@ -24,8 +24,8 @@ import numpy as np
 
 from ..card import ModelCard
 from ..errors import InvalidRequest, ModelLoadFailed
-from ..heads.gliclass import GLICLASS, GliclassOptions, LabelSpans
-from ..heads.gliclass_checkpoint import LABEL_TOKEN, SEP_TOKEN, GliclassConfig, load_gliclass_config
+from ..models.gliclass.head import GLICLASS, GliclassOptions, LabelSpans
+from ..models.gliclass.checkpoint import LABEL_TOKEN, SEP_TOKEN, GliclassConfig, load_gliclass_config
 from ..types import ExtractResult
 from ..weights import resolve_weights
 from ..work import WorkItem

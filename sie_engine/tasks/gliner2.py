@@ -23,9 +23,9 @@ import numpy as np
 from .. import validation as v
 from ..card import ModelCard
 from ..errors import InvalidRequest
-from ..heads.gliner2 import GLINER2, Gliner2Scores, Gliner2Work
-from ..heads.gliner2_checkpoint import SPECIAL_TOKENS
-from ..heads.gliner2_prompt import RELATION_FIELDS, Words, prepare
+from ..models.gliner2.head import GLINER2, Gliner2Scores, Gliner2Work
+from ..models.gliner2.checkpoint import SPECIAL_TOKENS
+from ..models.gliner2.prompt import RELATION_FIELDS, Words, prepare
 from ..types import Classification, Entity, ExtractedItem, ExtractResult, Relation
 from ..work import WorkItem
 from .common import longest_first

@@ -22,10 +22,10 @@ import numpy as np
 from .. import validation as v
 from ..card import ModelCard
 from ..errors import InvalidRequest, UnsupportedOutput
-from ..heads.gliner_prompt import PromptTooLong, split_words
-from ..heads.glirel import RELATIONS, RelationWork
-from ..heads.glirel_checkpoint import REL_TOKEN, SEP_TOKEN, GlirelConfig, load_glirel_config
-from ..heads.glirel_prompt import Prepared, SpanOutsideWords, prepare, word_span
+from ..models.gliner.prompt import PromptTooLong, split_words
+from ..models.glirel.head import RELATIONS, RelationWork
+from ..models.glirel.checkpoint import REL_TOKEN, SEP_TOKEN, GlirelConfig, load_glirel_config
+from ..models.glirel.prompt import Prepared, SpanOutsideWords, prepare, word_span
 from ..types import Entity, ExtractedItem, ExtractResult, Relation, Timings
 from ..weights import resolve_weights
 from ..work import WorkItem

@@ -1,0 +1,59 @@
+"""DistilBERT (msmarco-distilbert-*, multi-qa-distilbert-*, opensearch's and naver's distilled
+SPLADE encoders) over packed input.
+
+DistilBERT is BERT's encoder under other names, with no segment embeddings (and no pooler):
+word + learned position embeddings from position 0, LayerNorm, then post-norm layers of
+attention and a GELU feed-forward, every LayerNorm at eps 1e-12. So the forward pass is
+models/bert/model.py's, and this file is the config mapping and the rename table from DistilBERT's
+checkpoint names (`transformer.layer.N.attention.q_lin`, `sa_layer_norm`, `ffn.lin1`, ...)
+to BERT's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .model import BertConfig, BertModel
+from ...layers.weights import WeightSpec
+from ..base import Family
+
+
+def distilbert_config(config: Mapping[str, Any]) -> BertConfig:
+    if config.get("model_type", "distilbert") != "distilbert":
+        raise ValueError(f"model_type={config.get('model_type')!r} is not a DistilBERT checkpoint")
+    return BertConfig(
+        vocab_size=config["vocab_size"],
+        hidden_size=config.get("dim", 768),
+        num_hidden_layers=config.get("n_layers", 6),
+        num_attention_heads=config.get("n_heads", 12),
+        intermediate_size=config.get("hidden_dim", 3072),
+        hidden_act=config.get("activation", "gelu"),
+        max_position_embeddings=config.get("max_position_embeddings", 512),
+        type_vocab_size=0,  # no segment embeddings
+        layer_norm_eps=1e-12,  # fixed in DistilBERT's code, not in its config
+    )
+
+
+class DistilBertModel(BertModel):
+    """Packed DistilBERT: BERT's forward over DistilBERT's checkpoint names."""
+
+    weight_spec = WeightSpec(
+        anchor="embeddings.word_embeddings.weight",
+        renames=(
+            ("transformer.layer.", "encoder.layer."),
+            ("attention.out_lin.", "attention.output.dense."),
+            ("sa_layer_norm.", "attention.output.LayerNorm."),
+            ("ffn.lin1.", "intermediate.dense."),
+            ("ffn.lin2.", "output.dense."),
+            ("output_layer_norm.", "output.LayerNorm."),
+        ),
+        stacked=(
+            ("attention.q_lin", "attention.qkv", 0),
+            ("attention.k_lin", "attention.qkv", 1),
+            ("attention.v_lin", "attention.qkv", 2),
+        ),
+        ignore=("embeddings.position_ids",),
+    )
+
+
+FAMILY = Family("distilbert", distilbert_config, DistilBertModel, "mean")

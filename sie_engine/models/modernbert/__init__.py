@@ -1,0 +1,1 @@
+"""ModernBERT: rotary positions, alternating local / global attention, gated MLP."""

@@ -1,0 +1,1 @@
+"""MPNet: BERT's blocks with a relative position bias."""

@@ -1,0 +1,200 @@
+"""LLaMA-style decoders used as embedders over packed input: Qwen2 / Qwen3 (Qwen3-Embedding,
+gte-Qwen2) and Mistral (e5-mistral-7b-instruct, SFR-Embedding, Linq-Embed-Mistral).
+
+Read leaf to root: attention, MLP, layer, model. Module names follow Hugging
+Face's `Qwen2Model` / `Qwen3Model` / `MistralModel` (the same names in all three) except
+two fused projections, stacked by the weight spec: `self_attn.kv_proj` (k_proj, v_proj:
+equal shards, so they fuse; q_proj is larger under grouped-query attention and stays
+separate) and `mlp.gate_up_proj`.
+
+The three differ only in Qwen2's biases on q/k/v, Qwen3's per-head RMSNorm on queries and
+keys, and Mistral's sliding window (every token attends to at most `sliding_window` tokens
+back): SIE runs no sliding window, so a Mistral checkpoint's window caps the sequence length,
+within which full causal attention is the same computation. Attention is causal unless
+config.json says `is_causal: false` (transformers' switch for bidirectional decoders).
+Grouped-query attention hands the backend fewer K/V heads; no backend repeats them.
+Every tensor is `[T, ...]` with T the batch's real tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from ...attention import AttentionBackend, AttentionMetadata, default_scale
+from ...layers.blocks import RMSNorm, activation
+from ...layers.rotary import RotaryEmbedding, apply_rotary
+from ...layers.weights import WeightSpec
+from ..base import Backbone, Family
+from .card import qwen_card
+
+
+@dataclass(frozen=True)
+class QwenConfig:
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    head_dim: int
+    hidden_act: str = "silu"
+    max_position_embeddings: int = 32768
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10_000.0
+    # Qwen2: biases on q/k/v, none on o. Qwen3: `attention_bias` for all four (False in practice).
+    qkv_bias: bool = False
+    o_bias: bool = False
+    # Qwen3's RMSNorm over each head of q and k, before rotary.
+    qk_norm: bool = False
+    causal: bool = True
+    # Mistral: each token sees at most this many tokens back; SIE serves sequences up to it only.
+    sliding_window: int | None = None
+
+    @staticmethod
+    def from_hf(config: Mapping[str, Any]) -> "QwenConfig":
+        model_type = config.get("model_type", "qwen2")
+        if model_type not in ("qwen2", "qwen3", "mistral"):
+            raise ValueError(f"model_type={model_type!r} is not a Qwen2/Qwen3/Mistral checkpoint")
+        qwen3, mistral = model_type == "qwen3", model_type == "mistral"
+        rope = config.get("rope_parameters") or {}
+        scaling = config.get("rope_scaling")
+        rope_type = (rope.get("rope_type") or (scaling or {}).get("rope_type") or (scaling or {}).get("type")
+                     or "default")
+        if rope_type != "default":
+            raise ValueError(f"rope_type={rope_type!r} is not supported (only 'default')")
+        layer_types = config.get("layer_types") or []
+        if config.get("use_sliding_window") and any(t == "sliding_attention" for t in layer_types):
+            raise ValueError("use_sliding_window=true is not supported for Qwen embedders "
+                             "(no released embedder uses it)")
+        heads = config["num_attention_heads"]
+        attention_bias = config.get("attention_bias", False)
+        return QwenConfig(
+            vocab_size=config["vocab_size"],
+            hidden_size=config["hidden_size"],
+            num_hidden_layers=config["num_hidden_layers"],
+            num_attention_heads=heads,
+            num_key_value_heads=config.get("num_key_value_heads") or heads,
+            intermediate_size=config["intermediate_size"],
+            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+            hidden_act=config.get("hidden_act", "silu"),
+            max_position_embeddings=config.get("max_position_embeddings", 32768),
+            rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+            rope_theta=float(rope.get("rope_theta") or config.get("rope_theta") or 10_000.0),
+            qkv_bias=attention_bias if qwen3 else not mistral,
+            o_bias=attention_bias if qwen3 else False,
+            qk_norm=qwen3,
+            causal=bool(config.get("is_causal", True)),
+            # Qwen2 configs carry a sliding_window that only use_sliding_window turns on (refused above)
+            sliding_window=config.get("sliding_window") if mistral else None,
+        )
+
+    @property
+    def max_seq_len(self) -> int:
+        if self.sliding_window is not None:
+            return min(self.max_position_embeddings, self.sliding_window)
+        return self.max_position_embeddings
+
+
+class QwenAttention(nn.Module):
+    """q and fused kv projections, optional per-head q/k norm, rotary, (causal) GQA attention, o projection."""
+
+    def __init__(self, config: QwenConfig, backend: AttentionBackend):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = (config.num_attention_heads, config.num_key_value_heads,
+                                                            config.head_dim)
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=config.qkv_bias)
+        self.kv_proj = nn.Linear(config.hidden_size, 2 * self.num_kv_heads * self.head_dim, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=config.o_bias)
+        if config.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+        self.causal = config.causal
+        self.backend = backend
+        self.scale = default_scale(self.head_dim)
+
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                attn: AttentionMetadata) -> torch.Tensor:
+        T = x.shape[0]
+        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)  # [T, Hq, D]
+        k, v = self.kv_proj(x).view(T, 2, self.num_kv_heads, self.head_dim).unbind(1)  # each [T, Hkv, D]
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        cos, sin = rotary
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        context = self.backend(q, k, v, attn, scale=self.scale, causal=self.causal)  # [T, Hq, D]
+        return self.o_proj(context.reshape(T, self.num_heads * self.head_dim))
+
+
+class QwenMLP(nn.Module):
+    """SwiGLU: gate_up_proj projects to [gate | up], down_proj(act(gate) * up)."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, act: str):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.act = activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # each [T, I]
+        return self.down_proj(self.act(gate) * up)
+
+
+class QwenDecoderLayer(nn.Module):
+    def __init__(self, config: QwenConfig, backend: AttentionBackend):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = QwenAttention(config, backend)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = QwenMLP(config.hidden_size, config.intermediate_size, config.hidden_act)
+
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                attn: AttentionMetadata) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rotary, attn)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+# LLaMA-style checkpoints keep k/v and gate/up apart; SIE's blocks fuse each pair into one matmul.
+FUSED_KV_AND_GATE_UP = (
+    ("self_attn.k_proj", "self_attn.kv_proj", 0),
+    ("self_attn.v_proj", "self_attn.kv_proj", 1),
+    ("mlp.gate_proj", "mlp.gate_up_proj", 0),
+    ("mlp.up_proj", "mlp.gate_up_proj", 1),
+)
+
+
+class QwenModel(Backbone):
+    """Packed Qwen2/Qwen3/Mistral: `forward(input_ids [T], positions [T], attn, token_type_ids=None) -> hidden [T, H]`
+    (after the final norm; last-token pooling picks each sequence's last row)."""
+
+    weight_spec = WeightSpec(anchor="embed_tokens.weight", stacked=FUSED_KV_AND_GATE_UP)
+
+    def __init__(self, config: QwenConfig, backend: AttentionBackend):
+        super().__init__()
+        self.config = config
+        self.hidden_size = config.hidden_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(QwenDecoderLayer(config, backend) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)
+        rotary = self.rotary(positions)  # once per batch, shared by every layer
+        for layer in self.layers:
+            x = layer(x, rotary, attn)
+        return self.norm(x)
+
+
+QWEN2 = Family("qwen2", QwenConfig.from_hf, QwenModel, "last", local_card=qwen_card)
+QWEN3 = Family("qwen3", QwenConfig.from_hf, QwenModel, "last", local_card=qwen_card)
+# Mistral (e5-mistral-7b-instruct and the embedders trained from it): the same blocks, no biases,
+# a sliding window that caps the sequence length. A card-less Mistral directory gets the generic
+# encoder card (mean pooling), as before the registry.
+MISTRAL = Family("mistral", QwenConfig.from_hf, QwenModel, "last")
