@@ -28,7 +28,7 @@ from sie_engine.errors import InvalidRequest, PayloadTooLarge, SIEError
 from . import codec
 from .errors import public, retry_headers, status_for
 from .handlers import timeout_of
-from .state import ENGINE, ERROR_CODE, MODEL_LABEL, SETTINGS, TIMINGS
+from .state import ENGINE, ERROR_CODE, MODEL_LABEL, PRE_ADMITTED, SETTINGS, TIMINGS
 
 MODES = {"query": True, "document": False}
 
@@ -122,7 +122,8 @@ async def encode(request: web.Request, model: str, texts: list[str], *, names: d
     label(request, model)
     given = {name: value for name, value in fields.items() if value is not None}
     try:
-        result = await request.app[ENGINE].run("encode", model, texts, timeout=timeout_of(request), **given)
+        result = await request.app[ENGINE].run("encode", model, texts, timeout=timeout_of(request),
+                                               pre_admitted=request.get(PRE_ADMITTED), **given)
     except InvalidRequest as exc:
         raise _renamed(exc, names or {}) from None
     request[TIMINGS] = result.timings
@@ -135,7 +136,8 @@ async def score(request: web.Request, model: str, query: str, texts: list[str], 
     label(request, model)
     given = {name: value for name, value in fields.items() if value is not None}
     try:
-        result = await request.app[ENGINE].run("score", model, query, texts, timeout=timeout_of(request), **given)
+        result = await request.app[ENGINE].run("score", model, query, texts, timeout=timeout_of(request),
+                                               pre_admitted=request.get(PRE_ADMITTED), **given)
     except InvalidRequest as exc:
         raise _renamed(exc, names or {}) from None
     request[TIMINGS] = result.timings

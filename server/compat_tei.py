@@ -34,7 +34,6 @@ import numpy as np
 from aiohttp import web
 
 from sie_engine.errors import InvalidRequest, PayloadTooLarge, SIEError, UnsupportedTask
-from sie_engine.tasks.encode import apply_template
 
 from . import codec, compat
 from .errors import HTTPProblem
@@ -287,11 +286,9 @@ async def tokenize(request: web.Request) -> web.Response:
     texts = compat.texts_of(body["inputs"], engine.limits, "inputs")
     add_special = compat.check_bool(body, "add_special_tokens", True)
     card = engine.card(model)
-    texts = apply_template(texts, *card.template_for(mode(body, alias), None))
+    texts = engine.prompted(card, texts, mode(body, alias))
     compat.label(request, model)
-    # The engine's tokenizers live on its loop: ask there (the model's weights are not loaded).
-    future = asyncio.run_coroutine_threadsafe(engine.with_tokenizer(card, _tokens, texts, add_special), engine.loop)
-    tokens, _ = await asyncio.wrap_future(future)
+    tokens, _ = await engine.with_tokenizer(card, _tokens, texts, add_special)  # the weights need not be loaded
     return await compat.answer(request, tokens)
 
 

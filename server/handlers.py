@@ -21,7 +21,7 @@ from . import codec
 from .errors import HTTPProblem
 from .openapi import openapi_document
 from .redact import public_text
-from .state import ENGINE, LIFECYCLE, METRICS, MODEL_LABEL, SETTINGS, TASKS, TIMINGS
+from .state import ENGINE, LIFECYCLE, METRICS, MODEL_LABEL, PRE_ADMITTED, SETTINGS, TASKS, TIMINGS
 
 
 TIMEOUT_HEADER = "X-SIE-Timeout-Ms"
@@ -73,7 +73,8 @@ def task_handler(task: Task):
         body = await body_of(request)
         codec.check_fields(body, task.field_names, required=task.required)
         fields = given(body, task.field_names)
-        result = await request.app[ENGINE].run(task.name, model, timeout=timeout_of(request), **fields)
+        result = await request.app[ENGINE].run(task.name, model, timeout=timeout_of(request),
+                                               pre_admitted=request.get(PRE_ADMITTED), **fields)
         request[TIMINGS] = result.timings
         fmt = codec.answer_format(request)
         payload, size = codec.task_answer(result, fmt)

@@ -20,7 +20,8 @@ from sie_engine.types import Timings
 
 from . import access_log, codec, cors, slow_clients
 from .errors import HTTPProblem, error_body, public, retry_headers, status_for
-from .state import API_KEYS, ENGINE, ERROR_CODE, LIFECYCLE, METRICS, MODEL_LABEL, SETTINGS, TIMINGS, WORK_ROUTES
+from .state import (API_KEYS, ENGINE, ERROR_CODE, LIFECYCLE, METRICS, MODEL_LABEL, PRE_ADMITTED, SETTINGS, TIMINGS,
+                    WORK_ROUTES)
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def _admit(request: web.Request, route: str) -> None:
         engine = request.app[ENGINE]
         if request.match_info.get("model") in engine.catalog:
             request[MODEL_LABEL] = request.match_info["model"]
-        engine.refuse_if_overloaded()
+        request[PRE_ADMITTED] = engine.refuse_if_overloaded()  # handed to engine.run by the handler
 
 
 def _ms(seconds: float) -> str:
@@ -133,7 +134,8 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
     finally:
         slow_clients.request_finished(request)
         if route in request.app[WORK_ROUTES]:
-            request.app[ENGINE].pre_admission_done()  # let in by _admit and undecided: not any more
+            # let in by _admit and undecided: not any more
+            request.app[ENGINE].pre_admission_done(request.get(PRE_ADMITTED))
         if counted:
             lifecycle.leave(request)
             metrics.inflight.dec()

@@ -77,7 +77,7 @@ async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics
     host, port = runner.addresses[0][:2]
     print(LISTENING.format(host=host, port=port), file=sys.stderr, flush=True)
     log.info("%s", startup_summary(engine, settings))
-    max_wait = engine.scheduler.admission.max_wait_s
+    max_wait = engine.max_queue_wait_s
     if settings.drain_timeout_s < max_wait:
         log.warning("--drain-timeout %gs is shorter than --max-queue-wait %gs: a drain may answer admitted work "
                     "503 draining; give it the queue wait plus a batch", settings.drain_timeout_s, max_wait)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from sie_engine import Engine
+from sie_engine.engine import PreAdmitted
 
 from .auth import ApiKeys
 from .metrics import ServerMetrics
@@ -85,3 +86,5 @@ _RequestKey = getattr(web, "RequestKey", None)
 MODEL_LABEL = _RequestKey("sie_model", str) if _RequestKey else "sie_model"  # metrics label: a served model id
 TIMINGS = _RequestKey("sie_timings", Timings) if _RequestKey else "sie_timings"  # the engine's phase timings
 ERROR_CODE = _RequestKey("sie_error", str) if _RequestKey else "sie_error"  # the error code answered
+# the engine's handle of a work request let in before its body was read (Engine.refuse_if_overloaded)
+PRE_ADMITTED = _RequestKey("sie_pre_admitted", PreAdmitted) if _RequestKey else "sie_pre_admitted"

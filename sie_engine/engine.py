@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
-import dataclasses
 import inspect
 import logging
 import math
 import os
 import threading
 import time
-from typing import Any, Callable, Coroutine, Sequence
+from typing import Any, Callable, Coroutine, Mapping, Sequence
 
 import torch
 
@@ -29,7 +27,7 @@ from sie_contract import registry as task_registry
 from sie_contract.builtin import PRECISIONS
 from sie_contract.tasks import FieldError, Task
 
-from .admission import PendingCall, Reservation, image_positions_bound, upper_bound_tokens
+from .admission import PendingCall, image_positions_bound, upper_bound_tokens
 from .card import Catalog, ModelCard
 from .checkpoints import CheckpointLayout, resolve as resolve_checkpoint
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
@@ -38,7 +36,9 @@ from .pool import ModelPool, PoolEvents
 from .postprocess import Quantized
 from .runner import ModelRunner, build_runner, load_tokenizer
 from .scheduler import Request, Scheduler, SchedulerEvents
-from .tasks import implementation as task_implementation
+from .tasks import TaskRun, implementation as task_implementation
+from .tasks.context import Call
+from .tasks.encode import apply_template
 from .tokenizer import TextTokenizer, Tokenized
 from .types import EngineStatus, ModelInfo, ModelStatus, SparseVector, Timings
 from . import validation as v
@@ -47,16 +47,12 @@ from .work import WorkItem
 
 log = logging.getLogger(__name__)
 
+# The handle of a call a server let in before reading its body (`Engine.refuse_if_overloaded`):
+# given to `Engine.run(..., pre_admitted=)`, which releases it once admission decides.
+PreAdmitted = PendingCall
+
 # seconds a model's weights location is trusted before it is looked up again
 WEIGHTS_RECHECK_S = 10.0
-
-# The admission of the task call running in this context: the requests it makes settle it
-# as their items are queued (a task implementation never sees it).
-_ADMISSION: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar("sie_admission", default=None)
-# A call a server let in before reading its body (refuse_if_overloaded), until admission decides.
-# Set in the server's task; a call to the engine's loop runs in a copy of that context.
-_PRE_ADMITTED: contextvars.ContextVar[PendingCall | None] = contextvars.ContextVar("sie_pre_admitted", default=None)
-
 
 UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6, "MIB": 2**20,
          "G": 1e9, "GB": 1e9, "GIB": 2**30, "T": 1e12, "TB": 1e12, "TIB": 2**40}
@@ -115,35 +111,38 @@ class _LoopThread:
 class _Tokenizers:
     """One tokenizer per model, loaded once (shared by concurrent first requests) and kept
     across evictions: tokenizers are small and tokenising must not wait for weights.
+    A precision variant shares its base model's (`Catalog.base_of`): the same checkpoint.
     A tokenizer that cannot load is a load failure of its model, recorded by the pool."""
 
-    def __init__(self, executor, pool: ModelPool):
+    def __init__(self, executor, pool: ModelPool, catalog: Catalog):
         self._executor = executor
         self._pool = pool
+        self._catalog = catalog
         self._loaded: dict[str, TextTokenizer] = {}
         self._loading: dict[str, asyncio.Future] = {}
 
     def loaded(self, model_id: str) -> TextTokenizer | None:
-        return self._loaded.get(model_id)
+        return self._loaded.get(self._catalog.base_of(model_id))
 
     async def get(self, card: ModelCard) -> TextTokenizer:
-        tokenizer = self._loaded.get(card.id)
+        key = self._catalog.base_of(card.id)
+        tokenizer = self._loaded.get(key)
         if tokenizer is not None:
             return tokenizer
-        failure = self._pool.failure(card.id)
+        failure = self._pool.failure(card.id) or self._pool.failure(key)
         if failure is not None:
             raise failure
-        future = self._loading.get(card.id)
+        future = self._loading.get(key)
         if future is None:
             future = asyncio.get_running_loop().run_in_executor(self._executor, self._load, card)
-            self._loading[card.id] = future
+            self._loading[key] = future
         try:
             loaded = await asyncio.shield(future)
         except Exception as exc:
             raise self._pool.failure(card.id) or self._pool.record_failure(card.id, exc) from exc
         finally:
-            self._loading.pop(card.id, None)
-        self._loaded[card.id] = loaded
+            self._loading.pop(key, None)
+        self._loaded[key] = loaded
         return loaded
 
     @staticmethod
@@ -218,7 +217,7 @@ class Engine:
                 events=scheduler_events,
                 parallelism=self.parallelism,
             )
-            self._tokenizers = _Tokenizers(self._tokenize_pool, self.pool)
+            self._tokenizers = _Tokenizers(self._tokenize_pool, self.pool, self.catalog)
             self.scheduler.start()
 
         asyncio.run_coroutine_threadsafe(setup(), self.loop).result()
@@ -254,19 +253,14 @@ class Engine:
         return self._precision_variant(card, precision)
 
     def _precision_variant(self, card: ModelCard, precision: str) -> ModelCard:
-        """A request's precision is served by a variant card `<id>@<precision>`: its own pool
-        entry and queue, so batches never mix precisions."""
+        """A call's precision is served by the card's variant in that precision (`Catalog.variant`):
+        a pool entry and queue of its own, so batches never mix precisions; it shares the base
+        model's tokenizer and is not listed among the catalog's models."""
         if precision not in PRECISIONS:
             raise InvalidRequest(f"precision must be one of {', '.join(PRECISIONS)}", field="precision")
         if precision == "int8" and self.device.type != "cpu":
             raise InvalidRequest("precision int8 runs on the CPU only", field="precision")
-        variant_id = f"{card.id}@{precision}"
-        variant = self.catalog.get(variant_id)
-        if variant is None:
-            variant = dataclasses.replace(card, id=variant_id, dtype=precision,
-                                          description=f"{card.id} computed in {precision}")
-            self.catalog.add(variant)
-        return variant
+        return self.catalog.variant(card, precision)
 
     def _require_task(self, card: ModelCard, task: str) -> None:
         if task not in card.tasks:
@@ -285,7 +279,11 @@ class Engine:
 
     async def with_tokenizer(self, card: ModelCard, fn: Callable[..., Any], *args) -> tuple[Any, float]:
         """Run `fn(tokenizer, *args)` on the tokenizer pool (a task's own input preparation,
-        e.g. GLiNER's prompt and windows); returns the result and the seconds it took."""
+        e.g. GLiNER's prompt and windows; a compat API's tokenize route); returns the result and
+        the seconds it took. Callable from any event loop; the model's weights need not be loaded."""
+        return await self._on_engine_loop(self._with_tokenizer, card, fn, *args)
+
+    async def _with_tokenizer(self, card: ModelCard, fn: Callable[..., Any], *args) -> tuple[Any, float]:
         tokenizer = await self._tokenizers.get(card)
         started = time.monotonic()
         result = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, lambda: fn(tokenizer, *args))
@@ -296,9 +294,22 @@ class Engine:
         self.scheduler.submit(card.id, task, items, request)
         return await request.future
 
-    def new_request(self, card: ModelCard, task: str, size: int, timeout: float | None) -> Request:
-        deadline = time.monotonic() + timeout if timeout is not None else None
-        return Request(card.id, task, size, deadline=deadline, reservation=_ADMISSION.get())
+    def new_request(self, call: Call, task: str, size: int) -> Request:
+        """A scheduler request of `size` items for `call`: its deadline, and its admission, which the
+        request's items settle as they are queued."""
+        return Request(call.card.id, task, size, deadline=call.deadline, reservation=call.reservation)
+
+    @staticmethod
+    def prompted(card: ModelCard, texts: list[str], is_query: bool = False,
+                 instruction: str | None = None) -> list[str]:
+        """The texts as the model reads them: the card's query or document template (and query
+        instruction) applied, as `encode` applies it."""
+        return apply_template(texts, *card.template_for(is_query, instruction))
+
+    @property
+    def max_queue_wait_s(self) -> float:
+        """The wait bound admission refuses over (--max-queue-wait; infinite in-process by default)."""
+        return self.scheduler.admission.max_wait_s
 
     def submit(self, card: ModelCard, task: str, items: Sequence[WorkItem], request: Request) -> None:
         """Queue work items for a request (a task may submit in several steps)."""
@@ -310,36 +321,59 @@ class Engine:
         return Timings(queue=queue, tokenize=tokenize_s, inference=request.inference_s, total=total)
 
     # ---- tasks (sie_contract's registry: encode, score, extract and plug-ins) ----
-    async def run(self, task: str, model: str, *args: Any, timeout: float | None = None, **fields: Any) -> Any:
+    async def run(self, task: str, model: str, *args: Any, timeout: float | None = None,
+                  pre_admitted: PreAdmitted | None = None, **fields: Any) -> Any:
         """Run a registered task: `await engine.run("score", model, query, items, top_k=3)`.
-        `engine.<task>(...)` and `engine.<task>_sync(...)` are the same call."""
+        `engine.<task>(...)` and `engine.<task>_sync(...)` are the same call.
+
+        timeout: seconds from now by which the call's work must have started (DeadlineExceeded).
+        pre_admitted: the handle `refuse_if_overloaded()` returned for this call, if the caller let
+        it in before reading its body; admission's decision replaces it (released either way)."""
         spec, implementation = task_implementation(task)  # an unknown task is a 400 naming the known ones
         try:
             request = spec.request(args, fields)
         except FieldError as exc:
             raise InvalidRequest(str(exc), field=exc.field) from None
-        self._require_task(self.card(model), task)
-        return await self._on_engine_loop(self._admitted, implementation, model, request, timeout)
+        card = self.card(model)
+        self._require_task(card, task)
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        return await self._on_engine_loop(self._admitted, implementation, task, card, request, deadline,
+                                          pre_admitted)
 
-    async def _admitted(self, implementation: Callable[..., Coroutine], model: str, request: dict[str, Any],
-                        timeout: float | None) -> Any:
-        """A task's implementation, run once admission lets the call in (on the engine's loop).
-        The decision comes before any tokenising: a refusal is immediate (admission.py)."""
-        card = self.card(model, request.get("precision"))
+    async def _admitted(self, implementation: TaskRun, task: str, card: ModelCard, request: dict[str, Any],
+                        deadline: float | None, pre_admitted: PreAdmitted | None) -> Any:
+        """The call resolved and run once admission lets it in (on the engine's loop: precision
+        variants are made there, one at a time). The decision comes before any tokenising: a
+        refusal is immediate (admission.py)."""
+        precision = request.get("precision")
+        if precision is not None and precision != card.dtype:
+            card = self._precision_variant(card, precision)
         prompt = max(len(card.query_template), len(card.document_template)) + len(card.query_instruction or "")
-        pre_admitted = _PRE_ADMITTED.get()
         try:
             reservation = self.scheduler.admit(
                 card.id, upper_bound_tokens(request, card.max_seq_len, prompt, self._image_tokens(card)))
         finally:
             if pre_admitted is not None:  # decided: its reservation (or refusal) stands for it now
                 pre_admitted.release()
-        token = _ADMISSION.set(reservation)
+        call = Call(task, card, request, deadline=deadline, reservation=reservation, precision=precision)
         try:
-            return await implementation(self, model, request, timeout)
+            return await implementation(self, call)
         finally:
-            _ADMISSION.reset(token)
             reservation.release()
+
+    async def run_within(self, parent: Call, task: str, model: str, fields: Mapping[str, Any]) -> Any:
+        """Run `task` on another model as part of `parent` (GLiREL's entity_model): the model is
+        resolved and its task checked as for any call; the parent's deadline and admission cover the
+        work (the parent's bound counted its texts), so it is not admitted again. On the engine's loop."""
+        spec, implementation = task_implementation(task)
+        try:
+            request = spec.request((), fields)
+        except FieldError as exc:
+            raise InvalidRequest(str(exc), field=exc.field) from None
+        card = self.card(model)
+        self._require_task(card, task)
+        call = Call(task, card, request, deadline=parent.deadline, reservation=parent.reservation)
+        return await implementation(self, call)
 
     def _image_tokens(self, card: ModelCard) -> int | None:
         """Positions an image item of this model runs (admission's count): its preprocessor's,
@@ -427,20 +461,21 @@ class Engine:
         """Refuse new work and return once every accepted request has been answered."""
         await self._on_engine_loop(self.scheduler.drain)
 
-    def refuse_if_overloaded(self) -> None:
+    def refuse_if_overloaded(self) -> PreAdmitted:
         """Raise Overloaded (429) if the queue already holds more work than `max_queue_wait_s`
-        (with the calls let in here that admission has not decided yet). Cheap and safe from any
-        thread: a server calls it before reading a request's body, in the task that then calls
-        the engine, and `pre_admission_done()` in that task when the request ends. Every call is
-        checked again, in full, when it runs."""
-        _PRE_ADMITTED.set(self.scheduler.pre_admit())
+        (with the calls let in here that admission has not decided yet); else return the handle
+        of the call let in. Cheap and safe from any thread: a server calls it before reading a
+        request's body, hands the handle to `run(..., pre_admitted=handle)` and gives it to
+        `pre_admission_done(handle)` when the request ends. Every call is checked again, in
+        full, when it runs."""
+        return self.scheduler.pre_admit()
 
-    def pre_admission_done(self) -> None:
-        """The request let in by `refuse_if_overloaded` in this task has ended (it may never have
-        reached admission: a bad body, a client gone)."""
-        call = _PRE_ADMITTED.get()
-        if call is not None:
-            call.release()
+    @staticmethod
+    def pre_admission_done(handle: PreAdmitted | None) -> None:
+        """The request let in by `refuse_if_overloaded` has ended (it may never have reached
+        admission: a bad body, a client gone); idempotent, and None is nothing to do."""
+        if handle is not None:
+            handle.release()
 
     async def abort(self, message: str, retry_after: float = 5.0) -> int:
         """Refuse new work and answer every accepted request still unanswered with Draining
@@ -484,4 +519,4 @@ def _task_method(engine: Engine, spec: Task, sync: bool) -> Callable:
     return call
 
 
-__all__ = ["Engine", "parse_bytes", "Quantized", "SparseVector"]
+__all__ = ["Engine", "PreAdmitted", "parse_bytes", "Quantized", "SparseVector"]

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
+
+# What a kind of work hands its head beside the ids (`WorkItem.extra`), one type per kind,
+# declared beside the head that reads it: `encode`'s items carry whether the text is a query
+# (bool: inference-free sparse heads weigh queries apart), late-interaction `score` items the
+# query's vectors (`[Lq, D]` float32, MaxSim on the device), each extract mode its own payload
+# (windows, label spans, prompt inputs). None: the head needs nothing beyond the sequence.
+Payload = TypeVar("Payload")
 
 
 # slots: a large request queues thousands of items, and the scheduler reads each one's
 # `num_tokens` several times (queue, batch, throughput)
 @dataclass(eq=False, slots=True)
-class WorkItem:
-    """One sequence of a request, as the scheduler queues it.
+class WorkItem(Generic[Payload]):
+    """One sequence of a request, as the scheduler queues it. `WorkItem[P]`: an item whose
+    `extra` is a `P` (a task writes `work: list[WorkItem[WindowWork]] = [...]`; no runtime cost).
 
     outputs: the heads whose results this item needs (`dense`, `score`, ...); its
     result is `{head name: that head's value for the item}`."""
@@ -22,7 +30,7 @@ class WorkItem:
     ids: np.ndarray  # int32 token ids
     type_ids: np.ndarray | None = None
     outputs: frozenset = frozenset()
-    extra: Any = None  # task-specific data for the task's head
+    extra: Payload | None = None  # the kind of work's payload for its head (Payload above)
     # attention keys limited to the first key_len tokens (ColBERT query expansion); None: all
     key_len: int | None = None
     # an image item: its `[C, S, S]` pixel values (ids empty) and the positions the vision tower

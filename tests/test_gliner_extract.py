@@ -394,7 +394,7 @@ def test_one_batch_mixes_requests_with_their_own_labels_and_settings(models):
     from sie_engine.models.gliner.decode import DecodeSettings
     from sie_engine.runner import build_runner
     from sie_engine.work import WorkItem
-    from sie_engine.tasks.extract import prepare_request
+    from sie_engine.tasks.gliner import prepare_request
 
     root, reference = models["tiny-markerV1-max"]
     card = ModelCard(id="mix", weights=WeightsSource(path=str(root)), outputs=("extract",))

@@ -10,7 +10,6 @@ the model's dense head, as a real plug-in would.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,19 +47,19 @@ class NormsResult:
     timings: Timings = field(default_factory=Timings)
 
 
-async def run_norms(engine, model: str, request: dict, timeout: float | None) -> NormsResult:
-    """The engine side of the toy task (the registry imports it by name)."""
-    started = time.monotonic()
-    card = engine.card(model)
+async def run_norms(engine, call) -> NormsResult:
+    """The engine side of the toy task (the registry imports it by name): `call` is the resolved
+    call (its card, fields, deadline and admission)."""
+    card, request = call.card, call.fields
     ids, texts = v.parse_items(request["items"], engine.limits)
     scale = v.check_number(request.get("scale"), "scale", 0.0, 1e6, 1.0)
     tokenized, tokenize_s = await engine.tokenize(card, "encode", texts)
-    work_request = engine.new_request(card, "norms", len(texts), timeout)
+    work_request = engine.new_request(call, "norms", len(texts))
     work = [WorkItem(work_request, i, tokenized.ids[i], outputs=frozenset({"dense"}))
             for i in longest_first(tokenized.ids)]
     raw = await engine.run_items(card, "norms", work, work_request)
     items = [NormItem(item_id, scale * float(np.linalg.norm(r["dense"]))) for item_id, r in zip(ids, raw)]
-    return NormsResult(card.id, items, tokenized.num_tokens, engine.timings(work_request, started, tokenize_s))
+    return NormsResult(card.id, items, tokenized.num_tokens, engine.timings(work_request, call.started, tokenize_s))
 
 
 NORMS = Task(

@@ -1,6 +1,7 @@
 """The engine's side of each task in `sie_contract`'s registry: an `async def run(engine,
-model, request, timeout)` that validates the request, prepares work items, queues them
-and assembles the result. Implementations are imported when first used."""
+call)` (`engine`: a `TaskContext`; `call`: the resolved `Call`, tasks/context.py) that
+validates the call's fields, prepares work items, queues them and assembles the result.
+Implementations are imported when first used."""
 
 from __future__ import annotations
 

@@ -9,7 +9,6 @@ as `encode` work whose items name the outputs wanted; the per-request options
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -21,16 +20,15 @@ from ..postprocess import convert_dtype, truncate_and_normalize
 from ..types import EncodedItem, EncodeResult
 from ..work import WorkItem
 from .common import check_truncation, longest_first
-from .context import TaskContext
+from .context import Call, TaskContext
 
 # Texts tokenised per step of a large request: each chunk is queued as soon as it is
 # tokenised, so inference starts while the rest is still being tokenised.
 TOKENIZE_CHUNK = 2048
 
 
-async def run(engine: TaskContext, model: str, request: dict[str, Any], timeout: float | None) -> EncodeResult:
-    started = time.monotonic()
-    card = engine.card(model, request.get("precision"))
+async def run(engine: TaskContext, call: Call) -> EncodeResult:
+    card, request = call.card, call.fields
     ids, texts, images = v.parse_encode_items(request["items"], engine.limits)
     image_positions = [i for i, image in enumerate(images) if image is not None]
     if image_positions and "image" not in card.modalities:
@@ -52,7 +50,7 @@ async def run(engine: TaskContext, model: str, request: dict[str, Any], timeout:
                              field="sparse_labels")
     texts = apply_template([texts[i] for i in text_positions], *card.template_for(is_query, instruction))
 
-    work_request = engine.new_request(card, "encode", len(ids), timeout)
+    work_request = engine.new_request(call, "encode", len(ids))
     wanted = frozenset(outputs)
     try:
         tokens, tokenize_s = await _submit_texts(engine, card, work_request, texts, text_positions, wanted, truncate,
@@ -71,7 +69,7 @@ async def run(engine: TaskContext, model: str, request: dict[str, Any], timeout:
         tokenize_s += seconds
         for item, item_labels in zip(items, labels):
             item.sparse.labels = item_labels
-    return EncodeResult(card.id, items, tokens, engine.timings(work_request, started, tokenize_s))
+    return EncodeResult(card.id, items, tokens, engine.timings(work_request, call.started, tokenize_s))
 
 
 async def _submit_texts(engine: TaskContext, card, work_request, texts: list[str], positions: list[int],

@@ -1,144 +1,202 @@
-"""The `extract` task: zero-shot entity extraction with GLiNER (zero-shot classification
-with NLI cross-encoders, cards with the `zeroshot` output, is in tasks/zeroshot.py; with
-GLiClass, cards with the `gliclass` output, in tasks/gliclass.py; relation extraction with
-GLiREL, cards with the `relations` output, in tasks/relations.py).
+"""The `extract` task: one verb over several kinds of model, each an `ExtractMode`
+registered by the card output that selects it.
 
-Each text is split into words and cut into windows that fit the model (with the
-labels' prompt in front of every window); the windows of all requests run as
-`extract` work, batched like any other. The head decodes a text that fits one
-window; for a longer text it returns each window's candidate spans, decoded here
-once over the whole text. Entities get character offsets in the original text.
+A mode declares what it is (for messages), what its `labels` hold, the optional request
+fields it takes (sie_contract's EXTRACT fields), which of them are inputs of its own output
+(GLiREL's item entities and entity model), the answer fields it fills, and its `run`. This
+module picks a card's mode from its outputs (`MODES`, in order: the first a card names wins),
+refuses every field the mode does not take with one message built from the declarations,
+and runs it. The built-in modes:
+
+- `relations`: GLiREL, relations between the items' entities (tasks/relations.py);
+- `zeroshot`: NLI cross-encoders, zero-shot classification (tasks/zeroshot.py);
+- `gliclass`: GLiClass, all labels and the text in one pass (tasks/gliclass.py);
+- `gliner2`: GLiNER2, entities, relations and a classification in one pass (tasks/gliner2.py);
+- `extract`: GLiNER, zero-shot entities (tasks/gliner.py).
+
+A plug-in adds one with `register(output, "module:MODE")`; the `extract` task is then served
+by cards with that output (sie_contract's registry is told), and its heads are built by the
+mode's `head` builder when it brings one.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import Any, Mapping, Sequence
+import dataclasses
+import importlib
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping
 
-import numpy as np
+from sie_contract import registry as task_registry
 
-from .. import validation as v
 from ..card import ModelCard
-from ..errors import InvalidRequest, ModelLoadFailed
-from ..models.gliner.head import WindowWork
-from ..checkpoints import kind as checkpoint_kind
-from ..models.gliner.checkpoint import GlinerConfig, load_gliner_config
-from ..models.gliner.decode import DecodeSettings, merge_windows
-from ..models.gliner.prompt import Prepared, PromptTooLong, class_token_id, prepare
-from ..types import Entity, ExtractedItem, ExtractResult
-from ..weights import resolve_weights
-from ..work import WorkItem
-from .context import TaskContext
-from . import gliclass, gliner2, relations, zeroshot
+from ..errors import InvalidRequest, UnsupportedOutput
+from ..models import HEADS
+from ..types import ExtractResult
+from .context import Call, TaskContext
 
-EXTRACT = frozenset({"extract"})  # the head extract work runs
-
-_configs: dict[tuple, GlinerConfig] = {}
+TASK = "extract"
+# not a top-level field: the `entities` of a relation model's items ({text, entities})
+ITEM_ENTITIES = "items[].entities"
+ANSWERS = frozenset({"entities", "classifications", "relations"})  # ExtractedItem's answer fields
 
 
-def gliner_config(card: ModelCard) -> GlinerConfig:
-    """The card's GLiNER settings, read once per card (the tokenizer pool calls this)."""
-    key = (card.id, card.weights)
-    config = _configs.get(key)
-    if config is None:
-        root = resolve_weights(card)
-        if checkpoint_kind(root) != "gliner":  # a card that says extract over a model that cannot: it cannot load
-            raise ModelLoadFailed(card.id, "unsupported_architecture",
-                                  f"extract needs a GLiNER checkpoint (gliner_config.json) in {root}")
-        try:
-            config = _configs[key] = load_gliner_config(root)
-        except ValueError as exc:
-            raise ModelLoadFailed(card.id, "unsupported_architecture", str(exc)) from exc
-    return config
+@dataclass(frozen=True)
+class ExtractMode:
+    """One kind of extract model.
+
+    kind: what such a model is, in a sentence ("an NLI classifier").
+    family: how "... applies to {family} models" names them ("NLI classifier").
+    labels: what the request's `labels` hold for it ("candidate classes").
+    fields: the optional request fields it takes besides items and labels (names of
+        sie_contract's EXTRACT fields, or ITEM_ENTITIES).
+    inputs: those of `fields` that are input for its own output rather than settings of the
+        answer (GLiREL's entities, sent or found by an entity model): another mode refuses
+        them as an output its model lacks (UnsupportedOutput, `unsupported_output`).
+    answers: the answer fields it fills (of ANSWERS).
+    run: `async run(engine, call) -> ExtractResult`, called once the fields are known to fit.
+    example: a catalog model of this kind, named when a field of it is sent to another.
+    head: `module:function` of the head builder of its output, for a mode whose output no
+        built-in head serves (a plug-in's); registered in sie_engine.models.HEADS with the mode.
+    hints: what to send instead, by field it refuses (GLiNER2's `multi_label`: classify.multi_label)."""
+
+    kind: str
+    family: str
+    labels: str
+    fields: frozenset[str]
+    answers: frozenset[str]
+    run: Callable[[TaskContext, Call], Awaitable[ExtractResult]]
+    inputs: frozenset[str] = frozenset()
+    example: str | None = None
+    head: str | None = None
+    hints: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
-def check_labels(labels: Any, limits: v.Limits) -> list[str]:
-    """A non-empty list of label strings; duplicates dropped, first occurrence kept (as GLiNER does)."""
-    if isinstance(labels, str) or not isinstance(labels, Sequence) or not labels:
-        raise InvalidRequest('labels must be a non-empty list of strings, e.g. ["person", "organization"]',
-                             field="labels")
-    if len(labels) > limits.max_labels:
-        raise InvalidRequest(f"labels holds {len(labels)} labels; at most {limits.max_labels}", field="labels")
-    for i, label in enumerate(labels):
-        if not isinstance(label, str) or not label.strip() or len(label) > limits.max_label_chars:
-            raise InvalidRequest(
-                f"labels[{i}] must be a non-blank string of at most {limits.max_label_chars} characters",
-                field=f"labels[{i}]",
-            )
-    return list(dict.fromkeys(labels))
+# card output -> `module:attr` of its ExtractMode, imported when first used; the first entry a
+# card's outputs name is its mode
+MODES: dict[str, str] = {
+    "relations": "sie_engine.tasks.relations:MODE",
+    "zeroshot": "sie_engine.tasks.zeroshot:MODE",
+    "gliclass": "sie_engine.tasks.gliclass:MODE",
+    "gliner2": "sie_engine.tasks.gliner2:MODE",
+    "extract": "sie_engine.tasks.gliner:MODE",
+}
+_loaded: dict[str, ExtractMode] = {}  # by target
 
 
-def prepare_request(tokenizer, card: ModelCard, texts: list[str], labels: list[str]) -> Prepared:
-    """On the tokenizer pool: words, prompt and windows of every text."""
-    config = gliner_config(card)
-    for i, label in enumerate(labels):
-        if config.ent_token in label or config.sep_token in label:
-            raise InvalidRequest(f"labels[{i}] contains the model's prompt token", field=f"labels[{i}]")
+def mode(output: str) -> ExtractMode:
+    """The registered mode of a card output (imported on first use)."""
+    target = MODES[output]
+    loaded = _loaded.get(target)
+    if loaded is None:
+        module, _, name = target.partition(":")
+        loaded = getattr(importlib.import_module(module), name)
+        _check(output, loaded)
+        _loaded[target] = loaded
+    return loaded
+
+
+def mode_of(card: ModelCard) -> tuple[str, ExtractMode]:
+    """The card's output that selects its mode, and the mode."""
+    for output in MODES:
+        if output in card.outputs:
+            return output, mode(output)
+    # unreachable through the engine: a card lists the task only when an output serves it
+    raise UnsupportedOutput(f"model {card.id!r} has no extract output (its outputs: {', '.join(card.outputs)})",
+                            field="model")
+
+
+def register(output: str, target: str) -> ExtractMode:
+    """Add a mode (or replace the one of `output`): cards with that output then serve `extract`.
+    `target` is the mode's `module:attr`; it is imported now, so a bad declaration fails here."""
+    previous = MODES.get(output)
+    MODES[output] = target
     try:
-        return prepare(tokenizer, config, texts, labels, class_token_id(tokenizer, config))
-    except PromptTooLong as exc:
-        raise InvalidRequest(str(exc), field="labels") from exc
+        added = mode(output)
+    except Exception:
+        if previous is None:
+            MODES.pop(output, None)
+        else:
+            MODES[output] = previous
+        raise
+    if added.head is not None:
+        HEADS[output] = added.head
+    task = task_registry.get(TASK)
+    if task is not None and output not in task.served_by:
+        task_registry.register(dataclasses.replace(task, served_by=(*task.served_by, output)))
+    return added
 
 
-async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeout: float | None) -> ExtractResult:
-    started = time.monotonic()
-    card = engine.card(model)
-    if gliner2.GLINER2 not in card.outputs:
-        for name, other in (("classify", "a classifier takes its candidate classes in labels"),
-                            ("relation_labels", "a relation model takes its relation types in labels")):
-            if fields.get(name) is not None:
-                raise InvalidRequest(f"model {card.id!r} is not a GLiNER2 model: {name} applies to GLiNER2 models "
-                                     f"only ({other})", field=name)
-    if relations.RELATIONS in card.outputs:  # a GLiREL model: relations between the items' entities
-        return await relations.run(engine, card, fields, timeout, started, check_labels, run)
-    relations.refuse_relation_fields(card, fields)
-    ids, texts = v.parse_items(fields["items"], engine.limits)
-    labels = check_labels(fields["labels"], engine.limits)
-    if zeroshot.ZEROSHOT in card.outputs:  # an NLI cross-encoder: zero-shot classification
-        return await zeroshot.run(engine, card, ids, texts, labels, fields, timeout, started)
-    if gliclass.GLICLASS in card.outputs:  # a GLiClass model: all labels and the text in one pass
-        return await gliclass.run(engine, card, ids, texts, labels, fields, timeout, started)
-    if gliner2.GLINER2 in card.outputs:  # GLiNER2: entities, relations and a classification in one pass
-        return await gliner2.run(engine, card, ids, texts, labels, fields, timeout, started, check_labels)
-    for name in ("hypothesis_template", "top_k"):
-        if fields.get(name) is not None:
-            raise InvalidRequest(f"model {card.id!r} extracts entities: {name} applies to classification models",
-                                 field=name)
-    flat = v.check_optional_bool(fields.get("flat"), "flat")
-    settings = DecodeSettings(
-        threshold=v.check_number(fields.get("threshold"), "threshold", 0.0, 1.0, 0.5),
-        flat=True if flat is None else flat,
-        multi_label=bool(v.check_optional_bool(fields.get("multi_label"), "multi_label")),
-    )
-    prepared, tokenize_s = await engine.with_tokenizer(card, prepare_request, card, texts, labels)
-    windows = prepared.windows
-    request = engine.new_request(card, "extract", len(windows), timeout)
-    longest_first = sorted(range(len(windows)), key=lambda i: -len(windows[i].ids))
-    windows_per_text = np.bincount([w.item for w in windows], minlength=len(texts))
-    work = [WorkItem(request, i, windows[i].ids, outputs=EXTRACT,
-                     extra=WindowWork(windows[i], settings, alone=bool(windows_per_text[windows[i].item] == 1)))
-            for i in longest_first]
-    decoded = [r["extract"] for r in await engine.run_items(card, "extract", work, request)]
-
-    # decoding long texts is pure Python over possibly many candidates: off the event loop
-    result_items = await asyncio.get_running_loop().run_in_executor(
-        None, assemble, ids, texts, labels, prepared, decoded, settings, gliner_config(card).token_level)
-    return ExtractResult(card.id, result_items, prepared.num_tokens, engine.timings(request, started, tokenize_s))
+def unregister(output: str) -> None:
+    """Remove a plug-in's mode (and what `register` added for it)."""
+    target = MODES.pop(output, None)
+    if target is None:
+        return
+    loaded = _loaded.pop(target, None)
+    if loaded is not None and loaded.head is not None and HEADS.get(output) == loaded.head:
+        del HEADS[output]
+    task = task_registry.get(TASK)
+    if task is not None and output in task.served_by:
+        task_registry.register(dataclasses.replace(task, served_by=tuple(o for o in task.served_by if o != output)))
 
 
-def assemble(ids: list[str], texts: list[str], labels: list[str], prepared: Prepared, decoded: list,
-             settings: DecodeSettings, token_level: bool) -> list[ExtractedItem]:
-    """Per text: its windows' spans merged and decoded, with character offsets into the text."""
-    per_text: list[list] = [[] for _ in texts]
-    for window, spans in zip(prepared.windows, decoded):
-        per_text[window.item].append((window.first_word, spans))
-    result_items = []
-    for item_id, text, words, parts in zip(ids, texts, prepared.words, per_text):
-        entities = []
-        for span in merge_windows(parts, settings, token_level):
-            start, end = words.starts[span.start], words.ends[span.end]
-            entities.append(Entity(text=text[start:end], label=labels[span.label], score=float(span.score),
-                                   start=start, end=end))
-        result_items.append(ExtractedItem(id=item_id, entities=entities))
-    return result_items
+def _check(output: str, declared: Any) -> None:
+    """A mode's declaration names only fields and answers the contract has."""
+    if not isinstance(declared, ExtractMode):
+        raise TypeError(f"extract mode {output!r}: {MODES[output]} is not an ExtractMode")
+    task = task_registry.get(TASK)
+    known = set(task.optional if task is not None else ()) | {ITEM_ENTITIES}
+    unknown = sorted((declared.fields | declared.inputs) - known)
+    if unknown:
+        raise ValueError(f"extract mode {output!r} declares fields the extract task does not have: "
+                         f"{', '.join(unknown)} (fields: {', '.join(sorted(known))})")
+    if not declared.inputs <= declared.fields:
+        raise ValueError(f"extract mode {output!r}: its inputs must be among its fields")
+    if not declared.answers or not declared.answers <= ANSWERS:
+        raise ValueError(f"extract mode {output!r}: answers must be some of {', '.join(sorted(ANSWERS))}")
+
+
+def sent_fields(fields: Mapping[str, Any]) -> list[str]:
+    """The optional fields a request sends (not None), in the contract's order; ITEM_ENTITIES
+    first when an item carries entities."""
+    items = fields.get("items")
+    sent = [ITEM_ENTITIES] if isinstance(items, list) and any(
+        isinstance(item, dict) and "entities" in item for item in items) else []
+    task = task_registry.get(TASK)
+    names = task.optional if task is not None else tuple(fields)
+    return sent + [name for name in names if fields.get(name) is not None]
+
+
+def refuse_other_fields(card: ModelCard, chosen: ExtractMode, fields: Mapping[str, Any]) -> None:
+    """InvalidRequest (UnsupportedOutput for another mode's inputs) for the first field sent that
+    the card's mode does not take, naming the kinds of model that take it and what this one is."""
+    for name in sent_fields(fields):
+        if name in chosen.fields:
+            continue
+        takers = [(o, mode(o)) for o in MODES if name in mode(o).fields]
+        families = _join([m.family for _, m in takers]) or "no served"
+        this = (f"model {card.id!r} is {chosen.kind} (it takes its {chosen.labels} in labels and answers "
+                f"{_join(sorted(chosen.answers))})")
+        field = "items" if name == ITEM_ENTITIES else name
+        inputs_of = [(o, m) for o, m in takers if name in m.inputs]
+        if inputs_of:
+            other, taker = inputs_of[0]
+            example = f" (e.g. {taker.example})" if taker.example else ""
+            raise UnsupportedOutput(f"model {card.id!r} has no {other} output: {name} applies to {families} "
+                                    f"models{example}; it is {chosen.kind} (it takes its {chosen.labels} in labels)",
+                                    field=field)
+        hint = f"; {chosen.hints[name]}" if name in chosen.hints else ""
+        raise InvalidRequest(f"{name} applies to {families} models; {this}{hint}", field=field)
+
+
+def _join(names: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c` (duplicates once)."""
+    unique = list(dict.fromkeys(names))
+    if len(unique) < 2:
+        return "".join(unique)
+    return ", ".join(unique[:-1]) + " and " + unique[-1]
+
+
+async def run(engine: TaskContext, call: Call) -> ExtractResult:
+    _, chosen = mode_of(call.card)
+    refuse_other_fields(call.card, chosen, call.fields)
+    return await chosen.run(engine, call)

@@ -1,5 +1,5 @@
 """Zero-shot classification with GLiClass: the `extract` task on a card whose outputs
-include `gliclass` (tasks/extract.py dispatches here).
+include `gliclass` (tasks/extract.py picks it).
 
 Each item is one sequence holding all its labels and its text, built as gliclass'
 `UniEncoderZeroShotClassificationPipeline` builds it: `<<LABEL>>a<<LABEL>>b<<SEP>>`
@@ -18,10 +18,10 @@ Labels come back best first; `threshold` and `top_k` cut the list as for NLI mod
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 import numpy as np
 
+from .. import validation as v
 from ..card import ModelCard
 from ..errors import InvalidRequest, ModelLoadFailed
 from ..models.gliclass.head import GLICLASS, GliclassOptions, LabelSpans
@@ -29,8 +29,9 @@ from ..models.gliclass.checkpoint import LABEL_TOKEN, SEP_TOKEN, GliclassConfig,
 from ..types import ExtractResult
 from ..weights import resolve_weights
 from ..work import WorkItem
-from .common import longest_first
-from .context import TaskContext
+from .common import check_labels, longest_first
+from .context import Call, TaskContext
+from .extract import ExtractMode
 from .zeroshot import Ranking, classified
 
 OUTPUTS = frozenset({GLICLASS})
@@ -129,11 +130,10 @@ def scores(logits: np.ndarray, multi_label: bool) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-async def run(engine: TaskContext, card: ModelCard, ids: list[str], texts: list[str], labels: list[str],
-              fields: Mapping[str, Any], timeout: float | None, started: float) -> ExtractResult:
-    for name in ("flat", "hypothesis_template"):
-        if fields.get(name) is not None:
-            raise InvalidRequest(f"model {card.id!r} is a GLiClass classifier: {name} does not apply to it", field=name)
+async def run(engine: TaskContext, call: Call) -> ExtractResult:
+    card, fields = call.card, call.fields
+    ids, texts = v.parse_items(fields["items"], engine.limits)
+    labels = check_labels(fields["labels"], engine.limits)
     try:
         options = GliclassOptions.of(card)
     except ValueError as exc:  # as the model's load reports it (the head's builder checks the same)
@@ -144,11 +144,19 @@ async def run(engine: TaskContext, card: ModelCard, ids: list[str], texts: list[
                              "first (examples/taxonomy.py)", field="labels")
     ranking = Ranking.of(fields, default_multi_label=options.multi_label)
     prepared, tokenize_s = await engine.with_tokenizer(card, prepare, card, texts, labels)
-    request = engine.new_request(card, "extract", len(texts), timeout)
-    work = [WorkItem(request, i, prepared.ids[i], outputs=OUTPUTS, extra=prepared.spans[i])
-            for i in longest_first(prepared.ids)]
+    request = engine.new_request(call, "extract", len(texts))
+    work: list[WorkItem[LabelSpans]] = [
+        WorkItem(request, i, prepared.ids[i], outputs=OUTPUTS, extra=prepared.spans[i])
+        for i in longest_first(prepared.ids)]
     results = await engine.run_items(card, "extract", work, request)
     logits = np.asarray([r[GLICLASS] for r in results], dtype=np.float32).reshape(len(texts), len(labels))
     items = [classified(item_id, labels, row, ranking)
              for item_id, row in zip(ids, scores(logits, ranking.multi_label))]
-    return ExtractResult(card.id, items, prepared.num_tokens, engine.timings(request, started, tokenize_s))
+    return ExtractResult(card.id, items, prepared.num_tokens, engine.timings(request, call.started, tokenize_s))
+
+
+MODE = ExtractMode(
+    kind="a GLiClass classifier", family="GLiClass classifier", labels="candidate classes",
+    fields=frozenset({"threshold", "multi_label", "top_k"}), answers=frozenset({"classifications"}), run=run,
+    example="knowledgator/gliclass-base-v1.0",
+)

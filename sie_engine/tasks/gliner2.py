@@ -1,5 +1,5 @@
 """GLiNER2: entities, relations and a classification in one pass (the `extract` task on a card whose
-outputs include `gliner2`; tasks/extract.py dispatches here).
+outputs include `gliner2`; tasks/extract.py picks it).
 
 `labels` are the entity types; `relation_labels` adds one schema per relation type and
 `classify: {"task", "labels", "multi_label"?}` one classification task, all in the same sequence.
@@ -16,25 +16,25 @@ the first, or those at 0.5 and above).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from .. import validation as v
-from ..card import ModelCard
 from ..errors import InvalidRequest
 from ..models.gliner2.head import GLINER2, Gliner2Scores, Gliner2Work
 from ..models.gliner2.checkpoint import SPECIAL_TOKENS
 from ..models.gliner2.prompt import RELATION_FIELDS, Words, prepare
 from ..types import Classification, Entity, ExtractedItem, ExtractResult, Relation
 from ..work import WorkItem
-from .common import longest_first
-from .context import TaskContext
+from .common import check_labels, labels_under, longest_first
+from .context import Call, TaskContext
+from .extract import ExtractMode
 
 OUTPUTS = frozenset({GLINER2})
 
 
-def check_classify(value: Any, limits: v.Limits, check_labels) -> tuple[str, list[str], bool] | None:
+def check_classify(value: Any, limits: v.Limits) -> tuple[str, list[str], bool] | None:
     if value is None:
         return None
     if not isinstance(value, dict) or set(value) - {"task", "labels", "multi_label"}:
@@ -44,7 +44,7 @@ def check_classify(value: Any, limits: v.Limits, check_labels) -> tuple[str, lis
     if not isinstance(task, str) or not task.strip() or len(task) > limits.max_label_chars:
         raise InvalidRequest(f"classify.task must be a non-blank string of at most {limits.max_label_chars} "
                              "characters (the task's name, e.g. \"sentiment\")", field="classify.task")
-    labels = labels_under("classify.", value.get("labels"), limits, check_labels)
+    labels = labels_under("classify.", value.get("labels"), limits)
     multi_label = bool(v.check_optional_bool(value.get("multi_label"), "classify.multi_label"))
     return task, labels, multi_label
 
@@ -55,26 +55,25 @@ def check_prompt_words(words: list[str], field: str) -> None:
             raise InvalidRequest(f"{field}[{i}] contains one of the model's prompt tokens", field=f"{field}[{i}]")
 
 
-async def run(engine: TaskContext, card: ModelCard, ids: list[str], texts: list[str], labels: list[str],
-              fields: Mapping[str, Any], timeout: float | None, started: float, check_labels) -> ExtractResult:
-    for name in ("flat", "multi_label", "hypothesis_template", "top_k"):
-        if fields.get(name) is not None:
-            raise InvalidRequest(f"model {card.id!r} (GLiNER2) does not take {name}; classify.multi_label sets the "
-                                 "classification's mode", field=name)
+async def run(engine: TaskContext, call: Call) -> ExtractResult:
+    card, fields = call.card, call.fields
+    ids, texts = v.parse_items(fields["items"], engine.limits)
+    labels = check_labels(fields["labels"], engine.limits)
     threshold = v.check_number(fields.get("threshold"), "threshold", 0.0, 1.0, 0.5)
-    classify = check_classify(fields.get("classify"), engine.limits, check_labels)
+    classify = check_classify(fields.get("classify"), engine.limits)
     task, class_labels, multi_label = classify if classify else (None, [], False)
     relation_types = [] if fields.get("relation_labels") is None else labels_under(
-        "relation_", fields["relation_labels"], engine.limits, check_labels)
+        "relation_", fields["relation_labels"], engine.limits)
     check_prompt_words(labels, "labels")
     check_prompt_words(class_labels + ([task] if task else []), "classify.labels")
     check_prompt_words(relation_types, "relation_labels")
 
     (normalized, words, inputs), tokenize_s = await engine.with_tokenizer(card, prepare, texts, labels, task,
                                                                           class_labels, relation_types)
-    request = engine.new_request(card, "extract", len(inputs), timeout)
-    work = [WorkItem(request, i, inputs[i].ids, outputs=OUTPUTS, extra=Gliner2Work(inputs[i]))
-            for i in longest_first([x.ids for x in inputs])]
+    request = engine.new_request(call, "extract", len(inputs))
+    work: list[WorkItem[Gliner2Work]] = [
+        WorkItem(request, i, inputs[i].ids, outputs=OUTPUTS, extra=Gliner2Work(inputs[i]))
+        for i in longest_first([x.ids for x in inputs])]
     scores: list[Gliner2Scores] = [r[GLINER2] for r in await engine.run_items(card, "extract", work, request)]
     items = []
     for item_id, text, norm, item_words, s in zip(ids, texts, normalized, words, scores):
@@ -85,16 +84,7 @@ async def run(engine: TaskContext, card: ModelCard, ids: list[str], texts: list[
         items.append(ExtractedItem(id=item_id, entities=entities, classifications=classifications,
                                    relations=triples))
     tokens = sum(len(x.ids) for x in inputs)
-    return ExtractResult(card.id, items, tokens, engine.timings(request, started, tokenize_s))
-
-
-def labels_under(prefix: str, value: Any, limits: v.Limits, check_labels) -> list[str]:
-    """`check_labels` on a label list kept under another name (`classify.labels`,
-    `relation_labels`): its errors name the field as the request spells it."""
-    try:
-        return check_labels(value, limits)
-    except InvalidRequest as exc:
-        raise InvalidRequest(f"{prefix}{exc}", field=f"{prefix}{exc.field}") from None
+    return ExtractResult(card.id, items, tokens, engine.timings(request, call.started, tokenize_s))
 
 
 def ranked_spans(probs: np.ndarray, scores: Gliner2Scores, normalized: str, words: Words,
@@ -168,3 +158,11 @@ def classify_scores(logits: np.ndarray, labels: list[str], multi_label: bool) ->
         probs = e / e.sum()
     order = sorted(range(len(labels)), key=lambda j: -probs[j])
     return [Classification(labels[j], float(probs[j])) for j in order]
+
+
+MODE = ExtractMode(
+    kind="a GLiNER2 model", family="GLiNER2", labels="entity types",
+    fields=frozenset({"threshold", "classify", "relation_labels"}),
+    answers=frozenset({"entities", "classifications", "relations"}), run=run, example="fastino/gliner2-base-v1",
+    hints={"multi_label": "classify.multi_label sets the classification's mode"},
+)

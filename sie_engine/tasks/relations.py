@@ -1,5 +1,5 @@
 """Relation extraction with GLiREL: the `extract` task on a card whose outputs include
-`relations` (tasks/extract.py dispatches here).
+`relations` (tasks/extract.py picks it).
 
 Per item, the entities come from the request (`{"text", "entities": [{"start", "end",
 "label"}]}`, character offsets, end exclusive) or are found first by the GLiNER model named
@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import validation as v
 from ..card import ModelCard
-from ..errors import InvalidRequest, UnsupportedOutput
+from ..errors import InvalidRequest
 from ..models.gliner.prompt import PromptTooLong, split_words
 from ..models.glirel.head import RELATIONS, RelationWork
 from ..models.glirel.checkpoint import REL_TOKEN, SEP_TOKEN, GlirelConfig, load_glirel_config
@@ -29,12 +29,13 @@ from ..models.glirel.prompt import Prepared, SpanOutsideWords, prepare, word_spa
 from ..types import Entity, ExtractedItem, ExtractResult, Relation, Timings
 from ..weights import resolve_weights
 from ..work import WorkItem
-from .common import longest_first
-from .context import TaskContext
+from .common import check_labels, longest_first
+from .context import Call, TaskContext
+from .extract import ITEM_ENTITIES, ExtractMode
 
 OUTPUTS = frozenset({RELATIONS})
 DEFAULT_THRESHOLD = 0.5  # glirel's predict_relations default; a card may set options.relations.threshold
-ENTITY_FIELDS = ("entity_model", "entity_labels", "entity_threshold")
+ENTITY_FIELDS = ("entity_model", "entity_labels", "entity_threshold")  # an entity model finds the entities
 MAX_ENTITIES = 256  # per item: every ordered pair is scored, so the work grows with their square
 
 _configs: dict[tuple, GlirelConfig] = {}
@@ -60,19 +61,6 @@ def split_entities(items: Any) -> tuple[Any, list[Any]]:
             entities.append(None)
         plain.append(item)
     return plain, entities
-
-
-def has_relation_fields(fields: Mapping[str, Any]) -> bool:
-    """A request that asks for relations: entities in its items or an entity model."""
-    items = fields.get("items")
-    sent_entities = isinstance(items, list) and any(isinstance(it, dict) and "entities" in it for it in items)
-    return sent_entities or any(fields.get(name) is not None for name in ENTITY_FIELDS)
-
-
-def refuse_relation_fields(card: ModelCard, fields: Mapping[str, Any]) -> None:
-    if has_relation_fields(fields):
-        raise UnsupportedOutput(f"model {card.id!r} has no relations output: item entities and entity_model apply "
-                                "to relation models (e.g. jackboyla/glirel-large-v0)", field="labels")
 
 
 def check_entities(raw: Any, text: str, where: str) -> list[Entity]:
@@ -109,11 +97,6 @@ def check_entity_count(count: int, where: str) -> None:
 
 
 def relation_settings(card: ModelCard, fields: Mapping[str, Any], limits: v.Limits) -> tuple[float, int | None]:
-    for name, applies in (("flat", "entity"), ("multi_label", "entity and classification"),
-                          ("hypothesis_template", "NLI classification")):
-        if fields.get(name) is not None:
-            raise InvalidRequest(f"model {card.id!r} extracts relations: {name} applies to {applies} models",
-                                 field=name)
     default = float((card.options or {}).get(RELATIONS, {}).get("threshold", DEFAULT_THRESHOLD))
     threshold = v.check_number(fields.get("threshold"), "threshold", 0.0, 1.0, default)
     return threshold, v.check_positive_int(fields.get("top_k"), "top_k")
@@ -125,10 +108,11 @@ def label_limits(card: ModelCard, limits: v.Limits) -> v.Limits:
     return limits if max_labels is None else replace(limits, max_labels=min(int(max_labels), limits.max_labels))
 
 
-async def find_entities(engine: TaskContext, fields: Mapping[str, Any], ids: list[str], texts: list[str],
-                        timeout: float | None, extract) -> tuple[list[list[Entity]], int]:
-    """The GLiNER model named in `entity_model` finds each item's entities (one call of `extract`, the
-    extract task's run, which dispatches here and so is handed in)."""
+async def find_entities(engine: TaskContext, call: Call, ids: list[str],
+                        texts: list[str]) -> tuple[list[list[Entity]], int]:
+    """The GLiNER model named in `entity_model` finds each item's entities: one `extract` call on it,
+    within this call (its deadline and admission)."""
+    fields = call.fields
     name, labels = fields.get("entity_model"), fields.get("entity_labels")
     if not isinstance(name, str) or not name:
         raise InvalidRequest("entity_model must name a GLiNER model served here (entity_labels need it)",
@@ -142,7 +126,7 @@ async def find_entities(engine: TaskContext, fields: Mapping[str, Any], ids: lis
                              field="entity_model")
     request = {"items": [{"id": i, "text": t} for i, t in zip(ids, texts)], "labels": labels, "threshold": threshold}
     try:
-        found = await extract(engine, name, request, timeout)
+        found = await engine.run_within(call, "extract", name, request)
     except InvalidRequest as exc:  # the inner call's labels are this request's entity_labels
         field = "entity_labels" if (exc.field or "").startswith("labels") else "entity_model"
         raise InvalidRequest(f"entity_model {name!r}: {exc}", field=field) from None
@@ -177,9 +161,8 @@ def word_spans(entities: list[list[Entity]], words_of, texts: list[str]) -> list
     return spans
 
 
-async def run(engine: TaskContext, card: ModelCard, fields: Mapping[str, Any], timeout: float | None,
-              started: float, check_labels, extract) -> ExtractResult:
-    """check_labels, extract: the extract task's label check and its run (for entity_model)."""
+async def run(engine: TaskContext, call: Call) -> ExtractResult:
+    card, fields, started = call.card, call.fields, call.started
     plain, raw_entities = split_entities(fields["items"])
     ids, texts = v.parse_items(plain, engine.limits)
     labels = check_labels(fields["labels"], label_limits(card, engine.limits))
@@ -189,7 +172,7 @@ async def run(engine: TaskContext, card: ModelCard, fields: Mapping[str, Any], t
         if any(raw is not None for raw in raw_entities):
             raise InvalidRequest("send entities in the items or an entity_model to find them, not both",
                                  field="entity_model")
-        entities, entity_tokens = await find_entities(engine, fields, ids, texts, timeout, extract)
+        entities, entity_tokens = await find_entities(engine, call, ids, texts)
     else:
         entities = [[] if raw is None else check_entities(raw, text, f"items[{i}].entities")
                     for i, (raw, text) in enumerate(zip(raw_entities, texts))]
@@ -200,9 +183,10 @@ async def run(engine: TaskContext, card: ModelCard, fields: Mapping[str, Any], t
     probs: list[np.ndarray] = []
     timings = Timings(tokenize=tokenize_s)
     if windows:
-        request = engine.new_request(card, "extract", len(windows), timeout)
+        request = engine.new_request(call, "extract", len(windows))
         order = longest_first([w.ids for w in windows])
-        work = [WorkItem(request, i, windows[i].ids, outputs=OUTPUTS, extra=RelationWork(windows[i])) for i in order]
+        work: list[WorkItem[RelationWork]] = [
+            WorkItem(request, i, windows[i].ids, outputs=OUTPUTS, extra=RelationWork(windows[i])) for i in order]
         probs = [r[RELATIONS] for r in await engine.run_items(card, "extract", work, request)]
         timings = engine.timings(request, started, tokenize_s)
     else:
@@ -234,3 +218,11 @@ def assemble(num_texts: int, entities: Sequence[list[Entity]], labels: list[str]
         result.append([Relation(head=item_entities[h], relation=labels[c], tail=item_entities[t], score=float(s))
                        for h, t, c, s in triples])
     return result
+
+
+MODE = ExtractMode(
+    kind="a GLiREL relation model", family="GLiREL relation", labels="relation types",
+    fields=frozenset({"threshold", "top_k", ITEM_ENTITIES, *ENTITY_FIELDS}),
+    inputs=frozenset({ITEM_ENTITIES, *ENTITY_FIELDS}),
+    answers=frozenset({"entities", "relations"}), run=run, example="jackboyla/glirel-large-v0",
+)

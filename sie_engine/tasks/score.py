@@ -17,7 +17,6 @@ The answer lists items best first with their request index and rank.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, Mapping, Sequence
 
 from .. import validation as v
@@ -27,7 +26,7 @@ from ..heads.colbert import marked_encode_args
 from ..types import ScoredItem, ScoreResult
 from ..work import WorkItem
 from .common import check_truncation, longest_first
-from .context import TaskContext
+from .context import Call, TaskContext
 from .encode import submit_images
 
 SCORE = frozenset({"score"})  # the head score work runs
@@ -45,9 +44,8 @@ def parse_query(query: Any, limits: v.Limits) -> str:
     return v.check_text(query, limits, "query.text")
 
 
-async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeout: float | None) -> ScoreResult:
-    started = time.monotonic()
-    card = engine.card(model)
+async def run(engine: TaskContext, call: Call) -> ScoreResult:
+    card, fields = call.card, call.fields
     query_text = parse_query(fields["query"], engine.limits)
     if "image" in card.modalities and "multivector" in card.outputs:  # ColPali: pages are image items
         ids, maybe_texts, images = v.parse_encode_items(fields["items"], engine.limits)
@@ -76,14 +74,15 @@ async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeou
                                                       suffix=prompt["suffix"])
         check_truncation(tokenized, truncate)
         tokens = tokenized.num_tokens
-        request = engine.new_request(card, "score", len(texts), timeout)
-        work = [WorkItem(request, i, tokenized.ids[i], outputs=SCORE) for i in longest_first(tokenized.ids)]
+        request = engine.new_request(call, "score", len(texts))
+        work: list[WorkItem[None]] = [WorkItem(request, i, tokenized.ids[i], outputs=SCORE)
+                                      for i in longest_first(tokenized.ids)]
         scores = await engine.run_items(card, "score", work, request)
     elif "score" in card.outputs:
         tokenized, tokenize_s = await engine.tokenize(card, "encode_pairs", [query_text] * len(texts), texts)
         check_truncation(tokenized, truncate)
         tokens = tokenized.num_tokens
-        request = engine.new_request(card, "score", len(texts), timeout)
+        request = engine.new_request(call, "score", len(texts))
         types = tokenized.type_ids
         work = [WorkItem(request, i, tokenized.ids[i], type_ids=types[i] if types else None, outputs=SCORE)
                 for i in longest_first(tokenized.ids)]
@@ -99,14 +98,13 @@ async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeou
             check_truncation(d_tok, truncate, positions=text_positions)
         tokenize_s = q_s + d_s
         tokens = q_tok.num_tokens + (d_tok.num_tokens if d_tok is not None else 0)
-        q_request = engine.new_request(card, "encode", 1, timeout)
+        q_request = engine.new_request(call, "encode", 1)
         (encoded,) = await engine.run_items(
             card, "encode", [WorkItem(q_request, 0, q_tok.ids[0], outputs=frozenset({"multivector"}),
                                       key_len=q_tok.key_lens[0] if q_tok.key_lens else None)], q_request
         )
         query_vectors = encoded["multivector"]
-        remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        request = engine.new_request(card, "score", len(ids), remaining)
+        request = engine.new_request(call, "score", len(ids))  # the call's deadline: what is left of it
         if d_tok is not None:
             engine.submit(card, "score", [WorkItem(request, text_positions[i], d_tok.ids[i], extra=query_vectors,
                                                    outputs=SCORE) for i in longest_first(d_tok.ids)], request)
@@ -122,7 +120,7 @@ async def run(engine: TaskContext, model: str, fields: Mapping[str, Any], timeou
         scores = await request.future
 
     ranked = rank(ids, [r["score"] for r in scores], top_k)
-    return ScoreResult(card.id, ranked, tokens, engine.timings(request, started, tokenize_s))
+    return ScoreResult(card.id, ranked, tokens, engine.timings(request, call.started, tokenize_s))
 
 
 def rank(ids: list[str], scores: Sequence[float], top_k: int | None) -> list[ScoredItem]:

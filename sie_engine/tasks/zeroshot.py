@@ -1,5 +1,5 @@
 """Zero-shot classification with an NLI cross-encoder: the `extract` task on a card whose
-outputs include `zeroshot` (tasks/extract.py dispatches here).
+outputs include `zeroshot` (tasks/extract.py picks it).
 
 Every (item, label) pair is one sentence pair, premise = the item's text and hypothesis =
 `hypothesis_template.format(label)`, tokenised as the model's pairs are and queued as
@@ -23,12 +23,12 @@ from typing import Any, Mapping
 import numpy as np
 
 from .. import validation as v
-from ..card import ModelCard
 from ..errors import InvalidRequest
 from ..types import Classification, ExtractedItem, ExtractResult
 from ..work import WorkItem
-from .common import longest_first
-from .context import TaskContext
+from .common import check_labels, longest_first
+from .context import Call, TaskContext
+from .extract import ExtractMode
 
 ZEROSHOT = "zeroshot"  # the card output and the head extract work runs on NLI models
 OUTPUTS = frozenset({ZEROSHOT})
@@ -92,23 +92,31 @@ def scores(logits: np.ndarray, multi_label: bool) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-async def run(engine: TaskContext, card: ModelCard, ids: list[str], texts: list[str], labels: list[str],
-              fields: Mapping[str, Any], timeout: float | None, started: float) -> ExtractResult:
-    if fields.get("flat") is not None:
-        raise InvalidRequest(f"model {card.id!r} classifies: flat applies to entity models only", field="flat")
+async def run(engine: TaskContext, call: Call) -> ExtractResult:
+    card, fields = call.card, call.fields
+    ids, texts = v.parse_items(fields["items"], engine.limits)
+    labels = check_labels(fields["labels"], engine.limits)
     template = check_template(fields.get("hypothesis_template"), engine.limits)
     ranking = Ranking.of(fields)
 
     hypotheses = [template.format(label) for label in labels]
     premises = [text for text in texts for _ in labels]
     tokenized, tokenize_s = await engine.tokenize(card, "encode_pairs", premises, hypotheses * len(texts))
-    request = engine.new_request(card, "extract", len(premises), timeout)
+    request = engine.new_request(call, "extract", len(premises))
     types = tokenized.type_ids
-    work = [WorkItem(request, i, tokenized.ids[i], type_ids=types[i] if types else None, outputs=OUTPUTS)
-            for i in longest_first(tokenized.ids)]
+    work: list[WorkItem[None]] = [
+        WorkItem(request, i, tokenized.ids[i], type_ids=types[i] if types else None, outputs=OUTPUTS)
+        for i in longest_first(tokenized.ids)]
     results = await engine.run_items(card, "extract", work, request)
     logits = np.asarray([r[ZEROSHOT] for r in results], dtype=np.float32).reshape(len(texts), len(labels), 2)
 
     rows = scores(logits, ranking.multi_label)
     items = [classified(item_id, labels, row, ranking) for item_id, row in zip(ids, rows)]
-    return ExtractResult(card.id, items, tokenized.num_tokens, engine.timings(request, started, tokenize_s))
+    return ExtractResult(card.id, items, tokenized.num_tokens, engine.timings(request, call.started, tokenize_s))
+
+
+MODE = ExtractMode(
+    kind="an NLI classifier", family="NLI classifier", labels="candidate classes",
+    fields=frozenset({"threshold", "multi_label", "hypothesis_template", "top_k"}),
+    answers=frozenset({"classifications"}), run=run, example="cross-encoder/nli-deberta-v3-small",
+)
