@@ -61,7 +61,7 @@ class ServedModel:
 def servable(raw: Mapping[str, Any]) -> bool:
     """A listed model an agent can use: its weights are here or can be fetched on first load
     (`unavailable` ones would fail every call: a package not installed, a hub model offline)."""
-    return (raw.get("weights") or {}).get("status", "local") != "unavailable"
+    return str((raw.get("weights") or {}).get("status", "local")) != "unavailable"
 
 
 def allowed(model_id: str, patterns: Sequence[str]) -> bool:

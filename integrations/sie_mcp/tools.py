@@ -119,7 +119,7 @@ async def _embed(client: AsyncSIEClient, model: ServedModel, arguments: dict[str
                  served: Sequence[ServedModel]) -> dict[str, Any]:
     texts = arguments["texts"]
     result = await client.encode(model.id, texts, output_types=["dense"], **_given(arguments, "is_query", "dims"))
-    vectors = result.dense_matrix().astype(np.float32)  # [N, dims]
+    vectors: np.ndarray = result.dense_matrix().astype(np.float32)  # [N, dims]
     answer: dict[str, Any] = {"model": result.model, "dims": int(vectors.shape[1]), "count": len(texts)}
     if 2 <= len(texts) <= MAX_SIMILARITY_TEXTS:
         unit = vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
