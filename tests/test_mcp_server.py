@@ -318,6 +318,24 @@ async def test_sies_own_refusals_are_tool_errors_with_its_code_and_message(sie, 
         assert (await call(session, "extract_entities", texts=["Ada Lovelace"], labels=["person"]))["items"]
 
 
+def test_many_models_share_a_tools_description_budget():
+    """The built-in catalog, online, has ninety-odd text embedders: the embed tool's description
+    (in the agent's context every turn) cuts their descriptions shorter, never below 80 characters."""
+    from sie_mcp.catalog import ServedModel
+    from sie_mcp.tools import EMBED, description
+
+    few = [ServedModel(id=f"org/model-{i}", tasks=("encode",), outputs=("dense",), description="word " * 100,
+                       dense_dims=384, max_seq_len=512) for i in range(3)]
+    text = description(EMBED, few)
+    lines = [line for line in text.splitlines() if line.startswith("- ")]
+    assert len(lines) == 3 and all(len(line.split(": ", 1)[1]) == 300 for line in lines)  # MAX_DESCRIPTION
+    assert lines[0].startswith("- org/model-0 (384 dims, up to 512 tokens): word word")
+    many = few * 40
+    text = description(EMBED, many)
+    lines = [line for line in text.splitlines() if line.startswith("- ")]
+    assert len(lines) == 120 and all(line.endswith("…") and len(line.split(": ", 1)[1]) == 80 for line in lines)
+
+
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -12,8 +12,8 @@ from typing import Any, Mapping, Sequence
 
 from sie_client import AsyncSIEClient
 
-# A served model's description is shown to the agent in every tool description naming it:
-# long ones are cut here so one verbose card cannot crowd out the others.
+# A served model's description is shown to the agent in the description of the tool that
+# takes it: long ones are cut so one verbose card cannot crowd out the others.
 MAX_DESCRIPTION = 300
 
 
@@ -42,8 +42,8 @@ class ServedModel:
                    state=str(raw.get("state") or "available"),
                    weights=str((raw.get("weights") or {}).get("status") or "local"))
 
-    def summary(self) -> str:
-        """`id (facts): description`, one line for a tool description."""
+    def summary(self, limit: int = MAX_DESCRIPTION) -> str:
+        """`id (facts): description`, one line for a tool description, the description cut to `limit`."""
         facts = []
         if self.dense_dims:
             facts.append(f"{self.dense_dims} dims")
@@ -52,8 +52,8 @@ class ServedModel:
         if self.max_seq_len:
             facts.append(f"up to {self.max_seq_len} tokens")
         text = self.description
-        if len(text) > MAX_DESCRIPTION:
-            text = text[:MAX_DESCRIPTION - 1].rstrip() + "…"
+        if len(text) > limit:
+            text = text[:limit - 1].rstrip() + "…"
         head = f"{self.id} ({', '.join(facts)})" if facts else self.id
         return f"{head}: {text}" if text else head
 

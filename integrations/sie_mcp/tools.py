@@ -24,7 +24,7 @@ import numpy as np
 
 from sie_client import DEFAULT_MODEL, AsyncSIEClient, Entity, ExtractResult
 
-from .catalog import ServedModel
+from .catalog import MAX_DESCRIPTION, ServedModel
 
 # Bounds of one tool call: an agent's call, not a bulk job (the client still chunks the
 # request to SIE). Larger inputs belong in a pipeline using sie_client directly.
@@ -34,6 +34,11 @@ MAX_LABELS = 64
 MAX_SIMILARITY_TEXTS = 32
 # A reranked document is echoed up to this many characters, so the agent sees what ranked where.
 DOCUMENT_ECHO = 200
+# A tool's description is in the agent's context on every turn: its models' descriptions share
+# about this many characters (SIE's built-in catalog has 91 text embedders: 80 characters each;
+# `--models` narrows the list), and none is cut below MIN_MODEL_DESCRIPTION.
+DESCRIPTION_BUDGET = 6000
+MIN_MODEL_DESCRIPTION = 80
 
 Schema = dict[str, Any]
 
@@ -371,5 +376,6 @@ def description(kind: ToolKind, served: Sequence[ServedModel] | None, problem: s
     if served is None:
         return f"{kind.summary}\n\n(SIE's models could not be listed: {problem}. Pass a model id.)"
     models = [m for m in served if kind.serves(m)]
-    lines = "\n".join(f"- {m.summary()}" for m in models)
+    limit = max(MIN_MODEL_DESCRIPTION, min(MAX_DESCRIPTION, DESCRIPTION_BUDGET // len(models)))
+    lines = "\n".join(f"- {m.summary(limit)}" for m in models)
     return f"{kind.summary}\n\nModels (argument `model`, default {default_model(models)}):\n{lines}"
