@@ -358,6 +358,26 @@ async def test_an_unreachable_sie_is_a_tool_error_and_the_server_keeps_serving()
         await tools.close()
 
 
+async def test_a_relation_model_without_an_entity_model_says_so(sie):
+    """`--models` leaving the GLiREL without the GLiNER it chains: the call says what is missing."""
+    from sie_mcp import SIETools, build_server
+
+    server, _ = sie
+    tools = SIETools(server.url, api_key=API_KEY, models=["test/glirel"])
+    try:
+        async with Client(build_server(tools)) as session:
+            listed = {t.name: t for t in (await session.list_tools()).tools}
+            assert list(listed) == ["extract_relations"]
+            assert "entity_model" not in listed["extract_relations"].input_schema["properties"]
+            result = await session.call_tool("extract_relations", {
+                "texts": ["Ada met Bob."], "relation_labels": ["met"], "entity_labels": ["person"]})
+            assert result.is_error and result.content[0].text == (
+                "invalid arguments for extract_relations: test/glirel reads relations between entities an entity "
+                "model finds first, and no entity model (GLiNER) is served (or sie-mcp's --models leaves none)")
+    finally:
+        await tools.close()
+
+
 def test_sie_mcp_imports_neither_the_engine_nor_the_server():
     """It is a client of SIE's HTTP API: sie_client and the SDK only (sie_client imports no
     engine but for its embedded mode, as tests/test_import_graph.py checks)."""

@@ -309,7 +309,7 @@ async def _extract_relations(client: AsyncSIEClient, model: ServedModel, argumen
         entity_model = arguments.get("entity_model") or (default_model(entity_models) if entity_models else None)
         if entity_model is None:
             raise ToolArgumentError(f"{model.id} reads relations between entities an entity model finds first, and "
-                                    "this SIE serves no entity model (GLiNER)")
+                                    "no entity model (GLiNER) is served (or sie-mcp's --models leaves none)")
         result = await client.extract(model.id, texts, arguments["relation_labels"], entity_model=entity_model,
                                       entity_labels=arguments["entity_labels"],
                                       **_given(arguments, "threshold", "top_k", "entity_threshold"))
