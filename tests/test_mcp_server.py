@@ -336,6 +336,19 @@ def test_many_models_share_a_tools_description_budget():
     assert len(lines) == 120 and all(line.endswith("…") and len(line.split(": ", 1)[1]) == 80 for line in lines)
 
 
+def test_sie_errors_read_as_what_to_do():
+    """What the 429 / 503 a real overload gives (tests/test_overload.py) reads as, after the retries."""
+    from sie_client import SIEError
+    from sie_mcp.server import sie_error_text
+
+    assert sie_error_text(SIEError(429, "overloaded", "the queue is full", 2.0)) == \
+        "SIE is busy (429 overloaded): the queue is full; try again in 2 s"
+    assert sie_error_text(SIEError(503, "not_ready", "starting", None)) == \
+        "SIE is busy (503 not_ready): starting; try again later"
+    assert sie_error_text(SIEError(503, "model_load_failed", "weights not found", None, retryable=False)) == \
+        "SIE refused the call (503 model_load_failed): weights not found"
+
+
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

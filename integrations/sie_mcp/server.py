@@ -51,6 +51,9 @@ def sie_error_text(error: SIEError) -> str:
     if error.status == 401:
         return (f"SIE refused the API key (401 {error.code}): {error.message}. Start sie-mcp with --api-key (or "
                 "SIE_API_KEY), or send the key as `Authorization: Bearer` on the MCP HTTP request")
+    if error.retryable:  # still overloaded or starting after AGENT_RETRY's tries: the agent may try later
+        later = f" in {error.retry_after:g} s" if error.retry_after else " later"
+        return f"SIE is busy ({error.status} {error.code}): {error.message}; try again{later}"
     return f"SIE refused the call ({error.status} {error.code}): {error.message}"
 
 
