@@ -104,6 +104,8 @@ class SIETools:
         client = AsyncSIEClient(self.url, api_key=key or "", timeout=self.timeout, retry=self.retry)
         self._connections[key] = (client, Catalog(client, self.patterns, self.catalog_ttl_s))
         while len(self._connections) > MAX_CALLER_KEYS:
+            # a call still running on the evicted client fails as a tool error (rare: it is the
+            # least recently used of MAX_CALLER_KEYS keys); its caller's next call gets a new one
             _, (old, _) = self._connections.popitem(last=False)
             await old.close()
         return self._connections[key]
