@@ -1,5 +1,12 @@
 """Checks on request inputs shared by the Python API and the server. Each error
-names the field and says what to send instead."""
+names the field and says what to send instead.
+
+A request's types, unknown fields and fixed bounds are checked first, by the task's
+request struct (`sie_contract.shapes`, in `Task.request`, which `Engine.run` calls, and
+in the server's decoding); what stays here is what a deployment configures (`Limits`:
+items, characters, labels) and what depends on the model (its outputs, its width). The
+type checks below repeat the struct's for the task modules that still call them with
+raw values; they go once no task module does."""
 
 from __future__ import annotations
 
@@ -7,12 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from sie_contract.shapes import MAX_DIMS
+
 from .card import ModelCard
 from .errors import InvalidRequest, PayloadTooLarge, UnsupportedOutput
 from .postprocess import OUTPUT_DTYPES
-
-
-MAX_DIMS = 1 << 14  # wider than any embedding SIE serves (Qwen3-Embedding-8B: 4096)
 
 
 @dataclass(frozen=True)

@@ -216,8 +216,14 @@ def normalize_request(task: str, body: dict) -> dict:
         body["items"] = normalize_items(body["items"])
     if "query" in body:
         body["query"] = normalize_query(body["query"])
-    if isinstance(body.get("labels"), (tuple, set)):
-        body["labels"] = list(body["labels"])
+    for name in ("labels", "entity_labels", "relation_labels", "output_types"):
+        value = body.get(name)
+        if value is not None and not isinstance(value, (str, list)):
+            body[name] = list(value)  # a tuple, set or generator of labels / outputs
+    if body.get("output_types") == []:
+        del body["output_types"]  # no outputs named: the model's default, as None
+    if isinstance(body.get("classify"), Mapping):
+        body["classify"] = dict(body["classify"])
     return body
 
 
