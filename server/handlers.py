@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any
 
 from aiohttp import web
 
@@ -60,11 +59,6 @@ async def body_of(request: web.Request) -> dict:
     return await codec.read_object(request, settings.max_body_bytes, settings.offload_bytes,
                                    idle_timeout_s=settings.body_idle_timeout_s,
                                    total_timeout_s=settings.body_timeout_s)
-
-
-def given(body: dict, names: tuple[str, ...]) -> dict[str, Any]:
-    """The optional fields the client actually sent (so engine defaults apply to the rest)."""
-    return {name: body[name] for name in names if body.get(name) is not None}
 
 
 async def task_request_of(request: web.Request, task: Task) -> msgspec.Struct:
