@@ -130,31 +130,37 @@ QueryText = Union[Text, Query]
 
 
 # ---- answers ---------------------------------------------------------------
-class Usage(_Shape):
+# The client reads answers into these (sie_client.wire), so an answer's unknown fields are
+# ignored there (a newer server may add one); the document still lists exactly these.
+class _Answer(Struct, omit_defaults=True, kw_only=True):
+    """An object of an answer."""
+
+
+class Usage(_Answer):
     tokens: int
 
 
-class SparseOut(_Shape):
+class SparseOut(_Answer):
     indices: Tensor
     values: Tensor
     labels: Union[list[str], None] = None
 
 
-class EncodedItemOut(_Shape):
+class EncodedItemOut(_Answer):
     id: str
     dense: Tensor = None
     sparse: Union[SparseOut, None] = None
     multivector: Tensor = None
 
 
-class ScoredOut(_Shape):
+class ScoredOut(_Answer):
     id: str
     index: int
     score: float
     rank: int
 
 
-class EntityOut(_Shape):
+class EntityOut(_Answer):
     text: str
     label: str
     start: int
@@ -162,38 +168,38 @@ class EntityOut(_Shape):
     score: Union[float, None] = None  # absent: an entity the request gave a relation model
 
 
-class ClassificationOut(_Shape):
+class ClassificationOut(_Answer):
     label: str
     score: float
 
 
-class RelationOut(_Shape):
+class RelationOut(_Answer):
     head: EntityOut
     relation: str
     tail: EntityOut
     score: float
 
 
-class ExtractedItemOut(_Shape):
+class ExtractedItemOut(_Answer):
     id: str
     entities: Union[list[EntityOut], None] = None
     classifications: Union[list[ClassificationOut], None] = None
     relations: Union[list[RelationOut], None] = None
 
 
-class EncodeAnswer(_Shape):
+class EncodeAnswer(_Answer):
     model: str
     items: list[EncodedItemOut]
     usage: Usage
 
 
-class ScoreAnswer(_Shape):
+class ScoreAnswer(_Answer):
     model: str
     scores: list[ScoredOut]
     usage: Usage
 
 
-class ExtractAnswer(_Shape):
+class ExtractAnswer(_Answer):
     model: str
     items: list[ExtractedItemOut]
     usage: Usage
