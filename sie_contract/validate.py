@@ -118,10 +118,18 @@ def _got(what: str) -> str:
     return f", got {expected.group('got')}" if expected and expected.group("got") else ""
 
 
+def _bare(node: Optional[mi.Type]) -> Optional[mi.Type]:
+    """A type without its `Meta(extra_json_schema=...)` wrapping (msgspec's `Metadata`)."""
+    while isinstance(node, mi.Metadata):
+        node = node.type
+    return node
+
+
 def _strip_none(node: Optional[mi.Type]) -> Optional[mi.Type]:
     """A `T | None` as T (null is a field not sent); other unions as they are."""
+    node = _bare(node)
     if isinstance(node, mi.UnionType):
-        kept = [t for t in node.types if not isinstance(t, mi.NoneType)]
+        kept = [b for b in map(_bare, node.types) if b is not None and not isinstance(b, mi.NoneType)]
         return kept[0] if len(kept) == 1 else mi.UnionType(tuple(kept))
     return node
 
@@ -130,7 +138,8 @@ def _options(node: Optional[mi.Type]) -> list[mi.Type]:
     node = _strip_none(node)
     if node is None:
         return []
-    return list(node.types) if isinstance(node, mi.UnionType) else [node]
+    options = list(node.types) if isinstance(node, mi.UnionType) else [node]
+    return [bare for bare in map(_bare, options) if bare is not None]
 
 
 def _struct_fields(node: Optional[mi.Type]) -> list[mi.Field]:
