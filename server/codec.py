@@ -7,6 +7,12 @@ a tensor object `{"dtype", "shape", "data": <little-endian C-order bytes>}`; in
 JSON it is a plain list, written by orjson straight from the numpy array (the
 shortest text that reads back to the same float32). Bodies larger than
 `offload_bytes` are parsed and written on a worker thread.
+
+A task's body is decoded straight into its request struct (`read_request`: msgspec,
+JSON or msgpack), which refuses an unknown field, a wrong type or a value out of bounds
+at the first wrong element, naming its path. A body that is not JSON / msgpack at all is
+reported as today's parsers word it (the struct decoder stops at the first wrong byte or
+element; the full parse runs only then, to say why).
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ import asyncio
 from typing import Any
 
 import msgpack
+import msgspec
 import numpy as np
 import orjson
 from aiohttp import web
 
+from sie_contract import FieldError, Task
 from sie_contract.answers import to_wire
 from sie_contract.values import Quantized
 from sie_engine.errors import InvalidRequest, PayloadTooLarge
@@ -61,16 +69,44 @@ def _decode(raw: bytes, is_msgpack: bool) -> Any:
                              f"and nesting is limited)") from None
 
 
-async def read_object(request: web.Request, max_bytes: int, offload_bytes: int, *, idle_timeout_s: float = 30.0,
-                      total_timeout_s: float = 120.0) -> dict:
-    """The request body as a dict; 413 over `max_bytes` (decompressed), 408 when it does not
-    arrive in time, 400 for anything but an object (body.py reads it)."""
+async def _read_raw(request: web.Request, max_bytes: int, idle_timeout_s: float, total_timeout_s: float) -> bytes:
     if request.content_length is not None and request.content_length > max_bytes:
         raise PayloadTooLarge(f"the body has {request.content_length} bytes; at most {max_bytes} per request "
                               f"(split the items over several requests)")
     raw = await read_body(request, max_bytes, idle_timeout_s, total_timeout_s)
     if not raw:
         raise InvalidRequest("the request body is empty: send a JSON (or msgpack) object")
+    return raw
+
+
+def _decode_request(task: Task, raw: bytes, is_msgpack: bool) -> msgspec.Struct:
+    """Bytes -> the task's request struct; InvalidRequest naming the field (or why the body
+    is not JSON / msgpack: a malformed body is reported as such before any field)."""
+    try:
+        return task.decode(raw, is_msgpack)
+    except msgspec.DecodeError as exc:
+        _decode(raw, is_msgpack)  # today's parser says why (depth, NaN, UTF-8, truncation ...)
+        raise InvalidRequest(f"the body is not valid {'msgpack' if is_msgpack else 'JSON'}: {exc}") from None
+    except FieldError as exc:
+        _decode(raw, is_msgpack)  # the struct decoder stopped early: a malformed rest is the first error
+        raise InvalidRequest(str(exc), field=exc.field) from None
+
+
+async def read_request(request: web.Request, task: Task, max_bytes: int, offload_bytes: int, *,
+                       idle_timeout_s: float = 30.0, total_timeout_s: float = 120.0) -> msgspec.Struct:
+    """The body decoded into `task`'s request struct (bounds as `read_object`'s)."""
+    raw = await _read_raw(request, max_bytes, idle_timeout_s, total_timeout_s)
+    is_msgpack = request_is_msgpack(request)
+    if len(raw) > offload_bytes:
+        return await asyncio.get_running_loop().run_in_executor(None, _decode_request, task, raw, is_msgpack)
+    return _decode_request(task, raw, is_msgpack)
+
+
+async def read_object(request: web.Request, max_bytes: int, offload_bytes: int, *, idle_timeout_s: float = 30.0,
+                      total_timeout_s: float = 120.0) -> dict:
+    """The request body as a dict; 413 over `max_bytes` (decompressed), 408 when it does not
+    arrive in time, 400 for anything but an object (body.py reads it)."""
+    raw = await _read_raw(request, max_bytes, idle_timeout_s, total_timeout_s)
     is_msgpack = request_is_msgpack(request)
     if len(raw) > offload_bytes:
         body = await asyncio.get_running_loop().run_in_executor(None, _decode, raw, is_msgpack)

@@ -1,20 +1,23 @@
 """Route handlers: parse, validate, submit to the engine, await, serialise.
 
-Field-level validation of items, outputs and options is the engine's (one
-place for the Python API and HTTP); here only the body's shape, the route's
-allowed fields and HTTP-only inputs (headers) are checked.
+A task's body is decoded into its request struct (sie_contract: types, unknown fields
+and fixed bounds refused with the field's path) and handed to the engine as it is;
+the deployment's limits on counts are checked right after decoding, the model's own
+(its width, its window, its outputs) by the engine, one place for the Python API and
+HTTP. HTTP-only inputs (headers) are checked here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any
 
 from aiohttp import web
 
+import msgspec
+
 from sie_contract import Task
-from sie_engine.errors import InvalidRequest
+from sie_engine.errors import InvalidRequest, PayloadTooLarge
 from sie_engine.types import ModelInfo
 
 from . import codec
@@ -58,9 +61,19 @@ async def body_of(request: web.Request) -> dict:
                                    total_timeout_s=settings.body_timeout_s)
 
 
-def given(body: dict, names: tuple[str, ...]) -> dict[str, Any]:
-    """The optional fields the client actually sent (so engine defaults apply to the rest)."""
-    return {name: body[name] for name in names if body.get(name) is not None}
+async def task_request_of(request: web.Request, task: Task) -> msgspec.Struct:
+    """The body as `task`'s request struct, its chunk field (items) within the deployment's
+    `max_items` (413, as the engine would answer, before any work)."""
+    settings = request.app[SETTINGS]
+    struct = await codec.read_request(request, task, settings.max_body_bytes, settings.offload_bytes,
+                                      idle_timeout_s=settings.body_idle_timeout_s,
+                                      total_timeout_s=settings.body_timeout_s)
+    items = getattr(struct, task.chunk_field, None) if task.chunk_field else None
+    limit = request.app[ENGINE].limits.max_items
+    if isinstance(items, list) and len(items) > limit:
+        raise PayloadTooLarge(f"{task.chunk_field} holds {len(items)} items; at most {limit} per request",
+                              field=task.chunk_field)
+    return struct
 
 
 # ---- work routes -----------------------------------------------------------
@@ -70,11 +83,10 @@ def task_handler(task: Task):
 
     async def handle(request: web.Request) -> web.Response:
         model = model_of(request)
-        body = await body_of(request)
-        codec.check_fields(body, task.field_names, required=task.required)
-        fields = given(body, task.field_names)
-        result = await request.app[ENGINE].run(task.name, model, timeout=timeout_of(request),
-                                               pre_admitted=request.get(PRE_ADMITTED), **fields)
+        body = await task_request_of(request, task)
+        # the decoded struct is the call's one argument: Task.request takes it as validated
+        result = await request.app[ENGINE].run(task.name, model, body, timeout=timeout_of(request),
+                                               pre_admitted=request.get(PRE_ADMITTED))
         request[TIMINGS] = result.timings
         fmt = codec.answer_format(request)
         payload, size = codec.task_answer(result, fmt)

@@ -1,8 +1,9 @@
 """The OpenAPI 3.1 document of every route, served at `GET /openapi.json`.
 
-Task routes come from `sie_contract`'s registry (each task's fields and answer
-schema), the same lists the handlers enforce, so the document and the server
-cannot drift apart on which fields exist. docs/api.md is the prose version of the
+Task routes come from `sie_contract`'s registry: each task's request and answer
+schemas are derived from the same typed structures the handlers decode into
+(`sie_contract.schemas.task_schemas`), so the document and the server cannot drift
+apart on which fields exist, their types or their bounds. docs/api.md is the prose version of the
 same contract.
 """
 
@@ -12,7 +13,7 @@ from typing import Sequence
 
 from sie_contract import Task
 from sie_contract.errors import ERROR_CODES
-from sie_contract.schemas import COMPONENTS, NUMBERS, obj as _obj, ref as _ref
+from sie_contract.schemas import COMPONENTS, NUMBERS, obj as _obj, ref as _ref, task_schemas
 
 from . import compat_openapi
 
@@ -100,18 +101,12 @@ def _get(summary: str, schema: dict | None, content_type: str = "application/jso
                                                       **_errors(codes=errors)}, **extra}}
 
 
-def _task_schemas(task: Task) -> dict:
-    request = _obj({f.name: {**f.schema, **({"description": f.description} if f.description else {})}
-                    for f in task.fields}, task.required)
-    return {f"{task.name.capitalize()}Request": request, f"{task.name.capitalize()}Response": dict(task.answer_schema)}
-
-
 def openapi_document(tasks: Sequence[Task]) -> dict:
     """The document for a server serving these tasks (the registry's, when the app was made)."""
     schemas = {**SCHEMAS, **compat_openapi.SCHEMAS}
     paths = {}
     for task in tasks:
-        schemas.update(_task_schemas(task))
+        schemas.update(task_schemas(task))
         name = task.name.capitalize()
         paths[task.route()] = _work(task.summary, f"{name}Request", f"{name}Response")
     return {

@@ -1,7 +1,8 @@
 """SIE's wire contract, torch-free: the tasks the API serves (their request fields,
-answers and routes), the error codes with their HTTP statuses, and the value types
-that cross the wire. The engine, the server, the router, the client and the
-embedded transport all read it, so none of them keeps its own list."""
+answers and routes, declared once as typed structures in `shapes`), the error codes
+with their HTTP statuses, and the value types that cross the wire. The engine, the
+server, the router, the client and the embedded transport all read it, so none of
+them keeps its own list."""
 
 from .errors import ERROR_CODES, STATUS_BY_CODE, status_of
 from .registry import all_tasks, get, names, register, unregister

@@ -21,7 +21,7 @@ from .values import Quantized
 _ENVELOPE = ("model", "tokens", "timings")
 
 
-def to_wire(result: Any) -> dict:
+def to_wire(result: Any) -> dict[str, Any]:
     payload = {f.name: _value(getattr(result, f.name)) for f in dataclasses.fields(result) if f.name not in _ENVELOPE}
     return {"model": result.model, **payload, "usage": {"tokens": int(result.tokens)}}
 

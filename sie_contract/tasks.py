@@ -1,7 +1,12 @@
 """What a task is: a verb of the API (`encode`, `score`, `extract`, and whatever a
-plug-in adds), declared once. Its entry names the request fields (with their JSON
-Schema), the answer's schema, which model outputs serve it and where the engine's
-implementation lives; `registry` holds the entries.
+plug-in adds), declared once. Its entry names the request fields (each with its type),
+the answer's type, which model outputs serve it and where the engine's implementation
+lives; `registry` holds the entries.
+
+From the fields comes one request struct per task (msgspec), so the server's decoding
+(JSON and msgpack bytes straight into the struct), the Python call's validation
+(`Task.request`, which `Engine.run` calls) and the OpenAPI schema are the same
+declaration; `errors.field_error` words a refusal with the field's path.
 
 The engine's implementation is named by a `module:function` string and imported
 only when first used (as vLLM's model registry does), so the contract stays
@@ -12,25 +17,32 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from functools import cached_property
+from typing import Any, Mapping, Optional
 
+import msgspec
 
-class FieldError(TypeError):
-    """A call whose arguments do not fit the task's fields; `field` names the offending one."""
+from .shapes import plain
+from .validate import FieldError, field_error
 
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field
+__all__ = ["Field", "FieldError", "Task"]
 
 
 @dataclass(frozen=True)
 class Field:
-    """One request field of a task. `schema` is its JSON Schema (for OpenAPI)."""
+    """One request field of a task.
+
+    type: what the field takes (a type msgspec decodes: `str`, `list[Label]`, a Struct, an
+        `Annotated[..., Meta(...)]` with bounds); it validates the field and gives its JSON
+        Schema. `Any` (a plug-in that gives only a schema) takes any value.
+    schema: a JSON Schema of the field's own, for a field typed `Any`; None: the type's.
+    """
 
     name: str
-    schema: Mapping[str, Any]
+    schema: Optional[Mapping[str, Any]] = None
     required: bool = False
     description: str = ""
+    type: Any = Any
 
 
 @dataclass(frozen=True)
@@ -43,7 +55,9 @@ class Task:
         them lists the task).
     implementation: `module:function` of the engine's `async def run(engine, model,
         request: dict, timeout) -> result`.
-    answer_schema: JSON Schema of the answer (the result's fields, `usage` for tokens).
+    answer_type: the answer's struct (its JSON Schema is the OpenAPI answer); None with
+        `answer_schema` for a plug-in that writes its schema by hand.
+    answer_schema: JSON Schema of the answer when there is no `answer_type`.
     chunk_field: the list field a client may split across several requests (None: never split).
     """
 
@@ -53,7 +67,8 @@ class Task:
     served_by: tuple[str, ...]
     implementation: str
     answer_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
-    chunk_field: str | None = "items"
+    chunk_field: Optional[str] = "items"
+    answer_type: Optional[type[Any]] = None
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -70,11 +85,54 @@ class Task:
     def route(self, model: str = "{model}") -> str:
         return f"/v1/{self.name}/{model}"
 
-    def request(self, args: tuple, options: Mapping[str, Any]) -> dict[str, Any]:
-        """A Python call's positional and keyword arguments -> the request's fields.
+    # ---- the request struct ------------------------------------------------
+    @cached_property
+    def request_type(self) -> type[msgspec.Struct]:
+        """`{Name}Request`: every field optional (null is a field not sent), unknown ones refused."""
+        members = [(f.name, Optional[f.type], None) for f in self.fields]
+        return msgspec.defstruct(f"{self.name.capitalize()}Request", members, forbid_unknown_fields=True,
+                                 omit_defaults=True, kw_only=True, module=__name__)
 
-        Raises FieldError (a TypeError, as a Python call would) for surplus positional
-        arguments, an unknown keyword or a missing required field, naming the field."""
+    @cached_property
+    def json_decoder(self) -> msgspec.json.Decoder[Any]:
+        return msgspec.json.Decoder(self.request_type)
+
+    @cached_property
+    def msgpack_decoder(self) -> msgspec.msgpack.Decoder[Any]:
+        return msgspec.msgpack.Decoder(self.request_type)
+
+    def decode(self, raw: bytes, is_msgpack: bool) -> msgspec.Struct:
+        """A request body's bytes -> the request struct. Raises msgspec's DecodeError for
+        bytes that are not JSON / msgpack and FieldError (with the path) for a body that does
+        not fit the fields, at its first wrong element."""
+        decoder = self.msgpack_decoder if is_msgpack else self.json_decoder
+        try:
+            struct: msgspec.Struct = decoder.decode(raw)
+        except msgspec.ValidationError as exc:
+            raise field_error(exc, self.request_type) from None
+        return struct
+
+    def fields_of(self, struct: msgspec.Struct) -> dict[str, Any]:
+        """A decoded request -> the fields sent (name -> plain value, as a JSON parser makes
+        them; fields not sent or sent as null are absent). FieldError for a missing required one."""
+        fields: dict[str, Any] = plain(struct)
+        for name in self.required:
+            if name not in fields:
+                raise FieldError(f"{name} is required", name)
+        return fields
+
+    def validate(self, fields: Mapping[str, Any]) -> None:
+        """FieldError (with the path) unless `fields` (Python values) fit the task's fields."""
+        try:
+            msgspec.convert(fields, self.request_type)
+        except msgspec.ValidationError as exc:
+            raise field_error(exc, self.request_type) from None
+
+    # ---- the Python call ---------------------------------------------------
+    def bind(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> dict[str, Any]:
+        """A Python call's positional and keyword arguments -> the fields given (None: not
+        given), not yet validated. FieldError (a TypeError, as a Python call would raise) for
+        surplus positional arguments, an unknown keyword or a missing required field."""
         required = self.required
         if len(args) > len(required):
             raise FieldError(f"{self.name}() takes model and {len(required)} positional field(s) "
@@ -90,7 +148,20 @@ class Task:
         missing = [name for name in required if request.get(name) is None]
         if missing:
             raise FieldError(f"{missing[0]} is required ({self.name}() takes {', '.join(required)})", missing[0])
-        return request
+        return {name: value for name, value in request.items() if value is not None}
+
+    def request(self, args: tuple[Any, ...], options: Mapping[str, Any]) -> dict[str, Any]:
+        """A call's arguments -> the request's fields, validated against the fields' types.
+
+        `args` is either the Python call's positional fields (with `options` its keyword
+        fields), or one request struct the server decoded (already validated). The fields
+        come back as given (name -> value; fields not given are absent). Raises FieldError
+        naming the field (its path, e.g. `items[3].text`)."""
+        if len(args) == 1 and not options and isinstance(args[0], self.request_type):
+            return self.fields_of(args[0])
+        fields = self.bind(args, options)
+        self.validate(fields)
+        return fields
 
     def signature(self, *extra: inspect.Parameter) -> inspect.Signature:
         """The Python call's signature (for help() and editors): model, the required fields

@@ -20,7 +20,8 @@ class Quantized:
 
     def dequantize(self) -> np.ndarray:
         """float32 values back (each within `scale / 2` of the original)."""
-        return self.data.astype(np.float32) * np.float32(self.scale)
+        values: np.ndarray = self.data.astype(np.float32) * np.float32(self.scale)
+        return values
 
 
 @dataclass

@@ -1,5 +1,12 @@
 """Checks on request inputs shared by the Python API and the server. Each error
-names the field and says what to send instead."""
+names the field and says what to send instead.
+
+A request's types, unknown fields and fixed bounds are checked first, by the task's
+request struct (`sie_contract.shapes`, in `Task.request`, which `Engine.run` calls, and
+in the server's decoding); what stays here is what a deployment configures (`Limits`:
+items, characters, labels) and what depends on the model (its outputs, its width). The
+type checks below repeat the struct's for the task modules that still call them with
+raw values; they go once no task module does."""
 
 from __future__ import annotations
 
@@ -7,12 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from sie_contract.shapes import MAX_DIMS, MAX_ID_CHARS
+
 from .card import ModelCard
 from .errors import InvalidRequest, PayloadTooLarge, UnsupportedOutput
 from .postprocess import OUTPUT_DTYPES
-
-
-MAX_DIMS = 1 << 14  # wider than any embedding SIE serves (Qwen3-Embedding-8B: 4096)
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,10 @@ def parse_encode_items(items: Any, limits: Limits,
     return _parse_items(items, limits, field, images=True)
 
 
+_ITEM_FIELDS = frozenset({"id", "text"})
+_ENCODE_ITEM_FIELDS = frozenset({"id", "text", "image"})
+
+
 def _parse_items(items: Any, limits: Limits, field: str, images: bool):
     kinds = "{id?, text} or {id?, image} objects" if images else "{id?, text} objects"
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
@@ -51,26 +61,36 @@ def _parse_items(items: Any, limits: Limits, field: str, images: bool):
         raise InvalidRequest(f"{field} must not be empty", field=field)
     if len(items) > limits.max_items:
         raise PayloadTooLarge(f"{field} holds {len(items)} items; at most {limits.max_items} per request", field=field)
-    allowed = {"id", "text", "image"} if images else {"id", "text"}
+    allowed = _ENCODE_ITEM_FIELDS if images else _ITEM_FIELDS
+    max_chars = limits.max_text_chars
     ids, texts, pictures = [], [], []
     for i, item in enumerate(items):
         image = None
+        if type(item) is str:  # the common case, checked inline (check_text words any refusal)
+            if not item or len(item) > max_chars or item.isspace():
+                check_text(item, limits, f"{field}[{i}].text")
+            ids.append(str(i))
+            texts.append(item)
+            pictures.append(None)
+            continue
         if isinstance(item, str):
             item_id, text = str(i), item
         elif isinstance(item, dict):
             text = item.get("text")
-            item_id = item.get("id", str(i))
-            unknown = set(item) - allowed
-            if unknown:
+            item_id = item.get("id", None)
+            if not allowed.issuperset(item):
+                unknown = set(item) - allowed
                 raise InvalidRequest(f"{field}[{i}] has unknown fields {sorted(unknown)} "
                                      f"(allowed: {', '.join(sorted(allowed))})", field=f"{field}[{i}]")
             if item_id is None:
                 item_id = str(i)
-            if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
-                raise InvalidRequest(f"{field}[{i}].id must be a string", field=f"{field}[{i}].id")
-            item_id = str(item_id)
-            if len(item_id) > 512:
-                raise InvalidRequest(f"{field}[{i}].id is longer than 512 characters", field=f"{field}[{i}].id")
+            elif type(item_id) is not str:
+                if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
+                    raise InvalidRequest(f"{field}[{i}].id must be a string", field=f"{field}[{i}].id")
+                item_id = str(item_id)
+            if len(item_id) > MAX_ID_CHARS:
+                raise InvalidRequest(f"{field}[{i}].id is longer than {MAX_ID_CHARS} characters",
+                                     field=f"{field}[{i}].id")
             if images and item.get("image") is not None:
                 if text is not None:
                     raise InvalidRequest(f"{field}[{i}] has both text and image; an item carries one of them",
@@ -82,7 +102,12 @@ def _parse_items(items: Any, limits: Limits, field: str, images: bool):
         else:
             raise InvalidRequest(f"{field}[{i}] must be a string or an object with a "
                                  f"{'text or image' if images else 'text'} field", field=f"{field}[{i}]")
-        texts.append(check_text(text, limits, f"{field}[{i}].text") if image is None else None)
+        if image is None:
+            if type(text) is not str or not text or len(text) > max_chars or text.isspace():
+                text = check_text(text, limits, f"{field}[{i}].text")
+            texts.append(text)
+        else:
+            texts.append(None)
         pictures.append(image)
         ids.append(item_id)
     return ids, texts, pictures

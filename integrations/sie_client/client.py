@@ -26,7 +26,7 @@ from .embedded import AsyncEmbeddedTransport, EmbeddedTransport
 from .errors import SIEError
 from .http import AsyncHTTPTransport, HTTPTransport
 from .retry import RetryPolicy
-from .types import EncodeResult, ExtractResult, ModelInfo, ScoreResult
+from .types import ModelInfo
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 EMBEDDED = "embedded"
@@ -91,7 +91,7 @@ class _Base:
                 batch_size: int | None) -> tuple[int, list[tuple[int, dict]]]:
         """A task call's request bodies: its `chunk_field` list split into `batch_size` chunks
         (each item with its index as id, so the answers merge as one), or one body."""
-        body = wire.drop_none(task.request(args, fields))
+        body = task.bind(args, fields)  # the names checked here; the values by the server (or embedded engine)
         body = wire.normalize_request(task.name, body)
         if task.chunk_field is None or not isinstance(body.get(task.chunk_field), list):
             return 1, [(0, body)]
@@ -121,6 +121,46 @@ class _Base:
         call.__name__ = name
         call.__doc__ = self._task(name).doc()
         return call
+
+    # ---- the built-in tasks' typed calls: declared once, for both clients ------
+    # `run` is a plain method in SIEClient and a coroutine function in AsyncSIEClient, so each
+    # call below returns the result, or an awaitable of it, as its client's `run` does.
+    def encode(self, model: str, items: Any, *, output_types: Sequence[str] | None = None, is_query: bool | None = None,
+               instruction: str | None = None, dims: int | None = None, normalize: bool | None = None,
+               output_dtype: str | None = None, truncate: bool | None = None, sparse_labels: bool | None = None,
+               batch_size: int | None = None, progress: bool | None = None) -> Any:
+        """Encode texts (a string, strings, or `{id?, text}` dicts) into dense / sparse / multivector outputs
+        (an `EncodeResult`; awaited on the async client)."""
+        return self.run("encode", model, items, output_types=output_types, is_query=is_query,
+                        instruction=instruction, dims=dims, normalize=normalize, output_dtype=output_dtype,
+                        truncate=truncate, sparse_labels=sparse_labels, batch_size=batch_size, progress=progress)
+
+    def score(self, model: str, query: Any, items: Any, *, top_k: int | None = None, batch_size: int | None = None,
+              progress: bool | None = None) -> Any:
+        """Score items against a query; best first (`index` is the item's position in `items`): a
+        `ScoreResult`, awaited on the async client."""
+        return self.run("score", model, query, items, top_k=top_k, batch_size=batch_size, progress=progress)
+
+    def extract(self, model: str, items: Any, labels: Sequence[str], *, threshold: float | None = None,
+                flat: bool | None = None, multi_label: bool | None = None, hypothesis_template: str | None = None,
+                top_k: int | None = None, entity_model: str | None = None,
+                entity_labels: Sequence[str] | None = None, entity_threshold: float | None = None,
+                classify: Mapping[str, Any] | None = None, relation_labels: Sequence[str] | None = None,
+                batch_size: int | None = None, progress: bool | None = None) -> Any:
+        """Zero-shot entities with the given labels, per item (an `ExtractResult`; awaited on the async
+        client); on a classification model (NLI or GLiClass), `classifications` per item, best first; on a
+        relation model (GLiREL), `relations` between the entities each item carries (`{text, entities:
+        [{start, end, label}]}`) or that `entity_model` (a GLiNER, with `entity_labels`) finds; on a
+        GLiNER2 model, `classify={"task", "labels", "multi_label"?}` adds one classification, answered in
+        `classifications`, and `relation_labels` relation types, answered in `relations`, beside the
+        entities."""
+        return self.run("extract", model, items, labels, threshold=threshold, flat=flat, multi_label=multi_label,
+                        hypothesis_template=hypothesis_template, top_k=top_k, entity_model=entity_model,
+                        entity_labels=entity_labels, entity_threshold=entity_threshold, classify=classify,
+                        relation_labels=relation_labels, batch_size=batch_size, progress=progress)
+
+    # each client's own: a method (SIEClient) or a coroutine function (AsyncSIEClient)
+    run: Callable[..., Any]
 
     def _bar(self, total: int, progress: bool | None, desc: str):
         show = self.progress if progress is None else progress
@@ -198,40 +238,6 @@ class SIEClient(_Base):
                                  spec.name)
         return batching.merge(spec, model, [offset for offset, _ in bodies], parts, fields)
 
-    def encode(self, model: str, items: Any, *, output_types: Sequence[str] | None = None, is_query: bool | None = None,
-               instruction: str | None = None, dims: int | None = None, normalize: bool | None = None,
-               output_dtype: str | None = None, truncate: bool | None = None, sparse_labels: bool | None = None,
-               batch_size: int | None = None, progress: bool | None = None) -> EncodeResult:
-        """Encode texts (a string, strings, or `{id?, text}` dicts) into dense / sparse / multivector outputs."""
-        return self.run("encode", model, items, output_types=list(output_types) if output_types else None,
-                        is_query=is_query, instruction=instruction, dims=dims, normalize=normalize,
-                        output_dtype=output_dtype, truncate=truncate, sparse_labels=sparse_labels,
-                        batch_size=batch_size, progress=progress)
-
-    def score(self, model: str, query: Any, items: Any, *, top_k: int | None = None, batch_size: int | None = None,
-              progress: bool | None = None) -> ScoreResult:
-        """Score items against a query; best first (`index` is the item's position in `items`)."""
-        return self.run("score", model, query, items, top_k=top_k, batch_size=batch_size, progress=progress)
-
-    def extract(self, model: str, items: Any, labels: Sequence[str], *, threshold: float | None = None,
-                flat: bool | None = None, multi_label: bool | None = None, hypothesis_template: str | None = None,
-                top_k: int | None = None, entity_model: str | None = None,
-                entity_labels: Sequence[str] | None = None, entity_threshold: float | None = None,
-                classify: Mapping[str, Any] | None = None, relation_labels: Sequence[str] | None = None,
-                batch_size: int | None = None, progress: bool | None = None) -> ExtractResult:
-        """Zero-shot entities with the given labels, per item; on a classification model (NLI or GLiClass),
-        `classifications` per item, best first; on a relation model (GLiREL), `relations` between the
-        entities each item carries (`{text, entities: [{start, end, label}]}`) or that `entity_model`
-        (a GLiNER, with `entity_labels`) finds; on a GLiNER2 model, `classify={"task", "labels",
-        "multi_label"?}` adds one classification, answered in `classifications`, and `relation_labels`
-        relation types, answered in `relations`, beside the entities."""
-        return self.run("extract", model, items, list(labels), threshold=threshold, flat=flat, multi_label=multi_label,
-                        hypothesis_template=hypothesis_template, top_k=top_k, entity_model=entity_model,
-                        entity_labels=None if entity_labels is None else list(entity_labels),
-                        entity_threshold=entity_threshold, classify=None if classify is None else dict(classify),
-                        relation_labels=None if relation_labels is None else list(relation_labels),
-                        batch_size=batch_size, progress=progress)
-
     def models(self) -> list[ModelInfo]:
         return [wire.parse_model(m) for m in self.request("GET", "/v1/models")["data"]]
 
@@ -307,36 +313,6 @@ class AsyncSIEClient(_Base):
         parts = await self._run_chunks(path, bodies, lambda a: wire.parse_answer(spec.name, a, fields), total,
                                        progress, spec.name)
         return batching.merge(spec, model, [offset for offset, _ in bodies], parts, fields)
-
-    async def encode(self, model: str, items: Any, *, output_types: Sequence[str] | None = None,
-                     is_query: bool | None = None, instruction: str | None = None, dims: int | None = None,
-                     normalize: bool | None = None, output_dtype: str | None = None, truncate: bool | None = None,
-                     sparse_labels: bool | None = None, batch_size: int | None = None,
-                     progress: bool | None = None) -> EncodeResult:
-        return await self.run("encode", model, items, output_types=list(output_types) if output_types else None,
-                              is_query=is_query, instruction=instruction, dims=dims, normalize=normalize,
-                              output_dtype=output_dtype, truncate=truncate, sparse_labels=sparse_labels,
-                              batch_size=batch_size, progress=progress)
-
-    async def score(self, model: str, query: Any, items: Any, *, top_k: int | None = None,
-                    batch_size: int | None = None, progress: bool | None = None) -> ScoreResult:
-        return await self.run("score", model, query, items, top_k=top_k, batch_size=batch_size, progress=progress)
-
-    async def extract(self, model: str, items: Any, labels: Sequence[str], *, threshold: float | None = None,
-                      flat: bool | None = None, multi_label: bool | None = None,
-                      hypothesis_template: str | None = None, top_k: int | None = None,
-                      entity_model: str | None = None, entity_labels: Sequence[str] | None = None,
-                      entity_threshold: float | None = None, classify: Mapping[str, Any] | None = None,
-                      relation_labels: Sequence[str] | None = None, batch_size: int | None = None,
-                      progress: bool | None = None) -> ExtractResult:
-        return await self.run("extract", model, items, list(labels), threshold=threshold, flat=flat,
-                              multi_label=multi_label, hypothesis_template=hypothesis_template, top_k=top_k,
-                              entity_model=entity_model,
-                              entity_labels=None if entity_labels is None else list(entity_labels),
-                              entity_threshold=entity_threshold,
-                              classify=None if classify is None else dict(classify),
-                              relation_labels=None if relation_labels is None else list(relation_labels),
-                              batch_size=batch_size, progress=progress)
 
     async def models(self) -> list[ModelInfo]:
         return [wire.parse_model(m) for m in (await self.request("GET", "/v1/models"))["data"]]

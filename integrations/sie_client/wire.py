@@ -2,7 +2,9 @@
 
 Answers arrive as JSON (vectors as nested lists) or msgpack (vectors as tensor
 objects `{dtype, shape, data}`); the embedded mode hands numpy arrays over
-directly. `parse_*` accept all three and build the same result types.
+directly. `parse_*` read all three into the answer types the contract declares
+(`sie_contract.shapes`: a malformed answer is refused naming where) and build the
+same result types from them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from pathlib import Path, PurePath
 from typing import Any, Mapping, Sequence
 
 import msgpack
+import msgspec
 import numpy as np
+
+from sie_contract.shapes import EncodeAnswer, EntityOut, ExtractAnswer, ScoreAnswer
 
 from .types import (
     Classification, EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, Relation,
@@ -76,54 +81,55 @@ def _vector_dtype(output_dtype: str | None):
 
 
 def parse_encode(answer: Mapping[str, Any], output_dtype: str | None = None) -> EncodeResult:
+    shaped = msgspec.convert(answer, EncodeAnswer)
     dtype = _vector_dtype(output_dtype)
     items = []
-    for raw in answer["items"]:
-        item = EncodedItem(id=str(raw["id"]))
-        if raw.get("dense") is not None:
-            item.dense = as_array(raw["dense"], dtype)
-        if raw.get("sparse") is not None:
-            sparse = raw["sparse"]
+    for raw in shaped.items:
+        item = EncodedItem(id=raw.id)
+        if raw.dense is not None:
+            item.dense = as_array(raw.dense, dtype)
+        if raw.sparse is not None:
+            sparse = raw.sparse
             item.sparse = SparseVector(
-                np.asarray(as_array(sparse["indices"], np.int32), dtype=np.int32),
-                np.asarray(as_array(sparse["values"], np.float32), dtype=np.float32),
-                sparse.get("labels"),
+                np.asarray(as_array(sparse.indices, np.int32), dtype=np.int32),
+                np.asarray(as_array(sparse.values, np.float32), dtype=np.float32),
+                sparse.labels,
             )
-        if raw.get("multivector") is not None:
-            item.multivector = as_array(raw["multivector"], dtype)
+        if raw.multivector is not None:
+            item.multivector = as_array(raw.multivector, dtype)
         items.append(item)
-    return EncodeResult(answer["model"], items, int((answer.get("usage") or {}).get("tokens", 0)))
+    return EncodeResult(shaped.model, items, shaped.usage.tokens)
 
 
 def parse_score(answer: Mapping[str, Any]) -> ScoreResult:
-    scores = [
-        ScoredItem(id=str(s["id"]), index=int(s["index"]), score=float(s["score"]), rank=int(s["rank"]))
-        for s in answer["scores"]
-    ]
-    return ScoreResult(answer["model"], scores, int((answer.get("usage") or {}).get("tokens", 0)))
+    shaped = msgspec.convert(answer, ScoreAnswer)
+    scores = [ScoredItem(id=s.id, index=s.index, score=s.score, rank=s.rank) for s in shaped.scores]
+    return ScoreResult(shaped.model, scores, shaped.usage.tokens)
 
 
-def parse_entity(e: Mapping[str, Any]) -> Entity:
-    return Entity(text=e["text"], label=e["label"], score=None if e.get("score") is None else float(e["score"]),
-                  start=int(e["start"]), end=int(e["end"]))
+def parse_entity(e: Mapping[str, Any] | EntityOut) -> Entity:
+    if not isinstance(e, EntityOut):
+        e = msgspec.convert(e, EntityOut)
+    return Entity(text=e.text, label=e.label, score=e.score, start=e.start, end=e.end)
 
 
 def parse_extract(answer: Mapping[str, Any]) -> ExtractResult:
+    shaped = msgspec.convert(answer, ExtractAnswer)
     items = [
         ExtractedItem(
-            id=str(item["id"]),
-            entities=[parse_entity(e) for e in item.get("entities") or ()],
-            classifications=None if item.get("classifications") is None else [
-                Classification(label=c["label"], score=float(c["score"])) for c in item["classifications"]
+            id=item.id,
+            entities=[parse_entity(e) for e in item.entities or ()],
+            classifications=None if item.classifications is None else [
+                Classification(label=c.label, score=c.score) for c in item.classifications
             ],
-            relations=None if item.get("relations") is None else [
-                Relation(head=parse_entity(r["head"]), relation=r["relation"], tail=parse_entity(r["tail"]),
-                         score=float(r["score"])) for r in item["relations"]
+            relations=None if item.relations is None else [
+                Relation(head=parse_entity(r.head), relation=r.relation, tail=parse_entity(r.tail), score=r.score)
+                for r in item.relations
             ],
         )
-        for item in answer["items"]
+        for item in shaped.items
     ]
-    return ExtractResult(answer["model"], items, int((answer.get("usage") or {}).get("tokens", 0)))
+    return ExtractResult(shaped.model, items, shaped.usage.tokens)
 
 
 def parse_model(raw: Mapping[str, Any]) -> ModelInfo:
@@ -216,8 +222,14 @@ def normalize_request(task: str, body: dict) -> dict:
         body["items"] = normalize_items(body["items"])
     if "query" in body:
         body["query"] = normalize_query(body["query"])
-    if isinstance(body.get("labels"), (tuple, set)):
-        body["labels"] = list(body["labels"])
+    for name in ("labels", "entity_labels", "relation_labels", "output_types"):
+        value = body.get(name)
+        if value is not None and not isinstance(value, (str, list)):
+            body[name] = list(value)  # a tuple, set or generator of labels / outputs
+    if body.get("output_types") == []:
+        del body["output_types"]  # no outputs named: the model's default, as None
+    if isinstance(body.get("classify"), Mapping):
+        body["classify"] = dict(body["classify"])
     return body
 
 

@@ -1,0 +1,211 @@
+"""The shapes that cross the wire, declared once as typed structures (msgspec).
+
+Each request field of a built-in task names one of these types (`builtin.py`); from them
+come the server's decoding (JSON and msgpack straight into a validated struct, the first
+wrong element refused with its path: `items[3].text`), the Python call's validation
+(`Task.request`), the JSON Schema of the OpenAPI document and the typed client's fields.
+
+What the structs check is what holds for every deployment: types, unknown fields, enums,
+fixed bounds (an id's 512 characters, a threshold in [0, 1], at most 16384 dims). The
+bounds a deployment configures (`sie_engine.validation.Limits`: items per request,
+characters per text, labels) and those that depend on the model (its width, its window)
+are checked by the engine right after decoding, before any work.
+
+A `null` field is the field not sent (as today's clients expect), so every field is
+optional here and the task's required fields are checked after decoding (`Task.request`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union, get_args
+
+import msgspec
+from msgspec import Meta, Struct
+
+OutputType = Literal["dense", "sparse", "multivector"]
+OutputDtype = Literal["float32", "float16", "int8", "binary"]
+Precision = Literal["float32", "float16", "bfloat16", "int8"]
+
+OUTPUT_TYPES: tuple[str, ...] = get_args(OutputType)
+OUTPUT_DTYPES: tuple[str, ...] = get_args(OutputDtype)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+
+# A text to run a model on: empty ones are refused here, blank ones by the engine's item check
+# (`validation.check_text`, which reads every text for the deployment's length limit anyway): a
+# `pattern` constraint calls Python's regex per string and doubled the decoding time of a 64-text body.
+Text = Annotated[str, Meta(min_length=1, extra_json_schema={"pattern": r"\S"})]
+# An item's id: a string (an integer is taken and written back as its decimal string).
+MAX_ID_CHARS = 512
+ItemId = Union[Annotated[str, Meta(max_length=MAX_ID_CHARS)], int]
+Score = Annotated[float, Meta(ge=0, le=1)]
+PositiveInt = Annotated[int, Meta(ge=1)]
+MAX_DIMS = 1 << 14  # wider than any embedding SIE serves (Qwen3-Embedding-8B: 4096)
+Dims = Annotated[int, Meta(ge=1, le=MAX_DIMS)]
+Label = Annotated[str, Meta(min_length=1, pattern=r"\S")]  # few and short: the pattern costs nothing
+Labels = Annotated[list[Label], Meta(min_length=1)]
+# An image item's file bytes: msgpack carries them as bin, JSON as base64 or a data: URI. msgspec
+# cannot type "bytes or str" (both are str-like to it), so the value is typed in `__post_init__`.
+Image = Annotated[Any, Meta(extra_json_schema={
+    "type": "string", "format": "byte",
+    "description": "the image file's bytes (PNG, JPEG, WebP, GIF, BMP): base64 or a data: URI in JSON, "
+                   "raw bytes in msgpack; URLs are not fetched"})]
+# Vectors in an answer: JSON lists (numpy arrays written by orjson) or msgpack tensor objects.
+Tensor = Annotated[Any, Meta(extra_json_schema={"$ref": "#/components/schemas/Tensor"})]
+
+
+class Refusal(ValueError):
+    """Raised in a struct's `__post_init__`: `field` is the offending member (appended to the
+    struct's path in the error), the message says what to send instead."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"@{field}: {message}")
+
+
+class _Shape(Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """Objects of the wire: unknown fields are refused, fields left at their default
+    (None: not sent) are left out when the struct is turned back into plain values."""
+
+
+# ---- requests --------------------------------------------------------------
+class TextItem(_Shape):
+    """`{id?, text}`; a plain string stands for `{text}`."""
+
+    text: Text
+    id: Union[ItemId, None] = None
+
+
+class EncodeItem(_Shape):
+    """`{id?, text}` or `{id?, image}` (image models only): one of the two."""
+
+    text: Union[Text, None] = None
+    image: Image = None
+    id: Union[ItemId, None] = None
+
+    def __post_init__(self) -> None:
+        if self.image is not None:
+            if self.text is not None:
+                raise Refusal("", "has both text and image; an item carries one of them")
+            if not isinstance(self.image, (str, bytes, bytearray)):
+                raise Refusal("image", "must be bytes (msgpack) or a base64 string (JSON), got "
+                                       f"{type(self.image).__name__}")
+        elif self.text is None:
+            raise Refusal("text", "is required (or, for an image model, image)")
+
+
+class EntitySpan(_Shape):
+    """An entity a relation model's item carries: character offsets into its text (end
+    exclusive) and its type; `text` and `score` may come too (a GLiNER answer sent back)."""
+
+    start: Annotated[int, Meta(ge=0)]
+    end: Annotated[int, Meta(ge=1)]
+    label: Label
+    text: Union[str, None] = None
+    score: Union[float, None] = None
+
+
+class ExtractItem(_Shape):
+    """`{id?, text}`; for a relation model `{id?, text, entities}`."""
+
+    text: Text
+    id: Union[ItemId, None] = None
+    entities: Union[list[EntitySpan], None] = None
+
+
+class Query(_Shape):
+    text: Text
+
+
+class Classify(_Shape):
+    """GLiNER2: one classification task answered beside the entities."""
+
+    task: str
+    labels: Labels
+    multi_label: Union[bool, None] = None
+
+
+Items = Annotated[list[Union[Text, TextItem]], Meta(min_length=1)]
+EncodeItems = Annotated[list[Union[Text, EncodeItem]], Meta(min_length=1)]
+ExtractItems = Annotated[list[Union[Text, ExtractItem]], Meta(min_length=1)]
+QueryText = Union[Text, Query]
+
+
+# ---- answers ---------------------------------------------------------------
+# The client reads answers into these (sie_client.wire), so an answer's unknown fields are
+# ignored there (a newer server may add one); the document still lists exactly these.
+class _Answer(Struct, omit_defaults=True, kw_only=True):
+    """An object of an answer."""
+
+
+class Usage(_Answer):
+    tokens: int
+
+
+class SparseOut(_Answer):
+    indices: Tensor
+    values: Tensor
+    labels: Union[list[str], None] = None
+
+
+class EncodedItemOut(_Answer):
+    id: str
+    dense: Tensor = None
+    sparse: Union[SparseOut, None] = None
+    multivector: Tensor = None
+
+
+class ScoredOut(_Answer):
+    id: str
+    index: int
+    score: float
+    rank: int
+
+
+class EntityOut(_Answer):
+    text: str
+    label: str
+    start: int
+    end: int
+    score: Union[float, None] = None  # absent: an entity the request gave a relation model
+
+
+class ClassificationOut(_Answer):
+    label: str
+    score: float
+
+
+class RelationOut(_Answer):
+    head: EntityOut
+    relation: str
+    tail: EntityOut
+    score: float
+
+
+class ExtractedItemOut(_Answer):
+    id: str
+    entities: Union[list[EntityOut], None] = None
+    classifications: Union[list[ClassificationOut], None] = None
+    relations: Union[list[RelationOut], None] = None
+
+
+class EncodeAnswer(_Answer):
+    model: str
+    items: list[EncodedItemOut]
+    usage: Usage
+
+
+class ScoreAnswer(_Answer):
+    model: str
+    scores: list[ScoredOut]
+    usage: Usage
+
+
+class ExtractAnswer(_Answer):
+    model: str
+    items: list[ExtractedItemOut]
+    usage: Usage
+
+
+def plain(value: Any) -> Any:
+    """A decoded struct (or list of them) -> plain values, as a JSON parser would have made
+    them: objects as dicts without the members not sent; image bytes stay bytes."""
+    return msgspec.to_builtins(value, builtin_types=(bytes, bytearray, memoryview))
