@@ -218,7 +218,7 @@ CATALOG: tuple[Option, ...] = (
     Option("--models", "a directory of model cards (YAML) served besides the built-in catalog; repeatable",
            text, repeat=True, metavar="DIR"),
     Option("--model", "serve a local Hugging Face-layout directory under NAME, without a card; repeatable",
-           model_spec, repeat=True, metavar="NAME=PATH"),
+           model_spec, repeat=True, metavar="NAME=PATH", env="SIE_LOCAL_MODELS"),
     Option("--no-builtin", "do not serve the built-in catalog", switch_value, default=False, switch=True),
 )
 
@@ -238,7 +238,8 @@ SERVE: tuple[Option, ...] = (
            env="SIE_API_KEYS", env_adds=True),
     Option("--api-key-file", "file of API keys, one per line; re-read when it changes", existing_file, None,
            "settings", metavar="PATH"),
-    Option("--pool", "the pool this server belongs to (reported to the router)", text, "default", "settings"),
+    Option("--pool", "the pool this server belongs to (reported to the router)", text, "default", "settings",
+           metavar="NAME"),
     Option("--max-queued-tokens", "tokens a model may have queued before requests get 429", count(), 1 << 20,
            "engine", metavar="N"),
     Option("--max-total-queued-tokens", "tokens all models together may have queued before requests get 429",
@@ -268,9 +269,11 @@ SERVE: tuple[Option, ...] = (
     Option("--body-timeout", "longest time a whole request body may take to arrive (then 408)", seconds(), 120.0,
            "settings", "body_timeout_s", metavar="SECONDS"),
     Option("--cors-origin", "allow browser calls from this origin (CORS; off by default; '*' for any); "
-           "repeatable", text, (), "settings", "cors_origins", metavar="ORIGIN", repeat=True),
+           "repeatable", text, (), "settings", "cors_origins", metavar="ORIGIN", repeat=True,
+           env="SIE_CORS_ORIGINS"),
     Option("--no-access-log", "do not log one line per request (with its request id)", switch_value, True,
-           "settings", switch=False, dest_name="access_log"),
+           "settings", switch=False, dest_name="access_log",
+           default_text="access log on"),
     Option("--drain-timeout", "after SIGTERM, how long accepted requests may take; those still queued then are "
            "answered 503 draining (keep it above --max-queue-wait plus one batch)", seconds(zero=True), 120.0,
            "settings", "drain_timeout_s", metavar="SECONDS"),
@@ -377,9 +380,7 @@ def resolve(args: argparse.Namespace, options: Iterable[Option],
             try:
                 if option.repeat:
                     from_env = tuple(parse(part.strip()) for part in raw.split(",") if part.strip())
-                elif option.switch is not None:
-                    from_env = option.switch if parse(raw) else not option.switch
-                else:
+                else:  # a switch's variable names its value: SIE_ACCESS_LOG=off, SIE_NO_BUILTIN=1
                     from_env = parse(raw)
             except ValueError as exc:
                 raise OptionError(f"{option.variable}={raw}: {exc}") from None
@@ -417,8 +418,8 @@ def write_doc(path: Path) -> bool:
     old = path.read_text()
     new = old
     for name, table in doc_sections().items():
-        new = re.sub(rf"(<!-- options:{name} -->\n).*?(\n<!-- /options:{name} -->)",
-                     lambda m, t=table: m.group(1) + t + m.group(2), new, flags=re.S)
+        new = re.sub(rf"(<!-- options:{name} -->\n).*?(<!-- /options:{name} -->)",
+                     lambda m, t=table: m.group(1) + t + "\n" + m.group(2), new, flags=re.S)
     if new != old:
         path.write_text(new)
     return new != old
