@@ -5,9 +5,9 @@ says what is accepted), its default, its `SIE_*` environment variable, its help 
 the value goes (`sets`): a `ServerSettings` field, an `Engine` keyword, a `validation.Limits`
 field, or the command line itself (the catalog, logging). From `SERVE` and `CATALOG` derive the
 argparse options (server/cli.py), `ServerSettings`' defaults (server/settings.py), the keywords
-the CLI passes to `Engine` and the options table of docs/deploy.md (`python -m sie_server.options
---write docs/deploy.md` rewrites it; tests/test_options.py checks it). The router's options are
-declared the same way in server/router/options.py.
+the CLI passes to `Engine` and the options tables of docs/deploy.md (options_docs.py writes
+them; tests/test_options.py checks them). The router's options are declared the same way in
+server/router/options.py.
 
 Precedence: a flag on the command line, else its environment variable, else the default. A
 repeatable option reads a comma-separated list from its variable. `--api-key` is the one
@@ -404,31 +404,3 @@ def markdown_table(options: Iterable[Option]) -> str:
         meaning = o.help.replace("|", "\\|")
         rows.append(f"| {flag} | {variable} | {o.describe_default()} | {meaning} |")
     return "\n".join(rows)
-
-
-def doc_sections() -> dict[str, str]:
-    """Marker name -> generated table, for every table docs/deploy.md holds."""
-    from .router.options import ROUTER
-
-    return {"serve": markdown_table(SERVE), "router": markdown_table(ROUTER)}
-
-
-def write_doc(path: Path) -> bool:
-    """Rewrite the generated tables between `<!-- options:NAME -->` markers; True if it changed."""
-    old = path.read_text()
-    new = old
-    for name, table in doc_sections().items():
-        new = re.sub(rf"(<!-- options:{name} -->\n).*?(<!-- /options:{name} -->)",
-                     lambda m, t=table: m.group(1) + t + "\n" + m.group(2), new, flags=re.S)
-    if new != old:
-        path.write_text(new)
-    return new != old
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--write"]:
-        for target in sys.argv[2:]:
-            print(f"{target}: {'rewritten' if write_doc(Path(target)) else 'up to date'}")
-    else:
-        for name, table in doc_sections().items():
-            print(f"<!-- options:{name} -->\n{table}\n<!-- /options:{name} -->\n")

@@ -23,7 +23,8 @@ import pytest
 from sie_server import compat_routes
 from sie_server.cli import parse
 from sie_server.launch import server_command
-from sie_server.options import SERVE, UNITS, doc_sections, positive_size, resolve, size
+from sie_server.options import SERVE, UNITS, positive_size, resolve, size
+from sie_server.options_docs import doc_sections
 from sie_server.router.options import ROUTER
 from sie_server.settings import ServerSettings
 
@@ -53,7 +54,7 @@ def test_the_docs_tables_are_the_declaration():
     for name, table in doc_sections().items():
         section = doc.split(f"<!-- options:{name} -->\n", 1)[1].split(f"<!-- /options:{name} -->", 1)[0]
         assert section.strip() == table, f"docs/deploy.md's {name} table is stale: " \
-                                         "run python -m sie_server.options --write docs/deploy.md"
+                                         "run python -m sie_server.options_docs --write docs/deploy.md"
 
 
 def test_every_option_has_one_variable_and_help():
