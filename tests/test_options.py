@@ -279,3 +279,15 @@ def test_the_server_mounts_every_declared_compat_route_and_counts_its_work():
         assert "embeddings" in app[WORK_ROUTES] and "tei_info" not in app[WORK_ROUTES]
     finally:
         engine.close()
+
+
+def test_the_router_on_a_busy_port_says_so_in_one_line():
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = sie_server("router", "--port", str(port), "--worker", "http://127.0.0.1:9")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"sie-server router: cannot listen on 127.0.0.1:{port}: address already in use" in done.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -64,7 +65,8 @@ def run_router(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_serve(config, args.host, args.port, args.shutdown_timeout))
     except OSError as exc:  # the address cannot be bound: one line, as the engine server's
-        print(f"sie-server router: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        print(f"sie-server router: cannot listen on {args.host}:{args.port}: {why}", file=sys.stderr)
         return 1
 
 
