@@ -23,8 +23,9 @@ def write_doc(path: Path) -> bool:
     old = path.read_text()
     new = old
     for name, table in doc_sections().items():
-        new = re.sub(rf"(<!-- options:{name} -->\n).*?(<!-- /options:{name} -->)",
-                     lambda m, t=table: m.group(1) + t + "\n" + m.group(2), new, flags=re.S)
+        start, end = f"<!-- options:{name} -->\n", f"<!-- /options:{name} -->"
+        new = re.sub(rf"{re.escape(start)}.*?{re.escape(end)}", (start + table + "\n" + end).replace("\\", "\\\\"),
+                     new, flags=re.S)
     if new != old:
         path.write_text(new)
     return new != old
