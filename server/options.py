@@ -224,7 +224,9 @@ CATALOG: tuple[Option, ...] = (
 
 SERVE: tuple[Option, ...] = (
     Option("--host", "address to bind (0.0.0.0 for all interfaces)", text, "127.0.0.1", "settings"),
-    Option("--port", "port (0: any free port, printed at start)", port, 8080, "settings"),
+    # not SIE_PORT: Kubernetes gives every pod `<SERVICE>_PORT=tcp://...` for each Service of its
+    # namespace (enableServiceLinks), which a Service named `sie` would turn into SIE_PORT
+    Option("--port", "port (0: any free port, printed at start)", port, 8080, "settings", env="SIE_HTTP_PORT"),
     *CATALOG,
     Option("--preload", "load this model before /readyz turns ready; repeatable", text, (), "settings",
            repeat=True, metavar="ID"),
@@ -375,7 +377,8 @@ def resolve(args: argparse.Namespace, options: Iterable[Option],
         given = getattr(args, option.dest, None)
         raw = environ.get(option.variable) if option.variable else None
         from_env: Any = None
-        if raw is not None and raw.strip():
+        overridden = given is not None and not option.env_adds  # a flag given: its variable is not read
+        if raw is not None and raw.strip() and not overridden:
             parse = switch_value if option.switch is not None else option.parse
             try:
                 if option.repeat:

@@ -115,7 +115,7 @@ def test_sizes_read_as_the_engine_reads_them(text):
 # ---- precedence: flag > environment > default --------------------------------------------------
 
 def test_flag_then_environment_then_default():
-    environ = {"SIE_PORT": "9000", "SIE_MEMORY_BUDGET": "2GiB", "SIE_PRELOAD": "a/b, c/d", "SIE_ACCESS_LOG": "off"}
+    environ = {"SIE_HTTP_PORT": "9000", "SIE_MEMORY_BUDGET": "2GiB", "SIE_PRELOAD": "a/b, c/d", "SIE_ACCESS_LOG": "off"}
     args = parse(["serve", "--port", "9100"], environ)
     assert args.port == 9100  # the flag wins
     assert args.memory_budget == 2 * 2**30  # then the variable
@@ -124,6 +124,13 @@ def test_flag_then_environment_then_default():
     assert args.max_items == 4096 and args.host == "127.0.0.1"  # then the default
     assert parse(["serve", "--preload", "x/y"], environ).preload == ("x/y",)  # a flag replaces the list
     assert parse(["serve", "--no-access-log"], {}).access_log is False and parse(["serve"], {}).access_log is True
+
+
+def test_a_variable_a_flag_overrides_is_not_read():
+    # Kubernetes' service links (`SIE_ROUTER_PORT=tcp://10.0.0.1:8080` for a Service `sie-router`)
+    # are no option's variable, and a flag makes its own variable irrelevant
+    assert all(o.variable not in ("SIE_PORT", "SIE_ROUTER_PORT") for o in (*SERVE, *ROUTER))
+    assert parse(["serve", "--max-items", "8"], {"SIE_MAX_ITEMS": "many"}).max_items == 8
 
 
 def test_api_keys_from_the_environment_are_added_to_the_flags():
@@ -167,7 +174,8 @@ def test_a_bad_value_is_one_line_and_exit_code_2(argv, expected):
 
 
 def test_a_bad_variable_is_one_line_and_exit_code_2():
-    assert "SIE_PORT=70000: expected a port number" in one_line(sie_server("serve", env={"SIE_PORT": "70000"}))
+    line = one_line(sie_server("serve", env={"SIE_HTTP_PORT": "70000"}))
+    assert "SIE_HTTP_PORT=70000: expected a port number" in line
     line = one_line(sie_server("router", "--worker", "http://h:1", env={"SIE_ROUTER_RETRY_AFTER": "soon"}))
     assert "SIE_ROUTER_RETRY_AFTER=soon: expected a whole number" in line
 

@@ -47,7 +47,9 @@ def _option(flag: str, help: str, *args: Any, **kwargs: Any) -> Option:
 
 ROUTER: tuple[Option, ...] = (
     _option("--host", "address to bind (0.0.0.0 for all interfaces)", text, "127.0.0.1"),
-    _option("--port", "port to listen on", port, 8080),
+    # not SIE_ROUTER_PORT: Kubernetes sets that in every pod of a namespace with a Service named
+    # `sie-router` (the chart's router, `<SERVICE>_PORT=tcp://...`)
+    _option("--port", "port to listen on", port, 8080, env="SIE_ROUTER_HTTP_PORT"),
     _option("--worker", "a worker; without POOL its /v1/status names it; repeatable", static_worker, (), "router",
             "workers", metavar="[POOL=]URL", repeat=True,
             dest_name="workers"),
