@@ -142,8 +142,7 @@ def seconds(zero: bool = False) -> Callable[[str], float]:
         except ValueError:
             value = math.nan
         if not (value >= 0 if zero else value > 0) or value == math.inf:
-            raise ValueError(f"expected a {'' if zero else 'positive '}number of seconds"
-                             f"{' (0 or more)' if zero else ''}")
+            raise ValueError(f"expected a number of seconds (must be {'>= 0' if zero else '> 0'}, finite)")
         return value
     parse.__name__ = "seconds_from_zero" if zero else "seconds"
     return parse

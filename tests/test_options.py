@@ -163,7 +163,7 @@ def test_router_options_resolve_from_their_variables():
     (["serve", "--model", "intfloat/e5-small-v2"], "--model intfloat/e5-small-v2: expected NAME=PATH"),
     (["serve", "--max-items", "0"], "--max-items 0: expected a whole number of at least 1"),
     (["serve", "--device", "gpu"], "--device gpu: expected auto, cpu, cuda or cuda:N"),
-    (["serve", "--head-timeout", "inf"], "--head-timeout inf: expected a positive number of seconds"),
+    (["serve", "--head-timeout", "inf"], "--head-timeout inf: expected a number of seconds (must be > 0, finite)"),
     (["serve", "--no-such-option"], "unrecognized arguments: --no-such-option"),
     (["router", "--port", "99999"], "--port 99999: expected a port number from 0 to 65535"),
     (["router", "--worker", "h:1"], "--worker h:1: expected [POOL=]http://HOST:PORT"),

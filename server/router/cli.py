@@ -38,8 +38,9 @@ def add_router_arguments(p: argparse.ArgumentParser) -> None:
     add_arguments(p, ROUTER)
 
 
-class RouterUsageError(Exception):
-    """A router command line that cannot run; the message is the one line to print."""
+class RouterUsageError(SystemExit):
+    """A router command line that cannot run; the message is the one line to print (run_router
+    prints it and exits 2; a caller of `config_from_args` that does not catch it exits too)."""
 
 
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
