@@ -20,11 +20,10 @@ from sie_contract import all_tasks
 from sie_engine import Engine
 from sie_engine.errors import SIEError
 
-from . import compat_infinity, compat_rerank, compat_tei, compat_weaviate, handlers
+from . import compat, compat_routes, handlers
 from .auth import ApiKeys
 from .metrics import ServerMetrics
 from .middleware import frame
-from .openai_compat import embeddings
 from .settings import ServerSettings
 from .state import API_KEYS, ENGINE, LIFECYCLE, METRICS, SETTINGS, TASKS, WORK_ROUTES, Lifecycle
 
@@ -49,14 +48,12 @@ def create_app(engine: Engine, settings: ServerSettings | None = None,
     app[API_KEYS] = ApiKeys(tuple(settings.api_keys), settings.api_key_file)
     tasks = tuple(all_tasks())
     app[TASKS] = tasks
-    # the ecosystem's APIs (TEI, Cohere/Jina, Weaviate's modules, Infinity) over the same engine calls
-    compat_apis = (compat_tei, compat_rerank, compat_weaviate, compat_infinity)
-    app[WORK_ROUTES] = frozenset(task.name for task in tasks) | {"embeddings"} | frozenset().union(
-        *(api.WORK for api in compat_apis))
+    # the ecosystem's APIs (OpenAI, TEI, Cohere/Jina, Weaviate's modules, Infinity) over the same
+    # engine calls, as compat_routes.py declares them
+    app[WORK_ROUTES] = frozenset(task.name for task in tasks).union(*(api.work for api in compat_routes.APIS))
 
     for task in tasks:
         app.router.add_post(task.route("{model:.+}"), handlers.task_handler(task), name=task.name)
-    app.router.add_post("/v1/embeddings", embeddings, name="embeddings")
     app.router.add_get("/v1/models", handlers.list_models, name="models")
     app.router.add_get("/v1/models/{model:.+}", handlers.get_model, name="model")
     app.router.add_get("/v1/status", handlers.status, name="status")
@@ -64,8 +61,8 @@ def create_app(engine: Engine, settings: ServerSettings | None = None,
     app.router.add_get("/readyz", handlers.readyz, name="readyz")
     app.router.add_get("/metrics", handlers.metrics, name="metrics")
     app.router.add_get("/openapi.json", handlers.openapi, name="openapi")
-    for api in compat_apis:
-        api.add_routes(app)
+    for api in compat_routes.APIS:
+        compat.mount_api(app, api)
 
     app.cleanup_ctx.append(_preload)
     app.cleanup_ctx.append(_watch_key_file)

@@ -7,8 +7,10 @@ when the router package is present, `router`.
                      [--max-connections N] [--cors-origin ORIGIN ...] [--no-access-log] ...
     sie-server models [--models DIR ...] [--model NAME=PATH ...] [--json]
 
-API keys also come from SIE_API_KEYS (comma-separated); the queue wait bound from
-SIE_MAX_QUEUE_WAIT (seconds).
+The options are declared in options.py (flag, check, default, `SIE_*` variable, help); a flag
+wins over its variable, which wins over the default. Every value is checked before anything
+heavy is imported: a mistake is one line and exit code 2. torch and the engine load only to
+serve or to list models.
 """
 
 from __future__ import annotations
@@ -21,53 +23,17 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
+
+from .options import CATALOG, SERVE, ArgumentParser, OptionError, add_arguments, resolve, targets
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-MAX_QUEUE_WAIT_ENV = "SIE_MAX_QUEUE_WAIT"
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
-
-
-def _default_queue_wait() -> str:
-    """SIE_MAX_QUEUE_WAIT, else 30 s (argparse checks a string default with the option's type)."""
-    return os.environ.get(MAX_QUEUE_WAIT_ENV, "30")
-
-
-def _model_spec(text: str) -> tuple[str, str]:
-    name, sep, path = text.partition("=")
-    if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"--model takes NAME=PATH, got {text!r}")
-    return name, path
-
-
-def _size(text: str) -> int:
-    from sie_engine import parse_bytes
-
-    try:
-        return parse_bytes(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _add_catalog_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--models", action="append", default=[], metavar="DIR",
-                        help="a directory of model cards (YAML) served besides the built-in catalog; repeatable")
-    parser.add_argument("--model", action="append", default=[], type=_model_spec, metavar="NAME=PATH",
-                        help="serve a local Hugging Face-layout directory under NAME, without a card; repeatable")
-    parser.add_argument("--no-builtin", action="store_true", help="do not serve the built-in catalog")
 
 
 def build_catalog(args: argparse.Namespace):
-    """The catalog the options describe; ValueError names a bad directory, card or path."""
-    from sie_engine import Catalog, card_from_local_dir
+    """The catalog the options describe; ValueError names a bad directory, card or path, and a
+    local directory (`--model`) whose config.json does not parse or names no supported family."""
+    from sie_engine import Catalog
 
     catalog = Catalog() if args.no_builtin else Catalog.builtin()
     for directory in args.models:
@@ -75,8 +41,33 @@ def build_catalog(args: argparse.Namespace):
     for name, path in args.model:
         if not Path(path).expanduser().is_dir():
             raise ValueError(f"--model {name}={path}: {path} does not exist (give a Hugging Face-layout directory)")
-        catalog.add(card_from_local_dir(name, path))
+        catalog.add(local_card(name, path))
     return catalog
+
+
+def local_card(name: str, path: str):
+    """`card_from_local_dir`, with the checks its first load would make done now: config.json
+    parses and the engine has a family for it (else the server would start and every request
+    fail). ValueError: one line naming the option, the directory and what is wrong."""
+    from sie_engine import card_from_local_dir
+    from sie_engine.arch import family_for
+    from sie_engine.checkpoints import describe
+    from sie_engine.errors import SIEError
+
+    where = f"--model {name}={path}"
+    root = Path(path).expanduser().resolve()
+    try:
+        card = card_from_local_dir(name, root)
+        if card.weights.path is not None:
+            family_for(describe(Path(card.weights.path)).config, card.family)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: {root / 'config.json'} is not valid JSON ({exc}); "
+                         "a Hugging Face model directory has its config.json") from None
+    except SIEError as exc:
+        raise ValueError(f"{where}: {exc.message}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return card
 
 
 def usage_error(message: str) -> int:
@@ -86,77 +77,18 @@ def usage_error(message: str) -> int:
 
 
 def add_serve_parser(subparsers) -> None:
-    p = subparsers.add_parser("serve", help="serve models over HTTP", description="Serve models over HTTP.")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 for all interfaces)")
-    p.add_argument("--port", type=int, default=8080, help="port (0: any free port, printed at start)")
-    _add_catalog_options(p)
-    p.add_argument("--preload", action="append", default=[], metavar="ID",
-                   help="load this model before /readyz turns ready; repeatable")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--memory-budget", type=_size, default=None, metavar="SIZE",
-                   help="memory for resident models, e.g. 8GiB (default: 90%% of the GPU, half the RAM on CPU)")
-    p.add_argument("--host-cache", type=_size, default=None, metavar="SIZE",
-                   help="host RAM that keeps evicted models warm for fast swap-in "
-                        "(default: min(8GiB, 25%% of RAM) with CUDA, 0 on CPU)")
-    p.add_argument("--api-key", action="append", default=[], metavar="KEY",
-                   help="require `Authorization: Bearer KEY`; repeatable (also SIE_API_KEYS)")
-    p.add_argument("--api-key-file", type=Path, default=None, metavar="PATH",
-                   help="file of API keys, one per line; re-read when it changes")
-    p.add_argument("--pool", default="default", help="the pool this server belongs to (reported to the router)")
-    p.add_argument("--max-queued-tokens", type=int, default=1 << 20, metavar="N",
-                   help="tokens a model may have queued before requests get 429")
-    p.add_argument("--max-total-queued-tokens", type=int, default=1 << 22, metavar="N",
-                   help="tokens all models together may have queued before requests get 429")
-    p.add_argument("--max-queue-wait", type=_seconds, default=_default_queue_wait(), metavar="SECONDS",
-                   help="admit a request only if the work queued before it finishes within this many seconds at "
-                        "the measured throughput, else 429 at once with Retry-After (default 30; also "
-                        f"{MAX_QUEUE_WAIT_ENV})")
-    p.add_argument("--max-items", type=int, default=4096, metavar="N", help="items per request")
-    p.add_argument("--max-body-bytes", type=_size, default=64 * 2**20, metavar="SIZE", help="request body limit")
-    p.add_argument("--max-image-bytes", type=_size, default=20 * 2**20, metavar="SIZE",
-                   help="encoded bytes per image item (more: 413)")
-    p.add_argument("--max-image-pixels", type=int, default=50_000_000, metavar="N",
-                   help="width x height per image, read from its header before decoding (more: 413)")
-    p.add_argument("--image-formats", default="PNG,JPEG,WEBP,GIF,BMP", metavar="LIST",
-                   help="comma-separated image formats Pillow may decode (others: 400)")
-    p.add_argument("--max-connections", type=int, default=1024, metavar="N",
-                   help="client connections served at once; more get 503 with Retry-After")
-    p.add_argument("--probe-connections", type=int, default=16, metavar="N",
-                   help="connections beyond --max-connections kept just long enough to answer /healthz and /readyz "
-                        "(probes are answered even when the server is full)")
-    p.add_argument("--head-timeout", type=_seconds, default=10.0, metavar="SECONDS",
-                   help="a request head must arrive whole within this long of its first byte, else the connection "
-                        "is closed")
-    p.add_argument("--keepalive-timeout", type=_seconds, default=15.0, metavar="SECONDS",
-                   help="how long a connection may wait for its next request (a new one: for its first) before it "
-                        "is closed")
-    p.add_argument("--body-idle-timeout", type=_seconds, default=30.0, metavar="SECONDS",
-                   help="longest pause while a request body arrives (then 408 and the connection is closed)")
-    p.add_argument("--body-timeout", type=_seconds, default=120.0, metavar="SECONDS",
-                   help="longest time a whole request body may take to arrive (then 408)")
-    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
-                   help="allow browser calls from this origin (CORS; off by default; '*' for any); repeatable")
-    p.add_argument("--no-access-log", dest="access_log", action="store_false",
-                   help="do not log one line per request (with its request id)")
-    p.add_argument("--drain-timeout", type=float, default=120.0, metavar="SECONDS",
-                   help="after SIGTERM, how long accepted requests may take; those still queued then are "
-                        "answered 503 draining (keep it above --max-queue-wait plus one batch)")
-    p.add_argument("--tokenizer-threads", type=int, default=2, metavar="N",
-                   help="threads that tokenise requests, beside the batches that run the models")
-    p.add_argument("--cpu-batches", type=int, default=None, metavar="N",
-                   help="batches run side by side on CPU, each on a share of torch's threads (default 2)")
-    p.add_argument("--cuda-batches", type=int, default=None, metavar="N",
-                   help="batches in flight on a GPU, each on a CUDA stream of its own, so one batch's host work "
-                        "overlaps another's kernels (default 2)")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    p.set_defaults(func=cmd_serve)
+    p = subparsers.add_parser("serve", help="serve models over HTTP",
+                              description="Serve models over HTTP. Every option also reads its environment "
+                                          "variable; a flag wins over it.")
+    add_arguments(p, SERVE)
+    p.set_defaults(func=cmd_serve, options=SERVE)
 
 
 def add_models_parser(subparsers) -> None:
     p = subparsers.add_parser("models", help="list the models the server would serve")
-    _add_catalog_options(p)
+    add_arguments(p, CATALOG)
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_models)
+    p.set_defaults(func=cmd_models, options=CATALOG)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -187,7 +119,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sie_engine import Engine
     from sie_engine.validation import Limits
 
-    from .auth import keys_from_env
     from .metrics import ServerMetrics
     from .serve import CannotListen, serve
     from .settings import ServerSettings
@@ -200,31 +131,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     unknown = [m for m in args.preload if m not in catalog]
     if unknown:
         return usage_error(f"--preload {', '.join(unknown)}: not in the catalog (sie-server models lists it)")
-    if args.api_key_file is not None and not args.api_key_file.is_file():
-        return usage_error(f"--api-key-file {args.api_key_file} does not exist")
-    settings = ServerSettings(
-        host=args.host, port=args.port, api_keys=tuple(args.api_key) + keys_from_env(),
-        api_key_file=args.api_key_file, preload=tuple(args.preload), pool=args.pool,
-        max_body_bytes=args.max_body_bytes, drain_timeout_s=args.drain_timeout,
-        max_connections=args.max_connections, cors_origins=tuple(args.cors_origin), access_log=args.access_log,
-        probe_connections=args.probe_connections, head_timeout_s=args.head_timeout,
-        keepalive_timeout_s=args.keepalive_timeout, body_idle_timeout_s=args.body_idle_timeout,
-        body_timeout_s=args.body_timeout,
-    )
+    values = vars(args)
+    settings = ServerSettings(**targets(SERVE, values, "settings"))
     metrics = ServerMetrics()
     try:
-        engine = Engine(
-            catalog, device=args.device, memory_budget=args.memory_budget, host_cache=args.host_cache,
-            max_queued_tokens=args.max_queued_tokens, max_total_queued_tokens=args.max_total_queued_tokens,
-            max_queue_wait_s=args.max_queue_wait,
-            limits=Limits(max_items=args.max_items, max_image_bytes=args.max_image_bytes,
-                          max_image_pixels=args.max_image_pixels,
-                          image_formats=tuple(f.strip().upper() for f in args.image_formats.split(",") if f.strip())),
-            tokenizer_threads=args.tokenizer_threads,
-            cpu_batches=args.cpu_batches,
-            cuda_batches=args.cuda_batches,
-            pool_events=metrics.pool_events, scheduler_events=metrics.scheduler_events,
-        )
+        engine = Engine(catalog, **targets(SERVE, values, "engine"), limits=Limits(**targets(SERVE, values, "limits")),
+                        pool_events=metrics.pool_events, scheduler_events=metrics.scheduler_events)
     except ValueError as exc:
         return usage_error(str(exc))
     served = False
@@ -247,7 +159,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sie-server", description="SIE: the search inference engine server.")
+    parser = ArgumentParser(prog="sie-server", description="SIE: the search inference engine server.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(subparsers)
     add_models_parser(subparsers)
@@ -260,8 +172,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None, environ: Any = os.environ) -> argparse.Namespace:
+    """The command line with every option resolved (flag > environment > default) and checked;
+    a mistake exits with one line and code 2 (argparse's own code for a bad command line)."""
     args = build_parser().parse_args(argv)
+    try:
+        resolve(args, getattr(args, "options", ()), environ)
+    except OptionError as exc:
+        sys.exit(usage_error(str(exc)))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     try:
         code = args.func(args)
         sys.stdout.flush()  # a reader that went away shows here, where it can be handled

@@ -18,6 +18,7 @@ Here are the steps they have in common:
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any, Callable
 
 from aiohttp import web
@@ -26,6 +27,7 @@ from sie_engine import validation
 from sie_engine.errors import InvalidRequest, PayloadTooLarge, SIEError
 
 from . import codec
+from .compat_routes import CompatApi
 from .errors import public, retry_headers, status_for
 from .handlers import timeout_of
 from .state import ENGINE, ERROR_CODE, MODEL_LABEL, PRE_ADMITTED, SETTINGS, TIMINGS
@@ -177,15 +179,11 @@ def foreign_errors(shape: Shape):
 
 
 # ---- routes -----------------------------------------------------------------------
-# (method, path, handler, route name) rows; each API module keeps its table as ROUTES
-Route = tuple[str, str, Callable, str]
+# declared in compat_routes.py (the router mounts the same rows)
 
 
-def work_routes(routes: tuple[Route, ...]) -> frozenset[str]:
-    """The names of the routes that run models (their POSTs): counted in flight, refused while draining."""
-    return frozenset(name for method, _, _, name in routes if method == "POST")
-
-
-def mount(app: web.Application, routes: tuple[Route, ...], prefix: str = "") -> None:
-    for method, path, handler, name in routes:
-        app.router.add_route(method, prefix + path, handler, name=name)
+def mount_api(app: web.Application, api: CompatApi) -> None:
+    """Add an API's declared routes, each to the function its row names in the API's module."""
+    module = importlib.import_module(f"{__package__}.{api.module}")
+    for method, path, handler, name in api.paths():
+        app.router.add_route(method, path, getattr(module, handler), name=name)

@@ -117,15 +117,3 @@ async def models(request: web.Request) -> web.Response:
                       "queued_tokens": queued.queued_tokens if queued else 0, "state": info.state},
         })
     return await compat.answer(request, {"object": "list", "data": data})
-
-
-ROUTES = (
-    ("POST", "/embeddings", embeddings, "infinity_embeddings"),
-    ("POST", "/rerank", rerank, "infinity_rerank"),
-    ("GET", "/models", models, "infinity_models"),
-)
-WORK = compat.work_routes(ROUTES)
-
-
-def add_routes(app: web.Application) -> None:
-    compat.mount(app, ROUTES)

@@ -120,11 +120,3 @@ async def rerank_v1(request: web.Request) -> web.Response:
 @compat.foreign_errors(cohere_error)
 async def rerank_v2(request: web.Request) -> web.Response:
     return await _rerank(request, V2_FIELDS, "2", return_default=False)
-
-
-ROUTES = (("POST", "/v1/rerank", rerank_v1, "cohere_rerank_v1"), ("POST", "/v2/rerank", rerank_v2, "cohere_rerank_v2"))
-WORK = compat.work_routes(ROUTES)
-
-
-def add_routes(app: web.Application) -> None:
-    compat.mount(app, ROUTES)

@@ -36,6 +36,7 @@ from aiohttp import web
 from sie_engine.errors import InvalidRequest, PayloadTooLarge, SIEError, UnsupportedTask
 
 from . import codec, compat
+from .compat_routes import TEI
 from .errors import HTTPProblem
 from .handlers import body_of
 from .state import ENGINE, LIFECYCLE, SETTINGS
@@ -361,22 +362,5 @@ async def root(request: web.Request) -> web.Response:
     raise UnsupportedTask(f"model {model!r} serves none of TEI's calls (embed, embed_sparse, rerank)", field="model")
 
 
-ROUTES = (  # (method, path under /tei/{model}, handler, route name); the root last: it matches any path
-    ("POST", "/embed", embed, "tei_embed"),
-    ("POST", "/embed_sparse", embed_sparse, "tei_embed_sparse"),
-    ("POST", "/embed_all", embed_all, "tei_embed_all"),
-    ("POST", "/rerank", rerank, "tei_rerank"),
-    ("POST", "/predict", predict, "tei_predict"),
-    ("POST", "/similarity", similarity, "tei_similarity"),
-    ("POST", "/tokenize", tokenize, "tei_tokenize"),
-    ("GET", "/info", info, "tei_info"),
-    ("GET", "/health", health, "tei_health"),
-    ("POST", "", root, "tei_root"),
-    ("GET", "", health, "tei_root_health"),
-)
-WORK = compat.work_routes(ROUTES)
-POSTS = frozenset(path for method, path, _, _ in ROUTES if method == "POST" and path)
-
-
-def add_routes(app: web.Application) -> None:
-    compat.mount(app, ROUTES, "/tei/{model:.+}")
+# TEI's POST routes under /tei/{model} (compat_routes.TEI): `model/embed` names a route, not a model
+POSTS = frozenset(r.path for r in TEI.routes if r.method == "POST" and r.path)

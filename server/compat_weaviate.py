@@ -199,19 +199,3 @@ async def ready(request: web.Request) -> web.Response:
 async def live(request: web.Request) -> web.Response:
     compat.split_mode(request.match_info["model"])
     return web.Response(status=204)
-
-
-ROUTES = (  # (method, path under /weaviate/{model}, handler, route name)
-    ("POST", "/vectors", vectors, "weaviate_vectors"),
-    ("POST", "/vectors/", vectors, "weaviate_vectors_slash"),
-    ("POST", "/rerank", rerank, "weaviate_rerank"),
-    ("POST", "/vectorize", vectorize, "weaviate_vectorize"),
-    ("GET", "/meta", meta, "weaviate_meta"),
-    ("GET", "/.well-known/ready", ready, "weaviate_ready"),
-    ("GET", "/.well-known/live", live, "weaviate_live"),
-)
-WORK = compat.work_routes(ROUTES)
-
-
-def add_routes(app: web.Application) -> None:
-    compat.mount(app, ROUTES, "/weaviate/{model:.+}")

@@ -2,56 +2,65 @@
 
 The engine's own knobs (device, memory budget, queue bounds, limits) are
 arguments of `sie_engine.Engine`; the CLI builds both from one command line.
+A field that an option sets takes its default from that option's declaration
+(server/options.py), so flag, variable, help and default are written once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from .options import SERVE, default_of
+
+
+def _option(field: str) -> Any:
+    return default_of(SERVE, "settings", field)
 
 
 @dataclass(frozen=True)
 class ServerSettings:
-    host: str = "127.0.0.1"
-    port: int = 8080
+    host: str = _option("host")
+    port: int = _option("port")
     # Bearer keys accepted on every route but health, readiness, metrics and
     # the OpenAPI document. Empty (and no key file): no authentication.
-    api_keys: tuple[str, ...] = ()
+    api_keys: tuple[str, ...] = _option("api_keys")
     # One key per line (`#` starts a comment); re-read when its mtime or size
     # changes, so keys rotate without a restart.
-    api_key_file: Path | None = None
+    api_key_file: Path | None = _option("api_key_file")
     api_key_poll_s: float = 1.0
     # Models loaded before /readyz turns 200.
-    preload: tuple[str, ...] = ()
+    preload: tuple[str, ...] = _option("preload")
     # The pool this server belongs to (reported to the router by /v1/status).
-    pool: str = "default"
+    pool: str = _option("pool")
     # Larger request bodies get 413 before they are parsed.
-    max_body_bytes: int = 64 * 2**20
+    max_body_bytes: int = _option("max_body_bytes")
     # After SIGTERM: how long to wait for accepted requests before giving up.
-    drain_timeout_s: float = 120.0
+    drain_timeout_s: float = _option("drain_timeout_s")
     # Bodies and answers larger than this are (de)serialised on a worker thread
     # so one big request never stalls the event loop for everyone else.
     offload_bytes: int = 256 * 2**10
     # Browser origins allowed to call the API (CORS). Empty: no CORS headers at
     # all, so browsers refuse cross-origin calls. "*" allows every origin.
-    cors_origins: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = _option("cors_origins")
     # Open client connections served at once; beyond it a new connection gets
     # 503 with Retry-After and is closed (bounds sockets held by slow clients).
-    max_connections: int = 1024
+    max_connections: int = _option("max_connections")
     # Connections that may wait beyond max_connections for a probe's request head: /healthz and
     # /readyz are answered there even at the cap, anything else 503 (connections.py).
-    probe_connections: int = 16
+    probe_connections: int = _option("probe_connections")
     # Slow or idle clients must not hold a connection: a request head must arrive whole within
     # head_timeout_s of its first byte; a connection waits at most keepalive_timeout_s for its
     # next request (also a new one, for its first byte); a body gets body_idle_timeout_s between
     # two reads and body_timeout_s in all (then 408 and the connection closes).
-    head_timeout_s: float = 10.0
-    keepalive_timeout_s: float = 15.0
-    body_idle_timeout_s: float = 30.0
-    body_timeout_s: float = 120.0
+    head_timeout_s: float = _option("head_timeout_s")
+    keepalive_timeout_s: float = _option("keepalive_timeout_s")
+    body_idle_timeout_s: float = _option("body_idle_timeout_s")
+    body_timeout_s: float = _option("body_timeout_s")
     # One line per request on the `sie_server.access` logger, with its request id
     # (never the Authorization header).
-    access_log: bool = True
+    access_log: bool = _option("access_log")
 
     @property
     def auth_enabled(self) -> bool:

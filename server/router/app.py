@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from sie_contract import all_tasks
 
+from .. import compat_routes
 from ..auth import ApiKeys
 from .config import RouterConfig
 from .errors import error_response
@@ -100,8 +101,10 @@ def _model_in_body(body: bytes) -> str | None:
     return _routing_model(model) if isinstance(model, str) else None
 
 
-async def embeddings_handler(request: web.Request) -> web.StreamResponse:
-    """POST /v1/embeddings (OpenAI): the model is in the JSON body; the body is sent unchanged."""
+async def body_model_handler(request: web.Request) -> web.StreamResponse:
+    """A compat route whose model is in the JSON body (OpenAI's /v1/embeddings, Cohere's rerank,
+    Infinity's, compat_routes.py); the body is sent unchanged. A GET (Infinity's /models) has none:
+    any worker of the pool answers it."""
     body = await request.read()
     if len(body) > _INLINE_PARSE_BYTES:
         model = await asyncio.to_thread(_model_in_body, body)
@@ -110,26 +113,9 @@ async def embeddings_handler(request: web.Request) -> web.StreamResponse:
     return await _forward(request, model, body)
 
 
-# The ecosystem's APIs that serve one model per base URL (server/compat_tei.py,
-# compat_weaviate.py): `/tei/<model>/embed`; the model is the path between prefix and route.
-_PER_MODEL_ROUTES = {
-    "tei": ("/embed", "/embed_sparse", "/embed_all", "/rerank", "/predict", "/similarity", "/tokenize", "/info",
-            "/health"),
-    "weaviate": ("/vectors", "/vectors/", "/rerank", "/vectorize", "/meta", "/.well-known/ready", "/.well-known/live"),
-}
-# ... and those that name the model in the body (Cohere/Jina rerank, Infinity), like /v1/embeddings
-_BODY_MODEL_ROUTES = ("/v1/rerank", "/v2/rerank", "/embeddings", "/rerank")
-
-
-async def per_model_handler(request: web.Request) -> web.StreamResponse:
-    """`/tei/{model}/...` and `/weaviate/{model}/...`: routed by the model in the path."""
-    api = request.path.split("/", 2)[1]
-    model = request.match_info["rest"]
-    for route in sorted(_PER_MODEL_ROUTES[api], key=len, reverse=True):
-        if model.endswith(route):
-            model = model[:-len(route)]
-            break
-    return await _forward(request, _routing_model(model), await request.read())
+async def path_model_handler(request: web.Request) -> web.StreamResponse:
+    """A compat route whose model is in its path (`/tei/{model}/embed`, compat_routes.py)."""
+    return await _forward(request, _routing_model(request.match_info["model"]), await request.read())
 
 
 async def passthrough_handler(request: web.Request) -> web.StreamResponse:
@@ -208,15 +194,13 @@ def create_router_app(config: RouterConfig) -> web.Application:
     app.on_shutdown.append(_on_shutdown)
     for task in all_tasks():  # the registry's tasks when the app is made, as the workers serve them
         app.router.add_post(task.route("{model:.+}"), task_handler)
-    app.router.add_post("/v1/embeddings", embeddings_handler)
     app.router.add_get("/v1/models", passthrough_handler)
     app.router.add_get("/v1/models/{model:.+}", passthrough_handler)
     app.router.add_get("/openapi.json", passthrough_handler)
-    for api in _PER_MODEL_ROUTES:
-        app.router.add_route("*", f"/{api}/{{rest:.+}}", per_model_handler)
-    for path in _BODY_MODEL_ROUTES:
-        app.router.add_post(path, embeddings_handler)
-    app.router.add_get("/models", passthrough_handler)  # Infinity's model list
+    for api in compat_routes.APIS:  # the rows the workers mount, in the same order (the same matches)
+        handler = path_model_handler if api.model == "path" else body_model_handler
+        for method, path, _, _ in api.paths():
+            app.router.add_route(method, path, handler)
     app.router.add_get("/v1/router/workers", workers_handler)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

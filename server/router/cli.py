@@ -1,124 +1,110 @@
 """`sie-server router ...`: the command line of the model-affinity router.
 
 server/cli.py calls `add_router_parser(subparsers)`; `python -m sie_server.router` works too.
+The options are declared in options.py; aiohttp and the app are imported only to serve, so
+`--help` and argument errors answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
-from pathlib import Path
-from urllib.parse import urlsplit
+import signal
+import sys
 
-from .config import PoolService, RouterConfig, StaticWorker
+from ..options import ArgumentParser, OptionError, add_arguments, resolve, targets
+from .config import RouterConfig
+from .options import ROUTER
 
-# The engine server reads the same variable (server/auth.py), so one Secret serves both.
-API_KEYS_ENV = "SIE_API_KEYS"
-
-
-def _static_worker(text: str) -> StaticWorker:
-    """`URL` or `POOL=URL`."""
-    pool, sep, url = text.partition("=")
-    if not sep:
-        pool, url = "", text
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise argparse.ArgumentTypeError(
-            f"--worker {text!r}: expected [POOL=]http://HOST:PORT")
-    return StaticWorker(url=url.rstrip("/"), pool=pool or None)
-
-
-def _pool_service(text: str) -> PoolService:
-    """`POOL=HOST:PORT` (a headless service: one DNS record per pod)."""
-    pool, sep, target = text.partition("=")
-    host, colon, port = target.rpartition(":")
-    if not sep or not pool or not colon or not host or not port.isdigit():
-        raise argparse.ArgumentTypeError(
-            f"--service {text!r}: expected POOL=HOST:PORT, e.g. "
-            "gpu-l4=sie-engine-gpu-l4-headless.default.svc.cluster.local:8080")
-    return PoolService(pool=pool, host=host, port=int(port))
-
-
-def _positive(kind):
-    def parse(text: str):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-    return parse
+log = logging.getLogger("sie_server.router")
+# The one line logged once the socket is bound (aiohttp's banner is not printed).
+LISTENING = "SIE router listening on http://{host}:{port}"
 
 
 def add_router_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "router", help="model-affinity router in front of many engine workers",
         description="Route requests to engine workers by model affinity, hold them while a "
-                    "pool has no ready worker, retry failures elsewhere.")
+                    "pool has no ready worker, retry failures elsewhere. Every option also reads "
+                    "its environment variable; a flag wins over it.")
     add_router_arguments(p)
     p.set_defaults(func=run_router, handler=run_router)
     return p
 
 
 def add_router_arguments(p: argparse.ArgumentParser) -> None:
-    d = RouterConfig()
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--worker", action="append", default=[], type=_static_worker,
-                   metavar="[POOL=]URL", help="a worker; without POOL its /v1/status names it")
-    p.add_argument("--service", action="append", default=[], type=_pool_service,
-                   metavar="POOL=HOST:PORT",
-                   help="a headless service whose DNS records are the pool's workers")
-    p.add_argument("--pool", action="append", default=[], dest="pools", metavar="NAME",
-                   help="a pool requests may name even while it has no worker")
-    p.add_argument("--default-pool", default=None,
-                   help="pool for requests without X-SIE-Pool (default: any pool)")
-    p.add_argument("--hold-timeout", type=_positive(float), default=d.hold_timeout_s,
-                   help="seconds to hold a request while its pool has no ready worker")
-    p.add_argument("--retry-after", type=_positive(int), default=d.retry_after_s,
-                   help="Retry-After (s) of the 503 sent when the hold times out")
-    p.add_argument("--max-attempts", type=_positive(int), default=d.max_attempts)
-    p.add_argument("--poll-interval", type=_positive(float), default=d.poll_interval_s)
-    p.add_argument("--dns-refresh", type=_positive(float), default=d.dns_refresh_s)
-    p.add_argument("--upstream-timeout", type=_positive(float), default=d.upstream_timeout_s)
-    p.add_argument("--shutdown-timeout", type=_positive(float), default=60.0,
-                   help="after SIGTERM, seconds to finish accepted requests")
-    p.add_argument("--api-key", action="append", default=[], dest="api_keys",
-                   help=f"accepted bearer key (also ${API_KEYS_ENV}, comma-separated)")
-    p.add_argument("--api-key-file", type=Path, default=None, metavar="PATH",
-                   help="file of accepted keys (one per line), re-read when it changes")
-    p.add_argument("--log-level", default="INFO")
+    add_arguments(p, ROUTER)
+
+
+class RouterUsageError(SystemExit):
+    """A router command line that cannot run; the message is the one line to print (run_router
+    prints it and exits 2; a caller of `config_from_args` that does not catch it exits too)."""
 
 
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
-    env_keys = [k.strip() for k in os.environ.get(API_KEYS_ENV, "").split(",") if k.strip()]
-    if not args.worker and not args.service:
-        raise SystemExit("sie-server router: name workers with --worker or --service")
-    if args.api_key_file is not None and not args.api_key_file.is_file():
-        raise SystemExit(f"sie-server router: --api-key-file {args.api_key_file} does not exist")
-    return RouterConfig(
-        workers=tuple(args.worker), services=tuple(args.service), pools=tuple(args.pools),
-        default_pool=args.default_pool, poll_interval_s=args.poll_interval,
-        dns_refresh_s=args.dns_refresh, hold_timeout_s=args.hold_timeout,
-        retry_after_s=args.retry_after, max_attempts=args.max_attempts,
-        upstream_timeout_s=args.upstream_timeout,
-        api_keys=frozenset([*args.api_keys, *env_keys]), api_key_file=args.api_key_file,
-    )
+    """The RouterConfig of a parsed command line (flags, then SIE_ROUTER_* variables, then defaults)."""
+    try:
+        resolve(args, ROUTER)
+    except OptionError as exc:
+        raise RouterUsageError(str(exc)) from None
+    if not args.workers and not args.services:
+        raise RouterUsageError("name workers with --worker or --service")
+    values = targets(ROUTER, vars(args), "router")
+    values["api_keys"] = frozenset(values["api_keys"])
+    return RouterConfig(**values)
 
 
 def run_router(args: argparse.Namespace) -> int:
+    try:
+        config = config_from_args(args)
+    except RouterUsageError as exc:
+        print(f"sie-server router: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(_serve(config, args.host, args.port, args.shutdown_timeout))
+    except OSError as exc:  # the address cannot be bound: one line, as the engine server's
+        why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        print(f"sie-server router: cannot listen on {args.host}:{args.port}: {why}", file=sys.stderr)
+        return 1
+
+
+async def _serve(config: RouterConfig, host: str, port: int, shutdown_timeout: float) -> int:
+    """Serve until SIGTERM / SIGINT; then finish accepted requests (up to `shutdown_timeout`)."""
     from aiohttp import web
 
     from .app import create_router_app
 
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = config_from_args(args)
-    web.run_app(create_router_app(config), host=args.host, port=args.port,
-                shutdown_timeout=args.shutdown_timeout, access_log=None)
+    # aiohttp's run_app would print its banner; one line of our own says where and what
+    runner = web.AppRunner(create_router_app(config), access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=2048)
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    bound_host, bound_port = runner.addresses[0][:2]
+    log.info("%s: %d static worker(s), %d service(s), pools %s, default pool %s",
+             LISTENING.format(host=bound_host, port=bound_port), len(config.workers), len(config.services),
+             ", ".join(sorted(config.known_pools())) or "(from the workers)", config.default_pool or "any")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()  # readiness 503, accepted requests finished, connections closed
+        log.info("router stopped")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sie-server router")
+    parser = ArgumentParser(prog="sie-server router")
     add_router_arguments(parser)
     return run_router(parser.parse_args(argv))
