@@ -110,7 +110,8 @@ class Family:
     name: str
     config_from_hf: Callable[[Mapping[str, Any]], Any]
     model_class: type[Backbone]
-    # Pooling the family's embedding models usually use, for cards that do not say.
+    # Pooling of a card-less directory without sentence-transformers' pooling config
+    # (local_card.encoder_card): the pooling the family's embedding models usually use.
     default_pooling: str = "mean"
     # Input preparation other than TextTokenizer's (same constructor and `encode`): static
     # embedders tokenise by model2vec's rules; image-text families read the image processor too.
