@@ -182,6 +182,9 @@ class QwenModel(Backbone):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
 
+    def input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
