@@ -46,12 +46,14 @@ def card_from_local_dir(name: str, path: str | Path) -> ModelCard:
     return encoder_card(name, root, config)
 
 
-def encoder_card(name: str, root: Path, config: Mapping[str, Any], *, pooling: str = "mean",
+def encoder_card(name: str, root: Path, config: Mapping[str, Any], *, pooling: str | None = None,
                  window: int | None = None) -> ModelCard:
     """A text encoder's card: pooling and normalisation from sentence-transformers' `modules.json`
-    and `1_Pooling/config.json` where present, otherwise `pooling` (the family's usual one),
-    normalised; `window`: the family's own window (default: what its positions allow, else
-    `max_position_embeddings`); query and document prompts from `config_sentence_transformers.json`.
+    and `1_Pooling/config.json` where present, otherwise `pooling` (default: the family's declared
+    `default_pooling`, as a decoder without sentence-transformers' files embeds at its last token;
+    mean for an architecture SIE does not know), normalised; `window`: the family's own window
+    (default: what its positions allow, else `max_position_embeddings`); query and document
+    prompts from `config_sentence_transformers.json`.
     A sequence classifier serves score (and zero-shot classification when it is an NLI model), a
     masked LM sparse vectors."""
     st = read_sentence_transformers_layout(root)
@@ -63,6 +65,8 @@ def encoder_card(name: str, root: Path, config: Mapping[str, Any], *, pooling: s
             outputs = ("score", "zeroshot")  # an NLI model: zero-shot classification (extract) too
     elif any(a.endswith("ForMaskedLM") for a in architectures) and st is None:
         outputs = ("sparse",)
+    if pooling is None:
+        pooling = family_pooling(config)
     normalize = True
     max_seq_len = window or family_positions(config) or int(config.get("max_position_embeddings", 512))
     if st is not None:
@@ -152,6 +156,15 @@ def _pooling_from_st(config: Mapping[str, Any]) -> str:
             return chosen[0]
     raise ValueError(f"unsupported sentence-transformers pooling config {dict(config)} "
                      f"(SIE pools by {', '.join(sorted(_ST_POOLING))})")
+
+
+def family_pooling(config: Mapping[str, Any]) -> str:
+    """The family's declared default pooling (mean for an architecture SIE does not know: it is
+    reported when the model loads, not here)."""
+    try:
+        return family_for(config).default_pooling
+    except UnsupportedArchitecture:
+        return "mean"
 
 
 def family_positions(config: Mapping[str, Any]) -> int | None:

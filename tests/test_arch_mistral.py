@@ -121,3 +121,21 @@ def test_engine_equals_sentence_transformers_e5_mistral_recipe(model_dir):
                                    (False, st.encode(TEXTS))):
             got = np.stack([item.dense for item in engine.encode_sync(card.id, TEXTS, is_query=is_query).items])
             np.testing.assert_allclose(got, expected, atol=FP32_TOL, rtol=0)
+
+
+def test_local_directory_without_sentence_transformers_files_pools_last_token(model_dir, token_ids, tmp_path):
+    """`--model NAME=PATH` on a Mistral checkpoint with no sentence-transformers files: the family's
+    declared last-token pooling (as e5-mistral embeds), normalised; equal to transformers' MistralModel
+    last hidden state at each text's last token, normalised."""
+    from sie_engine import card_from_local_dir
+
+    root = save_tiny(model_dir[1], tmp_path / "bare-mistral")
+    assert not (root / "modules.json").exists()
+    card = card_from_local_dir("local/mistral", root)
+    assert (card.pooling, card.normalize, card.family, card.max_seq_len) == ("last", True, None, WINDOW)
+    expected = reference_pooled(reference_hidden(model_dir[1], token_ids), "last")
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    with Engine(Catalog([card]), device="cpu") as engine:
+        got = np.stack([item.dense for item in engine.encode_sync(card.id, TEXTS).items])
+        assert engine.model_info(card.id).family == "mistral"
+    np.testing.assert_allclose(got, expected, atol=FP32_TOL, rtol=0)

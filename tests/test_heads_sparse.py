@@ -110,8 +110,8 @@ def test_dense_is_not_offered(engine):
 
 
 def _tiny_mlm(kind: str, dest):
-    from transformers import (BertConfig, BertForMaskedLM, ModernBertConfig, ModernBertForMaskedLM,
-                              XLMRobertaForMaskedLM)
+    from transformers import (BertConfig, BertForMaskedLM, ModernBertConfig, ModernBertForMaskedLM, MPNetConfig,
+                              MPNetForMaskedLM, XLMRobertaForMaskedLM)
 
     from tiny_models import save_tiny, tiny_xlmr_config
 
@@ -123,6 +123,10 @@ def _tiny_mlm(kind: str, dest):
             vocab_size=30522, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
             max_position_embeddings=512, local_attention=8, global_attn_every_n_layers=3, pad_token_id=0,
             bos_token_id=101, cls_token_id=101, eos_token_id=102, sep_token_id=102))
+    elif kind == "mpnet":
+        model = MPNetForMaskedLM(MPNetConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=4, intermediate_size=48,
+                                             max_position_embeddings=514))
     else:  # untied decoder saved in the checkpoint
         model = BertForMaskedLM(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                            intermediate_size=64, max_position_embeddings=128,
@@ -130,9 +134,9 @@ def _tiny_mlm(kind: str, dest):
     return save_tiny(model.eval(), dest)
 
 
-@pytest.mark.parametrize("kind", ["xlmr", "modernbert", "bert-untied"])
+@pytest.mark.parametrize("kind", ["xlmr", "modernbert", "mpnet", "bert-untied"])
 def test_splade_on_other_mlm_layouts(kind, tmp_path):
-    """RoBERTa (`lm_head`), ModernBERT (`head` + tied `decoder`) and an untied BERT decoder,
+    """RoBERTa (`lm_head`), ModernBERT (`head` + tied `decoder`), MPNet (`lm_head`) and an untied BERT decoder,
     against the SPLADE formula on transformers' MLM logits of the same tiny random model."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
@@ -151,3 +155,21 @@ def test_splade_on_other_mlm_layouts(kind, tmp_path):
         row = torch.log1p(torch.relu(logits)).amax(0).numpy()
         row[sorted(tokenizer.all_special_ids)] = 0.0
         _check_equal(item.sparse, row, row > 0)
+
+
+def test_a_family_without_a_masked_lm_head_is_refused_at_load(tmp_path):
+    """SPLADE reads the masked-LM head a family declares (`Backbone.masked_lm_layout`); a decoder
+    family declares none, and the card is refused naming that, not by a missing tensor."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from tiny_models import save_tiny
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                         num_key_value_heads=2, intermediate_size=48))
+    root = save_tiny(model.eval(), tmp_path / "qwen")
+    card = ModelCard(id="tiny/qwen-sparse", weights=WeightsSource(path=str(root)), outputs=("sparse",),
+                     max_seq_len=120, max_batch_tokens=2048)
+    with Engine(Catalog([card]), device="cpu") as engine:
+        with pytest.raises(Exception, match="reads a masked-LM head, which QwenModel does not declare"):
+            engine.encode_sync(card.id, TEXTS[:1])

@@ -85,9 +85,30 @@ def _modernbert_classifier(pooling):
     return make
 
 
+def _mpnet_classifier(dest):
+    """MPNetForSequenceClassification: RoBERTa's classifier layout (`classifier.dense`, `out_proj`)."""
+    from transformers import MPNetConfig, MPNetForSequenceClassification
+
+    torch.manual_seed(5)
+    config = MPNetConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=48, max_position_embeddings=514, num_labels=1)
+    return _no_segment_ids(save_tiny(MPNetForSequenceClassification(config).eval(), dest))
+
+
+def _nomic_classifier(dest):
+    """transformers' NomicBertForSequenceClassification: BERT's layout (pooler, then `classifier`)."""
+    from transformers import NomicBertConfig, NomicBertForSequenceClassification
+
+    torch.manual_seed(6)
+    config = NomicBertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=48, num_labels=1)
+    return save_tiny(NomicBertForSequenceClassification(config).eval(), dest)
+
+
 MODELS = {"minilm": _minilm_classifier, "xlmr": _xlmr_classifier, "bert2": _bert_two_labels,
           "identity": _identity_activation, "modernbert-cls": _modernbert_classifier("cls"),
-          "modernbert-mean": _modernbert_classifier("mean")}
+          "modernbert-mean": _modernbert_classifier("mean"), "mpnet": _mpnet_classifier,
+          "nomic": _nomic_classifier}
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +136,8 @@ def _reference(root, pairs):
     return np.asarray(scores, dtype=np.float64), model
 
 
-@pytest.mark.parametrize("name", ["minilm", "xlmr", "identity", "modernbert-cls", "modernbert-mean"])
+@pytest.mark.parametrize("name", ["minilm", "xlmr", "identity", "modernbert-cls", "modernbert-mean", "mpnet",
+                                  "nomic"])
 def test_scores_match_cross_encoder(engine, roots, name):
     result = engine.score_sync(f"ce/{name}", {"text": QUERY}, DOCS)
     expected, reference = _reference(roots[name], [(QUERY, d) for d in DOCS])
@@ -199,3 +221,18 @@ def test_bad_input_is_refused_with_the_field(engine):
     assert info.value.field == "instruction"
     with pytest.raises(UnsupportedTask):
         engine.encode_sync("ce/minilm", ["a text"])
+
+
+def test_a_family_without_a_sequence_classifier_is_refused_at_load(tmp_path):
+    """DistilBERT's `pre_classifier` head is not implemented: its family declares no sequence
+    classifier (rather than inheriting BERT's pooler layout), and the card is refused saying so."""
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    torch.manual_seed(7)
+    config = DistilBertConfig(vocab_size=30522, dim=32, n_layers=1, n_heads=4, hidden_dim=48, num_labels=1)
+    root = _no_segment_ids(save_tiny(DistilBertForSequenceClassification(config).eval(), tmp_path / "distil"))
+    card = ModelCard(id="ce/distil", weights=WeightsSource(path=str(root)), outputs=("score",), max_seq_len=120,
+                     max_batch_tokens=2048)
+    with Engine(Catalog([card]), device="cpu") as engine:
+        with pytest.raises(Exception, match="DistilBertModel declares no sequence classifier"):
+            engine.score_sync(card.id, QUERY, DOCS[:1])

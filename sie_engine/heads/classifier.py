@@ -1,16 +1,15 @@
 """Cross-encoder heads: sequence classification over a packed (query, document)
 pair, giving one relevance score per pair (the `score` task).
 
-The shared checkpoint layouts, as transformers names them (a family with its own says so:
-`Backbone.sequence_classifier`, e.g. models/deberta_v2 and models/modernbert):
+Each family declares its checkpoints' layout (`Backbone.sequence_classifier`); two layouts
+several families share are built here, as transformers names them:
 
-- `BertForSequenceClassification`: pooler (dense + tanh on [CLS]) then `classifier`.
-- `*RobertaForSequenceClassification` (XLM-R, RoBERTa; bge-reranker): `classifier.dense` + tanh
-  on [CLS], then `classifier.out_proj`.
-- `DebertaV2ForSequenceClassification` (NLI cross-encoders): `pooler.dense` + `pooler_hidden_act`
-  on [CLS], then `classifier`.
-- `ModernBertForSequenceClassification` (gte-reranker-modernbert): CLS or mean pooling
-  (`classifier_pooling`), `head.dense` + activation + `head.norm`, then `classifier`.
+- `pooler_classifier`, BertForSequenceClassification's: pooler (dense + tanh on [CLS]) then
+  `classifier` (models/bert, models/nomic_bert).
+- `dense_out_proj_classifier`, RobertaForSequenceClassification's (XLM-R, RoBERTa; bge-reranker):
+  `classifier.dense` + tanh on [CLS], then `classifier.out_proj` (models/bert, models/mpnet).
+
+Others are the family's own (models/deberta_v2's ContextPooler, models/modernbert's head).
 
 LLM rerankers of the Qwen3-Reranker kind (`options.score.kind: yes-no`) run a causal LM
 on a prompt that asks whether the document answers the query; the score is the
@@ -96,31 +95,42 @@ class DenseAct(nn.Module):
         return self.norm(self.act(self.dense(x)))
 
 
+def pooler_classifier(ctx: HeadContext) -> SequenceClassifier:
+    """BertForSequenceClassification's layout (NomicBERT's too): the backbone's pooler (`pooler.dense`
+    + tanh on [CLS], under the backbone's prefix), then `classifier`."""
+    device, dtype, tensors, pooler = ctx.device, ctx.dtype, ctx.checkpoint, f"{ctx.prefix}pooler.dense"
+    pre = DenseAct(linear(tensor(tensors, f"{pooler}.weight"), tensor(tensors, f"{pooler}.bias"), device, dtype),
+                   torch.tanh)
+    classifier = linear(tensor(tensors, "classifier.weight"), optional(tensors, "classifier.bias"), device, dtype)
+    return SequenceClassifier("cls", pre, classifier)
+
+
+def dense_out_proj_classifier(ctx: HeadContext) -> SequenceClassifier:
+    """RobertaForSequenceClassification's layout (XLM-R's, MPNet's; bge-reranker): `classifier.dense`
+    + tanh on [CLS], then `classifier.out_proj`."""
+    device, dtype, tensors = ctx.device, ctx.dtype, ctx.checkpoint
+    pre = DenseAct(linear(tensor(tensors, "classifier.dense.weight"), tensor(tensors, "classifier.dense.bias"),
+                          device, dtype), torch.tanh)
+    classifier = linear(tensor(tensors, "classifier.out_proj.weight"), tensor(tensors, "classifier.out_proj.bias"),
+                        device, dtype)
+    return SequenceClassifier("cls", pre, classifier)
+
+
 def build_classifier(ctx: HeadContext) -> SequenceClassifier:
-    """The classification head named by the checkpoint's architecture."""
-    device, dtype, tensors, config, prefix = ctx.device, ctx.dtype, ctx.checkpoint, ctx.hf_config, ctx.prefix
-    architectures = config.get("architectures") or []
+    """The classification head of a `*ForSequenceClassification` checkpoint, in the layout its
+    family declares (`Backbone.sequence_classifier`)."""
+    architectures = ctx.hf_config.get("architectures") or []
     arch = next((a for a in architectures if a.endswith("ForSequenceClassification")), None)
     if arch is None:
         raise ValueError(
             f"card {ctx.card.id}: `score` needs a *ForSequenceClassification checkpoint; "
             f"config.json names {architectures}"
         )
-    own = ctx.backbone.sequence_classifier(ctx)  # a family with a classifier layout of its own
-    if own is not None:
-        return own.eval()
-    if "classifier.out_proj.weight" in tensors:  # RoBERTa-style head
-        pool = "cls"
-        pre = DenseAct(linear(tensors["classifier.dense.weight"], tensors["classifier.dense.bias"], device, dtype),
-                       torch.tanh)
-        classifier = linear(tensors["classifier.out_proj.weight"], tensors["classifier.out_proj.bias"], device, dtype)
-    else:  # BERT: pooler + classifier
-        pool = "cls"
-        pooler = f"{prefix}pooler.dense"
-        pre = DenseAct(linear(tensor(tensors, f"{pooler}.weight"), tensor(tensors, f"{pooler}.bias"), device, dtype),
-                       torch.tanh)
-        classifier = linear(tensor(tensors, "classifier.weight"), optional(tensors, "classifier.bias"), device, dtype)
-    return SequenceClassifier(pool, pre, classifier).eval()
+    head = ctx.backbone.sequence_classifier(ctx)
+    if head is None:
+        raise ValueError(f"card {ctx.card.id}: {arch}'s classification head is not implemented "
+                         f"({type(ctx.backbone).__name__} declares no sequence classifier)")
+    return head.eval()
 
 
 def to_scores(logits: torch.Tensor, activation: str, label: int) -> torch.Tensor:
@@ -184,9 +194,12 @@ def build_yes_no_head(ctx: HeadContext) -> YesNoHead:
     token_ids = [ctx.tokenizer.token_id(options["no_token"]), ctx.tokenizer.token_id(options["yes_token"])]
     weight = optional(ctx.checkpoint, "lm_head.weight")
     if weight is None:  # tied to the input embeddings
-        weight = tensor(ctx.checkpoint, f"{ctx.prefix}embed_tokens.weight",
-                        f"{ctx.prefix}embeddings.word_embeddings.weight")
-    return YesNoHead(weight[token_ids].to(device=ctx.device, dtype=ctx.dtype)).eval()
+        table = ctx.backbone.input_embeddings()
+        if table is None:
+            raise ValueError(f"card {ctx.card.id}: options.score.kind yes-no needs `lm_head.weight` or input "
+                             f"embeddings to tie it to, which {type(ctx.backbone).__name__} does not expose")
+        weight = table.weight
+    return YesNoHead(weight.detach()[token_ids].to(device=ctx.device, dtype=ctx.dtype)).eval()
 
 
 def build_score_head(ctx: HeadContext) -> dict[str, nn.Module]:

@@ -10,9 +10,8 @@ Token vectors are `normalize(linear(hidden))`. Which tokens are kept:
   tokenizer's `encode_marked` inserts.
 - BGE-M3 (`kind: bge-m3`): every token but the first ([CLS]); the projection is
   `colbert_linear.pt`.
-- ColPali (`kind: colpali`, models/colpali/model.py): every token of a query and every position of a
-  page (image features and prompt); the projection is `embedding_proj_layer`. The head hands the
-  backbone the page prompt's tokens, which its input preparation read from the processor.
+- A family with token vectors of its own kind builds them with `multivector_heads` from its
+  own builder (`Family.heads`; ColPali's `kind: colpali`, models/colpali/head.py).
 
 MaxSim: score(q, d) = sum over query vectors of the best dot product with a document
 vector (`score: mean` divides by the number of query vectors, as BGE-M3 does).
@@ -47,7 +46,7 @@ from .context import HeadContext
 from .st_dense import load_module_weights
 from .base import Head
 
-KINDS = ("colbert", "bge-m3", "colpali")
+KINDS = ("colbert", "bge-m3")
 SCORES = ("sum", "mean")
 
 
@@ -163,9 +162,6 @@ def _projection(ctx: HeadContext, kind: str) -> nn.Linear:
     if kind == "bge-m3":
         state = load_torch_file(ctx.root / "colbert_linear.pt")
         return linear(state["weight"], state.get("bias"), device, dtype)
-    if kind == "colpali":
-        return linear(tensor(tensors, "embedding_proj_layer.weight"), optional(tensors, "embedding_proj_layer.bias"),
-                      device, dtype)
     weight = optional(tensors, "linear.weight")
     if weight is not None:  # colbert-ir layout: the projection sits beside the backbone
         return linear(weight, optional(tensors, "linear.bias"), device, dtype)
@@ -203,13 +199,20 @@ def build_multivector(ctx: HeadContext) -> dict[str, nn.Module]:
     kind = options.get("kind", "colbert")
     if kind not in KINDS:
         raise ValueError(f"card {ctx.card.id}: options.multivector.kind {kind!r} not one of {KINDS}")
-    score_mode = options.get("score", "mean" if kind == "bge-m3" else "sum")
+    return multivector_heads(ctx, _projection(ctx, kind), drop_first=kind == "bge-m3",
+                             default_score="mean" if kind == "bge-m3" else "sum",
+                             default_skiplist="punctuation" if kind == "colbert" else None)
+
+
+def multivector_heads(ctx: HeadContext, proj: nn.Linear, *, drop_first: bool, default_score: str,
+                      default_skiplist: Any) -> dict[str, nn.Module]:
+    """The `multivector` and `score` heads over a projection `[D, H]`, with the card's
+    `options.multivector` (normalize, score, skiplist, markers) over the kind's defaults."""
+    options = ctx.options("multivector")
+    score_mode = options.get("score", default_score)
     if score_mode not in SCORES:
         raise ValueError(f"card {ctx.card.id}: options.multivector.score {score_mode!r} not one of {SCORES}")
-    proj = _projection(ctx, kind)
-    if kind == "colpali":  # a page is its image features, then this fixed prompt
-        ctx.backbone.image_prompt_ids = torch.as_tensor(ctx.tokenizer.image_prompt_ids, dtype=torch.long)
-    skip = skiplist_ids(ctx, options.get("skiplist", "punctuation" if kind == "colbert" else None))
+    skip = skiplist_ids(ctx, options.get("skiplist", default_skiplist))
     marker = options.get("document_marker")
     if skip and marker is None:
         raise ValueError(f"card {ctx.card.id}: a document skiplist needs options.multivector.document_marker")
@@ -219,7 +222,7 @@ def build_multivector(ctx: HeadContext) -> dict[str, nn.Module]:
     head = MultiVectorHead(
         proj,
         normalize=bool(options.get("normalize", True)),
-        drop_first=kind == "bge-m3",
+        drop_first=drop_first,
         skip_ids=torch.tensor(skip, dtype=torch.long, device=ctx.device) if skip else None,
         document_marker=ctx.tokenizer.token_id(marker) if marker is not None else None,
     ).eval()

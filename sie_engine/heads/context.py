@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-from torch import nn
 
 from ..card import ModelCard
+from ..models.base import Backbone
 from ..tokenizer import TextTokenizer
 
 
@@ -18,7 +18,8 @@ class HeadContext:
     """card, root: the model's card and files; hf_config: the backbone's config.json;
     config: the family's typed config; checkpoint: the model's tensors by name, read one at
     a time (a `weights.Checkpoint`); prefix: the backbone's prefix in it; backbone: the
-    loaded backbone (a head may share its tensors, e.g. tied embeddings)."""
+    loaded backbone (a head may share its tensors, e.g. tied embeddings, and asks its declared
+    capabilities: `masked_lm_layout`, `input_embeddings`, ...)."""
 
     card: ModelCard
     root: Path
@@ -26,7 +27,7 @@ class HeadContext:
     config: Any
     checkpoint: Mapping[str, torch.Tensor]
     prefix: str
-    backbone: nn.Module
+    backbone: Backbone
     tokenizer: TextTokenizer
     device: torch.device
     dtype: torch.dtype

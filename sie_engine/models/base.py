@@ -30,6 +30,26 @@ if TYPE_CHECKING:
 CPU_FLOAT32_BATCH_TOKENS = 2048
 
 
+@dataclass(frozen=True)
+class MaskedLMLayout:
+    """Where a checkpoint's masked-LM head sits (the `*ForMaskedLM` head SPLADE reads, heads/sparse.py):
+    `dense` -> `activation` -> the LayerNorm `norm` (eps `eps`), then the decoder `[vocab, H]` and its bias.
+
+    dense, norm: module names (`<dense>.weight`, `<norm>.weight` or `.gamma`, ...).
+    decoder: the decoder's weight; absent from the checkpoint: tied to the input embeddings.
+    bias: the decoder bias, the first of these names present; with `bias_required` False an absent
+    one is zeros (ModernBERT's `decoder_bias: false`).
+    """
+
+    dense: str
+    norm: str
+    activation: str
+    eps: float
+    decoder: str
+    bias: tuple[str, ...]
+    bias_required: bool = True
+
+
 class Backbone(nn.Module):
     """A family's model: `forward(input_ids [T], positions [T], attn, token_type_ids [T]?) -> hidden [T, H]`
     over a packed batch, its checkpoint loaded through `weight_spec`. The class-level attributes
@@ -69,9 +89,16 @@ class Backbone(nn.Module):
         (the head reads the tensor from the checkpoint instead)."""
         return None
 
+    @classmethod
+    def masked_lm_layout(cls, config: Mapping[str, Any]) -> MaskedLMLayout | None:
+        """The family's masked-LM head layout under this config.json (the sparse head's SPLADE
+        kinds read it); None: the family has none."""
+        return None
+
     def sequence_classifier(self, ctx: Any) -> nn.Module | None:
-        """The family's own `*ForSequenceClassification` head (a `heads.classifier.SequenceClassifier`
-        built from `ctx`, a `HeadContext`); None: the shared BERT / RoBERTa layouts."""
+        """The family's `*ForSequenceClassification` head (a `heads.classifier.SequenceClassifier`
+        built from `ctx`, a `HeadContext`: its own, or one of the layouts heads/classifier.py shares);
+        None: the family has none (the score head is refused at load)."""
         return None
 
     def forward_images(self, pixel_values: torch.Tensor, attn: AttentionMetadata,
@@ -110,7 +137,8 @@ class Family:
     name: str
     config_from_hf: Callable[[Mapping[str, Any]], Any]
     model_class: type[Backbone]
-    # Pooling the family's embedding models usually use, for cards that do not say.
+    # Pooling of a card-less directory without sentence-transformers' pooling config
+    # (local_card.encoder_card): the pooling the family's embedding models usually use.
     default_pooling: str = "mean"
     # Input preparation other than TextTokenizer's (same constructor and `encode`): static
     # embedders tokenise by model2vec's rules; image-text families read the image processor too.

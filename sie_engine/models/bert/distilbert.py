@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from .model import BertConfig, BertModel
 from ...layers.weights import WeightSpec
-from ..base import Family
+from ..base import Family, MaskedLMLayout
 
 
 def distilbert_config(config: Mapping[str, Any]) -> BertConfig:
@@ -54,6 +54,19 @@ class DistilBertModel(BertModel):
         ),
         ignore=("embeddings.position_ids",),
     )
+
+    def sequence_classifier(self, ctx: Any) -> None:
+        """DistilBertForSequenceClassification's `pre_classifier` + ReLU head is not implemented (BERT's
+        pooler layout, which the class would inherit, is not DistilBERT's)."""
+        return None
+
+    @classmethod
+    def masked_lm_layout(cls, config: Mapping[str, Any]) -> MaskedLMLayout:
+        """DistilBertForMaskedLM's `vocab_transform` / `vocab_layer_norm` / `vocab_projector` (its
+        LayerNorm eps fixed in DistilBERT's code)."""
+        return MaskedLMLayout(dense="vocab_transform", norm="vocab_layer_norm",
+                              activation=config.get("activation", "gelu"), eps=1e-12,
+                              decoder="vocab_projector.weight", bias=("vocab_projector.bias",))
 
 
 FAMILY = Family("distilbert", distilbert_config, DistilBertModel, "mean")

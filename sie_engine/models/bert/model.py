@@ -19,7 +19,10 @@ from torch import nn
 from ...attention import AttentionBackend, AttentionMetadata, default_scale
 from ...layers.blocks import activation, residual_linear_
 from ...layers.weights import WeightSpec
-from ..base import Backbone, Family
+from ..base import Backbone, Family, MaskedLMLayout
+
+# model_types of RoBERTa-style checkpoints: positions from padding_idx + 1, RoBERTa's head names
+ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class BertConfig:
     @staticmethod
     def from_hf(config: Mapping[str, Any]) -> "BertConfig":
         model_type = config.get("model_type", "bert")
-        roberta_like = model_type in ("roberta", "xlm-roberta", "camembert")
+        roberta_like = model_type in ROBERTA_TYPES
         if config.get("position_embedding_type", "absolute") != "absolute":
             raise ValueError(f"position_embedding_type={config['position_embedding_type']!r} is not supported "
                              "(only 'absolute')")
@@ -169,6 +172,28 @@ class BertModel(Backbone):
 
     def input_embeddings(self) -> nn.Embedding:
         return self.embeddings.word_embeddings
+
+    def sequence_classifier(self, ctx: Any) -> nn.Module:
+        """BertForSequenceClassification's pooler + classifier, or RoBERTa's `classifier.dense` +
+        `classifier.out_proj` (XLM-R's; bge-reranker)."""
+        from ...heads.classifier import dense_out_proj_classifier, pooler_classifier
+
+        if ctx.hf_config.get("model_type", "bert") in ROBERTA_TYPES:
+            return dense_out_proj_classifier(ctx)
+        return pooler_classifier(ctx)
+
+    @classmethod
+    def masked_lm_layout(cls, config: Mapping[str, Any]) -> MaskedLMLayout:
+        """BertForMaskedLM's `cls.predictions` (its `hidden_act`), or RoBERTa's `lm_head` (GELU
+        whatever `hidden_act` says, as RobertaLMHead runs)."""
+        eps = config.get("layer_norm_eps", 1e-12)
+        if config.get("model_type", "bert") in ROBERTA_TYPES:
+            return MaskedLMLayout(dense="lm_head.dense", norm="lm_head.layer_norm", activation="gelu", eps=eps,
+                                  decoder="lm_head.decoder.weight", bias=("lm_head.bias", "lm_head.decoder.bias"))
+        return MaskedLMLayout(dense="cls.predictions.transform.dense", norm="cls.predictions.transform.LayerNorm",
+                              activation=config.get("hidden_act", "gelu"), eps=eps,
+                              decoder="cls.predictions.decoder.weight",
+                              bias=("cls.predictions.bias", "cls.predictions.decoder.bias"))
 
     def __init__(self, config: BertConfig, backend: AttentionBackend):
         super().__init__()

@@ -172,7 +172,8 @@ class GemmaDecoder(nn.Module):
 
 class PaliGemmaModel(Backbone):
     """Packed PaliGemma (ColPali's `vlm`); see the module docstring. `image_prompt_ids`: the tokens
-    after each page's image features, set from the checkpoint's processor when the head is built."""
+    after each page's image features, set from the checkpoint's processor when the family's
+    multivector head is built (models/colpali/head.py)."""
 
     supports_images = True
 
@@ -202,6 +203,10 @@ class PaliGemmaModel(Backbone):
         self.language_model = GemmaDecoder(config.text, backend)
         self.image_prompt_ids: torch.Tensor | None = None
 
+    def set_image_prompt(self, token_ids: Sequence[int]) -> None:
+        """The `[L]` tokens that follow each page's image features (ColPaliInputs.image_prompt_ids)."""
+        self.image_prompt_ids = torch.as_tensor(token_ids, dtype=torch.long)
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         return self.language_model(self.language_model.embed(input_ids), positions, attn)
@@ -210,7 +215,8 @@ class PaliGemmaModel(Backbone):
                        grids: Grids | None = None) -> torch.Tensor:
         """`[B, C, S, S]` -> `[B * (P + L), H]`: each page's image features, then its prompt."""
         if self.image_prompt_ids is None:
-            raise RuntimeError("the image prompt was not set (ColPali's multivector head sets it at load)")
+            raise RuntimeError("the image prompt was not set (ColPali's multivector head sets it at load: "
+                               "models/colpali/head.py)")
         B, P = pixel_values.shape[0], self.config.num_patches
         vision = self.vision_tower
         patches = vision.embeddings(pixel_values)  # [B * P, H_vision]
@@ -261,4 +267,5 @@ class ColPaliInputs(ImageTextInputs):
 
 
 FAMILY = Family("colpali", PaliGemmaConfig.from_hf, PaliGemmaModel, "none", tokenizer=ColPaliInputs,
-                local_card=colpali_card)
+                local_card=colpali_card,
+                heads=(("multivector", "sie_engine.models.colpali.head:build_colpali_multivector"),))

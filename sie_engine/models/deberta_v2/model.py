@@ -363,4 +363,6 @@ class DebertaV2Model(Backbone):
         return self.encoder(self.embeddings(input_ids, positions, token_type_ids), self.backend, attn)
 
 
-FAMILY = Family("deberta-v2", DebertaV2Config.from_hf, DebertaV2Model, "cls")
+# Mean pooling for a card-less directory without sentence-transformers' files (what such a
+# directory has always got; its usual use is a cross-encoder or NLI model, whose heads pool their own way).
+FAMILY = Family("deberta-v2", DebertaV2Config.from_hf, DebertaV2Model, "mean")

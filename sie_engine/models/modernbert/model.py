@@ -23,7 +23,7 @@ from ...attention import AttentionBackend, AttentionMetadata, default_scale
 from ...layers.blocks import activation
 from ...layers.rotary import RotaryEmbedding, apply_rotary
 from ...layers.weights import WeightSpec
-from ..base import Backbone, Family
+from ..base import Backbone, Family, MaskedLMLayout
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 
@@ -174,6 +174,15 @@ class ModernBertModel(Backbone):
 
     def input_embeddings(self) -> nn.Embedding:
         return self.embeddings.tok_embeddings
+
+    @classmethod
+    def masked_lm_layout(cls, config: Mapping[str, Any]) -> MaskedLMLayout:
+        """ModernBertForMaskedLM's `head` (dense, `classifier_activation`, norm) and `decoder`, whose
+        bias is absent under `decoder_bias: false`."""
+        return MaskedLMLayout(dense="head.dense", norm="head.norm",
+                              activation=config.get("classifier_activation", "gelu"),
+                              eps=config.get("norm_eps", 1e-5), decoder="decoder.weight", bias=("decoder.bias",),
+                              bias_required=False)
 
     def sequence_classifier(self, ctx: Any) -> nn.Module:
         """ModernBertForSequenceClassification (gte-reranker-modernbert): CLS or mean pooling

@@ -28,7 +28,7 @@ from ...attention import AttentionBackend, AttentionMetadata, SeqGroup, default_
 from ..bert.model import BertIntermediate, BertOutput
 from ...layers.blocks import residual_linear_
 from ...layers.weights import WeightSpec
-from ..base import Backbone, Family
+from ..base import Backbone, Family, MaskedLMLayout
 
 # Padded positions per attention group: a padded group's bias is `[n, heads, L, L]`.
 GROUP_TOKENS = 8192
@@ -213,6 +213,19 @@ class MPNetModel(Backbone):
 
     def input_embeddings(self) -> nn.Embedding:
         return self.embeddings.word_embeddings
+
+    def sequence_classifier(self, ctx: Any) -> nn.Module:
+        """MPNetForSequenceClassification: RoBERTa's `classifier.dense` + tanh on <s>, then `classifier.out_proj`."""
+        from ...heads.classifier import dense_out_proj_classifier
+
+        return dense_out_proj_classifier(ctx)
+
+    @classmethod
+    def masked_lm_layout(cls, config: Mapping[str, Any]) -> MaskedLMLayout:
+        """MPNetForMaskedLM's `lm_head` (RoBERTa's layout: dense, GELU, layer_norm, decoder, bias)."""
+        return MaskedLMLayout(dense="lm_head.dense", norm="lm_head.layer_norm", activation="gelu",
+                              eps=config.get("layer_norm_eps", 1e-12), decoder="lm_head.decoder.weight",
+                              bias=("lm_head.bias", "lm_head.decoder.bias"))
 
     def __init__(self, config: MPNetConfig, backend: AttentionBackend | None = None):
         super().__init__()

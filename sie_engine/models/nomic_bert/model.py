@@ -182,6 +182,13 @@ class NomicBertModel(Backbone):
     def input_embeddings(self) -> nn.Embedding:
         return self.embeddings.word_embeddings
 
+    def sequence_classifier(self, ctx: Any) -> nn.Module:
+        """transformers' NomicBertForSequenceClassification: BERT's layout (the backbone's pooler,
+        dense + tanh on [CLS], then `classifier`)."""
+        from ...heads.classifier import pooler_classifier
+
+        return pooler_classifier(ctx)
+
     def __init__(self, config: NomicBertConfig, backend: AttentionBackend):
         super().__init__()
         self.config = config

@@ -29,7 +29,6 @@ from ...layers.blocks import RMSNorm, activation
 from ...layers.rotary import RotaryEmbedding, apply_rotary
 from ...layers.weights import WeightSpec
 from ..base import Backbone, Family
-from .card import qwen_card
 
 
 @dataclass(frozen=True)
@@ -183,6 +182,9 @@ class QwenModel(Backbone):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
 
+    def input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
@@ -192,9 +194,10 @@ class QwenModel(Backbone):
         return self.norm(x)
 
 
-QWEN2 = Family("qwen2", QwenConfig.from_hf, QwenModel, "last", local_card=qwen_card)
-QWEN3 = Family("qwen3", QwenConfig.from_hf, QwenModel, "last", local_card=qwen_card)
+# A card-less directory of any of the three gets the generic encoder card at the family's
+# last-token pooling (sentence-transformers' files, where present, say otherwise: Qwen3-Embedding's do).
+QWEN2 = Family("qwen2", QwenConfig.from_hf, QwenModel, "last")
+QWEN3 = Family("qwen3", QwenConfig.from_hf, QwenModel, "last")
 # Mistral (e5-mistral-7b-instruct and the embedders trained from it): the same blocks, no biases,
-# a sliding window that caps the sequence length. A card-less Mistral directory gets the generic
-# encoder card (mean pooling), as before the registry.
+# a sliding window that caps the sequence length.
 MISTRAL = Family("mistral", QwenConfig.from_hf, QwenModel, "last")
