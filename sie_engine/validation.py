@@ -5,8 +5,9 @@ A request's types, unknown fields and fixed bounds are checked first, by the tas
 request struct (`sie_contract.shapes`, in `Task.request`, which `Engine.run` calls, and
 in the server's decoding); what stays here is what a deployment configures (`Limits`:
 items, characters, labels) and what depends on the model (its outputs, its width). The
-type checks below repeat the struct's for the task modules that still call them with
-raw values; they go once no task module does."""
+value checks at the end (`check_optional_bool`, `check_number`, `check_positive_int`)
+serve bodies no struct declares: the compatibility APIs' and plug-in fields declared by a
+JSON Schema alone."""
 
 from __future__ import annotations
 
@@ -14,11 +15,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from sie_contract.shapes import MAX_DIMS, MAX_ID_CHARS
+from sie_contract.shapes import MAX_ID_CHARS
 
 from .card import ModelCard
 from .errors import InvalidRequest, PayloadTooLarge, UnsupportedOutput
-from .postprocess import OUTPUT_DTYPES
 
 
 @dataclass(frozen=True)
@@ -123,31 +123,21 @@ def check_text(text: Any, limits: Limits, field: str) -> str:
     return text
 
 
-def check_output_types(output_types: Any, card: ModelCard) -> tuple[str, ...]:
+def check_output_types(output_types: tuple[str, ...] | list[str] | None, card: ModelCard) -> tuple[str, ...]:
+    """The outputs asked for (the request struct checked their names), each one the model offers."""
     offered = card.encode_outputs
     if output_types is None:
         if not offered:
             raise UnsupportedOutput(f"model {card.id!r} offers no encode outputs (its tasks: {', '.join(card.tasks)})",
                                     field="output_types")
         return (offered[0],)
-    if isinstance(output_types, str):
-        output_types = [output_types]
-    if not isinstance(output_types, (list, tuple)) or not output_types:
-        raise InvalidRequest("output_types must be a non-empty list of dense, sparse, multivector",
-                             field="output_types")
-    result = []
     for output in output_types:
-        if output not in ("dense", "sparse", "multivector"):
-            raise InvalidRequest(f"output_types: unknown output {output!r} (known: dense, sparse, multivector)",
-                                 field="output_types")
         if output not in offered:
             raise UnsupportedOutput(
                 f"model {card.id!r} does not offer {output!r} output (it offers: {', '.join(offered) or 'none'})",
                 field="output_types",
             )
-        if output not in result:
-            result.append(output)
-    return tuple(result)
+    return tuple(dict.fromkeys(output_types))
 
 
 def check_optional_bool(value: Any, field: str) -> bool | None:
@@ -156,31 +146,17 @@ def check_optional_bool(value: Any, field: str) -> bool | None:
     raise InvalidRequest(f"{field} must be true or false", field=field)
 
 
-def check_dims(dims: Any, full: int | None, card: ModelCard) -> int | None:
-    if dims is None:
-        return None
-    if isinstance(dims, bool) or not isinstance(dims, int):
-        raise InvalidRequest("dims must be a positive integer", field="dims")
-    # a card without `dims` (a local directory) is bounded by the widest embedding any family has,
-    # so a huge value never reaches post-processing; the runner's real width is checked there
-    high = full if full is not None else MAX_DIMS
-    if dims <= 0 or dims > high:
-        raise InvalidRequest(f"dims must be between 1 and {high} for model {card.id!r}", field="dims")
+def check_dims(dims: int | None, full: int | None, card: ModelCard) -> int | None:
+    """Matryoshka dims within the model's width (the request struct bounded them by MAX_DIMS, the
+    widest embedding any family has, which is all a card without `dims` is held to here; the
+    runner's real width is checked in post-processing)."""
+    if dims is not None and full is not None and dims > full:
+        raise InvalidRequest(f"dims must be between 1 and {full} for model {card.id!r}", field="dims")
     return dims
 
 
-def check_output_dtype(value: Any) -> str:
-    if value is None:
-        return "float32"
-    if value not in OUTPUT_DTYPES:
-        raise InvalidRequest(f"output_dtype must be one of {', '.join(OUTPUT_DTYPES)}", field="output_dtype")
-    return value
-
-
-def check_instruction(value: Any, limits: Limits) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > limits.max_instruction_chars:
+def check_instruction(value: str | None, limits: Limits) -> str | None:
+    if value is not None and len(value) > limits.max_instruction_chars:
         raise InvalidRequest(f"instruction must be a string of at most {limits.max_instruction_chars} characters",
                              field="instruction")
     return value

@@ -37,14 +37,13 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
                              "items only; use an image model (CLIP, SigLIP) for images", field=f"items[{first}].image")
     text_positions = [i for i, text in enumerate(texts) if text is not None]
     outputs = v.check_output_types(request.get("output_types"), card)
-    is_query = bool(v.check_optional_bool(request.get("is_query"), "is_query"))
-    normalize = v.check_optional_bool(request.get("normalize"), "normalize")
-    truncate = v.check_optional_bool(request.get("truncate"), "truncate")
+    # the fields are of their declared types (the request struct checked them); what the deployment's
+    # limits and the model bound is checked here
+    is_query, normalize, truncate = request.get("is_query", False), request.get("normalize"), request.get("truncate")
     instruction = v.check_instruction(request.get("instruction"), engine.limits)
-    output_dtype = v.check_output_dtype(request["output_dtype"] if request.get("output_dtype") is not None
-                                        else "float32")
+    output_dtype = request.get("output_dtype", "float32")
     dims = v.check_dims(request.get("dims"), card.dims, card)
-    sparse_labels = bool(v.check_optional_bool(request.get("sparse_labels"), "sparse_labels"))
+    sparse_labels = request.get("sparse_labels", False)
     if sparse_labels and "sparse" not in outputs:
         raise InvalidRequest("sparse_labels names the tokens of sparse outputs: ask for output_types ['sparse'] too",
                              field="sparse_labels")

@@ -66,11 +66,10 @@ async def run(engine: TaskContext, call: Call) -> ExtractResult:
     card, fields = call.card, call.fields
     ids, texts = v.parse_items(fields["items"], engine.limits)
     labels = check_labels(fields["labels"], engine.limits)
-    flat = v.check_optional_bool(fields.get("flat"), "flat")
-    settings = DecodeSettings(
-        threshold=v.check_number(fields.get("threshold"), "threshold", 0.0, 1.0, 0.5),
-        flat=True if flat is None else flat,
-        multi_label=bool(v.check_optional_bool(fields.get("multi_label"), "multi_label")),
+    settings = DecodeSettings(  # the fields are of their declared types (the request struct checked them)
+        threshold=float(fields.get("threshold", 0.5)),
+        flat=fields.get("flat", True),
+        multi_label=fields.get("multi_label", False),
     )
     prepared, tokenize_s = await engine.with_tokenizer(card, prepare_request, card, texts, labels)
     windows = prepared.windows

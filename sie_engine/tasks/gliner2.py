@@ -45,7 +45,7 @@ def check_classify(value: Any, limits: v.Limits) -> tuple[str, list[str], bool] 
         raise InvalidRequest(f"classify.task must be a non-blank string of at most {limits.max_label_chars} "
                              "characters (the task's name, e.g. \"sentiment\")", field="classify.task")
     labels = labels_under("classify.", value.get("labels"), limits)
-    multi_label = bool(v.check_optional_bool(value.get("multi_label"), "classify.multi_label"))
+    multi_label = bool(value.get("multi_label", False))
     return task, labels, multi_label
 
 
@@ -59,7 +59,7 @@ async def run(engine: TaskContext, call: Call) -> ExtractResult:
     card, fields = call.card, call.fields
     ids, texts = v.parse_items(fields["items"], engine.limits)
     labels = check_labels(fields["labels"], engine.limits)
-    threshold = v.check_number(fields.get("threshold"), "threshold", 0.0, 1.0, 0.5)
+    threshold = float(fields.get("threshold", 0.5))
     classify = check_classify(fields.get("classify"), engine.limits)
     task, class_labels, multi_label = classify if classify else (None, [], False)
     relation_types = [] if fields.get("relation_labels") is None else labels_under(

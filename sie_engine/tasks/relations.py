@@ -98,8 +98,7 @@ def check_entity_count(count: int, where: str) -> None:
 
 def relation_settings(card: ModelCard, fields: Mapping[str, Any], limits: v.Limits) -> tuple[float, int | None]:
     default = float((card.options or {}).get(RELATIONS, {}).get("threshold", DEFAULT_THRESHOLD))
-    threshold = v.check_number(fields.get("threshold"), "threshold", 0.0, 1.0, default)
-    return threshold, v.check_positive_int(fields.get("top_k"), "top_k")
+    return float(fields.get("threshold", default)), fields.get("top_k")  # of their declared types already
 
 
 def label_limits(card: ModelCard, limits: v.Limits) -> v.Limits:
@@ -120,7 +119,7 @@ async def find_entities(engine: TaskContext, call: Call, ids: list[str],
     if labels is None:
         raise InvalidRequest("entity_labels is required with entity_model: the entity types to find, e.g. "
                              '["person", "organization"]', field="entity_labels")
-    threshold = v.check_number(fields.get("entity_threshold"), "entity_threshold", 0.0, 1.0, 0.5)
+    threshold = float(fields.get("entity_threshold", 0.5))
     if "extract" not in engine.card(name).outputs:
         raise InvalidRequest(f"entity_model {name!r} does not extract entities (a GLiNER model does)",
                              field="entity_model")

@@ -58,8 +58,7 @@ async def run(engine: TaskContext, call: Call) -> ScoreResult:
         first = text_positions[0]
         raise InvalidRequest(f"items[{first}] is a text, but model {card.id!r} ranks page images: send each page as "
                              "{\"image\": ...} (its text items are queries)", field=f"items[{first}]")
-    top_k = v.check_positive_int(fields.get("top_k"), "top_k")
-    truncate = v.check_optional_bool(fields.get("truncate"), "truncate")
+    top_k, truncate = fields.get("top_k"), fields.get("truncate")
     instruction = v.check_instruction(fields.get("instruction"), engine.limits)
     score_kind = ((card.options or {}).get("score") or {}).get("kind")
     if instruction is not None and score_kind != "yes-no":

@@ -61,12 +61,11 @@ class Ranking:
 
     @staticmethod
     def of(fields: Mapping[str, Any], default_multi_label: bool = False) -> "Ranking":
-        multi_label = v.check_optional_bool(fields.get("multi_label"), "multi_label")
-        threshold = fields.get("threshold")
+        threshold = fields.get("threshold")  # the fields are of their declared types (the request struct)
         return Ranking(
-            multi_label=default_multi_label if multi_label is None else bool(multi_label),
-            threshold=None if threshold is None else v.check_number(threshold, "threshold", 0, 1, 0),
-            top_k=v.check_positive_int(fields.get("top_k"), "top_k"),
+            multi_label=fields.get("multi_label", default_multi_label),
+            threshold=None if threshold is None else float(threshold),
+            top_k=fields.get("top_k"),
         )
 
 
