@@ -47,3 +47,14 @@ def test_server_extra_admits_no_transformers_the_suite_cannot_test():
     untested = [str(v) for v in _later_versions(installed) if server.contains(v) and not tested.contains(v)]
     assert not untested, (f"the server extra ({server}) admits transformers {untested}, which the test install "
                           f"({tested}) cannot have: users would run a transformers the suite never tested")
+
+
+def test_every_package_ships_its_py_typed_marker():
+    """PEP 561: without py.typed in a package (and in the wheel's package data), users' type
+    checkers treat every SIE import as Any."""
+    config = tomllib.loads(PYPROJECT.read_text())["tool"]["setuptools"]
+    folders = config["package-dir"]
+    top = sorted({name.split(".")[0] for name in config["packages"]})
+    missing = [name for name in top if not (PYPROJECT.parent / folders.get(name, name) / "py.typed").is_file()]
+    assert not missing, f"packages without a py.typed marker: {missing}"
+    assert "py.typed" in config["package-data"]["*"], "py.typed is not in the wheel's package data"
