@@ -4,11 +4,13 @@ results in each caller's order, oldest first (no starvation), budget respected."
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import numpy as np
 import pytest
 
-from engine_fixtures import Recorder, make_engine, tiny_cards
+from engine_fixtures import Recorder, make_engine, patch_run, tiny_cards
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 
@@ -36,19 +38,51 @@ def solo(engine, texts):
 async def test_concurrent_requests_merge_into_few_batches(setup):
     engine, recorder = setup
     texts = [text(i, 5 + i % 7) for i in range(48)]
+    long_texts = [text(i, 100) for i in range(40)]
     expected = solo(engine, texts)
     recorder.batches.clear()
-    # a long request first keeps the inference thread busy while the small ones queue
-    blocker = asyncio.ensure_future(engine.encode("tiny/a", [text(i, 100) for i in range(40)]))
-    await asyncio.sleep(0.01)
-    results = await asyncio.gather(*(engine.encode("tiny/a", [t]) for t in texts))
-    await blocker
+    # The long request's first batch holds the inference thread until every small request is
+    # queued behind it, so the test, not the machine's load, decides what is waiting when batches
+    # are formed (on a busy box the small ones' tokenising once outlasted a 10 ms head start and
+    # they ran in as many batches as they trickled in).
+    entered, release = threading.Event(), threading.Event()
+    first_batch: list[int] = []
+
+    def held(run, items):
+        if not first_batch:
+            first_batch.append(len(items))
+            entered.set()
+            release.wait(timeout=120)
+        return run(items)
+
+    runner = engine.pool.resident("tiny/a")
+    patch_run(engine, "tiny/a", held)
+    try:
+        blocker = asyncio.ensure_future(engine.encode("tiny/a", long_texts))
+        await until(entered.is_set, "the long request's first batch never ran")
+        small = [asyncio.ensure_future(engine.encode("tiny/a", [t])) for t in texts]
+        waiting = len(long_texts) - first_batch[0] + len(texts)
+        await until(lambda: engine.queued("tiny/a")[0] >= waiting, "the small requests were not all queued")
+        release.set()
+        results = await asyncio.gather(*small)
+        await blocker
+    finally:
+        release.set()
+        del runner.run  # the class's run again, for the module's other tests
     for t, result in zip(texts, results):
         np.testing.assert_allclose(result.items[0].dense, expected[t], atol=1e-5)
     small_batches = [b for b in recorder.batches if b[2] < 512 and b[1] > 1]
     assert len(recorder.batches) < 48 / 4, recorder.batches
     assert max(items for _, items, _ in recorder.batches) >= 8, "concurrent requests were not merged"
     assert small_batches
+
+
+async def until(condition, failure: str, timeout: float = 120.0) -> None:
+    """Poll `condition()` on the loop until it holds; fail naming what never happened."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, failure
+        await asyncio.sleep(0.005)
 
 
 async def test_large_request_splits_and_reassembles_in_order(setup):
