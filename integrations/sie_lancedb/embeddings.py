@@ -18,7 +18,7 @@ table's `on_bad_vectors` policy decides what becomes of them.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, List, Optional, Union
+from typing import Any, ClassVar, List, Optional, Sequence, Union
 
 import numpy as np
 from lancedb.embeddings import TextEmbeddingFunction, register
@@ -53,7 +53,8 @@ class SIEEmbeddings(TextEmbeddingFunction):
     max_retries: int = 0
 
     _client: Optional[SIEClient] = PrivateAttr(default=None)
-    _ndims: Optional[int] = PrivateAttr(default=None)
+    # None until the first call measures the model's width (LanceDB's base declares it int)
+    _ndims: Optional[int] = PrivateAttr(default=None)  # type: ignore[assignment]
 
     # The kind of SIE output this function stores (a class constant, not a setting).
     output: ClassVar[str] = "dense"
@@ -93,7 +94,7 @@ class SIEEmbeddings(TextEmbeddingFunction):
             return super().compute_query_embeddings_with_retry(*args, **kwargs)
         return self.compute_query_embeddings(*args, **kwargs)
 
-    def _encode(self, texts: List[Optional[str]], is_query: bool) -> list:
+    def _encode(self, texts: Union[Sequence[Optional[str]], np.ndarray], is_query: bool) -> list:
         """One vector per text; None where the text is not a non-blank string."""
         return self._encode_items([text if isinstance(text, str) and text.strip() else None for text in texts],
                                   is_query)

@@ -52,7 +52,8 @@ class SIEImageEmbeddings(SIEEmbeddings):
             return images.to_pylist()
         return list(images)
 
-    def compute_source_embeddings(self, images: Any, *args, **kwargs) -> list:
+    # LanceDB passes the source column positionally; the parameter is named for what it holds
+    def compute_source_embeddings(self, images: Any, *args, **kwargs) -> list:  # type: ignore[override]
         """Document-mode vectors of the source column's images (None for a None or empty one)."""
         return self._encode_items([_image_item(image) for image in self.sanitize_input(images)], is_query=False)
 

@@ -30,10 +30,12 @@ class SIERerank(SIEConnection, BaseNodePostprocessor):
     def class_name(cls) -> str:
         return "SIERerank"
 
-    def _prepare(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]) -> List[str]:
+    def _prepare(self, nodes: List[NodeWithScore],
+                 query_bundle: Optional[QueryBundle]) -> tuple[QueryBundle, List[str]]:
+        """The query (which must be given) and each node's text as it is embedded."""
         if query_bundle is None:
             raise ValueError("SIERerank needs the query: pass query_bundle or query_str")
-        return [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+        return query_bundle, [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
 
     def _reordered(self, nodes: List[NodeWithScore], scored) -> List[NodeWithScore]:
         out = []
@@ -53,9 +55,9 @@ class SIERerank(SIEConnection, BaseNodePostprocessor):
                            query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
         if not nodes:
             return []
-        texts = self._prepare(nodes, query_bundle)
-        with self._event(nodes, query_bundle) as event:
-            reranked = self._reordered(nodes, self._clients.sync.score(self.model, query_bundle.query_str, texts,
+        query, texts = self._prepare(nodes, query_bundle)
+        with self._event(nodes, query) as event:
+            reranked = self._reordered(nodes, self._clients.sync.score(self.model, query.query_str, texts,
                                                                        top_k=self.top_n))
             event.on_end(payload={EventPayload.NODES: reranked})
         return reranked
@@ -64,9 +66,9 @@ class SIERerank(SIEConnection, BaseNodePostprocessor):
                                   query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
         if not nodes:
             return []
-        texts = self._prepare(nodes, query_bundle)
-        with self._event(nodes, query_bundle) as event:
-            scored = await self._clients.call("score", self.model, query_bundle.query_str, texts, top_k=self.top_n)
+        query, texts = self._prepare(nodes, query_bundle)
+        with self._event(nodes, query) as event:
+            scored = await self._clients.call("score", self.model, query.query_str, texts, top_k=self.top_n)
             reranked = self._reordered(nodes, scored)
             event.on_end(payload={EventPayload.NODES: reranked})
         return reranked
