@@ -19,28 +19,11 @@ from lancedb.pydantic import LanceModel, MultiVector, Vector  # noqa: E402
 
 from integration_recall import (  # noqa: E402
     COLBERT, MODEL, RERANKER, SMALL_SAMPLE_DOCS, assert_recall_matches, brute_force, brute_force_maxsim, recall, sample,
-    sie_server, tiny_colbert_cards, tiny_cross_encoder,
 )
 from sie_client import SIEClient, SIEError  # noqa: E402
 from sie_lancedb import SIEEmbeddings, SIEReranker  # noqa: E402
 
 RERANK_QUERIES = 12
-
-
-@pytest.fixture(scope="module")
-def reranker_dir(tmp_path_factory):
-    return tiny_cross_encoder(tmp_path_factory.mktemp("tiny-ce"))
-
-
-@pytest.fixture(scope="module")
-def colbert_cards(tmp_path_factory):
-    return tiny_colbert_cards(tmp_path_factory.mktemp("lancedb-colbert"))
-
-
-@pytest.fixture(scope="module")
-def sie_url(reranker_dir, colbert_cards):
-    with sie_server("--model", f"{RERANKER}={reranker_dir}", "--models", str(colbert_cards)) as url:
-        yield url
 
 
 @pytest.fixture(scope="module", params=["embedded", "http"])

@@ -13,26 +13,10 @@ from qdrant_client import AsyncQdrantClient, QdrantClient, models  # noqa: E402
 
 from integration_recall import (  # noqa: E402
     COLBERT, MODEL, RERANKER, SMALL_SAMPLE_DOCS, SPLADE, assert_recall_matches, brute_force, brute_force_maxsim,
-    brute_force_sparse, idf_weights, recall, sample, sie_server, tiny_colbert_cards, tiny_cross_encoder,
+    brute_force_sparse, idf_weights, recall, sample,
 )
 from sie_client import AsyncSIEClient, SIEClient  # noqa: E402
 from sie_qdrant import AsyncSIEQdrant, SIEQdrant, point_id  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def colbert_cards(tmp_path_factory):
-    return tiny_colbert_cards(tmp_path_factory.mktemp("qdrant-colbert"))
-
-
-@pytest.fixture(scope="module")
-def reranker_dir(tmp_path_factory):
-    return tiny_cross_encoder(tmp_path_factory.mktemp("qdrant-ce"))
-
-
-@pytest.fixture(scope="module")
-def sie_url(colbert_cards, reranker_dir):
-    with sie_server("--models", str(colbert_cards), "--model", f"{RERANKER}={reranker_dir}") as url:
-        yield url
 
 
 @pytest.fixture(scope="module", params=["embedded", "http"])

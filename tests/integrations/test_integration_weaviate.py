@@ -21,7 +21,7 @@ from weaviate.classes.query import Filter  # noqa: E402
 
 from integration_recall import (  # noqa: E402
     COLBERT, MODEL, RERANKER, SMALL_SAMPLE_DOCS, assert_recall_matches, brute_force, brute_force_maxsim, recall, sample,
-    sie_server, tiny_colbert_cards, tiny_cross_encoder,
+    sie_server, tiny_cross_encoder,
 )
 from sie_client import AsyncSIEClient, SIEClient  # noqa: E402
 from sie_weaviate import AsyncSIEWeaviate, SIEWeaviate, entity_property  # noqa: E402
@@ -41,11 +41,6 @@ def model_dirs(tmp_path_factory):
     gliner = tmp / "gliner"
     build_reference(gliner, make_tiny_bert(tmp / "backbone", seed=5), seed=11, hidden_size=32, max_width=6)
     return {RERANKER: str(tiny_cross_encoder(tmp / "ce")), EXTRACTOR: str(gliner)}
-
-
-@pytest.fixture(scope="module")
-def colbert_cards(tmp_path_factory):
-    return tiny_colbert_cards(tmp_path_factory.mktemp("weaviate-colbert"))
 
 
 @pytest.fixture(scope="module")
