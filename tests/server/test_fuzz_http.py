@@ -92,19 +92,9 @@ def from_schema(draw, schema: dict, components: dict, mutate: int, depth: int = 
     if isinstance(kind, list):
         kind = draw(st.sampled_from(kind))
     if kind == "object" or "properties" in schema:
-        properties = schema.get("properties", {})
-        required = set(schema.get("required", ()))
-        value = {}
-        for name, sub in properties.items():
-            if name in required or draw(st.booleans()):
-                value[name] = draw(from_schema(sub, components, mutate, depth + 1))
-        if mutate and draw(st.integers(0, 9)) == 0:
-            value[draw(st.sampled_from(["extra", "Items", "normalise", "__proto__"]))] = draw(WILD)
-        return value
+        return _object_from_schema(draw, schema, components, mutate, depth)
     if kind == "array":
-        low = schema.get("minItems", 0)
-        size = draw(st.integers(low, max(low, 5)) if draw(st.integers(0, 19)) else st.sampled_from([0, MAX_ITEMS + 1]))
-        return [draw(from_schema(schema.get("items", {}), components, mutate, depth + 1)) for _ in range(size)]
+        return _array_from_schema(draw, schema, components, mutate, depth)
     if kind == "string":
         return draw(TEXTS)
     if kind == "integer":
@@ -115,6 +105,27 @@ def from_schema(draw, schema: dict, components: dict, mutate: int, depth: int = 
     if kind == "boolean":
         return draw(st.booleans())
     return draw(WILD)  # an untyped option: anything
+
+
+def _object_from_schema(draw, schema: dict, components: dict, mutate: int, depth: int) -> dict:
+    """from_schema's object: every required property and some optional ones, and with
+    `mutate` now and then a property the schema does not have."""
+    properties = schema.get("properties", {})
+    required = set(schema.get("required", ()))
+    value = {}
+    for name, sub in properties.items():
+        if name in required or draw(st.booleans()):
+            value[name] = draw(from_schema(sub, components, mutate, depth + 1))
+    if mutate and draw(st.integers(0, 9)) == 0:
+        value[draw(st.sampled_from(["extra", "Items", "normalise", "__proto__"]))] = draw(WILD)
+    return value
+
+
+def _array_from_schema(draw, schema: dict, components: dict, mutate: int, depth: int) -> list:
+    """from_schema's array: mostly a few items, one time in 20 none or one over the item limit."""
+    low = schema.get("minItems", 0)
+    size = draw(st.integers(low, max(low, 5)) if draw(st.integers(0, 19)) else st.sampled_from([0, MAX_ITEMS + 1]))
+    return [draw(from_schema(schema.get("items", {}), components, mutate, depth + 1)) for _ in range(size)]
 
 
 def encode_body(value, fmt: str) -> bytes:
