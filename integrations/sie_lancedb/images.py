@@ -18,7 +18,7 @@ no LanceDB retry loop) is SIEEmbeddings'.
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any
 
 import pyarrow as pa
 from lancedb.embeddings import register
@@ -42,7 +42,7 @@ class SIEImageEmbeddings(SIEEmbeddings):
 
     model: str = IMAGE_MODEL
 
-    def sanitize_input(self, images: Any) -> List[Any]:
+    def sanitize_input(self, images: Any) -> list[Any]:
         """One image or a column of them -> a list (bytes are one image, not a sequence)."""
         if isinstance(images, (str, bytes)):
             return [images]

@@ -4,7 +4,8 @@ plan.py builds them for both)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from qdrant_client import AsyncQdrantClient, models

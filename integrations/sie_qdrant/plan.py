@@ -6,7 +6,8 @@ helpers only add the (awaited or not) calls.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from qdrant_client import models
 

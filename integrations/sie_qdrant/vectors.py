@@ -16,7 +16,8 @@ When one model offers several of these outputs they come from one SIE call
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from qdrant_client import AsyncQdrantClient, QdrantClient, models

@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from weaviate.classes.data import DataObject
 from weaviate.classes.query import MetadataQuery

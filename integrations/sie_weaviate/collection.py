@@ -9,7 +9,8 @@ images by a text, `near_image` by an image. For Weaviate's async client use
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from weaviate.classes.query import MetadataQuery
 from weaviate.client import WeaviateAsyncClient

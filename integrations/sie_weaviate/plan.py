@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence, overload
+from typing import Any, overload
 
 import numpy as np
 from weaviate.classes.config import Configure, DataType, Property
