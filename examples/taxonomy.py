@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -103,7 +104,7 @@ async def evaluate(client, classifier: str, docs: list[dict], tags: list[str], k
     label_vectors = (await client.encode(EMBEDDER, label_texts)).dense_matrix()  # once, for every item to come
     doc_vectors = (await client.encode(EMBEDDER, [d["text"] for d in docs])).dense_matrix()
     embed_s = time.monotonic() - started
-    report = {"documents": len(docs), "k": k, "embed_seconds": round(embed_s, 1)}
+    report: dict[str, Any] = {"documents": len(docs), "k": k, "embed_seconds": round(embed_s, 1)}
 
     # sections: one per document
     section_vectors = label_vectors[:len(sections)]

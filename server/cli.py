@@ -50,9 +50,9 @@ def local_card(name: str, path: str):
     parses and the engine has a family for it (else the server would start and every request
     fail). ValueError: one line naming the option, the directory and what is wrong."""
     from sie_engine import card_from_local_dir
-    from sie_engine.models import family_for
     from sie_engine.checkpoints import describe
     from sie_engine.errors import SIEError
+    from sie_engine.models import family_for
 
     where = f"--model {name}={path}"
     root = Path(path).expanduser().resolve()

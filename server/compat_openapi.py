@@ -98,7 +98,7 @@ _ERRORS = {"400": "bad request", "401": "missing or wrong API key", "404": "unkn
            "415": "Content-Encoding other than gzip, deflate or identity",
            "422": "invalid field (TEI)", "429": "overloaded (Retry-After)",
            "503": "not ready, draining, or the model failed to load (Retry-After)", "504": "deadline passed"}
-# What each kind of operation answers besides its success (each occurs: tests/test_openapi_replay.py).
+# What each kind of operation answers besides its success (each occurs: tests/server/test_openapi_replay.py).
 WORK = ("400", "401", "404", "408", "413", "415", "429", "503", "504")
 TEI_WORK = ("401", "404", "408", "413", "415", "422", "429", "503", "504")  # TEI says 422 where others say 400
 BODY_ONLY = ("401", "404", "408", "413", "415", "422")  # tokenize: no model runs

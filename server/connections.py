@@ -78,7 +78,7 @@ def probe_answer(app: web.Application | None, probe: str) -> bytes:
 class _BeyondTheCap(asyncio.Protocol):
     """A connection beyond the bound: reads the request head, answers a probe or 503, closes."""
 
-    def __init__(self, factory: "_LimitedFactory", wait_s: float):
+    def __init__(self, factory: _LimitedFactory, wait_s: float):
         self._factory = factory
         self._wait_s = wait_s
         self._head = b""

@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import math
 
-from aiohttp import web
-
 import msgspec
+from aiohttp import web
 
 from sie_contract import Task
 from sie_engine.errors import InvalidRequest, PayloadTooLarge
@@ -25,7 +24,6 @@ from .errors import HTTPProblem
 from .openapi import openapi_document
 from .redact import public_text
 from .state import ENGINE, LIFECYCLE, METRICS, MODEL_LABEL, PRE_ADMITTED, SETTINGS, TASKS, TIMINGS
-
 
 TIMEOUT_HEADER = "X-SIE-Timeout-Ms"
 

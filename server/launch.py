@@ -65,7 +65,7 @@ class ServerProcess:
                 self.process.kill()
         return self.process.wait()
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self
 
     def __exit__(self, *exc) -> None:

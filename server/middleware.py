@@ -20,8 +20,18 @@ from sie_engine.types import Timings
 
 from . import access_log, codec, cors, slow_clients
 from .errors import HTTPProblem, error_body, public, retry_headers, status_for
-from .state import (API_KEYS, ENGINE, ERROR_CODE, LIFECYCLE, METRICS, MODEL_LABEL, PRE_ADMITTED, SETTINGS, TIMINGS,
-                    WORK_ROUTES)
+from .state import (
+    API_KEYS,
+    ENGINE,
+    ERROR_CODE,
+    LIFECYCLE,
+    METRICS,
+    MODEL_LABEL,
+    PRE_ADMITTED,
+    SETTINGS,
+    TIMINGS,
+    WORK_ROUTES,
+)
 
 log = logging.getLogger(__name__)
 

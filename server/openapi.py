@@ -9,11 +9,13 @@ same contract.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from sie_contract import Task
 from sie_contract.errors import ERROR_CODES
-from sie_contract.schemas import COMPONENTS, NUMBERS, obj as _obj, ref as _ref, task_schemas
+from sie_contract.schemas import COMPONENTS, NUMBERS, task_schemas
+from sie_contract.schemas import obj as _obj
+from sie_contract.schemas import ref as _ref
 
 from . import compat_openapi
 
@@ -74,7 +76,7 @@ ERROR_TEXT = {"400": "bad request", "401": "missing or wrong API key", "404": "u
               "413": "too large (a compressed body: once decompressed)",
               "415": "Content-Encoding other than gzip, deflate or identity", "429": "overloaded (Retry-After)",
               "503": "draining or model failed to load (Retry-After)", "504": "deadline passed"}
-# What a work route can answer besides 200 (every status occurs: tests/test_openapi_replay.py).
+# What a work route can answer besides 200 (every status occurs: tests/server/test_openapi_replay.py).
 WORK_ERRORS = ("400", "401", "404", "408", "413", "415", "429", "503", "504")
 
 

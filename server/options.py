@@ -6,7 +6,7 @@ the value goes (`sets`): a `ServerSettings` field, an `Engine` keyword, a `valid
 field, or the command line itself (the catalog, logging). From `SERVE` and `CATALOG` derive the
 argparse options (server/cli.py), `ServerSettings`' defaults (server/settings.py), the keywords
 the CLI passes to `Engine` and the options tables of docs/deploy.md (options_docs.py writes
-them; tests/test_options.py checks them). The router's options are declared the same way in
+them; tests/server/test_options.py checks them). The router's options are declared the same way in
 server/router/options.py.
 
 Precedence: a flag on the command line, else its environment variable, else the default. A
@@ -85,7 +85,7 @@ class OptionError(Exception):
 
 # ---- parsers: text -> value, ValueError with what is accepted ------------------------------
 
-# the units `sie_engine.parse_bytes` reads (tests/test_options.py checks they agree)
+# the units `sie_engine.parse_bytes` reads (tests/server/test_options.py checks they agree)
 UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6, "MIB": 2**20,
          "G": 1e9, "GB": 1e9, "GIB": 2**30, "T": 1e12, "TB": 1e12, "TIB": 2**40}
 _SIZE = re.compile(r"^([0-9]*\.?[0-9]+(?:E[+-]?[0-9]+)?)([KMGT]I?B?|B)?$")

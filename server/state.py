@@ -10,13 +10,11 @@ from aiohttp import web
 
 from sie_engine import Engine
 from sie_engine.engine import PreAdmitted
+from sie_engine.types import Timings
 
 from .auth import ApiKeys
 from .metrics import ServerMetrics
-from sie_engine.types import Timings
-
 from .settings import ServerSettings
-
 
 # How often a drain looks again at the requests it waits for (a body finishing arrives
 # without an event to wait on).

@@ -6,8 +6,23 @@ engine validates against and the OpenAPI document and the typed client are deriv
 from __future__ import annotations
 
 from .shapes import (
-    OUTPUT_DTYPES, OUTPUT_TYPES, PRECISIONS, Classify, Dims, EncodeAnswer, EncodeItems, ExtractAnswer, ExtractItems,
-    Labels, OutputDtype, OutputType, PositiveInt, Precision, QueryText, Score, ScoreAnswer,
+    OUTPUT_DTYPES,
+    OUTPUT_TYPES,
+    PRECISIONS,
+    Classify,
+    Dims,
+    EncodeAnswer,
+    EncodeItems,
+    ExtractAnswer,
+    ExtractItems,
+    Labels,
+    OutputDtype,
+    OutputType,
+    PositiveInt,
+    Precision,
+    QueryText,
+    Score,
+    ScoreAnswer,
 )
 from .tasks import Field, Task
 

@@ -13,7 +13,8 @@ declares its fields by schema, the compatibility APIs' foreign shapes).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -77,8 +78,8 @@ def derive(types: Sequence[Any]) -> tuple[list[Schema], dict[str, Schema]]:
 
 def _shared() -> dict[str, Schema]:
     (item, items, encode_item, encode_items, _), components = derive(
-        [Union[shapes.Text, shapes.TextItem], shapes.Items,
-         Union[shapes.Text, shapes.EncodeItem], shapes.EncodeItems, shapes.Usage])
+        [shapes.Text | shapes.TextItem, shapes.Items,
+         shapes.Text | shapes.EncodeItem, shapes.EncodeItems, shapes.Usage])
     return {**components, "Item": item, "Items": {**items, "items": ref("Item")}, "EncodeItemOrText": encode_item,
             "EncodeItems": {**encode_items, "items": ref("EncodeItemOrText")}, "Tensor": TENSOR}
 

@@ -17,7 +17,7 @@ optional here and the task's required fields are checked after decoding (`Task.r
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import Meta, Struct
@@ -36,7 +36,7 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 Text = Annotated[str, Meta(min_length=1, extra_json_schema={"pattern": r"\S"})]
 # An item's id: a string (an integer is taken and written back as its decimal string).
 MAX_ID_CHARS = 512
-ItemId = Union[Annotated[str, Meta(max_length=MAX_ID_CHARS)], int]
+ItemId = Annotated[str, Meta(max_length=MAX_ID_CHARS)] | int
 Score = Annotated[float, Meta(ge=0, le=1)]
 PositiveInt = Annotated[int, Meta(ge=1)]
 MAX_DIMS = 1 << 14  # wider than any embedding SIE serves (Qwen3-Embedding-8B: 4096)
@@ -71,15 +71,15 @@ class TextItem(_Shape):
     """`{id?, text}`; a plain string stands for `{text}`."""
 
     text: Text
-    id: Union[ItemId, None] = None
+    id: ItemId | None = None
 
 
 class EncodeItem(_Shape):
     """`{id?, text}` or `{id?, image}` (image models only): one of the two."""
 
-    text: Union[Text, None] = None
+    text: Text | None = None
     image: Image = None
-    id: Union[ItemId, None] = None
+    id: ItemId | None = None
 
     def __post_init__(self) -> None:
         if self.image is not None:
@@ -99,16 +99,16 @@ class EntitySpan(_Shape):
     start: Annotated[int, Meta(ge=0)]
     end: Annotated[int, Meta(ge=1)]
     label: Label
-    text: Union[str, None] = None
-    score: Union[float, None] = None
+    text: str | None = None
+    score: float | None = None
 
 
 class ExtractItem(_Shape):
     """`{id?, text}`; for a relation model `{id?, text, entities}`."""
 
     text: Text
-    id: Union[ItemId, None] = None
-    entities: Union[list[EntitySpan], None] = None
+    id: ItemId | None = None
+    entities: list[EntitySpan] | None = None
 
 
 class Query(_Shape):
@@ -120,13 +120,13 @@ class Classify(_Shape):
 
     task: str
     labels: Labels
-    multi_label: Union[bool, None] = None
+    multi_label: bool | None = None
 
 
-Items = Annotated[list[Union[Text, TextItem]], Meta(min_length=1)]
-EncodeItems = Annotated[list[Union[Text, EncodeItem]], Meta(min_length=1)]
-ExtractItems = Annotated[list[Union[Text, ExtractItem]], Meta(min_length=1)]
-QueryText = Union[Text, Query]
+Items = Annotated[list[Text | TextItem], Meta(min_length=1)]
+EncodeItems = Annotated[list[Text | EncodeItem], Meta(min_length=1)]
+ExtractItems = Annotated[list[Text | ExtractItem], Meta(min_length=1)]
+QueryText = Text | Query
 
 
 # ---- answers ---------------------------------------------------------------
@@ -143,13 +143,13 @@ class Usage(_Answer):
 class SparseOut(_Answer):
     indices: Tensor
     values: Tensor
-    labels: Union[list[str], None] = None
+    labels: list[str] | None = None
 
 
 class EncodedItemOut(_Answer):
     id: str
     dense: Tensor = None
-    sparse: Union[SparseOut, None] = None
+    sparse: SparseOut | None = None
     multivector: Tensor = None
 
 
@@ -165,7 +165,7 @@ class EntityOut(_Answer):
     label: str
     start: int
     end: int
-    score: Union[float, None] = None  # absent: an entity the request gave a relation model
+    score: float | None = None  # absent: an entity the request gave a relation model
 
 
 class ClassificationOut(_Answer):
@@ -182,9 +182,9 @@ class RelationOut(_Answer):
 
 class ExtractedItemOut(_Answer):
     id: str
-    entities: Union[list[EntityOut], None] = None
-    classifications: Union[list[ClassificationOut], None] = None
-    relations: Union[list[RelationOut], None] = None
+    entities: list[EntityOut] | None = None
+    classifications: list[ClassificationOut] | None = None
+    relations: list[RelationOut] | None = None
 
 
 class EncodeAnswer(_Answer):

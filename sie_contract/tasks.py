@@ -16,9 +16,10 @@ torch-free and the client can read it without the engine installed.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import msgspec
 
@@ -39,7 +40,7 @@ class Field:
     """
 
     name: str
-    schema: Optional[Mapping[str, Any]] = None
+    schema: Mapping[str, Any] | None = None
     required: bool = False
     description: str = ""
     type: Any = Any
@@ -67,8 +68,8 @@ class Task:
     served_by: tuple[str, ...]
     implementation: str
     answer_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
-    chunk_field: Optional[str] = "items"
-    answer_type: Optional[type[Any]] = None
+    chunk_field: str | None = "items"
+    answer_type: type[Any] | None = None
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -89,7 +90,8 @@ class Task:
     @cached_property
     def request_type(self) -> type[msgspec.Struct]:
         """`{Name}Request`: every field optional (null is a field not sent), unknown ones refused."""
-        members = [(f.name, Optional[f.type], None) for f in self.fields]
+        # Optional[], not `| None`: a field declared by a JSON Schema alone has type Any, which `|` refuses on 3.10
+        members = [(f.name, Optional[f.type], None) for f in self.fields]  # noqa: UP045
         return msgspec.defstruct(f"{self.name.capitalize()}Request", members, forbid_unknown_fields=True,
                                  omit_defaults=True, kw_only=True, module=__name__)
 

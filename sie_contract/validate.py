@@ -10,7 +10,7 @@ empty one is `items[3].text`; a list of choices (`output_types`) is named as a w
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any
 
 import msgspec
 import msgspec.inspect as mi
@@ -26,7 +26,7 @@ class FieldError(TypeError):
     """A request whose fields do not fit the task's; `field` names the offending one (its
     path: `items[3].text`). A TypeError, as a Python call with a wrong argument raises."""
 
-    def __init__(self, message: str, field: Optional[str] = None):
+    def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
         self.field = field
 
@@ -51,7 +51,7 @@ def field_error(exc: msgspec.ValidationError, root: type) -> FieldError:
     return _refusal(what, segments, node, parent)
 
 
-def _refusal(what: str, segments: list[Any], node: Optional[mi.Type], parent: Optional[mi.Type]) -> FieldError:
+def _refusal(what: str, segments: list[Any], node: mi.Type | None, parent: mi.Type | None) -> FieldError:
     if what.startswith("Object missing required field"):
         segments = [*segments, what.split("`")[1]]
         path = _path(segments)
@@ -80,7 +80,7 @@ def _refusal(what: str, segments: list[Any], node: Optional[mi.Type], parent: Op
     return FieldError(f"{path} {_bound(want, rest, node)}", path)
 
 
-def _bound(want: str, rest: str, node: Optional[mi.Type]) -> str:
+def _bound(want: str, rest: str, node: mi.Type | None) -> str:
     """`of length >= 1` / `>= 0.0` / `matching regex` -> what the value must be."""
     if rest == "of length >= 1":
         return "must not be empty"
@@ -118,14 +118,14 @@ def _got(what: str) -> str:
     return f", got {expected.group('got')}" if expected and expected.group("got") else ""
 
 
-def _bare(node: Optional[mi.Type]) -> Optional[mi.Type]:
+def _bare(node: mi.Type | None) -> mi.Type | None:
     """A type without its `Meta(extra_json_schema=...)` wrapping (msgspec's `Metadata`)."""
     while isinstance(node, mi.Metadata):
         node = node.type
     return node
 
 
-def _strip_none(node: Optional[mi.Type]) -> Optional[mi.Type]:
+def _strip_none(node: mi.Type | None) -> mi.Type | None:
     """A `T | None` as T (null is a field not sent); other unions as they are."""
     node = _bare(node)
     if isinstance(node, mi.UnionType):
@@ -134,7 +134,7 @@ def _strip_none(node: Optional[mi.Type]) -> Optional[mi.Type]:
     return node
 
 
-def _options(node: Optional[mi.Type]) -> list[mi.Type]:
+def _options(node: mi.Type | None) -> list[mi.Type]:
     node = _strip_none(node)
     if node is None:
         return []
@@ -142,14 +142,14 @@ def _options(node: Optional[mi.Type]) -> list[mi.Type]:
     return [bare for bare in map(_bare, options) if bare is not None]
 
 
-def _struct_fields(node: Optional[mi.Type]) -> list[mi.Field]:
+def _struct_fields(node: mi.Type | None) -> list[mi.Field]:
     return [f for option in _options(node) if isinstance(option, mi.StructType) for f in option.fields]
 
 
-def _node_at(node: mi.Type, segments: list[Any]) -> tuple[Optional[mi.Type], Optional[mi.Type]]:
+def _node_at(node: mi.Type, segments: list[Any]) -> tuple[mi.Type | None, mi.Type | None]:
     """The declared type at a path and its parent's (None where the path leaves the declaration)."""
-    parent: Optional[mi.Type] = None
-    current: Optional[mi.Type] = node
+    parent: mi.Type | None = None
+    current: mi.Type | None = node
     for segment in segments:
         parent, current = current, _child(current, segment)
         if current is None:
@@ -157,7 +157,7 @@ def _node_at(node: mi.Type, segments: list[Any]) -> tuple[Optional[mi.Type], Opt
     return current, parent
 
 
-def _child(node: Optional[mi.Type], segment: Any) -> Optional[mi.Type]:
+def _child(node: mi.Type | None, segment: Any) -> mi.Type | None:
     for option in _options(node):
         if isinstance(segment, int) and isinstance(option, (mi.ListType, mi.SetType, mi.VarTupleType)):
             return option.item_type
@@ -168,11 +168,11 @@ def _child(node: Optional[mi.Type], segment: Any) -> Optional[mi.Type]:
     return None
 
 
-def _choices(node: Optional[mi.Type]) -> list[str]:
+def _choices(node: mi.Type | None) -> list[str]:
     return [str(v) for option in _options(node) if isinstance(option, mi.LiteralType) for v in option.values]
 
 
-def _limits(node: Optional[mi.Type]) -> tuple[Optional[float], Optional[float]]:
+def _limits(node: mi.Type | None) -> tuple[float | None, float | None]:
     for option in _options(node):
         if isinstance(option, (mi.IntType, mi.FloatType)):
             low = option.ge if option.ge is not None else option.gt
@@ -181,7 +181,7 @@ def _limits(node: Optional[mi.Type]) -> tuple[Optional[float], Optional[float]]:
     return None, None
 
 
-def _is_string_shorthand(node: Optional[mi.Type]) -> bool:
+def _is_string_shorthand(node: mi.Type | None) -> bool:
     """A `str | {text, ...}` union (items, a query): the string stands for the object's text."""
     options = _options(node)
     return any(isinstance(o, mi.StrType) for o in options) and any(f.name == "text" for f in _struct_fields(node))

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .errors import Overloaded
 
@@ -137,7 +138,7 @@ class Throughput:
 class Reservation:
     """Tokens an admitted request will queue, counted in the wait until they are queued."""
 
-    def __init__(self, owner: "WaitAdmission", model_id: str, tokens: int, refusal: Overloaded | None = None):
+    def __init__(self, owner: WaitAdmission, model_id: str, tokens: int, refusal: Overloaded | None = None):
         self._owner = owner
         self.model_id = model_id
         self.estimate = tokens
@@ -163,7 +164,7 @@ class Pending:
         self._lock = threading.Lock()
         self.count = 0
 
-    def enter(self) -> "PendingCall":
+    def enter(self) -> PendingCall:
         with self._lock:
             self.count += 1
         return PendingCall(self)

@@ -9,9 +9,10 @@ model in `sie_engine/catalog/` and in user directories (`--models DIR`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -125,7 +126,7 @@ class ModelCard:
         return self.document_template, None
 
     @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> "ModelCard":
+    def from_dict(data: Mapping[str, Any]) -> ModelCard:
         data = dict(data)
         unknown = set(data) - {f.name for f in dataclasses.fields(ModelCard)}
         if unknown:
@@ -142,7 +143,7 @@ class ModelCard:
         return ModelCard(**data)
 
     @staticmethod
-    def from_file(path: Path) -> "ModelCard":
+    def from_file(path: Path) -> ModelCard:
         return ModelCard.from_dict(yaml.safe_load(Path(path).read_text()))
 
 
@@ -161,7 +162,7 @@ class Catalog:
             self.add(card)
 
     @staticmethod
-    def builtin() -> "Catalog":
+    def builtin() -> Catalog:
         catalog = Catalog()
         catalog.add_directory(Path(__file__).parent / "catalog")
         return catalog

@@ -19,7 +19,8 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -27,21 +28,23 @@ from sie_contract import registry as task_registry
 from sie_contract.builtin import PRECISIONS
 from sie_contract.tasks import FieldError, Task
 
+from . import validation as v
 from .admission import PendingCall, image_positions_bound, upper_bound_tokens
 from .card import Catalog, ModelCard
-from .checkpoints import CheckpointLayout, resolve as resolve_checkpoint
+from .checkpoints import CheckpointLayout
+from .checkpoints import resolve as resolve_checkpoint
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
 from .parallelism import BatchParallelism
 from .pool import ModelPool, PoolEvents
 from .postprocess import Quantized
 from .runner import ModelRunner, build_runner, load_tokenizer
 from .scheduler import Request, Scheduler, SchedulerEvents
-from .tasks import TaskRun, implementation as task_implementation
+from .tasks import TaskRun
+from .tasks import implementation as task_implementation
 from .tasks.context import Call
 from .tasks.encode import apply_template
 from .tokenizer import TextTokenizer, Tokenized
 from .types import EngineStatus, ModelInfo, ModelStatus, SparseVector, Timings
-from . import validation as v
 from .weights import WeightsLocation, locate_weights
 from .work import WorkItem
 
@@ -495,7 +498,7 @@ class Engine:
         for executor in (self._tokenize_pool, self._infer_pool, self._load_pool):
             executor.shutdown(wait=False, cancel_futures=True)
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -9,8 +9,9 @@ its own kind (GLiNER's, CLIP's, ...) gives it (sie_engine.models' registry).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .card import ModelCard, WeightsSource
 from .errors import UnsupportedArchitecture

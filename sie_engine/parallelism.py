@@ -21,8 +21,9 @@ the GPU idles through all of that host work between batches.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -37,7 +38,7 @@ class BatchParallelism:
     narrow_threads: int | None = None
 
     @staticmethod
-    def for_device(device: torch.device, batches: int | None = None) -> "BatchParallelism":
+    def for_device(device: torch.device, batches: int | None = None) -> BatchParallelism:
         """CPU: `batches` at once (default two where there are two threads or more), sharing
         the threads torch was given (`torch.set_num_threads`, `OMP_NUM_THREADS`). CUDA:
         `batches` in flight (default two), torch's threads untouched."""

@@ -25,18 +25,20 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 
 from .card import Catalog, ModelCard
-from .checkpoints import CheckpointLayout, resolve as resolve_checkpoint
+from .checkpoints import CheckpointLayout
+from .checkpoints import resolve as resolve_checkpoint
+from .errors import ModelLoadFailed, ModelNotFound, SIEError, UnsupportedArchitecture, WeightsNotFound
+from .host_cache import HostCache
 from .models import family_for
 from .models.base import Family
-from .host_cache import HostCache
-from .errors import ModelLoadFailed, ModelNotFound, SIEError, UnsupportedArchitecture, WeightsNotFound
 from .runner import ModelRunner, batch_budget, build_runner, resolve_dtype
 from .weights import loaded_nbytes
 

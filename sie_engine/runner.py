@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -211,7 +212,7 @@ class ModelRunner:
         if self.device.type != "cpu":
             self._move(lambda t: t.to("cpu").pin_memory())
 
-    def restore(self) -> "ModelRunner":
+    def restore(self) -> ModelRunner:
         """Bring offloaded weights back to the device (swap-in from the host cache)."""
         if self.device.type != "cpu":
             self._move(lambda t: t.to(self.device, non_blocking=True))

@@ -12,8 +12,9 @@ JSON Schema alone."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from sie_contract.shapes import MAX_ID_CHARS
 

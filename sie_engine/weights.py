@@ -15,10 +15,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from .card import ModelCard
 from .errors import WeightsNotFound
@@ -148,7 +148,7 @@ class Checkpoint(Mapping):
                 for name in state:
                     self._where[name] = state
 
-    def __getitem__(self, name: str) -> "torch.Tensor":
+    def __getitem__(self, name: str) -> torch.Tensor:
         source = self._where[name]
         return source[name] if isinstance(source, dict) else source.get_tensor(name)
 
@@ -165,7 +165,7 @@ class Checkpoint(Mapping):
         self._where.clear()
         self._handles.clear()
 
-    def __enter__(self) -> "Checkpoint":
+    def __enter__(self) -> Checkpoint:
         return self
 
     def __exit__(self, *exc) -> None:

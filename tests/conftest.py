@@ -2,7 +2,16 @@ import os
 import sys
 from pathlib import Path
 
-# Tests import helper modules (tiny_models, server fixtures) from this folder.
-sys.path.insert(0, str(Path(__file__).parent))
+TESTS = Path(__file__).parent
+# Tests in every folder import the shared helper modules (tiny_models, server_fixtures, ...) from
+# tests/helpers by their bare names, and a few reference builders from the family and head tests
+# (test_gliner_extract.build_reference, test_gliner_deberta.tiny_deberta, test_zeroshot_nli._bert_nli,
+# test_import_graph.imports_of, test_score_http.DOCS, ...)
+# that the HTTP, framework and catalog tests reuse.
+for folder in ("helpers", "engine/heads", "engine/families", "engine/tasks", "project", "server"):
+    sys.path.insert(0, str(TESTS / folder))
+# tests/plugins: the fixture packages the plug-in tests register (`plugins.toy_mode`, `plugins.toy_family`);
+# last, so the test folders never shadow an installed package
+sys.path.append(str(TESTS))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

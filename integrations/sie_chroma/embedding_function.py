@@ -12,7 +12,7 @@ The input is Chroma's `Embeddable`, `Documents | Images`: with an image model
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any
 
 import numpy as np
 from chromadb.api.types import Embeddable, EmbeddingFunction, Embeddings, Space, is_image
@@ -89,23 +89,23 @@ class SIEEmbeddingFunction(EmbeddingFunction[Embeddable]):
     def default_space(self) -> Space:
         return "cosine"
 
-    def supported_spaces(self) -> List[Space]:
+    def supported_spaces(self) -> list[Space]:
         return ["cosine", "ip", "l2"]
 
-    def get_config(self) -> Dict[str, Any]:
+    def get_config(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in PERSISTED}
 
     @staticmethod
-    def build_from_config(config: Dict[str, Any]) -> "SIEEmbeddingFunction":
+    def build_from_config(config: dict[str, Any]) -> SIEEmbeddingFunction:
         SIEEmbeddingFunction.validate_config(config)
         config = known_config(config, "SIEEmbeddingFunction")
         return SIEEmbeddingFunction(**config, client=rebuilt_client(config))
 
     @staticmethod
-    def validate_config(config: Dict[str, Any]) -> None:
+    def validate_config(config: dict[str, Any]) -> None:
         check_config(config, "SIEEmbeddingFunction")
 
-    def validate_config_update(self, old_config: Dict[str, Any], new_config: Dict[str, Any]) -> None:
+    def validate_config_update(self, old_config: dict[str, Any], new_config: dict[str, Any]) -> None:
         check_update(old_config, new_config)
 
 

@@ -3,7 +3,7 @@ sparse SIE model (SPLADE-style), for a collection schema's sparse vector index."
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any
 
 import numpy as np
 from chromadb.api.types import Documents, SparseEmbeddingFunction, SparseVectors
@@ -68,20 +68,20 @@ class SIESparseEmbeddingFunction(SparseEmbeddingFunction[Documents]):
     def name() -> str:
         return NAME
 
-    def get_config(self) -> Dict[str, Any]:
+    def get_config(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in PERSISTED}
 
     @staticmethod
-    def build_from_config(config: Dict[str, Any]) -> "SIESparseEmbeddingFunction":
+    def build_from_config(config: dict[str, Any]) -> SIESparseEmbeddingFunction:
         SIESparseEmbeddingFunction.validate_config(config)
         config = known_config(config, "SIESparseEmbeddingFunction")
         return SIESparseEmbeddingFunction(**config, client=rebuilt_client(config))
 
     @staticmethod
-    def validate_config(config: Dict[str, Any]) -> None:
+    def validate_config(config: dict[str, Any]) -> None:
         check_config(config, "SIESparseEmbeddingFunction")
 
-    def validate_config_update(self, old_config: Dict[str, Any], new_config: Dict[str, Any]) -> None:
+    def validate_config_update(self, old_config: dict[str, Any], new_config: dict[str, Any]) -> None:
         check_update(old_config, new_config)
 
 

@@ -1,13 +1,23 @@
 """SIE's Python client: encode, score and extract over the HTTP API (msgpack by
 default), or in-process with the embedded engine. No torch unless embedded."""
 
-from .client import DEFAULT_MODEL, EMBEDDED, AsyncSIEClient, SIEClient, connect, resolve_url
 from .adapters import Clients, connect_async
+from .client import DEFAULT_MODEL, EMBEDDED, AsyncSIEClient, SIEClient, connect, resolve_url
 from .errors import SIEConnectionError, SIEError
 from .retry import RetryPolicy
 from .types import (
-    Classification, EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, Relation,
-    ScoredItem, ScoreResult, SparseVector,
+    Classification,
+    EncodedItem,
+    EncodeResult,
+    Entity,
+    ExtractedItem,
+    ExtractResult,
+    ModelInfo,
+    Quantized,
+    Relation,
+    ScoredItem,
+    ScoreResult,
+    SparseVector,
 )
 
 __all__ = [

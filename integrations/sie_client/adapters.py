@@ -9,7 +9,8 @@ async methods side by side, so those adapters hold both kinds of client.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .client import AsyncSIEClient, SIEClient, connect
 

@@ -7,7 +7,8 @@ the request had been sent in one piece.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sie_contract.tasks import Task
 

@@ -12,13 +12,15 @@ import asyncio
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import quote
 
 from tqdm.auto import tqdm
 
-from sie_contract.registry import get as get_task, names as task_names
+from sie_contract.registry import get as get_task
+from sie_contract.registry import names as task_names
 from sie_contract.tasks import Task
 
 from . import batching, wire
@@ -249,7 +251,7 @@ class SIEClient(_Base):
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def __enter__(self) -> "SIEClient":
+    def __enter__(self) -> SIEClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -323,7 +325,7 @@ class AsyncSIEClient(_Base):
     async def close(self) -> None:
         await self._transport.close()
 
-    async def __aenter__(self) -> "AsyncSIEClient":
+    async def __aenter__(self) -> AsyncSIEClient:
         return self
 
     async def __aexit__(self, *exc) -> None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import atexit
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import unquote
 
 from sie_contract.answers import to_wire

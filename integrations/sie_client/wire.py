@@ -12,8 +12,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import msgpack
 import msgspec
@@ -22,8 +23,18 @@ import numpy as np
 from sie_contract.shapes import EncodeAnswer, EntityOut, ExtractAnswer, ScoreAnswer
 
 from .types import (
-    Classification, EncodedItem, EncodeResult, Entity, ExtractedItem, ExtractResult, ModelInfo, Quantized, Relation,
-    ScoredItem, ScoreResult, SparseVector,
+    Classification,
+    EncodedItem,
+    EncodeResult,
+    Entity,
+    ExtractedItem,
+    ExtractResult,
+    ModelInfo,
+    Quantized,
+    Relation,
+    ScoredItem,
+    ScoreResult,
+    SparseVector,
 )
 
 MSGPACK = "application/msgpack"

@@ -39,7 +39,7 @@ class SIETextEmbedder(SIEConnection):
                                **self.connection_dict())
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SIETextEmbedder":
+    def from_dict(cls, data: dict[str, Any]) -> SIETextEmbedder:
         return default_from_dict(cls, connection_from_dict(data))
 
     def _options(self) -> dict[str, Any]:
@@ -92,7 +92,7 @@ class SIEDocumentEmbedder(SIEConnection):
                                embedding_separator=self.embedding_separator, **self.connection_dict())
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SIEDocumentEmbedder":
+    def from_dict(cls, data: dict[str, Any]) -> SIEDocumentEmbedder:
         return default_from_dict(cls, connection_from_dict(data))
 
     def _texts(self, documents: list[Document]) -> list[str]:

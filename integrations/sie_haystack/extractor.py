@@ -54,7 +54,7 @@ class SIEEntityExtractor(SIEConnection):
                                **self.connection_dict())
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SIEEntityExtractor":
+    def from_dict(cls, data: dict[str, Any]) -> SIEEntityExtractor:
         return default_from_dict(cls, connection_from_dict(data))
 
     def _options(self) -> dict[str, Any]:

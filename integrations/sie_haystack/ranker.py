@@ -37,7 +37,7 @@ class SIERanker(SIEConnection):
                                embedding_separator=self.embedding_separator, **self.connection_dict())
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SIERanker":
+    def from_dict(cls, data: dict[str, Any]) -> SIERanker:
         return default_from_dict(cls, connection_from_dict(data))
 
     def _texts(self, documents: list[Document]) -> list[str]:

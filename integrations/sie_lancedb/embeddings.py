@@ -18,7 +18,8 @@ table's `on_bad_vectors` policy decides what becomes of them.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, List, Optional, Union
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 from lancedb.embeddings import TextEmbeddingFunction, register
@@ -39,27 +40,28 @@ class SIEEmbeddings(TextEmbeddingFunction):
     """
 
     model: str = DEFAULT_MODEL
-    url: Optional[str] = None
-    api_key: Optional[str] = None
-    timeout: Optional[float] = None
-    instruction: Optional[str] = None
-    dims: Optional[int] = None
-    batch_size: Optional[int] = None
+    url: str | None = None
+    api_key: str | None = None
+    timeout: float | None = None
+    instruction: str | None = None
+    dims: int | None = None
+    batch_size: int | None = None
     # Embedded mode only: extra model-card directories to serve (see sie_client.embedded).
-    model_dirs: Optional[List[str]] = None
-    progress: Optional[bool] = None
+    model_dirs: list[str] | None = None
+    progress: bool | None = None
     # LanceDB's retry loop, off by default (see the module docstring); a positive
     # value turns it back on around SIE's own retries.
     max_retries: int = 0
 
-    _client: Optional[SIEClient] = PrivateAttr(default=None)
-    _ndims: Optional[int] = PrivateAttr(default=None)
+    _client: SIEClient | None = PrivateAttr(default=None)
+    # None until the first call measures the model's width (LanceDB's base declares it int)
+    _ndims: int | None = PrivateAttr(default=None)  # type: ignore[assignment]
 
     # The kind of SIE output this function stores (a class constant, not a setting).
     output: ClassVar[str] = "dense"
 
     @staticmethod
-    def sensitive_keys() -> List[str]:
+    def sensitive_keys() -> list[str]:
         return ["api_key"]
 
     @property
@@ -93,12 +95,12 @@ class SIEEmbeddings(TextEmbeddingFunction):
             return super().compute_query_embeddings_with_retry(*args, **kwargs)
         return self.compute_query_embeddings(*args, **kwargs)
 
-    def _encode(self, texts: List[Optional[str]], is_query: bool) -> list:
+    def _encode(self, texts: Sequence[str | None] | np.ndarray, is_query: bool) -> list:
         """One vector per text; None where the text is not a non-blank string."""
         return self._encode_items([text if isinstance(text, str) and text.strip() else None for text in texts],
                                   is_query)
 
-    def _encode_items(self, items: List[Any], is_query: bool) -> list:
+    def _encode_items(self, items: list[Any], is_query: bool) -> list:
         """One vector per encode item (a text or an `{"image": ...}` dict); None where the item is None."""
         valid = [i for i, item in enumerate(items) if item is not None]
         out: list = [None] * len(items)
@@ -113,7 +115,7 @@ class SIEEmbeddings(TextEmbeddingFunction):
             out[i] = np.asarray(getattr(item, self.output), dtype=np.float32)
         return out
 
-    def generate_embeddings(self, texts: Union[List[str], np.ndarray], *args, **kwargs) -> list:
+    def generate_embeddings(self, texts: list[str] | np.ndarray, *args, **kwargs) -> list:
         """Document-mode vectors, one per text (`[ndims]` float32 each; None for empty or None texts)."""
         return self._encode(texts, is_query=False)
 

@@ -18,7 +18,7 @@ no LanceDB retry loop) is SIEEmbeddings'.
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any
 
 import pyarrow as pa
 from lancedb.embeddings import register
@@ -42,7 +42,7 @@ class SIEImageEmbeddings(SIEEmbeddings):
 
     model: str = IMAGE_MODEL
 
-    def sanitize_input(self, images: Any) -> List[Any]:
+    def sanitize_input(self, images: Any) -> list[Any]:
         """One image or a column of them -> a list (bytes are one image, not a sequence)."""
         if isinstance(images, (str, bytes)):
             return [images]
@@ -52,7 +52,8 @@ class SIEImageEmbeddings(SIEEmbeddings):
             return images.to_pylist()
         return list(images)
 
-    def compute_source_embeddings(self, images: Any, *args, **kwargs) -> list:
+    # LanceDB passes the source column positionally; the parameter is named for what it holds
+    def compute_source_embeddings(self, images: Any, *args, **kwargs) -> list:  # type: ignore[override]
         """Document-mode vectors of the source column's images (None for a None or empty one)."""
         return self._encode_items([_image_item(image) for image in self.sanitize_input(images)], is_query=False)
 

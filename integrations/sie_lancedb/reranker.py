@@ -3,8 +3,6 @@ cross-encoder or a late-interaction model), for vector, FTS and hybrid queries."
 
 from __future__ import annotations
 
-from typing import Optional
-
 import pyarrow as pa
 from lancedb.rerankers import Reranker
 
@@ -24,8 +22,8 @@ class SIEReranker(Reranker):
     """
 
     def __init__(self, model: str = "cross-encoder/ms-marco-MiniLM-L-6-v2", column: str = "text",
-                 return_score: str = "relevance", *, client: Optional[SIEClient] = None, url: Optional[str] = None,
-                 api_key: Optional[str] = None, timeout: Optional[float] = None, batch_size: Optional[int] = None):
+                 return_score: str = "relevance", *, client: SIEClient | None = None, url: str | None = None,
+                 api_key: str | None = None, timeout: float | None = None, batch_size: int | None = None):
         super().__init__(return_score)
         self.model = model
         self.column = column

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
 
@@ -17,11 +17,11 @@ class SIEConnection(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", protected_namespaces=())
 
-    url: Optional[str] = None
-    api_key: Optional[SecretStr] = None
-    timeout: Optional[float] = None
-    client: Optional[SIEClient] = Field(default=None, exclude=True)
-    async_client: Optional[AsyncSIEClient] = Field(default=None, exclude=True)
+    url: str | None = None
+    api_key: SecretStr | None = None
+    timeout: float | None = None
+    client: SIEClient | None = Field(default=None, exclude=True)
+    async_client: AsyncSIEClient | None = Field(default=None, exclude=True)
 
     _clients: Clients = PrivateAttr()
 

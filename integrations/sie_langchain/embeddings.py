@@ -7,7 +7,7 @@ LangChain vector stores call the one or the other, so retrieval gets both right.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
@@ -29,10 +29,10 @@ class SIEEmbeddings(SIEConnection, Embeddings):
     """
 
     model: str = DEFAULT_MODEL
-    instruction: Optional[str] = None
-    dims: Optional[int] = None
-    batch_size: Optional[int] = None
-    progress: Optional[bool] = None
+    instruction: str | None = None
+    dims: int | None = None
+    batch_size: int | None = None
+    progress: bool | None = None
 
     def _options(self, is_query: bool) -> dict[str, Any]:
         return dict(output_types=["dense"], is_query=is_query, instruction=self.instruction if is_query else None,

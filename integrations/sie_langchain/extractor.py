@@ -5,7 +5,8 @@ entities of an entity model (GLiNER-style), the classes of a classification mode
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from langchain_core.documents import BaseDocumentTransformer, Document
 
@@ -37,17 +38,17 @@ class SIEEntityExtractor(SIEConnection, BaseDocumentTransformer):
 
     model: str = "urchade/gliner_small-v2.1"
     labels: list[str]
-    threshold: Optional[float] = None
+    threshold: float | None = None
     metadata_key: str = "entities"
     classes_key: str = "classifications"
     relations_key: str = "relations"
-    multi_label: Optional[bool] = None
-    top_k: Optional[int] = None
-    relation_labels: Optional[list[str]] = None
-    entity_model: Optional[str] = None
-    entity_labels: Optional[list[str]] = None
-    batch_size: Optional[int] = None
-    progress: Optional[bool] = None
+    multi_label: bool | None = None
+    top_k: int | None = None
+    relation_labels: list[str] | None = None
+    entity_model: str | None = None
+    entity_labels: list[str] | None = None
+    batch_size: int | None = None
+    progress: bool | None = None
 
     def _options(self) -> dict[str, Any]:
         return dict(threshold=self.threshold, multi_label=self.multi_label, top_k=self.top_k,

@@ -4,7 +4,7 @@ for `ContextualCompressionRetriever` or direct use."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
@@ -23,8 +23,8 @@ class SIEReranker(SIEConnection, BaseDocumentCompressor):
     """
 
     model: str = "cross-encoder/ms-marco-MiniLM-L-6-v2"
-    top_n: Optional[int] = 3
-    batch_size: Optional[int] = None
+    top_n: int | None = 3
+    batch_size: int | None = None
 
     @staticmethod
     def _reordered(documents: Sequence[Document], scored) -> list[Document]:

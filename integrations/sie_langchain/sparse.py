@@ -4,7 +4,7 @@ HYBRID retrieval mode. Needs langchain-qdrant."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from langchain_qdrant import SparseEmbeddings, SparseVector
 
@@ -24,9 +24,9 @@ class SIESparseEmbeddings(SIEConnection, SparseEmbeddings):
     """
 
     model: str
-    instruction: Optional[str] = None
-    batch_size: Optional[int] = None
-    progress: Optional[bool] = None
+    instruction: str | None = None
+    batch_size: int | None = None
+    progress: bool | None = None
 
     def _options(self, is_query: bool) -> dict[str, Any]:
         return dict(output_types=["sparse"], is_query=is_query, instruction=self.instruction if is_query else None,

@@ -4,7 +4,7 @@ The key and the clients are excluded from LlamaIndex's serialisation (`to_dict`)
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -18,11 +18,11 @@ class SIEConnection(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    url: Optional[str] = Field(default=None, description="SIE server URL, 'embedded', or None for SIE_URL.")
-    api_key: Optional[str] = Field(default=None, exclude=True, description="SIE API key (default: SIE_API_KEY).")
-    timeout: Optional[float] = Field(default=None, description="Seconds per SIE request.")
-    client: Optional[SIEClient] = Field(default=None, exclude=True)
-    async_client: Optional[AsyncSIEClient] = Field(default=None, exclude=True)
+    url: str | None = Field(default=None, description="SIE server URL, 'embedded', or None for SIE_URL.")
+    api_key: str | None = Field(default=None, exclude=True, description="SIE API key (default: SIE_API_KEY).")
+    timeout: float | None = Field(default=None, description="Seconds per SIE request.")
+    client: SIEClient | None = Field(default=None, exclude=True)
+    async_client: AsyncSIEClient | None = Field(default=None, exclude=True)
 
     _clients: Clients = PrivateAttr()
 

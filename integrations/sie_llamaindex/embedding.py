@@ -6,7 +6,7 @@ queries with `get_query_embedding` (SIE's query mode); both have native async tw
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field
@@ -24,8 +24,8 @@ class SIEEmbedding(SIEConnection, BaseEmbedding):
 
     # One SIE request per LlamaIndex batch: SIE batches by tokens itself, so larger is cheaper.
     embed_batch_size: int = Field(default=128, gt=0, le=2048)
-    instruction: Optional[str] = Field(default=None, description="Query instruction override.")
-    dims: Optional[int] = Field(default=None, description="Matryoshka truncation.")
+    instruction: str | None = Field(default=None, description="Query instruction override.")
+    dims: int | None = Field(default=None, description="Matryoshka truncation.")
 
     def __init__(self, model: str | None = None, **kwargs: Any):
         # `model=` as in SIE's other adapters; LlamaIndex's field (and to_dict) says model_name.
@@ -53,9 +53,9 @@ class SIEEmbedding(SIEConnection, BaseEmbedding):
     async def _aget_text_embedding(self, text: str) -> Embedding:
         return (await self._aget_text_embeddings([text]))[0]
 
-    def _get_text_embeddings(self, texts: List[str]) -> List[Embedding]:
+    def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
         return self._clients.sync.encode(self.model_name, list(texts), **self._options(False)).dense_matrix().tolist()
 
-    async def _aget_text_embeddings(self, texts: List[str]) -> List[Embedding]:
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
         result = await self._clients.call("encode", self.model_name, list(texts), **self._options(False))
         return result.dense_matrix().tolist()

@@ -3,7 +3,8 @@ SIE extraction model (GLiNER-style, zero-shot: any labels) finds in each node.""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.extractors.interface import BaseExtractor
@@ -23,7 +24,7 @@ class SIEEntityExtractor(SIEConnection, BaseExtractor):
     """
 
     model: str = Field(default="urchade/gliner_small-v2.1", description="SIE extraction model.")
-    labels: List[str] = Field(description="Entity labels to look for (zero-shot).")
+    labels: list[str] = Field(description="Entity labels to look for (zero-shot).")
     threshold: float | None = Field(default=None, description="Minimum entity score (SIE's default if None).")
     label_entities: bool = Field(default=False, description="One metadata key per label instead of 'entities'.")
     metadata_mode: MetadataMode = Field(default=MetadataMode.NONE)
@@ -32,17 +33,17 @@ class SIEEntityExtractor(SIEConnection, BaseExtractor):
     def class_name(cls) -> str:
         return "SIEEntityExtractor"
 
-    def _metadata(self, item) -> Dict[str, Any]:
+    def _metadata(self, item) -> dict[str, Any]:
         entities = sorted(item.entities, key=lambda e: (e.start, e.end))
         if not self.label_entities:
             return {"entities": list(dict.fromkeys(e.text for e in entities))} if entities else {}
-        grouped: Dict[str, List[str]] = {}
+        grouped: dict[str, list[str]] = {}
         for e in entities:
             if e.text not in grouped.setdefault(e.label, []):
                 grouped[e.label].append(e.text)
         return grouped
 
-    async def aextract(self, nodes: Sequence[BaseNode]) -> List[Dict]:
+    async def aextract(self, nodes: Sequence[BaseNode]) -> list[dict]:
         if not nodes:
             return []
         texts = [node.get_content(metadata_mode=self.metadata_mode) for node in nodes]

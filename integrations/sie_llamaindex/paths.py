@@ -4,7 +4,8 @@ relation model, zero-shot (any entity and relation types), without an LLM."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.graph_stores.types import KG_NODES_KEY, KG_RELATIONS_KEY, EntityNode, Relation
@@ -32,18 +33,18 @@ class SIEPathExtractor(SIEConnection, TransformComponent):
     """
 
     model: str = Field(default="fastino/gliner2-base-v1", description="SIE GLiNER2 or relation (GLiREL) model.")
-    entity_labels: List[str] = Field(description="Entity types to find (zero-shot).")
-    relation_labels: List[str] = Field(description="Relation types to find (zero-shot).")
-    entity_model: Optional[str] = Field(default=None, description="With a relation model: the GLiNER model that "
+    entity_labels: list[str] = Field(description="Entity types to find (zero-shot).")
+    relation_labels: list[str] = Field(description="Relation types to find (zero-shot).")
+    entity_model: str | None = Field(default=None, description="With a relation model: the GLiNER model that "
                                                                    "finds the entities. None: `model` is GLiNER2.")
-    threshold: Optional[float] = Field(default=None, description="Minimum score (SIE's default if None).")
+    threshold: float | None = Field(default=None, description="Minimum score (SIE's default if None).")
     metadata_mode: MetadataMode = Field(default=MetadataMode.NONE, description="What of a node is read.")
 
     @classmethod
     def class_name(cls) -> str:
         return "SIEPathExtractor"
 
-    def _request(self, nodes: Sequence[BaseNode]) -> Tuple[List[str], List[str], Dict[str, Any]]:
+    def _request(self, nodes: Sequence[BaseNode]) -> tuple[list[str], list[str], dict[str, Any]]:
         texts = [node.get_content(metadata_mode=self.metadata_mode) for node in nodes]
         if self.entity_model is None:  # GLiNER2: labels are the entity types
             return texts, list(self.entity_labels), dict(relation_labels=list(self.relation_labels),
@@ -52,17 +53,17 @@ class SIEPathExtractor(SIEConnection, TransformComponent):
                                                        entity_labels=list(self.entity_labels),
                                                        threshold=self.threshold)
 
-    def _entity(self, entity, properties: Dict[str, Any]) -> EntityNode:
+    def _entity(self, entity, properties: dict[str, Any]) -> EntityNode:
         label = entity.label if entity.label in self.entity_labels else OTHER_ENTITY
         return EntityNode(name=entity.text, label=label, properties=dict(properties))
 
     def _add_paths(self, node: BaseNode, item) -> BaseNode:
         properties = {k: v for k, v in node.metadata.items() if k not in (KG_NODES_KEY, KG_RELATIONS_KEY)}
-        entities: Dict[Tuple[str, str], EntityNode] = {}
+        entities: dict[tuple[str, str], EntityNode] = {}
         for entity in item.entities:
             found = self._entity(entity, properties)
             entities.setdefault((found.name, found.label), found)
-        relations: Dict[Tuple[str, str, str], Relation] = {}
+        relations: dict[tuple[str, str, str], Relation] = {}
         for triple in item.relations or ():
             if (triple.head.start, triple.head.end) == (triple.tail.start, triple.tail.end):
                 continue
@@ -77,7 +78,7 @@ class SIEPathExtractor(SIEConnection, TransformComponent):
         node.metadata[KG_RELATIONS_KEY] = [*node.metadata.get(KG_RELATIONS_KEY, []), *relations.values()]
         return node
 
-    def __call__(self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any) -> List[BaseNode]:
+    def __call__(self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any) -> list[BaseNode]:
         nodes = list(nodes)
         if not nodes:
             return []
@@ -86,7 +87,7 @@ class SIEPathExtractor(SIEConnection, TransformComponent):
                                             **options)
         return [self._add_paths(node, item) for node, item in zip(nodes, result.items)]
 
-    async def acall(self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any) -> List[BaseNode]:
+    async def acall(self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any) -> list[BaseNode]:
         nodes = list(nodes)
         if not nodes:
             return []

@@ -3,7 +3,7 @@ SIE score model (cross-encoder or late interaction) and keeps the best `top_n`."
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any
 
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.callbacks import CBEventType, EventPayload
@@ -23,19 +23,21 @@ class SIERerank(SIEConnection, BaseNodePostprocessor):
     """
 
     model: str = Field(default="cross-encoder/ms-marco-MiniLM-L-6-v2", description="SIE score model.")
-    top_n: Optional[int] = Field(default=3, description="Nodes kept (None: all).")
+    top_n: int | None = Field(default=3, description="Nodes kept (None: all).")
     keep_retrieval_score: bool = Field(default=False, description="Keep the retrieval score in metadata.")
 
     @classmethod
     def class_name(cls) -> str:
         return "SIERerank"
 
-    def _prepare(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]) -> List[str]:
+    def _prepare(self, nodes: list[NodeWithScore],
+                 query_bundle: QueryBundle | None) -> tuple[QueryBundle, list[str]]:
+        """The query (which must be given) and each node's text as it is embedded."""
         if query_bundle is None:
             raise ValueError("SIERerank needs the query: pass query_bundle or query_str")
-        return [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+        return query_bundle, [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
 
-    def _reordered(self, nodes: List[NodeWithScore], scored) -> List[NodeWithScore]:
+    def _reordered(self, nodes: list[NodeWithScore], scored) -> list[NodeWithScore]:
         out = []
         for s in scored.scores:
             node = nodes[s.index]
@@ -44,29 +46,29 @@ class SIERerank(SIEConnection, BaseNodePostprocessor):
             out.append(NodeWithScore(node=node.node, score=s.score))
         return out
 
-    def _event(self, nodes: List[NodeWithScore], query_bundle: QueryBundle) -> Any:
+    def _event(self, nodes: list[NodeWithScore], query_bundle: QueryBundle) -> Any:
         return self.callback_manager.event(CBEventType.RERANKING, payload={
             EventPayload.NODES: nodes, EventPayload.MODEL_NAME: self.model,
             EventPayload.QUERY_STR: query_bundle.query_str, EventPayload.TOP_K: self.top_n})
 
-    def _postprocess_nodes(self, nodes: List[NodeWithScore],
-                           query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
+    def _postprocess_nodes(self, nodes: list[NodeWithScore],
+                           query_bundle: QueryBundle | None = None) -> list[NodeWithScore]:
         if not nodes:
             return []
-        texts = self._prepare(nodes, query_bundle)
-        with self._event(nodes, query_bundle) as event:
-            reranked = self._reordered(nodes, self._clients.sync.score(self.model, query_bundle.query_str, texts,
+        query, texts = self._prepare(nodes, query_bundle)
+        with self._event(nodes, query) as event:
+            reranked = self._reordered(nodes, self._clients.sync.score(self.model, query.query_str, texts,
                                                                        top_k=self.top_n))
             event.on_end(payload={EventPayload.NODES: reranked})
         return reranked
 
-    async def _apostprocess_nodes(self, nodes: List[NodeWithScore],
-                                  query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
+    async def _apostprocess_nodes(self, nodes: list[NodeWithScore],
+                                  query_bundle: QueryBundle | None = None) -> list[NodeWithScore]:
         if not nodes:
             return []
-        texts = self._prepare(nodes, query_bundle)
-        with self._event(nodes, query_bundle) as event:
-            scored = await self._clients.call("score", self.model, query_bundle.query_str, texts, top_k=self.top_n)
+        query, texts = self._prepare(nodes, query_bundle)
+        with self._event(nodes, query) as event:
+            scored = await self._clients.call("score", self.model, query.query_str, texts, top_k=self.top_n)
             reranked = self._reordered(nodes, scored)
             event.on_end(payload={EventPayload.NODES: reranked})
         return reranked

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import fnmatch
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from sie_client import AsyncSIEClient
 

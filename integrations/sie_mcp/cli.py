@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from .server import SIETools, build_server, serve_http, serve_stdio
 

@@ -14,8 +14,9 @@ import logging
 import socket
 import sys
 from collections import OrderedDict
+from collections.abc import Sequence
 from importlib import metadata
-from typing import Any, Sequence
+from typing import Any
 
 import mcp.types as types
 from jsonschema import Draft202012Validator

@@ -17,8 +17,9 @@ give their entities, classes and triples per text, by the text's position.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -4,7 +4,8 @@ plan.py builds them for both)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from qdrant_client import AsyncQdrantClient, models
@@ -56,6 +57,11 @@ class AsyncSIEQdrant(QdrantPlan):
                 size = int(np.shape(getattr(probe, vector.kind))[-1])
             self._dims[key] = int(size)
         return self._dims[key]
+
+    def vectors_config(self, sizes: Mapping[str, int],
+                       distance: models.Distance = models.Distance.COSINE) -> dict[str, models.VectorParams]:
+        """Dense and multivector params for vector sizes already awaited (`await self.dims(v)`)."""
+        return self.sized_vectors_config(sizes, distance)
 
     async def create_collection(self, qdrant: AsyncQdrantClient, collection: str,
                                 distance: models.Distance = models.Distance.COSINE, **kwargs) -> None:
@@ -171,4 +177,4 @@ class AsyncSIEQdrant(QdrantPlan):
         texts = self.rerank_texts(points, text_field)
         if not points:
             return []
-        return self.reorder(points, await self.client.score(self.rerank_model, query, texts, top_k=limit))
+        return self.reorder(points, await self.client.score(self.required_rerank_model(), query, texts, top_k=limit))

@@ -6,7 +6,8 @@ helpers only add the (awaited or not) calls.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from qdrant_client import models
 
@@ -60,9 +61,11 @@ class QdrantPlan:
     def vector(self, kind: str) -> NamedVector | None:
         return next((v for v in self.vectors if v.kind == kind), None)
 
-    def vectors_config(self, sizes: Mapping[str, int],
-                       distance: models.Distance = models.Distance.COSINE) -> dict[str, models.VectorParams]:
-        """Dense and multivector params; `sizes` maps vector names to their dimension."""
+    def sized_vectors_config(self, sizes: Mapping[str, int],
+                             distance: models.Distance = models.Distance.COSINE) -> dict[str, models.VectorParams]:
+        """Dense and multivector params; `sizes` maps vector names to their dimension (the sync
+        helper measures them itself, the async one awaits them first: each has its own
+        `vectors_config`)."""
         config = {}
         for v in self.vectors:
             if v.kind == "dense":
@@ -208,9 +211,13 @@ class QdrantPlan:
         ]
 
     # ---- reranking ---------------------------------------------------------
-    def rerank_texts(self, points: Sequence[models.ScoredPoint], text_field: str) -> list[str]:
+    def required_rerank_model(self) -> str:
         if self.rerank_model is None:
             raise ValueError("rerank needs a rerank_model")
+        return self.rerank_model
+
+    def rerank_texts(self, points: Sequence[models.ScoredPoint], text_field: str) -> list[str]:
+        self.required_rerank_model()
         texts = []
         for p in points:
             if not p.payload or text_field not in p.payload:

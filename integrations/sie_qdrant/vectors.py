@@ -16,7 +16,8 @@ When one model offers several of these outputs they come from one SIE call
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
@@ -78,7 +79,7 @@ class SIEQdrant(QdrantPlan):
 
     def vectors_config(self, distance: models.Distance = models.Distance.COSINE) -> dict[str, models.VectorParams]:
         sizes = {v.name: self.dims(v) for v in self.vectors if v.kind != "sparse"}
-        return super().vectors_config(sizes, distance)
+        return self.sized_vectors_config(sizes, distance)
 
     def create_collection(self, qdrant: QdrantClient, collection: str, **kwargs) -> None:
         """Create `collection` with this helper's named vectors (kwargs go to qdrant's create_collection)."""
@@ -242,4 +243,4 @@ class SIEQdrant(QdrantPlan):
         texts = self.rerank_texts(points, text_field)
         if not points:
             return []
-        return self.reorder(points, self.client.score(self.rerank_model, query, texts, top_k=limit))
+        return self.reorder(points, self.client.score(self.required_rerank_model(), query, texts, top_k=limit))

@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from weaviate.classes.data import DataObject
 from weaviate.classes.query import MetadataQuery
@@ -75,7 +76,7 @@ class AsyncSIEWeaviate(WeaviatePlan):
     async def enrich(self, texts: str | Sequence[str], labels: Sequence[str], *,
                      threshold: float | None = None) -> list[dict[str, list[str]]]:
         options = self.enrich_options(threshold)
-        result = await self.client.extract(self.extract_model, as_texts(texts), list(labels), **options)
+        result = await self.client.extract(self.required_extract_model(), as_texts(texts), list(labels), **options)
         return self.entity_properties(result, labels)
 
     async def import_objects(self, collection: Any, objects: Sequence[Mapping[str, Any]], *,
@@ -87,8 +88,9 @@ class AsyncSIEWeaviate(WeaviatePlan):
             texts = self.texts_of(part)
             vectors = await self._encode(texts, False, self.images_of(part))
             where = present(texts) if entity_labels else []
-            entities = self.place(len(part), where,
-                                  await self.enrich([texts[i] for i in where], entity_labels) if where else [])
+            # the texts at `where`, in order: present() keeps the rows whose text is not None
+            found = [t for t in texts if t is not None]
+            entities = self.place(len(part), where, await self.enrich(found, entity_labels) if where else [])
             batch = [DataObject(properties={**obj, **extra}, vector=vector,
                                 uuid=uuids[start + offset] if uuids is not None else None)
                      for offset, (obj, vector, extra) in enumerate(zip(part, vectors, entities))]
@@ -138,4 +140,4 @@ class AsyncSIEWeaviate(WeaviatePlan):
         texts = self.rerank_texts(objects)
         if not objects:
             return []
-        return self.reorder(objects, await self.client.score(self.rerank_model, query, texts, top_k=limit))
+        return self.reorder(objects, await self.client.score(self.required_rerank_model(), query, texts, top_k=limit))

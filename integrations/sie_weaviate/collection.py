@@ -9,7 +9,8 @@ images by a text, `near_image` by an image. For Weaviate's async client use
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from weaviate.classes.query import MetadataQuery
 from weaviate.client import WeaviateAsyncClient
@@ -92,8 +93,8 @@ class SIEWeaviate(WeaviatePlan):
                threshold: float | None = None) -> list[dict[str, list[str]]]:
         """Per text, `{entities_<label>: [entity texts]}` from the SIE extraction model."""
         options = self.enrich_options(threshold)
-        return self.entity_properties(self.client.extract(self.extract_model, as_texts(texts), list(labels), **options),
-                                      labels)
+        result = self.client.extract(self.required_extract_model(), as_texts(texts), list(labels), **options)
+        return self.entity_properties(result, labels)
 
     # ---- import ------------------------------------------------------------
     def import_objects(self, collection: Collection, objects: Sequence[Mapping[str, Any]], *,
@@ -108,8 +109,9 @@ class SIEWeaviate(WeaviatePlan):
                 texts = self.texts_of(part)
                 vectors = self._encode(texts, False, self.images_of(part))
                 where = present(texts) if entity_labels else []
-                entities = self.place(len(part), where,
-                                      self.enrich([texts[i] for i in where], entity_labels) if where else [])
+                # the texts at `where`, in order: present() keeps the rows whose text is not None
+                found = [t for t in texts if t is not None]
+                entities = self.place(len(part), where, self.enrich(found, entity_labels) if where else [])
                 for offset, (obj, vector, extra) in enumerate(zip(part, vectors, entities)):
                     uuid = uuids[start + offset] if uuids is not None else None
                     batch.add_object(properties={**obj, **extra}, vector=vector, uuid=uuid)
@@ -167,4 +169,4 @@ class SIEWeaviate(WeaviatePlan):
         texts = self.rerank_texts(objects)
         if not objects:
             return []
-        return self.reorder(objects, self.client.score(self.rerank_model, query, texts, top_k=limit))
+        return self.reorder(objects, self.client.score(self.required_rerank_model(), query, texts, top_k=limit))

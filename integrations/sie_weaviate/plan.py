@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, overload
 
 import numpy as np
 from weaviate.classes.config import Configure, DataType, Property
@@ -33,8 +34,13 @@ class NamedVector:
     source: str = "text"  # what an object's vector is computed from: its text, or its image
 
 
-def as_texts(texts: str | Sequence[str]) -> list[str]:
-    """A single string is one text (a str is a Sequence too: never split it into characters)."""
+@overload
+def as_texts(texts: str | Sequence[str]) -> list[str]: ...
+@overload
+def as_texts(texts: Sequence[str | None]) -> list[str | None]: ...
+def as_texts(texts: str | Sequence[str | None]) -> list[str] | list[str | None]:
+    """A single string is one text (a str is a Sequence too: never split it into characters);
+    objects' texts keep their None where an object has no text."""
     return [texts] if isinstance(texts, str) else list(texts)
 
 
@@ -119,9 +125,13 @@ class WeaviatePlan:
                 rows[i][v.name] = np.asarray(getattr(item, v.kind), dtype=np.float32).tolist()
 
     # ---- enrichment --------------------------------------------------------
-    def enrich_options(self, threshold: float | None) -> dict[str, Any]:
+    def required_extract_model(self) -> str:
         if self.extract_model is None:
             raise ValueError("enrichment needs extract_model=...")
+        return self.extract_model
+
+    def enrich_options(self, threshold: float | None) -> dict[str, Any]:
+        self.required_extract_model()
         return dict(threshold=threshold, batch_size=self.batch_size, progress=self.progress)
 
     @staticmethod
@@ -142,10 +152,10 @@ class WeaviatePlan:
     def import_parts(self, objects: Sequence[Mapping[str, Any]], uuids: Sequence[Any] | None,
                      chunk: int) -> list[tuple[int, list[dict[str, Any]]]]:
         """(offset, objects) chunks to encode, after checking every object has its text."""
-        objects = [dict(o) for o in objects]
-        if uuids is not None and len(uuids) != len(objects):
+        copies = [dict(o) for o in objects]
+        if uuids is not None and len(uuids) != len(copies):
             raise ValueError("objects and uuids must have the same length")
-        for i, obj in enumerate(objects):
+        for i, obj in enumerate(copies):
             text = obj.get(self.text_property)
             has_image = self.image_model is not None and obj.get(self.image_property) is not None
             if has_image:
@@ -156,7 +166,7 @@ class WeaviatePlan:
                 wanted = repr(self.text_property) + (f" text or {self.image_property!r} image"
                                                      if self.image_model is not None else " text")
                 raise ValueError(f"objects[{i}] has no {wanted} to vectorise")
-        return [(start, objects[start:start + chunk]) for start in range(0, len(objects), chunk)]
+        return [(start, copies[start:start + chunk]) for start in range(0, len(copies), chunk)]
 
     def texts_of(self, objects: Sequence[Mapping[str, Any]]) -> list[str | None]:
         return [o.get(self.text_property) for o in objects]
@@ -199,9 +209,13 @@ class WeaviatePlan:
             raise ValueError("rerank=True needs rerank_model=...")
         return self.rerank_model is not None if rerank is None else rerank
 
-    def rerank_texts(self, objects: Sequence[Any]) -> list[str]:
+    def required_rerank_model(self) -> str:
         if self.rerank_model is None:
             raise ValueError("rerank needs rerank_model=...")
+        return self.rerank_model
+
+    def rerank_texts(self, objects: Sequence[Any]) -> list[str]:
+        self.required_rerank_model()
         texts = []
         for obj in objects:
             text = (obj.properties or {}).get(self.text_property)

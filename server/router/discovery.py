@@ -34,7 +34,7 @@ async def resolve_service(service: PoolService) -> set[str]:
         log.debug("no addresses for %s: %s", service.host, exc)
         return set()
     return {
-        f"{service.scheme}://{_host_for_url(info[4][0])}:{service.port}" for info in infos
+        f"{service.scheme}://{_host_for_url(str(info[4][0]))}:{service.port}" for info in infos
     }
 
 

@@ -9,9 +9,10 @@ tensors sit in them.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import WeightsNotFound
 from ..weights import weight_files

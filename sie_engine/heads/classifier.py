@@ -27,16 +27,17 @@ for more. A card may override it with `options.score.activation`
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..batch import PackedBatch
+from .base import Head
 from .common import linear, optional, tensor
 from .context import HeadContext
 from .pooling import cls_pool, mean_pool
-from .base import Head
 
 ACTIVATIONS = ("sigmoid", "identity", "softmax")
 # sentence-transformers stores the activation as an import path.

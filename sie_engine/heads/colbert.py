@@ -30,8 +30,9 @@ lets every token attend to them.
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,10 +42,10 @@ from torch import nn
 from ..batch import PackedBatch
 from ..card import ModelCard
 from ..work import WorkItem
+from .base import Head
 from .common import linear, load_torch_file, optional, tensor
 from .context import HeadContext
 from .st_dense import load_module_weights
-from .base import Head
 
 KINDS = ("colbert", "bge-m3")
 SCORES = ("sum", "mean")

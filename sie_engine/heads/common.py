@@ -3,8 +3,8 @@ building plain linear layers from them on the runner's device and dtype."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import torch
 from torch import nn

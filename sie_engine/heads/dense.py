@@ -4,18 +4,18 @@ post-processing (tasks/encode.py)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..batch import PackedBatch
+from ..models.base import TwoTowerBackbone
+from .base import Head
 from .context import HeadContext
 from .pooling import NEEDS_SEQ_INDEX, pool
 from .st_dense import pooled_dense_stack
-from .base import Head
-from ..models.base import TwoTowerBackbone
 
 
 class DenseHead(Head):

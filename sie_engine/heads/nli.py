@@ -15,15 +15,16 @@ is 0). A checkpoint without them cannot serve zero-shot classification and fails
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..batch import PackedBatch
+from .base import Head
 from .classifier import SequenceClassifier, build_classifier
 from .context import HeadContext
-from .base import Head
 
 
 def nli_indices(config: Mapping[str, Any], num_labels: int) -> tuple[int, int]:

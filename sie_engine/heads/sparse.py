@@ -24,18 +24,18 @@ Card options (`options.sparse`): kind, top_k, threshold, drop_special.
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..layers.blocks import activation as hidden_activation
 from ..batch import PackedBatch
+from ..layers.blocks import activation as hidden_activation
 from ..types import SparseVector
+from .base import Head
 from .common import layer_norm, linear, ln_tensors, load_torch_file, optional, tensor
 from .context import HeadContext
-from .base import Head
 
 KINDS = ("splade", "inference-free", "bge-m3")
 # logits per chunk of the vocabulary projection: 2**24 floats = 64 MiB at float32

@@ -5,15 +5,15 @@ attention-pooling head) beside the weights they use."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..batch import ImageBatch, PackedBatch
-from .context import HeadContext
 from .base import Head
+from .context import HeadContext
 
 
 class TowerDenseHead(Head):

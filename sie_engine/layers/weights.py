@@ -14,8 +14,8 @@ every parameter left unloaded or loaded with the wrong shape.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import torch
 from torch import nn

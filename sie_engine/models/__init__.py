@@ -8,13 +8,14 @@ A family lives in `sie_engine/models/<family>/`: its typed config, forward pass 
 `detects`, `describe_layout`, `local_card`), its heads, prompts and decoding beside them.
 A plug-in family registers with `register_family`, `register_layout` and `register_head`
 (tests/plugins/toy_family is the worked example). Every built-in family has reference tests
-(tests/test_arch_registry_families.py and tests/test_arch_<family>.py).
+(tests/engine/families/test_arch_registry_families.py and tests/engine/families/test_arch_<family>.py).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ..errors import UnsupportedArchitecture
 
@@ -83,7 +84,7 @@ MODEL_TYPES: dict[str, str] = {
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the
 # module with `detects(root) -> bool` (cheap: file names, a glance at config.json),
 # `describe_layout(root) -> CheckpointLayout` and `local_card(name, root) -> ModelCard`. These
-# modules import no head: the checkpoint resolver stays below the heads (tests/test_import_graph.py).
+# modules import no head: the checkpoint resolver stays below the heads (tests/project/test_import_graph.py).
 LAYOUTS: dict[str, str] = {
     "gliner": f"{_M}.gliner.checkpoint",
     "glirel": f"{_M}.glirel.checkpoint",

@@ -6,7 +6,8 @@ Implementations are imported when first used."""
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from sie_contract import registry
 from sie_contract.tasks import Task

@@ -9,7 +9,8 @@ as `encode` work whose items name the outputs wanted; the per-request options
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 from sie_contract import registry as task_registry
 

@@ -24,8 +24,8 @@ import numpy as np
 from .. import validation as v
 from ..card import ModelCard
 from ..errors import InvalidRequest, ModelLoadFailed
-from ..models.gliclass.head import GLICLASS, GliclassOptions, LabelSpans
 from ..models.gliclass.checkpoint import LABEL_TOKEN, SEP_TOKEN, GliclassConfig, load_gliclass_config
+from ..models.gliclass.head import GLICLASS, GliclassOptions, LabelSpans
 from ..types import ExtractResult
 from ..weights import resolve_weights
 from ..work import WorkItem

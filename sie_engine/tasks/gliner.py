@@ -16,11 +16,11 @@ import numpy as np
 
 from .. import validation as v
 from ..card import ModelCard
-from ..errors import InvalidRequest, ModelLoadFailed
-from ..models.gliner.head import WindowWork
 from ..checkpoints import kind as checkpoint_kind
+from ..errors import InvalidRequest, ModelLoadFailed
 from ..models.gliner.checkpoint import GlinerConfig, load_gliner_config
 from ..models.gliner.decode import DecodeSettings, merge_windows
+from ..models.gliner.head import WindowWork
 from ..models.gliner.prompt import Prepared, PromptTooLong, class_token_id, prepare
 from ..types import Entity, ExtractedItem, ExtractResult
 from ..weights import resolve_weights

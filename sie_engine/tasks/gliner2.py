@@ -22,8 +22,8 @@ import numpy as np
 
 from .. import validation as v
 from ..errors import InvalidRequest
-from ..models.gliner2.head import GLINER2, Gliner2Scores, Gliner2Work
 from ..models.gliner2.checkpoint import SPECIAL_TOKENS
+from ..models.gliner2.head import GLINER2, Gliner2Scores, Gliner2Work
 from ..models.gliner2.prompt import RELATION_FIELDS, Words, prepare
 from ..types import Classification, Entity, ExtractedItem, ExtractResult, Relation
 from ..work import WorkItem

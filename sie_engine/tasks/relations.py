@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,8 +24,8 @@ from .. import validation as v
 from ..card import ModelCard
 from ..errors import InvalidRequest
 from ..models.gliner.prompt import PromptTooLong, split_words
-from ..models.glirel.head import RELATIONS, RelationWork
 from ..models.glirel.checkpoint import REL_TOKEN, SEP_TOKEN, GlirelConfig, load_glirel_config
+from ..models.glirel.head import RELATIONS, RelationWork
 from ..models.glirel.prompt import Prepared, SpanOutsideWords, prepare, word_span
 from ..types import Entity, ExtractedItem, ExtractResult, Relation, Timings
 from ..weights import resolve_weights

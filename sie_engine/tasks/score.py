@@ -17,7 +17,8 @@ The answer lists items best first with their request index and rank.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .. import validation as v
 from ..errors import InvalidRequest

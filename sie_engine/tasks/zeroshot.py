@@ -17,8 +17,9 @@ least it, `top_k` the k best.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +61,7 @@ class Ranking:
     top_k: int | None
 
     @staticmethod
-    def of(fields: Mapping[str, Any], default_multi_label: bool = False) -> "Ranking":
+    def of(fields: Mapping[str, Any], default_multi_label: bool = False) -> Ranking:
         threshold = fields.get("threshold")  # the fields are of their declared types (the request struct)
         return Ranking(
             multi_label=fields.get("multi_label", default_multi_label),

@@ -1,5 +1,5 @@
 """A toy extract mode, `nearest`: zero-shot classification by embedding similarity, added from
-outside the engine (tests/test_extract_mode_plugin.py registers it with one line).
+outside the engine (tests/engine/tasks/test_extract_mode_plugin.py registers it with one line).
 
 Each text and each label runs through the model as its own sequence; the mode's head (below)
 mean-pools every sequence's hidden states and L2-normalises them. A text's classifications are
@@ -10,7 +10,7 @@ the score; `top_k` keeps the k best. Texts and labels share the request's batche
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

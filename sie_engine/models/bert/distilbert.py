@@ -11,11 +11,12 @@ to BERT's.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from .model import BertConfig, BertModel
 from ...layers.weights import WeightSpec
 from ..base import Family, MaskedLMLayout
+from .model import BertConfig, BertModel
 
 
 def distilbert_config(config: Mapping[str, Any]) -> BertConfig:

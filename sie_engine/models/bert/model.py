@@ -10,8 +10,9 @@ padding anywhere in this file; attention is variable-length through the backend.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,7 +41,7 @@ class BertConfig:
     position_offset: int = 0
 
     @staticmethod
-    def from_hf(config: Mapping[str, Any]) -> "BertConfig":
+    def from_hf(config: Mapping[str, Any]) -> BertConfig:
         model_type = config.get("model_type", "bert")
         roberta_like = model_type in ROBERTA_TYPES
         if config.get("position_embedding_type", "absolute") != "absolute":

@@ -15,18 +15,19 @@ its end-of-text token and projects. Images: `forward_images(pixel_values [B, 3, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata, default_scale
-from ...tokenizer import ImageTextInputs
+from ...batch import Grids
 from ...layers.blocks import activation, residual_linear_
 from ...layers.weights import WeightSpec
-from ...batch import Grids
-from ..base import TwoTowerBackbone, Family
+from ...tokenizer import ImageTextInputs
+from ..base import Family, TwoTowerBackbone
 from .card import image_text_card
 
 
@@ -42,7 +43,7 @@ class TowerConfig:
     layer_norm_eps: float
 
     @staticmethod
-    def from_hf(config: Mapping[str, Any]) -> "TowerConfig":
+    def from_hf(config: Mapping[str, Any]) -> TowerConfig:
         return TowerConfig(
             hidden_size=config["hidden_size"],
             num_hidden_layers=config["num_hidden_layers"],
@@ -92,14 +93,14 @@ class ImageTextConfig:
         return (self.image_size // self.patch_size) ** 2
 
     @staticmethod
-    def from_hf(config: Mapping[str, Any]) -> "ImageTextConfig":
+    def from_hf(config: Mapping[str, Any]) -> ImageTextConfig:
         """CLIP's config.json; the shared width is its `projection_dim`."""
         text, vision, top = complete_towers(config, "clip")
         return ImageTextConfig.parse(text, vision, top["projection_dim"])
 
     @staticmethod
     def parse(text: Mapping[str, Any], vision: Mapping[str, Any], projection_dim: int,
-              vision_use_head: bool = True) -> "ImageTextConfig":
+              vision_use_head: bool = True) -> ImageTextConfig:
         return ImageTextConfig(
             text=TowerConfig.from_hf(text),
             vision=TowerConfig.from_hf(vision),

@@ -26,22 +26,23 @@ SIE's packed positions from 0 give the same scores.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata
+from ...batch import Grids
+from ...layers.rotary import RotaryEmbedding
+from ...layers.weights import WeightSpec
 from ...tokenizer import ImageTextInputs, Tokenized
+from ..base import Backbone, Family
 from ..clip.model import Encoder, PatchEmbeddings, SelfAttention, TowerConfig
 from ..gemma3.model import Gemma3RMSNorm
 from ..qwen.model import FUSED_KV_AND_GATE_UP, QwenConfig, QwenDecoderLayer
-from ...layers.rotary import RotaryEmbedding
-from ...layers.weights import WeightSpec
-from ...batch import Grids
-from ..base import Backbone, Family
 from .card import colpali_card
 
 QUERY_AUGMENTATION_TOKENS = 10  # ColPaliProcessor's suffix: the pad token ten times
@@ -80,7 +81,7 @@ class PaliGemmaConfig:
         return self.text.max_position_embeddings
 
     @staticmethod
-    def from_hf(config: Mapping[str, Any]) -> "PaliGemmaConfig":
+    def from_hf(config: Mapping[str, Any]) -> PaliGemmaConfig:
         """Every key completed by transformers' config classes (a published config.json lists only
         what differs from their defaults)."""
         from transformers import CONFIG_MAPPING

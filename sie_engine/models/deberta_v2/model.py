@@ -16,8 +16,9 @@ stays packed `[T, ...]`.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +55,7 @@ class DebertaV2Config:
     attention_head_size: int | None = None
 
     @staticmethod
-    def from_hf(config: Mapping[str, Any]) -> "DebertaV2Config":
+    def from_hf(config: Mapping[str, Any]) -> DebertaV2Config:
         if config.get("conv_kernel_size", 0) > 0:
             raise ValueError(f"conv_kernel_size={config['conv_kernel_size']} (DeBERTa-v2 convolution layer) "
                              "is not supported")
@@ -191,7 +192,7 @@ class DisentangledSelfAttention(nn.Module):
                 pos_query = heads(self.pos_query_proj(rel_embeddings))
         return pos_key, pos_query
 
-    def forward(self, x: torch.Tensor, plan: "RelativePositions", rel_embeddings: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, plan: RelativePositions, rel_embeddings: torch.Tensor | None) -> torch.Tensor:
         """`[T, H]` -> context `[T, heads * d]`."""
         T = x.shape[0]
         q, k, v = self.qkv(x).view(T, 3, self.num_heads, self.head_dim).unbind(1)  # [T, heads, d] each
@@ -204,7 +205,7 @@ class DisentangledSelfAttention(nn.Module):
         return out.view(T, self.num_heads * self.head_dim)
 
     def relative_scores(self, group: SeqGroup, qg: torch.Tensor, kg: torch.Tensor, pos_key: torch.Tensor | None,
-                        pos_query: torch.Tensor | None, plan: "RelativePositions") -> torch.Tensor:
+                        pos_query: torch.Tensor | None, plan: RelativePositions) -> torch.Tensor:
         """The disentangled terms of one group, `[n, heads, L, L]`, from its `[n, heads, L, d]` q and k."""
         n, L = group.n, group.length
         span = self.config.relative_span

@@ -24,18 +24,19 @@ Every tensor is `[T, ...]` with T the batch's real tokens.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata
-from ..qwen.model import FUSED_KV_AND_GATE_UP, QwenMLP
 from ...layers.rotary import RotaryEmbedding, apply_rotary
 from ...layers.weights import WeightSpec
 from ..base import Backbone, Family
+from ..qwen.model import FUSED_KV_AND_GATE_UP, QwenMLP
 
 LOCAL, GLOBAL = "sliding_attention", "full_attention"
 
@@ -64,7 +65,7 @@ class Gemma3TextConfig:
     max_position_embeddings: int = 32768
 
     @staticmethod
-    def from_hf(config: Mapping[str, Any]) -> "Gemma3TextConfig":
+    def from_hf(config: Mapping[str, Any]) -> Gemma3TextConfig:
         if config.get("model_type") != "gemma3_text":
             raise ValueError(f"model_type={config.get('model_type')!r} is not a Gemma 3 text checkpoint")
         for field in ("attn_logit_softcapping", "final_logit_softcapping"):

@@ -13,13 +13,15 @@ settings it does not implement are refused at load, naming the field.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ...card import ModelCard, WeightsSource
-from ...checkpoints.layout import CheckpointLayout, read_config_json as read_config, refuse_settings
+from ...checkpoints.layout import CheckpointLayout, refuse_settings
+from ...checkpoints.layout import read_config_json as read_config
 
 MODEL_TYPE = "GLiClass"
 # The prefix of the backbone's tensors inside a GLiClass checkpoint; the head's sit under its root, "model.".
@@ -54,7 +56,7 @@ class GliclassConfig:
     projector_hidden_act: str = "gelu"
 
     @staticmethod
-    def from_dict(config: Mapping[str, Any]) -> "GliclassConfig":
+    def from_dict(config: Mapping[str, Any]) -> GliclassConfig:
         """Parse and validate config.json; unsupported settings raise ValueError naming the field."""
         architecture = config.get("architecture_type", "uni-encoder")
         if architecture != "uni-encoder":

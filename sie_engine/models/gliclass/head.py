@@ -28,18 +28,18 @@ float32 whatever the backbone's dtype: its scores are thresholded.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from ...batch import PackedBatch
-from ...heads.context import HeadContext
-from .checkpoint import BACKBONE_PREFIX, GliclassConfig, load_gliclass_config
-from ..gliner.layers import Lstm
 from ...heads.base import Head
+from ...heads.context import HeadContext
+from ..gliner.layers import Lstm
+from .checkpoint import BACKBONE_PREFIX, GliclassConfig, load_gliclass_config
 
 GLICLASS = "gliclass"  # the card output, and the head extract work on GLiClass models runs
 EPSILON = 1e-8  # gliclass' feature normalisation epsilon
@@ -55,7 +55,7 @@ class GliclassOptions:
     multi_label: bool = True
 
     @staticmethod
-    def of(card) -> "GliclassOptions":
+    def of(card) -> GliclassOptions:
         raw = (card.options or {}).get(GLICLASS) or {}
         options = raw if isinstance(raw, Mapping) else {None: raw}
         max_labels, multi_label = options.get("max_labels", MAX_LABELS), options.get("multi_label", True)

@@ -14,10 +14,11 @@ embeddings to match. This module answers those questions for SIE's loader.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ...card import ModelCard, WeightsSource
 from ...checkpoints.layout import CheckpointLayout, refuse_settings
@@ -66,7 +67,7 @@ class GlinerConfig:
     model_name: str = ""  # the backbone's repository or path
 
     @staticmethod
-    def from_dict(config: Mapping[str, Any]) -> "GlinerConfig":
+    def from_dict(config: Mapping[str, Any]) -> GlinerConfig:
         """Parse and validate `gliner_config.json`; unsupported settings raise naming the field."""
         unsupported = {
             "labels_encoder": "bi-encoder GLiNER",

@@ -16,8 +16,8 @@ candidates are pooled and decoded once, as if one window had scored the whole te
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 

@@ -7,20 +7,20 @@ own labels) into each window's decoded spans.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from ...batch import PackedBatch
+from ...heads.base import Head
 from ...heads.context import HeadContext
 from .checkpoint import load_gliner_config
 from .decode import DecodeSettings, Span, candidates, greedy, token_candidates
 from .layers import GlinerHead, backbone_root_prefix, span_grid
 from .prompt import Window
-from ...heads.base import Head
 
 # Spans whose first-layer activations are held at once (x 4 D float32 each, ~200 MB at D=768): bounds the
 # head's memory on large batches without a kernel launch per window.

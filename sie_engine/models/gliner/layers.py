@@ -21,8 +21,8 @@ thresholded, and half precision would move entities across the threshold.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Mapping, Sequence
 
 import numpy as np
 import torch

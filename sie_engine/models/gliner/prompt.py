@@ -13,8 +13,8 @@ Runs on the tokenizer pool: plain Python and numpy, no torch.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -11,9 +11,10 @@ answers those questions for SIE's loader.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ...card import ModelCard, WeightsSource
 from ...checkpoints.layout import CheckpointLayout
@@ -48,7 +49,7 @@ class Gliner2Config:
     model_name: str = ""
 
     @staticmethod
-    def from_dict(config: Mapping[str, Any]) -> "Gliner2Config":
+    def from_dict(config: Mapping[str, Any]) -> Gliner2Config:
         """Validate config.json: SIE serves the span architecture with GLiNER2's published settings."""
         supported = {"architecture": "span", "counting_layer": "count_lstm", "token_pooling": "first"}
         for key, value in supported.items():

@@ -19,20 +19,20 @@ run in float32 (probabilities are thresholded).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from ...batch import PackedBatch
+from ...heads.base import Head
 from ...heads.common import load_renamed
 from ...heads.context import HeadContext
+from ..gliner.layers import SpanMarker, span_grid
 from .checkpoint import BACKBONE_PREFIX, MAX_COUNT, Gliner2Config, load_gliner2_config
 from .prompt import CLASSIFICATION, ENTITIES, Gliner2Input
-from ..gliner.layers import SpanMarker, span_grid
-from ...heads.base import Head
 
 GLINER2 = "gliner2"  # the card output, and the head its extract work runs
 

@@ -12,10 +12,11 @@ size. This module answers those questions for SIE's loader.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ...card import ModelCard, WeightsSource
 from ...checkpoints.layout import CheckpointLayout
@@ -54,7 +55,7 @@ class GlirelConfig:
     model_name: str = ""  # the backbone's repository or path
 
     @staticmethod
-    def from_dict(config: Mapping[str, Any]) -> "GlirelConfig":
+    def from_dict(config: Mapping[str, Any]) -> GlirelConfig:
         """Parse and validate `glirel_config.json`; unsupported settings raise naming the field."""
         required = {"rel_mode": "marker", "span_marker_mode": "markerv1", "scorer": "dot"}
         for key, supported in required.items():

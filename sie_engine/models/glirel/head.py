@@ -20,20 +20,20 @@ probabilities are thresholded).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from ...batch import PackedBatch
+from ...heads.base import Head
 from ...heads.common import load_renamed
 from ...heads.context import HeadContext
 from ..gliner.layers import Lstm, backbone_root_prefix, projection_mlp
 from .checkpoint import GlirelConfig, load_glirel_config
 from .prompt import RelationWindow
-from ...heads.base import Head
 
 RELATIONS = "relations"  # the card output, and the head relation work runs
 # Entity pairs whose pair-MLP activations are held at once (x 6 D float32 each, ~300 MB at D=768): a window

@@ -19,8 +19,8 @@ Runs on the tokenizer pool: plain Python and numpy, no torch.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -13,8 +13,9 @@ and local layers that attend only within a sliding window. Every tensor is
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -49,7 +50,7 @@ class ModernBertConfig:
     local_attention: int = 128
 
     @staticmethod
-    def from_hf(config: Mapping[str, Any]) -> "ModernBertConfig":
+    def from_hf(config: Mapping[str, Any]) -> ModernBertConfig:
         layers = config["num_hidden_layers"]
         layer_types = config.get("layer_types")
         if layer_types is None:  # checkpoints saved before transformers 5: every n-th layer is global

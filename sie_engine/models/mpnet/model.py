@@ -18,17 +18,18 @@ hook (grouped SDPA: `attention_bias_group_tokens`); everything else stays packed
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata, SeqGroup, default_scale, select_backend
-from ..bert.model import BertIntermediate, BertOutput
 from ...layers.blocks import residual_linear_
 from ...layers.weights import WeightSpec
 from ..base import Backbone, Family, MaskedLMLayout
+from ..bert.model import BertIntermediate, BertOutput
 
 # Padded positions per attention group: a padded group's bias is `[n, heads, L, L]`.
 GROUP_TOKENS = 8192
@@ -53,7 +54,7 @@ class MPNetConfig:
     relative_attention_num_buckets: int = NUM_BUCKETS
 
     @staticmethod
-    def from_hf(config: Mapping[str, Any]) -> "MPNetConfig":
+    def from_hf(config: Mapping[str, Any]) -> MPNetConfig:
         buckets = config.get("relative_attention_num_buckets", NUM_BUCKETS)
         if buckets != NUM_BUCKETS:
             raise ValueError(f"relative_attention_num_buckets={buckets} is not supported (transformers' MPNet "

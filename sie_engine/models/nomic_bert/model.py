@@ -12,8 +12,9 @@ instead, and a SwiGLU MLP. Every tensor is `[T, ...]` with T the batch's real to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -46,7 +47,7 @@ class NomicBertConfig:
     fc2_bias: bool = False
 
     @staticmethod
-    def from_hf(config: Mapping[str, Any]) -> "NomicBertConfig":
+    def from_hf(config: Mapping[str, Any]) -> NomicBertConfig:
         """Reads both config layouts: Nomic's original (`n_embd`, `n_layer`, ...) and transformers' port."""
         def get(*names, default=None):
             for name in names:

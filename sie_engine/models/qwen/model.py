@@ -18,8 +18,9 @@ Every tensor is `[T, ...]` with T the batch's real tokens.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -54,7 +55,7 @@ class QwenConfig:
     sliding_window: int | None = None
 
     @staticmethod
-    def from_hf(config: Mapping[str, Any]) -> "QwenConfig":
+    def from_hf(config: Mapping[str, Any]) -> QwenConfig:
         model_type = config.get("model_type", "qwen2")
         if model_type not in ("qwen2", "qwen3", "mistral"):
             raise ValueError(f"model_type={model_type!r} is not a Qwen2/Qwen3/Mistral checkpoint")

@@ -11,7 +11,8 @@ attends to the patches; layer norm and MLP with a residual).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,12 +20,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata
-from ...tokenizer import ImageTextInputs, Tokenized
-from ..clip.model import MLP, Encoder, ImageTextConfig, PatchEmbeddings, TextTower, complete_towers
-from ...layers.weights import WeightSpec
 from ...batch import Grids
-from ..base import TwoTowerBackbone, Family
+from ...layers.weights import WeightSpec
+from ...tokenizer import ImageTextInputs, Tokenized
+from ..base import Family, TwoTowerBackbone
 from ..clip.card import image_text_card
+from ..clip.model import MLP, Encoder, ImageTextConfig, PatchEmbeddings, TextTower, complete_towers
 
 
 def shared_width(text: Mapping[str, Any], vision: Mapping[str, Any]) -> int:

@@ -16,7 +16,8 @@ position's state through the head. Checkpoints keep `Siglip2Model`'s tensor name
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,12 +25,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata
-from ...images import ImagePreprocessor, prepare_images
-from ..clip.model import ImageTextConfig, complete_towers
-from .model import SiglipInputs, SiglipModel, shared_width
 from ...batch import Grids
+from ...images import ImagePreprocessor, prepare_images
 from ..base import Family
 from ..clip.card import image_text_card
+from ..clip.model import ImageTextConfig, complete_towers
+from .model import SiglipInputs, SiglipModel, shared_width
 
 
 def siglip2_config(config: Mapping[str, Any]) -> ImageTextConfig:

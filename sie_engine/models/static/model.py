@@ -29,9 +29,10 @@ no attention plan.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,7 +45,6 @@ from ...layers.weights import WeightSpec
 from ...tokenizer import Tokenized, VocabularyLookup
 from ..base import Backbone, Family
 from .layout import DEFAULT_MAX_LENGTH, TOKENIZER_FILE, describe_layout
-
 
 # ---- typed config -----------------------------------------------------------------
 
@@ -59,7 +59,7 @@ class StaticConfig:
     max_length: int | None = DEFAULT_MAX_LENGTH  # None: model2vec does not truncate
 
     @staticmethod
-    def from_hf(config: Mapping[str, Any]) -> "StaticConfig":
+    def from_hf(config: Mapping[str, Any]) -> StaticConfig:
         """From the layout's config (model2vec's config.json plus the table's facts)."""
         missing = [k for k in ("vocab_size", "hidden_size") if k not in config]
         if missing:

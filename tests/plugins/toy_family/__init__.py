@@ -1,7 +1,7 @@
 """A model family SIE does not ship, in its own folder: a tiny backbone (`model.py`), its own dense
 head (`head.py`) and a card-less checkpoint layout (`layout.py`: a directory with `toy_config.json`).
 
-`register()` is the one registry entry a user of it adds (tests/test_family_plugin.py calls it);
+`register()` is the one registry entry a user of it adds (tests/engine/families/test_family_plugin.py calls it);
 nothing outside this folder names the family.
 """
 

