@@ -149,10 +149,16 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
         if counted:
             lifecycle.leave(request)
             metrics.inflight.dec()
-    total = time.monotonic() - started
+    _finish(request, response, request_id, route, time.monotonic() - started)
+    return response
+
+
+def _finish(request: web.Request, response: web.StreamResponse, request_id: str, route: str, total: float) -> None:
+    """What every answer carries (request id, CORS, where its time went) and what it counts."""
     timings: Timings | None = request.get(TIMINGS)
     shown = timings or Timings()
     response.headers["X-Request-Id"] = request_id
+    origins = request.app[SETTINGS].cors_origins
     if origins:
         cors.add_headers(request, response, origins)
     if (response.status >= 500 and request.get(ERROR_CODE) not in (None, "internal_error")
@@ -167,7 +173,6 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
     response.headers["X-SIE-Total-Ms"] = _ms(total)
     if route not in UNCOUNTED_ROUTES:
         model = request.get(MODEL_LABEL, "")
-        metrics.observe_request(model, route, response.status, timings, total)
+        request.app[METRICS].observe_request(model, route, response.status, timings, total)
         if response.status in (429, 503, 504) and route in request.app[WORK_ROUTES]:
-            metrics.rejected.labels(model, request.get(ERROR_CODE, str(response.status))).inc()
-    return response
+            request.app[METRICS].rejected.labels(model, request.get(ERROR_CODE, str(response.status))).inc()

@@ -77,29 +77,7 @@ def _parse_items(items: Any, limits: Limits, field: str, images: bool):
         if isinstance(item, str):
             item_id, text = str(i), item
         elif isinstance(item, dict):
-            text = item.get("text")
-            item_id = item.get("id", None)
-            if not allowed.issuperset(item):
-                unknown = set(item) - allowed
-                raise InvalidRequest(f"{field}[{i}] has unknown fields {sorted(unknown)} "
-                                     f"(allowed: {', '.join(sorted(allowed))})", field=f"{field}[{i}]")
-            if item_id is None:
-                item_id = str(i)
-            elif type(item_id) is not str:
-                if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
-                    raise InvalidRequest(f"{field}[{i}].id must be a string", field=f"{field}[{i}].id")
-                item_id = str(item_id)
-            if len(item_id) > MAX_ID_CHARS:
-                raise InvalidRequest(f"{field}[{i}].id is longer than {MAX_ID_CHARS} characters",
-                                     field=f"{field}[{i}].id")
-            if images and item.get("image") is not None:
-                if text is not None:
-                    raise InvalidRequest(f"{field}[{i}] has both text and image; an item carries one of them",
-                                         field=f"{field}[{i}]")
-                image = item["image"]
-                if not isinstance(image, (str, bytes, bytearray)):
-                    raise InvalidRequest(f"{field}[{i}].image must be bytes (msgpack) or a base64 string (JSON), "
-                                         f"got {type(image).__name__}", field=f"{field}[{i}].image")
+            item_id, text, image = _object_item(item, f"{field}[{i}]", str(i), allowed, images)
         else:
             raise InvalidRequest(f"{field}[{i}] must be a string or an object with a "
                                  f"{'text or image' if images else 'text'} field", field=f"{field}[{i}]")
@@ -112,6 +90,32 @@ def _parse_items(items: Any, limits: Limits, field: str, images: bool):
         pictures.append(image)
         ids.append(item_id)
     return ids, texts, pictures
+
+
+def _object_item(item: dict[str, Any], where: str, default_id: str, allowed: frozenset[str],
+                 images: bool) -> tuple[str, Any, Any]:
+    """An `{id?, text}` (or `{id?, image}`) item -> (id, text, image); the text is checked by the caller."""
+    if not allowed.issuperset(item):
+        unknown = set(item) - allowed
+        raise InvalidRequest(f"{where} has unknown fields {sorted(unknown)} "
+                             f"(allowed: {', '.join(sorted(allowed))})", field=where)
+    text, item_id, image = item.get("text"), item.get("id", None), None
+    if item_id is None:
+        item_id = default_id
+    elif type(item_id) is not str:
+        if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
+            raise InvalidRequest(f"{where}.id must be a string", field=f"{where}.id")
+        item_id = str(item_id)
+    if len(item_id) > MAX_ID_CHARS:
+        raise InvalidRequest(f"{where}.id is longer than {MAX_ID_CHARS} characters", field=f"{where}.id")
+    if images and item.get("image") is not None:
+        if text is not None:
+            raise InvalidRequest(f"{where} has both text and image; an item carries one of them", field=where)
+        image = item["image"]
+        if not isinstance(image, (str, bytes, bytearray)):
+            raise InvalidRequest(f"{where}.image must be bytes (msgpack) or a base64 string (JSON), "
+                                 f"got {type(image).__name__}", field=f"{where}.image")
+    return item_id, text, image
 
 
 def check_text(text: Any, limits: Limits, field: str) -> str:

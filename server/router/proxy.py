@@ -125,15 +125,7 @@ class Forwarder:
                 queued_s += time.monotonic() - held_from
             if worker is None:
                 self.metrics.queue_seconds.labels(pool_label).observe(queued_s)
-                if deadline_ms is not None and time.monotonic() >= start + deadline_ms / 1000.0:
-                    return error_response(504, "deadline_exceeded",
-                                          "the request's X-SIE-Timeout-Ms passed before a worker was ready")
-                why = f" (last upstream problem: {last_failure})" if last_failure else ""
-                return error_response(
-                    503, "no_worker",
-                    f"no worker of pool '{pool_label}' became ready within "
-                    f"{self.config.hold_timeout_s:g}s{why}; retry later",
-                    retry_after_s=self.config.retry_after_s)
+                return self._no_worker(pool_label, start, deadline_ms, last_failure)
             if attempts == 0:
                 self.metrics.queue_seconds.labels(pool_label).observe(queued_s)
             else:
@@ -171,6 +163,19 @@ class Forwarder:
             self.metrics.upstream_errors.labels(worker.url, retry).inc()
             if attempts >= self.config.max_attempts:
                 return self._answer(answer, worker, queued_s)
+
+    def _no_worker(self, pool_label: str, start: float, deadline_ms: float | None,
+                   last_failure: str) -> web.Response:
+        """The answer to a request no worker became ready for while it was held."""
+        if deadline_ms is not None and time.monotonic() >= start + deadline_ms / 1000.0:
+            return error_response(504, "deadline_exceeded",
+                                  "the request's X-SIE-Timeout-Ms passed before a worker was ready")
+        why = f" (last upstream problem: {last_failure})" if last_failure else ""
+        return error_response(
+            503, "no_worker",
+            f"no worker of pool '{pool_label}' became ready within "
+            f"{self.config.hold_timeout_s:g}s{why}; retry later",
+            retry_after_s=self.config.retry_after_s)
 
     def _judge(self, worker: Worker, model: str | None, answer: UpstreamAnswer,
                refused_by: set[str]) -> str | None:
