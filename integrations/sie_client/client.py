@@ -12,9 +12,9 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 from urllib.parse import quote
 
 from tqdm.auto import tqdm
@@ -28,7 +28,13 @@ from .embedded import AsyncEmbeddedTransport, EmbeddedTransport
 from .errors import SIEError
 from .http import AsyncHTTPTransport, HTTPTransport
 from .retry import RetryPolicy
-from .types import ModelInfo
+from .types import EncodeResult, ExtractResult, ModelInfo, ScoreResult
+
+# What the typed calls return: the result on SIEClient, an awaitable of it on AsyncSIEClient. The
+# calls are declared once, in _Base, and each client says its three return types.
+EncodeT = TypeVar("EncodeT")
+ScoreT = TypeVar("ScoreT")
+ExtractT = TypeVar("ExtractT")
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 EMBEDDED = "embedded"
@@ -48,7 +54,7 @@ def _model_path(route: str, model: str) -> str:
     return f"/v1/{route}/{quote(model, safe='/')}"
 
 
-class _Base:
+class _Base(Generic[EncodeT, ScoreT, ExtractT]):
     """Options and request building shared by both clients."""
 
     def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float | None = 120.0,
@@ -130,25 +136,27 @@ class _Base:
     def encode(self, model: str, items: Any, *, output_types: Sequence[str] | None = None, is_query: bool | None = None,
                instruction: str | None = None, dims: int | None = None, normalize: bool | None = None,
                output_dtype: str | None = None, truncate: bool | None = None, sparse_labels: bool | None = None,
-               batch_size: int | None = None, progress: bool | None = None) -> Any:
+               batch_size: int | None = None, progress: bool | None = None) -> EncodeT:
         """Encode texts (a string, strings, or `{id?, text}` dicts) into dense / sparse / multivector outputs
         (an `EncodeResult`; awaited on the async client)."""
-        return self.run("encode", model, items, output_types=output_types, is_query=is_query,
-                        instruction=instruction, dims=dims, normalize=normalize, output_dtype=output_dtype,
-                        truncate=truncate, sparse_labels=sparse_labels, batch_size=batch_size, progress=progress)
+        return cast(EncodeT, self.run(
+            "encode", model, items, output_types=output_types, is_query=is_query, instruction=instruction,
+            dims=dims, normalize=normalize, output_dtype=output_dtype, truncate=truncate,
+            sparse_labels=sparse_labels, batch_size=batch_size, progress=progress))
 
     def score(self, model: str, query: Any, items: Any, *, top_k: int | None = None, batch_size: int | None = None,
-              progress: bool | None = None) -> Any:
+              progress: bool | None = None) -> ScoreT:
         """Score items against a query; best first (`index` is the item's position in `items`): a
         `ScoreResult`, awaited on the async client."""
-        return self.run("score", model, query, items, top_k=top_k, batch_size=batch_size, progress=progress)
+        return cast(ScoreT, self.run("score", model, query, items, top_k=top_k, batch_size=batch_size,
+                                     progress=progress))
 
     def extract(self, model: str, items: Any, labels: Sequence[str], *, threshold: float | None = None,
                 flat: bool | None = None, multi_label: bool | None = None, hypothesis_template: str | None = None,
                 top_k: int | None = None, entity_model: str | None = None,
                 entity_labels: Sequence[str] | None = None, entity_threshold: float | None = None,
                 classify: Mapping[str, Any] | None = None, relation_labels: Sequence[str] | None = None,
-                batch_size: int | None = None, progress: bool | None = None) -> Any:
+                batch_size: int | None = None, progress: bool | None = None) -> ExtractT:
         """Zero-shot entities with the given labels, per item (an `ExtractResult`; awaited on the async
         client); on a classification model (NLI or GLiClass), `classifications` per item, best first; on a
         relation model (GLiREL), `relations` between the entities each item carries (`{text, entities:
@@ -156,10 +164,11 @@ class _Base:
         GLiNER2 model, `classify={"task", "labels", "multi_label"?}` adds one classification, answered in
         `classifications`, and `relation_labels` relation types, answered in `relations`, beside the
         entities."""
-        return self.run("extract", model, items, labels, threshold=threshold, flat=flat, multi_label=multi_label,
-                        hypothesis_template=hypothesis_template, top_k=top_k, entity_model=entity_model,
-                        entity_labels=entity_labels, entity_threshold=entity_threshold, classify=classify,
-                        relation_labels=relation_labels, batch_size=batch_size, progress=progress)
+        return cast(ExtractT, self.run(
+            "extract", model, items, labels, threshold=threshold, flat=flat, multi_label=multi_label,
+            hypothesis_template=hypothesis_template, top_k=top_k, entity_model=entity_model,
+            entity_labels=entity_labels, entity_threshold=entity_threshold, classify=classify,
+            relation_labels=relation_labels, batch_size=batch_size, progress=progress))
 
     # each client's own: a method (SIEClient) or a coroutine function (AsyncSIEClient)
     run: Callable[..., Any]
@@ -169,7 +178,7 @@ class _Base:
         return tqdm(total=total, desc=desc, unit="item", disable=not show, leave=False)
 
 
-class SIEClient(_Base):
+class SIEClient(_Base[EncodeResult, ScoreResult, ExtractResult]):
     """Synchronous client.
 
     Example:
@@ -258,7 +267,7 @@ class SIEClient(_Base):
         self.close()
 
 
-class AsyncSIEClient(_Base):
+class AsyncSIEClient(_Base[Awaitable[EncodeResult], Awaitable[ScoreResult], Awaitable[ExtractResult]]):
     """Asynchronous client; the same calls as `SIEClient`, awaited.
 
     Example:
