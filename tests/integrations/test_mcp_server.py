@@ -38,6 +38,7 @@ from test_import_graph import imports_of
 from test_score_http import DOCS, QUERY
 from test_zeroshot_nli import _bert_nli
 
+from checkout import REPO
 from server_fixtures import DEFAULT_MODEL, start_server
 from sie_client import RetryPolicy, SIEClient
 from tiny_models import make_tiny_bert
@@ -395,7 +396,7 @@ async def test_a_relation_model_without_an_entity_model_says_so(sie):
 def test_sie_mcp_imports_neither_the_engine_nor_the_server():
     """It is a client of SIE's HTTP API: sie_client and the SDK only (sie_client imports no
     engine but for its embedded mode, as tests/project/test_import_graph.py checks)."""
-    folder = Path(__file__).resolve().parents[2] / "integrations" / "sie_mcp"
+    folder = REPO / "integrations" / "sie_mcp"
     for path in folder.glob("*.py"):
         name = "sie_mcp" if path.stem == "__init__" else f"sie_mcp.{path.stem}"
         imported = imports_of(name, path, {"sie_engine", "sie_server", "sie_client", "sie_client.embedded", "torch"})

@@ -16,10 +16,10 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from checkout import REPO
 from sie_server import compat_routes
 from sie_server.cli import parse
 from sie_server.launch import server_command
@@ -28,7 +28,6 @@ from sie_server.options_docs import doc_sections
 from sie_server.router.options import ROUTER
 from sie_server.settings import ServerSettings
 
-REPO = Path(__file__).resolve().parents[2]
 # --help is argparse alone; the bound is generous for a loaded 2-core box (it takes ~0.3 s)
 HELP_BOUND_S = 2.0
 
