@@ -172,7 +172,7 @@ def span_probabilities(head: GlinerHead, words: torch.Tensor, label_vectors: tor
         a, b = int(span_base[first]), int(span_base[last])
         pre = start_terms.index_select(0, start_d[a:b]) + end_terms.index_select(0, end_d[a:b])
         if context is not None:
-            owner = np.repeat(np.arange(first, last), plan.span_counts[first:last])
+            owner: np.ndarray = np.repeat(np.arange(first, last), plan.span_counts[first:last])
             pre = pre + context.index_select(0, torch.from_numpy(owner).to(words.device))
         spans = head.span.finish(pre)  # [S_chunk, D]
         for i in range(first, last):

@@ -237,7 +237,7 @@ class GlinerHead(nn.Module):
 @lru_cache(maxsize=1024)
 def span_grid(num_words: int, max_width: int) -> tuple[np.ndarray, np.ndarray]:
     """Every span of a window, start-major then width (GLiNER's order): `[S]` starts, `[S]` widths."""
-    starts = np.repeat(np.arange(num_words), max_width)
+    starts: np.ndarray = np.repeat(np.arange(num_words), max_width)
     widths = np.tile(np.arange(max_width), num_words)
     valid = starts + widths < num_words
     return starts[valid], widths[valid]
