@@ -196,6 +196,10 @@ class GlinerHead(nn.Module):
         self.projection = nn.Linear(backbone_hidden, D) if backbone_hidden != D else None
         stepwise = device.type == "cpu"  # decided once: see Lstm
         self.rnn = Lstm(D, config.num_rnn_layers, stepwise) if config.num_rnn_layers > 0 else None
+        # span models: a span marker and a label projection; token models: a (word, label) scorer
+        self.span: SpanMarker | None
+        self.prompt: nn.Sequential | None
+        self.scorer: TokenScorer | None
         if config.token_level:  # label vectors used as they come; one scorer per (word, label)
             self.span = self.prompt = None
             self.scorer = TokenScorer(D)
