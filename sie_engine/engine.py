@@ -39,7 +39,7 @@ from .scheduler import Request, Scheduler, SchedulerEvents
 from .tasks import TaskRun, implementation as task_implementation
 from .tasks.context import Call
 from .tasks.encode import apply_template
-from .tokenizer import TextTokenizer, Tokenized
+from .tokenizer import TextTokenizer
 from .types import EngineStatus, ModelInfo, ModelStatus, SparseVector, Timings
 from . import validation as v
 from .weights import WeightsLocation, locate_weights
@@ -269,7 +269,7 @@ class Engine:
                 field="model",
             )
 
-    async def tokenize(self, card: ModelCard, method: str, *args, **kwargs) -> tuple[Tokenized, float]:
+    async def tokenize(self, card: ModelCard, method: str, *args, **kwargs) -> tuple[Any, float]:
         """Tokenise on the tokenizer pool; returns the result and the seconds it took."""
         tokenizer = await self._tokenizers.get(card)
         started = time.monotonic()
