@@ -29,7 +29,7 @@ float32 whatever the backbone's dtype: its scores are thresholded.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -130,7 +130,9 @@ class MlpScorer(nn.Module):
         return self.mlp(torch.cat([text, labels], dim=-1)).squeeze(-1)
 
 
-SCORERS = {"weighted-dot": WeightedDotScorer, "mlp": MlpScorer}
+# scorer_type -> the scorer built from the checkpoint's tensors ("simple" has none: DotScorer)
+SCORERS: dict[str, Callable[[Mapping[str, torch.Tensor]], nn.Module]] = {"weighted-dot": WeightedDotScorer,
+                                                                         "mlp": MlpScorer}
 
 
 class GliclassHead(Head):
@@ -143,7 +145,7 @@ class GliclassHead(Head):
                                         tensors["text_projector.linear_2.weight"], config.projector_hidden_act)
         self.classes_projector = Projector(tensors["classes_projector.linear_1.weight"],
                                            tensors["classes_projector.linear_2.weight"], config.projector_hidden_act)
-        self.scorer = DotScorer() if config.scorer_type == "simple" else SCORERS[config.scorer_type](tensors)
+        self.scorer: nn.Module = DotScorer() if config.scorer_type == "simple" else SCORERS[config.scorer_type](tensors)
         self.logit_scale = nn.Parameter(torch.zeros(()), requires_grad=False)
         if config.use_lstm:
             self.lstm = Lstm(tensors["lstm.lstm.weight_ih_l0"].shape[1], 1, stepwise=device.type == "cpu")
