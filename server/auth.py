@@ -26,7 +26,7 @@ def keys_from_env(environ=os.environ) -> tuple[str, ...]:
 
 
 def read_key_file(path: Path) -> tuple[str, ...]:
-    keys = []
+    keys: list[str] = []
     for line in Path(path).read_text().splitlines():
         keys.extend(k.strip() for k in line.split("#", 1)[0].split(",") if k.strip())
     return tuple(keys)
@@ -38,30 +38,31 @@ class ApiKeys:
         self._file = Path(key_file) if key_file is not None else None
         self._from_file: tuple[bytes, ...] = ()
         self._file_stamp: tuple[float, int] | None = None
-        if self._file is not None:
-            self._reload(self._stat())  # a bad key file at start-up is an error the operator sees at once
+        if self._file is not None:  # a bad key file at start-up is an error the operator sees at once
+            self._reload(self._file, self._stat(self._file))
 
     @property
     def enabled(self) -> bool:
         return bool(self._static) or self._file is not None
 
-    def _stat(self) -> tuple[float, int]:
-        st = self._file.stat()
+    @staticmethod
+    def _stat(path: Path) -> tuple[float, int]:
+        st = path.stat()
         return st.st_mtime_ns, st.st_size
 
-    def _reload(self, stamp) -> None:
-        self._from_file = tuple(k.encode() for k in read_key_file(self._file))
+    def _reload(self, path: Path, stamp: tuple[float, int]) -> None:
+        self._from_file = tuple(k.encode() for k in read_key_file(path))
         self._file_stamp = stamp
-        log.info("read %d API key(s) from %s", len(self._from_file), self._file)
+        log.info("read %d API key(s) from %s", len(self._from_file), path)
 
     def refresh(self) -> None:
         """Re-read the key file if it changed (blocking: call on a worker thread)."""
         if self._file is None:
             return
         try:
-            stamp = self._stat()
+            stamp = self._stat(self._file)
             if stamp != self._file_stamp:
-                self._reload(stamp)
+                self._reload(self._file, stamp)
         except OSError as exc:
             log.warning("cannot read API key file %s (%s); keeping the last %d key(s)", self._file, exc,
                         len(self._from_file))

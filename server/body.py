@@ -52,7 +52,8 @@ def _encoding(request: web.BaseRequest) -> str:
 async def _read_raw(request: web.BaseRequest, max_bytes: int, idle_timeout_s: float, total_timeout_s: float) -> bytes:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + total_timeout_s
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         wait = min(idle_timeout_s, deadline - loop.time())
         if wait <= 0:
@@ -79,6 +80,8 @@ def inflate(data: bytes, encoding: str, max_bytes: int, timeout_s: float = INFLA
     """`data` decompressed; PayloadTooLarge as soon as the output passes `max_bytes` or the
     work passes `timeout_s`, InvalidRequest for data that is not in that encoding."""
     wbits = _WBITS[encoding]
+    if wbits is None:  # identity: the body is sent as it is (read_body does not call this for it)
+        return data
     if encoding == "deflate" and data[:1] and data[0] & 0x0F != 8:
         wbits = -zlib.MAX_WBITS  # a raw deflate stream without the zlib header (common; RFC 9110 says zlib)
     inflater = zlib.decompressobj(wbits)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -118,9 +118,10 @@ def _renamed(exc: InvalidRequest, names: dict[str, str]) -> InvalidRequest:
     return exc
 
 
-async def encode(request: web.Request, model: str, texts: list[str], *, names: dict[str, str] | None = None,
-                 **fields: Any):
-    """`encode` on the engine for this request (its deadline, metrics label and timings);
+async def encode(request: web.Request, model: str, texts: Sequence[str | dict[str, str]], *,
+                 names: dict[str, str] | None = None, **fields: Any):
+    """`encode` on the engine for this request (its deadline, metrics label and timings); `texts`:
+    strings or item objects (`{"text": ...}`, `{"image": ...}`);
     `fields` left None take the engine's defaults."""
     label(request, model)
     given = {name: value for name, value in fields.items() if value is not None}

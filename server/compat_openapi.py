@@ -113,7 +113,7 @@ def _op(api: str, summary: str, answer: dict | None, error: str, request: str | 
         operation["parameters"] = [MODEL]
     if request:
         operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(request)}}}
-    ok = {"description": "OK"}
+    ok: dict = {"description": "OK"}
     if answer is not None:
         ok["content"] = {content_type: {"schema": answer}}
     described = {code: {"description": _ERRORS[code], "content": {"application/json": {"schema": ref(error)}}}

@@ -64,10 +64,11 @@ def document_texts(documents: Any, rank_fields: Any, limits: validation.Limits) 
             if not text:
                 raise InvalidRequest(f"{where} has none of the rank_fields {rank_fields}", field=where)
         elif isinstance(document, dict):
-            text = document.get("text")
-            if not isinstance(text, str):
+            value = document.get("text")
+            if not isinstance(value, str):
                 raise InvalidRequest(f"{where} needs a text field (SIE's rerankers score text), or name the fields "
                                      "to rank with rank_fields", field=where)
+            text = value
         else:
             text = document
         texts.append(validation.check_text(text, limits, where))

@@ -28,6 +28,7 @@ import collections
 import logging
 import resource
 import time
+from typing import cast
 
 import orjson
 from aiohttp import web
@@ -84,7 +85,9 @@ class _BeyondTheCap(asyncio.Protocol):
         self._head = b""
         self.transport: asyncio.Transport | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # a stream server hands its protocols a (write-capable) Transport; BaseProtocol's signature is wider
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         self._timer = asyncio.get_running_loop().call_later(self._wait_s, transport.close)
 

@@ -81,7 +81,7 @@ def error_body(error: SIEError, openai_shape: bool) -> dict:
         status = status_for(error)
         return {"error": {"message": error.message, "type": OPENAI_TYPES.get(status, "server_error"),
                           "param": getattr(error, "field", None), "code": error.code}}
-    body = {"code": error.code, "message": error.message}
+    body: dict[str, str | bool] = {"code": error.code, "message": error.message}
     field = getattr(error, "field", None)
     if field:  # the offending request field (e.g. items[3].text), for clients that point at it
         body["field"] = field

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from functools import lru_cache
+from typing import overload
 
 # An absolute path: a slash not inside a word, a URL or another path, then path characters.
 _PATH = re.compile(r"(?<![\w.:/~-])(/[^\s'\"`:;,()\[\]{}<>|]+)")
@@ -35,6 +36,12 @@ def _replace(match: re.Match) -> str:
         return _PACKAGES.sub("<site-packages>/", path, count=1)
     name = path.rstrip("/").rsplit("/", 1)[-1]
     return f"…/{name}" if name else "…"
+
+
+@overload
+def public_text(text: str) -> str: ...
+@overload
+def public_text(text: None) -> None: ...
 
 
 def public_text(text: str | None) -> str | None:

@@ -108,7 +108,7 @@ async def _listen(runner: web.AppRunner, settings: ServerSettings) -> None:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        hint = _LISTEN_HINTS.get(exc.errno, "check --host and --port")
+        hint = (_LISTEN_HINTS.get(exc.errno) if exc.errno is not None else None) or "check --host and --port"
         why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
         raise CannotListen(f"cannot listen on {settings.host}:{settings.port}: {why}; {hint}") from exc
 

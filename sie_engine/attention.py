@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -126,6 +127,12 @@ class AttentionMetadata:
     key_rows: torch.Tensor | None = None
     cu_seqlens_k: torch.Tensor | None = None
     max_seqlen_k: int = 0
+
+
+def _no_bias(backend: AttentionBackend, bias: AttentionBias | None) -> None:
+    """Varlen kernels add no bias to the scores: a model with one (MPNet, DeBERTa) needs grouped SDPA."""
+    if bias is not None:
+        raise ValueError(f"the {backend.name} attention backend takes no attention bias; use grouped SDPA")
 
 
 class AttentionBackend:
@@ -241,12 +248,15 @@ class GroupedSDPAAttention(AttentionBackend):
 
     def __call__(self, q, k, v, meta: AttentionMetadata, *, scale: float, causal: bool = False,
                  window: Window = None, bias: AttentionBias | None = None) -> torch.Tensor:
+        groups = meta.groups
+        if groups is None:
+            raise ValueError("grouped SDPA needs the metadata of its own prepare (a plan of groups)")
         n_heads, n_kv = q.shape[1], k.shape[1]
         gqa = n_heads != n_kv
-        if len(meta.groups) == 1 and meta.groups[0].contiguous is not None:
-            return self._group_attention(q, k, v, meta.groups[0], scale, causal, window, gqa, bias)
+        if len(groups) == 1 and groups[0].contiguous is not None:
+            return self._group_attention(q, k, v, groups[0], scale, causal, window, gqa, bias)
         out = torch.empty_like(q)
-        for group in meta.groups:
+        for group in groups:
             result = self._group_attention(q, k, v, group, scale, causal, window, gqa, bias)
             if group.contiguous is not None:
                 out[group.contiguous[0]:group.contiguous[1]] = result
@@ -312,7 +322,8 @@ class FlashVarlenAttention(AttentionBackend):
         return k.index_select(0, meta.key_rows), v.index_select(0, meta.key_rows), meta.cu_seqlens_k, meta.max_seqlen_k
 
     def __call__(self, q, k, v, meta: AttentionMetadata, *, scale: float, causal: bool = False,
-                 window: Window = None) -> torch.Tensor:
+                 window: Window = None, bias: AttentionBias | None = None) -> torch.Tensor:
+        _no_bias(self, bias)
         k, v, cu_k, max_k = self._keys(k, v, meta)
         return self._fn(
             q, k, v, meta.cu_seqlens, cu_k, meta.max_seqlen, max_k,
@@ -346,12 +357,13 @@ class TorchVarlenAttention(FlashVarlenAttention):
         self._grouped = GroupedSDPAAttention()
 
     def __call__(self, q, k, v, meta: AttentionMetadata, *, scale: float, causal: bool = False,
-                 window: Window = None) -> torch.Tensor:
+                 window: Window = None, bias: AttentionBias | None = None) -> torch.Tensor:
+        _no_bias(self, bias)
         if window is not None and not self._has_window:
             if meta.groups is None:
                 meta.groups = self._grouped.prepare(meta.seq_lens, q.device, meta.key_lens).groups
             return self._grouped(q, k, v, meta, scale=scale, causal=causal, window=window)
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         if causal and self._has_is_causal:
             kwargs["is_causal"] = True
         elif causal:

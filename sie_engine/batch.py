@@ -64,7 +64,7 @@ def pack(
     flat = torch.from_numpy(np.concatenate(ids).astype(np.int64, copy=False))
     # positions restart at 0 for every sequence: arange minus each token's sequence start
     lens = np.fromiter(seq_lens, dtype=np.int64, count=len(seq_lens))
-    starts = np.repeat(np.cumsum(lens) - lens, lens)
+    starts: np.ndarray = np.repeat(np.cumsum(lens) - lens, lens)
     positions = torch.from_numpy(np.arange(len(flat), dtype=np.int64) - starts)
     types = None
     if type_ids is not None:

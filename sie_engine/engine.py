@@ -43,7 +43,7 @@ from .tasks import TaskRun
 from .tasks import implementation as task_implementation
 from .tasks.context import Call
 from .tasks.encode import apply_template
-from .tokenizer import TextTokenizer, Tokenized
+from .tokenizer import TextTokenizer
 from .types import EngineStatus, ModelInfo, ModelStatus, SparseVector, Timings
 from .weights import WeightsLocation, locate_weights
 from .work import WorkItem
@@ -272,7 +272,7 @@ class Engine:
                 field="model",
             )
 
-    async def tokenize(self, card: ModelCard, method: str, *args, **kwargs) -> tuple[Tokenized, float]:
+    async def tokenize(self, card: ModelCard, method: str, *args, **kwargs) -> tuple[Any, float]:
         """Tokenise on the tokenizer pool; returns the result and the seconds it took."""
         tokenizer = await self._tokenizers.get(card)
         started = time.monotonic()

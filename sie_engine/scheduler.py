@@ -57,8 +57,9 @@ class Request:
     task: str
     size: int
     deadline: float | None = None  # time.monotonic() limit, or None
-    future: asyncio.Future = None  # list of per-item results
-    results: list = None
+    # made in __post_init__ (on the running loop), never passed
+    future: asyncio.Future = field(init=False)  # list of per-item results
+    results: list = field(init=False)
     remaining: int = 0
     enqueued_at: float = 0.0
     started_at: float | None = None
@@ -304,7 +305,9 @@ class Scheduler:
                 continue
             state = self.pool.state(queue.model_id)
             if state == "failed":
-                self._fail_queue(queue, self.pool.failure(queue.model_id))
+                failure = self.pool.failure(queue.model_id)
+                if failure is not None:  # the pool keeps why while the state is failed
+                    self._fail_queue(queue, failure)
                 continue
             if state != "loaded":
                 if state == "available":
@@ -376,6 +379,8 @@ class Scheduler:
         """Take a batch from the queue's front and run it in a task of its own (the
         dispatcher goes on at once; it may start another next to it)."""
         runner = self.pool.resident(queue.model_id)
+        if runner is None:  # _next_queue picks loaded models only, and nothing evicts one in between
+            raise RuntimeError(f"model {queue.model_id!r} is not resident")
         items = self._take_batch(queue, runner.batch_tokens or runner.card.max_batch_tokens)
         self._report(queue.model_id)
         if not items:  # everything left belonged to finished requests

@@ -64,9 +64,13 @@ def _parse_items(items: Any, limits: Limits, field: str, images: bool):
         raise PayloadTooLarge(f"{field} holds {len(items)} items; at most {limits.max_items} per request", field=field)
     allowed = _ENCODE_ITEM_FIELDS if images else _ITEM_FIELDS
     max_chars = limits.max_text_chars
-    ids, texts, pictures = [], [], []
+    ids: list[str] = []
+    texts: list[str | None] = []
+    pictures: list[Any] = []  # an image as sent (bytes or base64), decoded later; None for a text
     for i, item in enumerate(items):
         image = None
+        text: object  # an object's fields are JSON values of any type until checked
+        item_id: object
         if type(item) is str:  # the common case, checked inline (check_text words any refusal)
             if not item or len(item) > max_chars or item.isspace():
                 check_text(item, limits, f"{field}[{i}].text")

@@ -18,7 +18,7 @@ import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .card import ModelCard
 from .errors import WeightsNotFound
@@ -123,6 +123,12 @@ def weight_files(root: Path) -> list[Path]:
     return files
 
 
+class _TensorFile(Protocol):
+    """What Checkpoint reads of an open safetensors file (safetensors.safe_open's handle)."""
+
+    def get_tensor(self, name: str) -> torch.Tensor: ...
+
+
 class Checkpoint(Mapping):
     """A checkpoint's tensors by name, each read from its file when asked for.
 
@@ -133,7 +139,8 @@ class Checkpoint(Mapping):
     def __init__(self, files: list[Path] | tuple[Path, ...]):
         from safetensors import safe_open
 
-        self._where: dict[str, object] = {}
+        # each name's source: its safetensors file, or the state dict of its `.bin`
+        self._where: dict[str, _TensorFile | dict[str, torch.Tensor]] = {}
         self._handles: list = []
         for path in files:
             if path.suffix == ".safetensors":

@@ -147,7 +147,9 @@ class MaxSimHead(Head):
         self.mean = mean
 
     def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence[WorkItem]) -> list[float]:
-        queries, index, of_seq = [], {}, []
+        queries: list[torch.Tensor] = []
+        index: dict[int, int] = {}  # id of a request's query array -> its place in queries
+        of_seq: list[int] = []
         for item in items:  # items of one request share one query array
             key = id(item.extra)
             if key not in index:

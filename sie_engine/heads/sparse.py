@@ -108,7 +108,8 @@ def bge_m3_sparse(proj: nn.Linear, hidden: torch.Tensor, batch: PackedBatch, voc
     if drop_ids is not None:
         keep &= ~torch.isin(cols, drop_ids)
     rows, cols, values = rows[keep].cpu().numpy(), cols[keep].cpu().numpy().astype(np.int32), values[keep].cpu().numpy()
-    bounds = np.searchsorted(rows, np.arange(len(batch.seq_lens) + 1))
+    # [B + 1] row starts (ndarray.searchsorted: numpy's stubs type np.searchsorted's result as a scalar here)
+    bounds = rows.searchsorted(np.arange(len(batch.seq_lens) + 1))
     out = []
     for a, b in zip(bounds[:-1], bounds[1:]):
         indices, vals = cols[a:b], values[a:b]
@@ -130,7 +131,7 @@ def to_sparse(weights: torch.Tensor, drop_ids: torch.Tensor | None, top_k: int |
     rows, cols = torch.nonzero(weights > threshold, as_tuple=True)  # row-major: indices ascending per row
     values = weights[rows, cols].cpu().numpy()
     rows, cols = rows.cpu().numpy(), cols.cpu().numpy().astype(np.int32)
-    bounds = np.searchsorted(rows, np.arange(weights.shape[0] + 1))
+    bounds = rows.searchsorted(np.arange(weights.shape[0] + 1))  # [B + 1] row starts
     return [SparseVector(indices=cols[a:b], values=values[a:b].astype(np.float32, copy=False))
             for a, b in zip(bounds[:-1], bounds[1:])]
 
@@ -174,7 +175,7 @@ class SparseHead(Head):
         super().__init__()
         self.kind = kind
         self.head = head
-        self.dim = vocab
+        self.dim: int = vocab  # a sparse head always has a vocabulary's width
         self.register_buffer("drop_ids", drop_ids, persistent=False)
         self.top_k = top_k
         self.threshold = threshold

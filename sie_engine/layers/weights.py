@@ -100,7 +100,7 @@ def load_checkpoint(module: nn.Module, tensors: Mapping[str, torch.Tensor], spec
 
 def _shard_counts(params, spec: WeightSpec) -> dict[str, int]:
     counts: dict[str, int] = {}
-    fused_parts = {}
+    fused_parts: dict[str, int] = {}
     for _, fused_part, index in spec.stacked:
         fused_parts[fused_part] = max(fused_parts.get(fused_part, 0), index + 1)
     for name in params:

@@ -19,7 +19,6 @@ import torch
 
 from ..admission import Reservation
 from ..card import ModelCard
-from ..tokenizer import Tokenized
 from ..types import Timings
 from ..validation import Limits
 from ..work import WorkItem
@@ -65,8 +64,9 @@ class TaskContext(Protocol):
         """Another model's served card (GLiREL's `entity_model`; a call's own is `call.card`);
         raises ModelNotFound."""
 
-    async def tokenize(self, card: ModelCard, method: str, *args, **kwargs) -> tuple[Tokenized, float]:
-        """`TextTokenizer.<method>(*args, **kwargs)` on the tokenizer pool, and its seconds."""
+    async def tokenize(self, card: ModelCard, method: str, *args, **kwargs) -> tuple[Any, float]:
+        """`TextTokenizer.<method>(*args, **kwargs)` on the tokenizer pool, and its seconds; the result
+        is the named method's (`encode`: Tokenized, `tokens_of`: a list of token lists per item)."""
 
     async def with_tokenizer(self, card: ModelCard, fn: Callable[..., Any], *args) -> tuple[Any, float]:
         """`fn(tokenizer, *args)` on the tokenizer pool (a task's own preparation), and its seconds."""

@@ -48,13 +48,14 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     if sparse_labels and "sparse" not in outputs:
         raise InvalidRequest("sparse_labels names the tokens of sparse outputs: ask for output_types ['sparse'] too",
                              field="sparse_labels")
-    texts = apply_template([texts[i] for i in text_positions], *card.template_for(is_query, instruction))
+    templated = apply_template([text for text in texts if text is not None],  # the texts at text_positions
+                               *card.template_for(is_query, instruction))
 
     work_request = engine.new_request(call, "encode", len(ids))
     wanted = frozenset(outputs)
     try:
-        tokens, tokenize_s = await _submit_texts(engine, card, work_request, texts, text_positions, wanted, truncate,
-                                               is_query)
+        tokens, tokenize_s = await _submit_texts(engine, card, work_request, templated, text_positions, wanted,
+                                               truncate, is_query)
         if image_positions:
             image_tokens, seconds = await submit_images(engine, card, work_request, images, image_positions, wanted)
             tokens, tokenize_s = tokens + image_tokens, tokenize_s + seconds
@@ -65,10 +66,11 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     raw = await work_request.future
     items = assemble(ids, raw, outputs, dims, card.normalize if normalize is None else normalize, output_dtype)
     if sparse_labels:
-        labels, seconds = await engine.tokenize(card, "tokens_of", [item.sparse.indices for item in items])
+        vectors = [item.sparse for item in items if item.sparse is not None]  # every item's: sparse was asked for
+        labels, seconds = await engine.tokenize(card, "tokens_of", [vector.indices for vector in vectors])
         tokenize_s += seconds
-        for item, item_labels in zip(items, labels):
-            item.sparse.labels = item_labels
+        for vector, vector_labels in zip(vectors, labels):
+            vector.labels = vector_labels
     return EncodeResult(card.id, items, tokens, engine.timings(work_request, call.started, tokenize_s))
 
 
@@ -94,7 +96,7 @@ async def _submit_texts(engine: TaskContext, card, work_request, texts: list[str
             tokenize_s += seconds
             tokens += tokenized.num_tokens
             check_truncation(tokenized, truncate, positions=positions[start:start + TOKENIZE_CHUNK])
-            key_lens = tokenized.key_lens or [None] * len(tokenized.ids)
+            key_lens: Sequence[int | None] = tokenized.key_lens or [None] * len(tokenized.ids)
             engine.submit(card, "encode", [  # extra: whether the text is a query (inference-free sparse heads)
                 WorkItem(work_request, positions[start + i], tokenized.ids[i], outputs=wanted, key_len=key_lens[i],
                          extra=is_query)
@@ -110,7 +112,7 @@ async def _submit_texts(engine: TaskContext, card, work_request, texts: list[str
 # tower starts while later images are still being decoded, and a large request never holds all
 # of its decoded images (a 224 x 224 image is 600 KB of float32 pixels).
 IMAGE_CHUNK = 32
-NO_IDS = np.zeros(0, dtype=np.int32)
+NO_IDS: np.ndarray = np.zeros(0, dtype=np.int32)
 
 
 async def submit_images(engine: TaskContext, card, work_request, images: list, positions: list[int],

@@ -116,7 +116,7 @@ def label_spans(seq: np.ndarray, tokenizer, config: GliclassConfig, count: int) 
             raise _prompt_too_long(tokenizer, count)
     skip = 0 if config.embed_class_token else 1
     if config.class_token_pooling == "average":
-        ends = np.append(marks[1:], len(seq))
+        ends: np.ndarray = np.append(marks[1:], len(seq))
         return LabelSpans(marks + skip, ends)
     return LabelSpans(marks + skip, marks + skip + 1)
 

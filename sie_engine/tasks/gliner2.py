@@ -78,7 +78,8 @@ async def run(engine: TaskContext, call: Call) -> ExtractResult:
     items = []
     for item_id, text, norm, item_words, s in zip(ids, texts, normalized, words, scores):
         entities = decode_entities(s, labels, text, norm, item_words, threshold)
-        classifications = None if task is None else classify_scores(s.class_logits, class_labels, multi_label)
+        classifications = None if task is None or s.class_logits is None else classify_scores(
+            s.class_logits, class_labels, multi_label)
         triples = None if not relation_types else decode_relations(s, relation_types, entities, text, norm,
                                                                    item_words, threshold)
         items.append(ExtractedItem(id=item_id, entities=entities, classifications=classifications,
@@ -91,10 +92,13 @@ def ranked_spans(probs: np.ndarray, scores: Gliner2Scores, normalized: str, word
                  threshold: float) -> list[tuple[float, int, int]]:
     """gliner2's _find_spans then finalize_spans over one query's span probabilities `[S]`:
     (score, start, end) in the normalised text, best first, none overlapping a better one."""
+    span_starts, span_widths = scores.starts, scores.widths
+    if span_starts is None or span_widths is None:  # the head scores spans only with their grid
+        raise ValueError("span probabilities without the spans' starts and widths")
     found = []
     for row in np.nonzero(probs >= threshold)[0].tolist():
-        first = int(scores.starts[row])
-        last = first + int(scores.widths[row])
+        first = int(span_starts[row])
+        last = first + int(span_widths[row])
         start, end = words.starts[first], words.ends[last]
         if normalized[start:end].strip():
             found.append((float(probs[row]), start, end))
@@ -136,16 +140,18 @@ def decode_relations(scores: Gliner2Scores, relation_types: list[str], entities:
     triples = []
     for relation, probs in zip(relation_types, scores.relation_probs):
         for instance in probs if probs is not None else ():  # [2, S]: head, tail
-            ends = []
+            ends: list[Entity | None] = []
+            end_scores: list[float] = []  # each found end's span score (its Entity's score, typed optional)
             for name, field_probs in zip(RELATION_FIELDS, instance):
                 best = ranked_spans(field_probs, scores, normalized, words, threshold)[:1]
                 ends.append(in_text(*best[0], text, name) if best else None)
+                end_scores.extend(score for score, _, _ in best)
             head, tail = ends
             if head is None or tail is None:
                 continue
             for end in (head, tail):
                 end.label = labels_at.get((end.start, end.end), end.label)
-            triples.append(Relation(head=head, relation=relation, tail=tail, score=min(head.score, tail.score)))
+            triples.append(Relation(head=head, relation=relation, tail=tail, score=min(end_scores)))
     return triples
 
 

@@ -77,7 +77,7 @@ def check_entities(raw: Any, text: str, where: str) -> list[Entity]:
             raise InvalidRequest(f"{here} must be an object with start, end and label (text and score optional)",
                                  field=here)
         start, end, label, score = entity.get("start"), entity.get("end"), entity.get("label"), entity.get("score")
-        if any(isinstance(x, bool) or not isinstance(x, int) for x in (start, end)):
+        if isinstance(start, bool) or not isinstance(start, int) or isinstance(end, bool) or not isinstance(end, int):
             raise InvalidRequest(f"{here} needs integer start and end (character offsets, end exclusive)", field=here)
         if not 0 <= start < end <= len(text):
             raise InvalidRequest(f"{here} span {start}..{end} lies outside the text ({len(text)} characters): "

@@ -48,13 +48,14 @@ def parse_query(query: Any, limits: v.Limits) -> str:
 async def run(engine: TaskContext, call: Call) -> ScoreResult:
     card, fields = call.card, call.fields
     query_text = parse_query(fields["query"], engine.limits)
+    maybe_texts: Sequence[str | None]
     if "image" in card.modalities and "multivector" in card.outputs:  # ColPali: pages are image items
         ids, maybe_texts, images = v.parse_encode_items(fields["items"], engine.limits)
     else:
         (ids, maybe_texts), images = v.parse_items(fields["items"], engine.limits), []
     image_positions = [i for i, image in enumerate(images) if image is not None]
     text_positions = [i for i, text in enumerate(maybe_texts) if text is not None]
-    texts = [maybe_texts[i] for i in text_positions]
+    texts = [text for text in maybe_texts if text is not None]  # the texts at text_positions
     if text_positions and (card.options or {}).get("multivector", {}).get("kind") == "colpali":
         first = text_positions[0]
         raise InvalidRequest(f"items[{first}] is a text, but model {card.id!r} ranks page images: send each page as "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -198,11 +198,24 @@ class TextEmbeddings(nn.Module):
         return self.token_embedding(input_ids) + self.position_embedding(positions)
 
 
+class PatchInput(Protocol):
+    """What PatchEmbeddings reads of a config: CLIP / SigLIP's ImageTextConfig, ColPali's PaliGemmaConfig."""
+
+    @property
+    def vision(self) -> TowerConfig: ...
+    @property
+    def num_channels(self) -> int: ...
+    @property
+    def patch_size(self) -> int: ...
+    @property
+    def num_patches(self) -> int: ...
+
+
 class PatchEmbeddings(nn.Module):
     """Non-overlapping patches through one strided convolution, plus learned positions;
     CLIP prepends a class token (SigLIP has none, and a bias on its convolution)."""
 
-    def __init__(self, config: ImageTextConfig, class_token: bool, conv_bias: bool):
+    def __init__(self, config: PatchInput, class_token: bool, conv_bias: bool):
         super().__init__()
         hidden = config.vision.hidden_size
         self.patch_embedding = nn.Conv2d(config.num_channels, hidden, kernel_size=config.patch_size,

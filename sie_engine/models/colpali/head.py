@@ -11,6 +11,7 @@ from torch import nn
 from ...heads.colbert import multivector_heads
 from ...heads.common import linear, optional, tensor
 from ...heads.context import HeadContext
+from .model import ColPaliInputs
 
 KIND = "colpali"
 
@@ -25,5 +26,8 @@ def build_colpali_multivector(ctx: HeadContext) -> dict[str, nn.Module]:
     tensors = ctx.checkpoint
     proj = linear(tensor(tensors, "embedding_proj_layer.weight"), optional(tensors, "embedding_proj_layer.bias"),
                   ctx.device, ctx.dtype)
-    ctx.backbone.set_image_prompt(ctx.tokenizer.image_prompt_ids)
+    tokenizer = ctx.tokenizer
+    if not isinstance(tokenizer, ColPaliInputs):  # the family's inputs; another tokenizer has no image prompt
+        raise ValueError(f"card {ctx.card.id}: a ColPali head needs ColPali's input preparation (ColPaliInputs)")
+    ctx.backbone.set_image_prompt(tokenizer.image_prompt_ids)
     return multivector_heads(ctx, proj, drop_first=False, default_score="sum", default_skiplist=None)

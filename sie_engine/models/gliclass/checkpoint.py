@@ -38,7 +38,7 @@ CLASS_TOKEN_POOLINGS = ("first", "average")
 def detects(root: Path) -> bool:
     """The layout registry's question (sie_engine.models.LAYOUTS): a config.json saying GLiClass."""
     config = read_config(root)
-    return bool(config) and config.get("model_type") == MODEL_TYPE
+    return config is not None and config.get("model_type") == MODEL_TYPE
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ float32 whatever the backbone's dtype: its scores are thresholded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,7 +130,9 @@ class MlpScorer(nn.Module):
         return self.mlp(torch.cat([text, labels], dim=-1)).squeeze(-1)
 
 
-SCORERS = {"weighted-dot": WeightedDotScorer, "mlp": MlpScorer}
+# scorer_type -> the scorer built from the checkpoint's tensors ("simple" has none: DotScorer)
+SCORERS: dict[str, Callable[[Mapping[str, torch.Tensor]], nn.Module]] = {"weighted-dot": WeightedDotScorer,
+                                                                         "mlp": MlpScorer}
 
 
 class GliclassHead(Head):
@@ -143,7 +145,7 @@ class GliclassHead(Head):
                                         tensors["text_projector.linear_2.weight"], config.projector_hidden_act)
         self.classes_projector = Projector(tensors["classes_projector.linear_1.weight"],
                                            tensors["classes_projector.linear_2.weight"], config.projector_hidden_act)
-        self.scorer = DotScorer() if config.scorer_type == "simple" else SCORERS[config.scorer_type](tensors)
+        self.scorer: nn.Module = DotScorer() if config.scorer_type == "simple" else SCORERS[config.scorer_type](tensors)
         self.logit_scale = nn.Parameter(torch.zeros(()), requires_grad=False)
         if config.use_lstm:
             self.lstm = Lstm(tensors["lstm.lstm.weight_ih_l0"].shape[1], 1, stepwise=device.type == "cpu")
@@ -208,8 +210,8 @@ def run_gliclass_head(head: GliclassHead, hidden: torch.Tensor, batch: PackedBat
     span_lens = np.concatenate([s.ends - s.starts for s in spans])
     rows = np.concatenate([np.arange(a, b) + base for s, base in zip(spans, seq_starts)
                            for a, b in zip(s.starts, s.ends)])
-    span_of_rows = np.repeat(np.arange(len(span_lens)), span_lens)
-    owners = np.repeat(np.arange(len(counts)), counts)
+    span_of_rows: np.ndarray = np.repeat(np.arange(len(span_lens)), span_lens)
+    owners: np.ndarray = np.repeat(np.arange(len(counts)), counts)
     index = torch.from_numpy(np.concatenate([rows, span_of_rows, owners, seq_starts, seq_lens])).to(device)
     n_rows, n_labels = len(rows), len(span_lens)
     rows_d, span_of_row, owner, starts_d, lens_d = index.split([n_rows, n_rows, n_labels, len(items), len(items)])

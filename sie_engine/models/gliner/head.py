@@ -19,7 +19,7 @@ from ...heads.base import Head
 from ...heads.context import HeadContext
 from .checkpoint import load_gliner_config
 from .decode import DecodeSettings, Span, candidates, greedy, token_candidates
-from .layers import GlinerHead, backbone_root_prefix, span_grid
+from .layers import GlinerHead, SpanMarker, backbone_root_prefix, span_grid
 from .prompt import Window
 
 # Spans whose first-layer activations are held at once (x 4 D float32 each, ~200 MB at D=768): bounds the
@@ -104,7 +104,7 @@ def run_extract_head(head: GlinerHead, hidden: torch.Tensor, batch: PackedBatch,
         work: WindowWork = item.extra
         threshold = work.settings.threshold
         if token_level:
-            shape = (plan.word_counts[i], plan.label_counts[i], 3)
+            shape: tuple[int, ...] = (plan.word_counts[i], plan.label_counts[i], 3)
             found = token_candidates(probs[offset:offset + int(np.prod(shape))].reshape(shape), threshold)
         else:
             shape = (plan.span_counts[i], plan.label_counts[i])
@@ -147,10 +147,13 @@ def word_and_label_vectors(head: GlinerHead, hidden: torch.Tensor, batch: Packed
 
 def token_probabilities(head: GlinerHead, words: torch.Tensor, labels: torch.Tensor, plan: BatchLayout) -> np.ndarray:
     """Token models: every window's `[words, labels, 3]` start / end / inside probabilities, flattened."""
+    scorer = head.scorer
+    if scorer is None:
+        raise ValueError("token_probabilities is for token-level heads (a span head has no token scorer)")
     probs = []
     for i in range(len(plan.word_counts)):
         w0, c0 = int(plan.word_base[i]), int(plan.label_base[i])
-        scores = head.scorer(words[w0:w0 + plan.word_counts[i]], labels[c0:c0 + plan.label_counts[i]])
+        scores = scorer(words[w0:w0 + plan.word_counts[i]], labels[c0:c0 + plan.label_counts[i]])
         probs.append(torch.sigmoid(scores).flatten())
     return torch.cat(probs).cpu().numpy()  # the batch's one device-to-host copy
 
@@ -158,9 +161,12 @@ def token_probabilities(head: GlinerHead, words: torch.Tensor, labels: torch.Ten
 def span_probabilities(head: GlinerHead, words: torch.Tensor, label_vectors: torch.Tensor, start_d: torch.Tensor,
                        end_d: torch.Tensor, plan: BatchLayout) -> np.ndarray:
     """Span models: every window's `[spans, labels]` probabilities, flattened window after window."""
-    labels = head.prompt(label_vectors)  # [C_total, D]
-    start_terms, end_terms = head.span.word_terms(words)
-    context = window_context(head, words, plan) if head.span.mode == "markerV1" else None
+    span, prompt = head.span, head.prompt
+    if span is None or prompt is None:
+        raise ValueError("span_probabilities is for span heads (a token-level head has no span marker)")
+    labels = prompt(label_vectors)  # [C_total, D]
+    start_terms, end_terms = span.word_terms(words)
+    context = window_context(span, words, plan) if span.mode == "markerV1" else None
     probs = []
     span_base = plan.span_base
     n_windows = len(plan.word_counts)
@@ -172,9 +178,9 @@ def span_probabilities(head: GlinerHead, words: torch.Tensor, label_vectors: tor
         a, b = int(span_base[first]), int(span_base[last])
         pre = start_terms.index_select(0, start_d[a:b]) + end_terms.index_select(0, end_d[a:b])
         if context is not None:
-            owner = np.repeat(np.arange(first, last), plan.span_counts[first:last])
+            owner: np.ndarray = np.repeat(np.arange(first, last), plan.span_counts[first:last])
             pre = pre + context.index_select(0, torch.from_numpy(owner).to(words.device))
-        spans = head.span.finish(pre)  # [S_chunk, D]
+        spans = span.finish(pre)  # [S_chunk, D]
         for i in range(first, last):
             rows = spans[int(span_base[i]) - a:int(span_base[i + 1]) - a]
             window_labels = labels[int(plan.label_base[i]):int(plan.label_base[i]) + plan.label_counts[i]]
@@ -183,9 +189,9 @@ def span_probabilities(head: GlinerHead, words: torch.Tensor, label_vectors: tor
     return torch.cat(probs).cpu().numpy()  # the batch's one device-to-host copy
 
 
-def window_context(head: GlinerHead, words: torch.Tensor, plan: BatchLayout) -> torch.Tensor:
+def window_context(span: SpanMarker, words: torch.Tensor, plan: BatchLayout) -> torch.Tensor:
     """markerV1: each window's mean word vector through its part of out_project -> `[B, H1]`."""
     counts = plan.word_counts
     window_of_word = torch.from_numpy(np.repeat(np.arange(len(counts)), counts)).to(words.device)
     sums = words.new_zeros(len(counts), words.shape[1]).index_add_(0, window_of_word, words)
-    return head.span.context_terms(sums / torch.tensor(counts, device=words.device, dtype=words.dtype)[:, None])
+    return span.context_terms(sums / torch.tensor(counts, device=words.device, dtype=words.dtype)[:, None])

@@ -196,6 +196,10 @@ class GlinerHead(nn.Module):
         self.projection = nn.Linear(backbone_hidden, D) if backbone_hidden != D else None
         stepwise = device.type == "cpu"  # decided once: see Lstm
         self.rnn = Lstm(D, config.num_rnn_layers, stepwise) if config.num_rnn_layers > 0 else None
+        # span models: a span marker and a label projection; token models: a (word, label) scorer
+        self.span: SpanMarker | None
+        self.prompt: nn.Sequential | None
+        self.scorer: TokenScorer | None
         if config.token_level:  # label vectors used as they come; one scorer per (word, label)
             self.span = self.prompt = None
             self.scorer = TokenScorer(D)
@@ -237,7 +241,7 @@ class GlinerHead(nn.Module):
 @lru_cache(maxsize=1024)
 def span_grid(num_words: int, max_width: int) -> tuple[np.ndarray, np.ndarray]:
     """Every span of a window, start-major then width (GLiNER's order): `[S]` starts, `[S]` widths."""
-    starts = np.repeat(np.arange(num_words), max_width)
+    starts: np.ndarray = np.repeat(np.arange(num_words), max_width)
     widths = np.tile(np.arange(max_width), num_words)
     valid = starts + widths < num_words
     return starts[valid], widths[valid]

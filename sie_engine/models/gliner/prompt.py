@@ -75,7 +75,7 @@ def word_mask(word_ids: Sequence[int | None], skip_words: int, pooling: str) -> 
     """GLiNER's `prepare_word_mask` for one sequence: per token, the 1-based text word it
     feeds or 0. Words are numbered by counting word-id changes, as GLiNER does (a word
     that yields no token therefore shifts the numbering, in GLiNER and here alike)."""
-    mask = np.zeros(len(word_ids), dtype=np.int64)
+    mask: np.ndarray = np.zeros(len(word_ids), dtype=np.int64)
     previous = None
     seen = 0
     for position, wid in enumerate(word_ids):

@@ -40,7 +40,7 @@ def read_config(root: Path) -> dict | None:
 def detects(root: Path) -> bool:
     """The layout registry's question: a config.json whose model_type is GLiNER2's `extractor`."""
     config = read_config(root)
-    return bool(config) and config.get("model_type") == "extractor"
+    return config is not None and config.get("model_type") == "extractor"
 
 
 @dataclass(frozen=True)

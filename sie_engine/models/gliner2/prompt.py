@@ -126,17 +126,17 @@ def prepare(tokenizer, texts: Sequence[str], entity_labels: Sequence[str], task:
     normalized, all_words, inputs = [], [], []
     for item, text in enumerate(texts):
         text = normalize_text(text)
-        words = split_words(text)
+        item_words = split_words(text)
         ids = list(prompt_ids)
         word_positions = []
-        for word in words.texts:
+        for word in item_words.texts:
             piece_ids = pieces(word)
             if len(ids) + len(piece_ids) > tokenizer.max_length:  # the model's window: later words are cut
                 break
             word_positions.append(len(ids))  # a word without pieces keeps the next one's place, as gliner2
             ids += piece_ids
         normalized.append(text)
-        all_words.append(words)
+        all_words.append(item_words)
         inputs.append(Gliner2Input(item, np.asarray(ids, dtype=np.int32), np.asarray(word_positions, dtype=np.int64),
                                    schema_positions, kinds))
     return normalized, all_words, inputs

@@ -81,6 +81,8 @@ def word_span(words: Words, start: int, end: int) -> tuple[int, int]:
 def entity_pairs(spans: np.ndarray, max_distance: int | None) -> np.ndarray:
     """glirel's pair order: `[P, 2]` (i, j), row-major, i != j; i > j only within max_distance start words."""
     n = len(spans)
+    i: np.ndarray
+    j: np.ndarray
     i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
     keep = i != j
     if max_distance is not None:

@@ -109,6 +109,8 @@ class QwenAttention(nn.Module):
         self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=config.qkv_bias)
         self.kv_proj = nn.Linear(config.hidden_size, 2 * self.num_kv_heads * self.head_dim, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=config.o_bias)
+        self.q_norm: RMSNorm | None  # both or neither (Qwen3's per-head norms)
+        self.k_norm: RMSNorm | None
         if config.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
@@ -123,7 +125,7 @@ class QwenAttention(nn.Module):
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.head_dim)  # [T, Hq, D]
         k, v = self.kv_proj(x).view(T, 2, self.num_kv_heads, self.head_dim).unbind(1)  # each [T, Hkv, D]
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = rotary
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)

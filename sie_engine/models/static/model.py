@@ -171,7 +171,7 @@ class NoAttention(AttentionBackend):
     def prepare(self, seq_lens: Sequence[int], device: torch.device,
                 key_lens: Sequence[int] | None = None) -> AttentionMetadata:
         seq_lens = tuple(int(n) for n in seq_lens)
-        cu = np.zeros(len(seq_lens) + 1, dtype=np.int32)
+        cu: np.ndarray = np.zeros(len(seq_lens) + 1, dtype=np.int32)
         np.cumsum(seq_lens, out=cu[1:])
         return AttentionMetadata(cu_seqlens=torch.from_numpy(cu).to(device), max_seqlen=max(seq_lens, default=0),
                                  seq_lens=seq_lens)
