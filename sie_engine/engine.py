@@ -43,7 +43,7 @@ from .tasks import TaskRun
 from .tasks import implementation as task_implementation
 from .tasks.context import Call
 from .tasks.encode import apply_template
-from .tokenizer import TextTokenizer
+from .tokenizer import VocabularyLookup
 from .types import EngineStatus, ModelInfo, ModelStatus, SparseVector, Timings
 from .weights import WeightsLocation, locate_weights
 from .work import WorkItem
@@ -121,13 +121,13 @@ class _Tokenizers:
         self._executor = executor
         self._pool = pool
         self._catalog = catalog
-        self._loaded: dict[str, TextTokenizer] = {}
+        self._loaded: dict[str, VocabularyLookup] = {}
         self._loading: dict[str, asyncio.Future] = {}
 
-    def loaded(self, model_id: str) -> TextTokenizer | None:
+    def loaded(self, model_id: str) -> VocabularyLookup | None:
         return self._loaded.get(self._catalog.base_of(model_id))
 
-    async def get(self, card: ModelCard) -> TextTokenizer:
+    async def get(self, card: ModelCard) -> VocabularyLookup:
         key = self._catalog.base_of(card.id)
         tokenizer = self._loaded.get(key)
         if tokenizer is not None:
@@ -149,7 +149,7 @@ class _Tokenizers:
         return loaded
 
     @staticmethod
-    def _load(card: ModelCard) -> TextTokenizer:
+    def _load(card: ModelCard) -> VocabularyLookup:
         return load_tokenizer(card, resolve_checkpoint(card))
 
 

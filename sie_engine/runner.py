@@ -31,7 +31,7 @@ from .heads.context import HeadContext
 from .layers.weights import WeightLoadError, load_checkpoint, materialize
 from .models import HEADS, family_for, head_builder, resolve
 from .models.base import Backbone, Family
-from .tokenizer import TextTokenizer
+from .tokenizer import TextTokenizer, VocabularyLookup
 from .weights import Checkpoint
 from .work import WorkItem
 
@@ -109,7 +109,7 @@ class ModelRunner:
     family: Family
     config: Any  # the family's typed config
     model: LoadedModel
-    tokenizer: TextTokenizer
+    tokenizer: VocabularyLookup
     device: torch.device
     dtype: torch.dtype
     backend: AttentionBackend
@@ -226,7 +226,7 @@ def tokenizer_window(card: ModelCard, layout: CheckpointLayout, family: Family) 
     return min(card.max_seq_len, positions) if positions else card.max_seq_len
 
 
-def load_tokenizer(card: ModelCard, layout: CheckpointLayout) -> TextTokenizer:
+def load_tokenizer(card: ModelCard, layout: CheckpointLayout) -> VocabularyLookup:
     family: Family = family_for(layout.config, card.family)  # an unsupported architecture is the error to report first
     make = family.tokenizer or TextTokenizer  # a family with its own input preparation (static embedders) brings it
     return make(layout, tokenizer_window(card, layout, family), trust_remote_code=card.trust_remote_code)
@@ -245,7 +245,7 @@ def with_backbone_overrides(card: ModelCard, layout: CheckpointLayout) -> Checkp
 
 
 def build_runner(card: ModelCard, layout: CheckpointLayout | Path, device: torch.device,
-                 tokenizer: TextTokenizer | None = None) -> ModelRunner:
+                 tokenizer: VocabularyLookup | None = None) -> ModelRunner:
     """A ready model from its card and checkpoint (a layout, or a directory to describe)."""
     if not isinstance(layout, CheckpointLayout):
         layout = describe(layout)

@@ -45,6 +45,9 @@ class VocabularyLookup:
     _tok: Any  # tokenizers.Tokenizer
     # The image role of the model's input preparation (ImageTextInputs sets it); None: text items only.
     images: ImagePreprocessor | None = None
+    # Ids of the special tokens (TextTokenizer's are its Hugging Face tokenizer's): heads that score the
+    # vocabulary (SPLADE) leave them out.
+    special_ids: frozenset[int] = frozenset()
 
     def plain_ids(self, text: str) -> np.ndarray:
         """A text's ids without special tokens (e.g. to find a symbol's vocabulary entry)."""

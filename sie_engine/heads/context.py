@@ -11,7 +11,7 @@ import torch
 
 from ..card import ModelCard
 from ..models.base import Backbone
-from ..tokenizer import TextTokenizer
+from ..tokenizer import VocabularyLookup
 
 
 @dataclass
@@ -29,7 +29,7 @@ class HeadContext:
     checkpoint: Mapping[str, torch.Tensor]
     prefix: str
     backbone: Backbone
-    tokenizer: TextTokenizer
+    tokenizer: VocabularyLookup
     device: torch.device
     dtype: torch.dtype
 

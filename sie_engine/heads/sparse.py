@@ -32,6 +32,7 @@ from torch import nn
 
 from ..batch import PackedBatch
 from ..layers.blocks import activation as hidden_activation
+from ..tokenizer import TextTokenizer
 from ..types import SparseVector
 from .base import Head
 from .common import layer_norm, linear, ln_tensors, load_torch_file, optional, tensor
@@ -237,6 +238,8 @@ def _idf_table(ctx: HeadContext, vocab: int) -> torch.Tensor:
     if not path.is_file():
         raise ValueError(f"card {ctx.card.id}: options.sparse.kind inference-free needs the checkpoint's idf.json")
     weights = json.loads(path.read_text())
+    if not isinstance(ctx.tokenizer, TextTokenizer):  # idf.json's tokens are the Hugging Face tokenizer's
+        raise ValueError(f"card {ctx.card.id}: options.sparse.kind inference-free needs a Hugging Face tokenizer")
     ids = ctx.tokenizer.hf.convert_tokens_to_ids(list(weights))
     table = torch.zeros(vocab, dtype=torch.float32)
     for token_id, weight in zip(ids, weights.values()):

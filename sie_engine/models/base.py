@@ -22,7 +22,7 @@ from ..layers.weights import WeightSpec
 
 if TYPE_CHECKING:
     from ..card import ModelCard
-    from ..tokenizer import TextTokenizer
+    from ..tokenizer import VocabularyLookup
 
 # float32 batches on CPU run fastest at about 2,048 tokens: the activations of a batch
 # (MiniLM's [T, 1536] MLP intermediate is 12 MiB at T = 2,048) then stay in cache between
@@ -144,7 +144,7 @@ class Family:
     # Input preparation other than TextTokenizer's (same constructor and `encode`): static
     # embedders tokenise by model2vec's rules; image-text families read the image processor too.
     # None: the checkpoint's Hugging Face tokenizer.
-    tokenizer: Callable[..., TextTokenizer] | None = None
+    tokenizer: Callable[..., VocabularyLookup] | None = None
     # The card of a card-less directory of this family, `fn(name, root, config) -> ModelCard`;
     # None: local_card.encoder_card (a text encoder read from sentence-transformers' files).
     local_card: Callable[[str, Path, Mapping[str, Any]], ModelCard] | None = None

@@ -111,7 +111,6 @@ class StaticTokenizer(VocabularyLookup):
     what encode asks: `encode(texts) -> Tokenized`."""
 
     uses_type_ids = False
-    special_ids: frozenset = frozenset()
 
     def __init__(self, layout: CheckpointLayout | Path, max_length: int, trust_remote_code: bool = False):
         from tokenizers import Tokenizer
