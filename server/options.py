@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from sie_engine.sizes import UNITS  # torch-free: the engine's own table of units
+
 Target = Literal["settings", "engine", "limits", "cli", "router"]
 
 
@@ -85,9 +87,6 @@ class OptionError(Exception):
 
 # ---- parsers: text -> value, ValueError with what is accepted ------------------------------
 
-# the units `sie_engine.parse_bytes` reads (tests/server/test_options.py checks they agree)
-UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6, "MIB": 2**20,
-         "G": 1e9, "GB": 1e9, "GIB": 2**30, "T": 1e12, "TB": 1e12, "TIB": 2**40}
 _SIZE = re.compile(r"^([0-9]*\.?[0-9]+(?:E[+-]?[0-9]+)?)([KMGT]I?B?|B)?$")
 SIZE_EXAMPLES = "a size such as 8GiB, 512MB or 1e9 (bytes)"
 

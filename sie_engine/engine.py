@@ -39,6 +39,7 @@ from .pool import ModelPool, PoolEvents
 from .postprocess import Quantized
 from .runner import ModelRunner, build_runner, load_tokenizer
 from .scheduler import Request, Scheduler, SchedulerEvents
+from .sizes import parse_bytes
 from .tasks import TaskRun
 from .tasks import implementation as task_implementation
 from .tasks.context import Call
@@ -56,22 +57,6 @@ PreAdmitted = PendingCall
 
 # seconds a model's weights location is trusted before it is looked up again
 WEIGHTS_RECHECK_S = 10.0
-
-UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 2**10, "M": 1e6, "MB": 1e6, "MIB": 2**20,
-         "G": 1e9, "GB": 1e9, "GIB": 2**30, "T": 1e12, "TB": 1e12, "TIB": 2**40}
-
-
-def parse_bytes(value: int | str) -> int:
-    """`8GiB`, `512MB`, `1e9` or an int -> bytes."""
-    if isinstance(value, int):
-        return value
-    text = str(value).strip().upper().replace(" ", "")
-    number = text.rstrip("KMGTIB")
-    unit = text[len(number):]
-    if unit not in UNITS or not number:
-        raise ValueError(f"cannot read {value!r} as a size (examples: 8GiB, 512MB)")
-    return int(float(number) * UNITS[unit])
-
 
 def resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":
