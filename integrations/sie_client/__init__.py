@@ -3,8 +3,9 @@ default), or in-process with the embedded engine. No torch unless embedded."""
 
 from .adapters import Clients, connect_async
 from .client import DEFAULT_MODEL, EMBEDDED, AsyncSIEClient, SIEClient, connect, resolve_url
-from .errors import SIEConnectionError, SIEError
+from .errors import SIEConnectionError, SIEError, SIETimeoutError
 from .retry import RetryPolicy
+from .timeouts import Timeouts
 from .types import (
     Classification,
     EncodedItem,
@@ -23,6 +24,6 @@ from .types import (
 __all__ = [
     "AsyncSIEClient", "Classification", "Clients", "DEFAULT_MODEL", "EMBEDDED", "EncodedItem", "EncodeResult", "Entity",
     "ExtractedItem", "ExtractResult", "ModelInfo", "Quantized", "Relation", "RetryPolicy", "SIEClient",
-    "SIEConnectionError", "SIEError", "ScoredItem", "ScoreResult", "SparseVector", "connect", "connect_async",
-    "resolve_url",
+    "SIEConnectionError", "SIEError", "SIETimeoutError", "ScoredItem", "ScoreResult", "SparseVector", "Timeouts",
+    "connect", "connect_async", "resolve_url",
 ]

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .client import AsyncSIEClient, SIEClient, connect
+from .timeouts import TimeoutLike
 
 
 def connect_async(client: AsyncSIEClient | None = None, *, url: str | None = None, api_key: str | None = None,
-                  timeout: float | None = None, **options) -> AsyncSIEClient:
+                  timeout: TimeoutLike = None, **options) -> AsyncSIEClient:
     """`connect` for async adapters: the `AsyncSIEClient` given, else a new one from the options."""
     if client is not None:
         if not isinstance(client, AsyncSIEClient):
@@ -34,26 +35,33 @@ class Clients:
     embedded client's own options (local models, card directories) cannot be
     copied to a new client faithfully, so none is guessed. Pass `async_client=`
     as well for natively awaited calls. With `async_client=` only, a sync client is
-    made for its URL, key and timeout.
+    made for its URL, key, timeout and retry policy. `options` (`max_retries`, `retry`,
+    `backoff_s`, `retry_read_timeouts`, ...) go to the clients made here.
+
+    The async client works from any number of successive event loops (an HTTP connection
+    pool per loop, see `sie_client.loops`), so one `Clients` serves a framework that calls
+    `asyncio.run` per step.
     """
 
-    def __init__(self, *, url: str | None = None, api_key: str | None = None, timeout: float | None = None,
-                 client: SIEClient | None = None, async_client: AsyncSIEClient | None = None):
+    def __init__(self, *, url: str | None = None, api_key: str | None = None, timeout: TimeoutLike = None,
+                 client: SIEClient | None = None, async_client: AsyncSIEClient | None = None, **options: Any):
         if client is not None and not isinstance(client, SIEClient):
             raise TypeError(f"client= takes an SIEClient (pass an AsyncSIEClient as async_client=), "
                             f"not {type(client).__name__}")
         self._url, self._api_key, self._timeout = url, api_key, timeout
+        self._options = options
         self._sync = client
         self._async = connect_async(async_client) if async_client is not None else None
         if self._async is not None and client is None and url is None:
             # A sync client made later talks to the same server as the async one given.
             self._url, self._api_key, self._timeout = self._async.url, self._async.api_key, self._async.timeout
+            self._options = {"retry": self._async.retry, **options}
         self._threaded = client is not None and async_client is None
 
     @property
     def sync(self) -> SIEClient:
         if self._sync is None:
-            self._sync = connect(url=self._url, api_key=self._api_key, timeout=self._timeout)
+            self._sync = connect(url=self._url, api_key=self._api_key, timeout=self._timeout, **self._options)
         return self._sync
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -63,5 +71,6 @@ class Clients:
             bound: Callable = getattr(self.sync, method)
             return await asyncio.to_thread(bound, *args, **kwargs)
         if self._async is None:
-            self._async = connect_async(url=self._url, api_key=self._api_key, timeout=self._timeout)
+            self._async = connect_async(url=self._url, api_key=self._api_key, timeout=self._timeout,
+                                        **self._options)
         return await getattr(self._async, method)(*args, **kwargs)

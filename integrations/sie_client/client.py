@@ -9,9 +9,7 @@ pool for the sync client, tasks under a semaphore for the async one).
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar, cast
@@ -25,9 +23,10 @@ from sie_contract.tasks import Task
 
 from . import batching, wire
 from .embedded import AsyncEmbeddedTransport, EmbeddedTransport
-from .errors import SIEError
+from .environment import api_key_from_env, url_from_env
 from .http import AsyncHTTPTransport, HTTPTransport
 from .retry import RetryPolicy
+from .timeouts import TimeoutLike, Timeouts, resolve_timeouts
 from .types import EncodeResult, ExtractResult, ModelInfo, ScoreResult
 
 # What the typed calls return: the result on SIEClient, an awaitable of it on AsyncSIEClient. The
@@ -42,7 +41,7 @@ EMBEDDED = "embedded"
 
 def resolve_url(url: str | None) -> str:
     """The URL to use: the argument, else `SIE_URL`, else embedded mode."""
-    url = url if url is not None else os.environ.get("SIE_URL") or EMBEDDED
+    url = url if url is not None else url_from_env() or EMBEDDED
     if url != EMBEDDED and not url.startswith(("http://", "https://")):
         raise ValueError(f"SIE url must be 'embedded' or start with http:// or https://, got {url!r}")
     return url
@@ -57,18 +56,23 @@ def _model_path(route: str, model: str) -> str:
 class _Base(Generic[EncodeT, ScoreT, ExtractT]):
     """Options and request building shared by both clients."""
 
-    def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: float | None = 120.0,
+    def __init__(self, url: str | None = None, *, api_key: str | None = None, timeout: TimeoutLike = Timeouts(),
                  encoding: str = "msgpack", batch_size: int = 128, max_concurrency: int = 4,
-                 retry: RetryPolicy | None = None, progress: bool = False, device: str = "auto",
+                 retry: RetryPolicy | None = None, max_retries: int | None = None, backoff_s: float | None = None,
+                 retry_read_timeouts: bool | None = None, progress: bool = False, device: str = "auto",
                  local_models: Mapping[str, str] | None = None, model_dirs: Sequence[str] = (), engine: Any = None):
         """
         url: `http(s)://host:port` of a server or router, or "embedded" (the default when
             neither this nor `SIE_URL` is set) to run the engine in this process.
         api_key: sent as `Authorization: Bearer`; defaults to `SIE_API_KEY`.
-        timeout: seconds per HTTP request (None: no limit).
+        timeout: a `Timeouts` (connect 5 s, read 120 s, write and pool 60 s, total 300 s per
+            request with its retries: the default), seconds (read, write and pool; connect at most
+            5 s), an `httpx.Timeout`, or None (no limit); see `sie_client.timeouts`.
         encoding: "msgpack" (compact binary vectors, the default) or "json".
         batch_size: items per request; larger inputs are split and sent `max_concurrency` at a time.
-        retry: how 429/503 answers and connection failures are retried.
+        retry: how 429/503 answers and requests that never reached the server are retried.
+        max_retries, backoff_s, retry_read_timeouts: change those fields of `retry` (retries after
+            the first try; first back-off in seconds; whether a POST whose answer timed out is sent again).
         progress: show a tqdm progress bar over items by default.
         device, local_models, model_dirs, engine: embedded mode only (see `embedded.shared_engine`);
             `engine` passes an `sie_engine.Engine` of your own.
@@ -78,15 +82,15 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
         if batch_size <= 0 or max_concurrency <= 0:
             raise ValueError("batch_size and max_concurrency must be positive")
         self.url = resolve_url(EMBEDDED if engine is not None and url is None else url)
-        self.api_key = api_key if api_key is not None else os.environ.get("SIE_API_KEY")
-        self.timeout = timeout
+        self.api_key = api_key if api_key is not None else api_key_from_env()
+        self.timeout = resolve_timeouts(timeout)
         self.encoding = encoding
         self.batch_size = batch_size
         self.max_concurrency = max_concurrency
-        self.retry = retry or RetryPolicy()
+        self.retry = (retry or RetryPolicy()).with_options(max_retries, backoff_s, retry_read_timeouts)
         self.progress = progress
         self._embedded_options = dict(engine=engine, device=device, local_models=local_models,
-                                      model_dirs=tuple(model_dirs), timeout=timeout)
+                                      model_dirs=tuple(model_dirs), timeout=self.timeout.read)
 
     @property
     def embedded(self) -> bool:
@@ -198,18 +202,12 @@ class SIEClient(_Base[EncodeResult, ScoreResult, ExtractResult]):
 
     # ---- plumbing ----------------------------------------------------------
     def request(self, method: str, path: str, body: Any = None) -> Any:
-        """One call with retries: the decoded answer, or the last `SIEError`."""
-        attempt, waited = 0, 0.0
-        while True:
-            attempt += 1
-            try:
-                return self._transport.request(method, path, body)
-            except SIEError as error:
-                delay = self.retry.delay(error, attempt, waited)
-                if delay is None:
-                    raise
-                time.sleep(delay)
-                waited += delay
+        """One call with retries (`retry`), within `timeout.total`: the decoded answer, or the last `SIEError`."""
+        deadline = self.timeout.deadline()
+        for attempt in self.retry.retrying(method, deadline):
+            with attempt:
+                return self._transport.request(method, path, body, deadline)
+        raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
@@ -284,17 +282,12 @@ class AsyncSIEClient(_Base[Awaitable[EncodeResult], Awaitable[ScoreResult], Awai
             self._transport = AsyncHTTPTransport(self.url, self.api_key, self.timeout, self.encoding)
 
     async def request(self, method: str, path: str, body: Any = None) -> Any:
-        attempt, waited = 0, 0.0
-        while True:
-            attempt += 1
-            try:
-                return await self._transport.request(method, path, body)
-            except SIEError as error:
-                delay = self.retry.delay(error, attempt, waited)
-                if delay is None:
-                    raise
-                await asyncio.sleep(delay)
-                waited += delay
+        """One call with retries, awaited (see `SIEClient.request`)."""
+        deadline = self.timeout.deadline()
+        async for attempt in self.retry.async_retrying(method, deadline):
+            with attempt:
+                return await self._transport.request(method, path, body, deadline)
+        raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
 
     async def _run_chunks(self, path: str, bodies: list[tuple[int, dict]], parse: Callable, total: int,
                           progress: bool | None, desc: str) -> list:
@@ -342,9 +335,10 @@ class AsyncSIEClient(_Base[Awaitable[EncodeResult], Awaitable[ScoreResult], Awai
 
 
 def connect(client: SIEClient | None = None, *, url: str | None = None, api_key: str | None = None,
-            timeout: float | None = None, **options) -> SIEClient:
+            timeout: TimeoutLike = None, **options) -> SIEClient:
     """The client an adapter uses: the one given, else a new one from the options
-    (url / api_key default to `SIE_URL` / `SIE_API_KEY`; no url means embedded mode)."""
+    (url / api_key default to `SIE_URL` / `SIE_API_KEY`; no url means embedded mode; timeout None
+    means the client's default `Timeouts`)."""
     if client is not None:
         return client
     if timeout is not None:

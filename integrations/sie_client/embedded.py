@@ -131,7 +131,8 @@ class _EmbeddedBase:
 
 
 class AsyncEmbeddedTransport(_EmbeddedBase):
-    async def request(self, method: str, path: str, body: Any = None) -> Any:
+    async def request(self, method: str, path: str, body: Any = None, deadline: float | None = None) -> Any:
+        # `deadline` is the HTTP transports'; the engine bounds the run by its own `timeout`
         return await self._answer(method, path, body)
 
     async def close(self) -> None:
@@ -141,7 +142,7 @@ class AsyncEmbeddedTransport(_EmbeddedBase):
 class EmbeddedTransport(_EmbeddedBase):
     """The async transport's request, run to completion on the engine's own event loop."""
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None, deadline: float | None = None) -> Any:
         import asyncio
 
         return asyncio.run_coroutine_threadsafe(self._answer(method, path, body), self.engine.loop).result()
