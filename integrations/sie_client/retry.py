@@ -14,7 +14,7 @@ tenacity's `Retrying` / `AsyncRetrying` from the same wait, stop and retry funct
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tenacity
 
@@ -92,8 +92,6 @@ class RetryPolicy:
     def with_options(self, max_retries: int | None = None, backoff_s: float | None = None,
                      retry_read_timeouts: bool | None = None) -> RetryPolicy:
         """This policy with the clients' keyword arguments applied (None: unchanged)."""
-        from dataclasses import replace
-
         changes: dict = {}
         if max_retries is not None:
             if max_retries < 0:
