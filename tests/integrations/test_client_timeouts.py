@@ -169,3 +169,19 @@ def test_successive_event_loops_time_out_alike():
 
         assert [asyncio.run(once()) for _ in range(2)] == ["read", "read"]
         assert len(server.requests) == 2
+
+
+async def test_adapters_clients_carry_the_retry_and_timeout_settings():
+    """`Clients` (what the framework adapters hold) makes both clients with the same settings, and a
+    sync client made for a given async one copies its policy."""
+    from sie_client import Clients
+
+    with hung_server() as server:
+        clients = Clients(url=server.url, timeout=Timeouts(read=0.3), max_retries=0)
+        assert clients.sync.retry.max_attempts == 1 and clients.sync.timeout.read == 0.3
+        with pytest.raises(SIETimeoutError):
+            await clients.call("encode", MODEL, ["x"])
+        assert len(server.requests) == 1
+        given = AsyncSIEClient(server.url, max_retries=2, retry_read_timeouts=True, timeout=Timeouts(read=0.3))
+        made = Clients(async_client=given).sync
+        assert (made.retry, made.timeout, made.url) == (given.retry, given.timeout, given.url)
