@@ -1,5 +1,6 @@
 """OpenAPI paths and schemas of the compatibility routes added after compat_openapi.py's:
-Cohere's embed v2 (server/compat_cohere.py). compat_openapi.py merges them into its own
+Cohere's embed v2 (server/compat_cohere.py), Hugging Face's classification tasks
+(server/compat_hf.py). compat_openapi.py merges them into its own
 `SCHEMAS` and `PATHS`, so the document and its tests see one table."""
 
 from __future__ import annotations
@@ -33,7 +34,19 @@ SCHEMAS = {
                            "base64": {"type": "array", "items": {"type": "string"}}}),
         "texts": {"type": "array", "items": {"type": "string"}}, "meta": {"type": "object"}},
         ["id", "embeddings"]),
+    "HFError": obj({"error": {"type": "string"}}, ["error"]),
+    "HFClassifyRequest": obj({"inputs": {"type": "string"}, "parameters": {"oneOf": [
+        obj({"candidate_labels": {"type": "array", "items": {"type": "string"}}, "multi_label": {"type": "boolean"},
+             "hypothesis_template": {"type": "string"}}, ["candidate_labels"]),
+        obj({"top_k": {"type": "integer", "minimum": 1}, "function_to_apply": {"enum": ["softmax", "sigmoid"]}})]}},
+        ["inputs"]),
 }
+
+LABELLED = {"type": "array", "items": obj({"label": {"type": "string"}, "score": {"type": "number"}})}
+HF_LABELS = [{"name": "labels", "in": "query", "required": False, "schema": {"type": "string"},
+              "description": "text classification: the labels to choose from, comma-separated or repeated"},
+             {"name": "hypothesis_template", "in": "query", "required": False, "schema": {"type": "string"},
+              "description": "text classification on NLI models: the hypothesis each label fills"}]
 
 
 def paths(op) -> dict:
@@ -42,4 +55,13 @@ def paths(op) -> dict:
         "/v2/embed": {"post": op("cohere", "Cohere v2 embed: texts, images or inputs; float and quantised types",
                                  ref("CohereEmbedResponse"), "CohereError",
                                  "CohereEmbedRequest")},
+        "/hf/{model}": {"post": _with_parameters(op(
+            "hf", "Hugging Face InferenceClient: zero_shot_classification (parameters.candidate_labels) -> "
+                  "[{label, score}]; text_classification (labels in the URL) -> [[{label, score}]]",
+            {"oneOf": [LABELLED, {"type": "array", "items": LABELLED}]}, "HFError", "HFClassifyRequest",
+            model=True), HF_LABELS)},
     }
+
+
+def _with_parameters(operation: dict, extra: list[dict]) -> dict:
+    return {**operation, "parameters": [*operation.get("parameters", []), *extra]}
