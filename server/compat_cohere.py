@@ -92,6 +92,8 @@ def embedding_types(value: Any) -> list[str]:
 def truncate(value: Any) -> bool:
     if value is None:
         return True
+    if not isinstance(value, str):
+        raise InvalidRequest("truncate must be one of NONE, START, END", field="truncate")
     if value == "START":
         raise InvalidRequest("truncate START is not supported: SIE cuts the end of a text longer than the model's "
                              "window (END); send END or NONE", field="truncate")
@@ -161,7 +163,7 @@ async def embed(request: web.Request) -> web.Response:
     codec.check_fields(body, FIELDS, required=("model",))
     model, alias = compat.split_mode(body["model"])
     kind = body.get("input_type")
-    if kind is not None and kind not in INPUT_TYPES:
+    if kind is not None and (not isinstance(kind, str) or kind not in INPUT_TYPES):
         raise InvalidRequest(f"input_type must be one of {', '.join(INPUT_TYPES)}", field="input_type")
     is_query = compat.choose_mode(alias, INPUT_TYPES[kind] if kind is not None else None, "input_type")
     priority = body.get("priority")

@@ -98,7 +98,7 @@ async def root(request: web.Request) -> web.Response:
         return await compat.answer(request, classes)
     codec.check_fields(parameters, CLASSIFICATION_PARAMETERS)
     function = parameters.get("function_to_apply")
-    if function is not None and function not in FUNCTIONS:
+    if function is not None and (not isinstance(function, str) or function not in FUNCTIONS):
         raise InvalidRequest("parameters.function_to_apply must be softmax or sigmoid: SIE's zero-shot classifiers "
                              "answer probabilities, not raw logits (none)", field="parameters.function_to_apply")
     top_k = validation.check_positive_int(parameters.get("top_k"), "parameters.top_k")

@@ -11,6 +11,8 @@ import base64
 import httpx
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from compat_fixtures import ASYM, DOCS, MATRYOSHKA, QUERY, encode, start_compat_server
 from image_fixtures import make_tiny_clip, sample_images
@@ -125,3 +127,50 @@ def test_refusals_in_cohere_shape(server, client):
         client.embed(model="no/such-model", input_type="search_query", texts=[QUERY])
     answer = httpx.post(f"{server.url}/v2/embed", json={"model": ASYM, "texts": [QUERY], "typo": 1}, timeout=60)
     assert answer.status_code == 400 and set(answer.json()) == {"message"}
+
+
+# ---- fuzz: never a 5xx, every error in Cohere's shape -----------------------------------------
+ODD = [2**63, 1e308, "", " ", "END", "START", "image", "float", "data:image/png;base64,"]
+ANY = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from(ODD), st.text(max_size=8)),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8)
+VALID = [
+    {"model": ASYM, "input_type": "search_query", "texts": ["a"], "embedding_types": ["float", "int8"],
+     "truncate": "END"},
+    {"model": MATRYOSHKA, "input_type": "search_document", "texts": ["a", "b"], "output_dimension": 64,
+     "max_tokens": 512, "priority": 0},
+    {"model": CLIP, "input_type": "search_query", "inputs": [{"content": [{"type": "text", "text": "a"}]}]},
+]
+
+
+@st.composite
+def mutated(draw, value):
+    """`value` with some of its nodes replaced by anything, a field dropped or one added."""
+    if draw(st.integers(0, 4)) == 0:
+        return draw(ANY)
+    if isinstance(value, dict):
+        value = {k: draw(mutated(v)) if draw(st.booleans()) else v for k, v in value.items()
+                 if draw(st.integers(0, 5))}
+        if draw(st.integers(0, 5)) == 0:
+            value[draw(st.sampled_from(["images", "inputs", "texts", "embedding_types", "x"]))] = draw(ANY)
+        return value
+    if isinstance(value, list):
+        return [draw(mutated(v)) for v in value] + draw(st.lists(ANY, max_size=2))
+    return value
+
+
+def test_fuzzed_requests_get_4xx_in_cohere_shape(server):
+    statuses: dict[int, int] = {}
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(body=st.sampled_from(VALID).flatmap(mutated))
+    def send(body):
+        answer = httpx.post(f"{server.url}/v2/embed", json=body, timeout=60)
+        statuses[answer.status_code] = statuses.get(answer.status_code, 0) + 1
+        assert answer.status_code < 500, (body, answer.text)
+        if answer.status_code >= 400:
+            assert set(answer.json()) == {"message"}, (body, answer.text)
+
+    send()
+    assert statuses.get(200, 0) >= 5 and sum(v for k, v in statuses.items() if k >= 400) >= 50, statuses
+    assert "Traceback" not in server.log_text()

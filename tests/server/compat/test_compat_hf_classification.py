@@ -9,6 +9,8 @@ from __future__ import annotations
 import httpx
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_zeroshot_nli import _bert_nli
 
 from gliclass_models import make_gliclass
@@ -109,3 +111,53 @@ def test_refusals_reach_the_client_with_the_servers_message(server):
     answer = httpx.post(f"{server.url}/hf/{NLI}", json={"inputs": TEXT, "parameters": {"candidate_labels": ["a"],
                                                                                        "typo": 1}}, timeout=60)
     assert answer.status_code == 400 and set(answer.json()) == {"error"}
+
+
+# ---- fuzz: never a 5xx, every error in the Inference API's shape ---------------------------------
+ANY = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([2**63, 1e308, "", " ", "{}", "{} {}",
+                                                                             "softmax", "none"]),
+              st.text(max_size=8)),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8)
+VALID = [  # (path, body)
+    (f"/hf/{NLI}", {"inputs": TEXT, "parameters": {"candidate_labels": LABELS, "multi_label": True,
+                                                   "hypothesis_template": "It is about {}."}}),
+    (f"/hf/{GLICLASS}", {"inputs": TEXT, "parameters": {"candidate_labels": LABELS}}),
+    (f"/hf/{NLI}?labels=a,b", {"inputs": TEXT, "parameters": {"top_k": 1, "function_to_apply": "sigmoid"}}),
+    (f"/hf/{GLICLASS}?labels=a&hypothesis_template=x", {"inputs": TEXT}),
+]
+
+
+@st.composite
+def mutated(draw, value):
+    """`value` with some of its nodes replaced by anything, a field dropped or one added."""
+    if draw(st.integers(0, 4)) == 0:
+        return draw(ANY)
+    if isinstance(value, dict):
+        value = {k: draw(mutated(v)) if draw(st.booleans()) else v for k, v in value.items()
+                 if draw(st.integers(0, 5))}
+        if draw(st.integers(0, 5)) == 0:
+            value[draw(st.sampled_from(["candidate_labels", "top_k", "x"]))] = draw(ANY)
+        return value
+    if isinstance(value, list):
+        return [draw(mutated(v)) for v in value] + draw(st.lists(ANY, max_size=2))
+    return value
+
+
+def test_fuzzed_requests_get_4xx_in_the_inference_apis_shape(server):
+    statuses: dict[int, int] = {}
+
+    @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(route=st.sampled_from(VALID), data=st.data())
+    def send(route, data):
+        path, valid = route
+        body = data.draw(mutated(valid))
+        answer = httpx.post(f"{server.url}{path}", json=body, timeout=60)
+        statuses[answer.status_code] = statuses.get(answer.status_code, 0) + 1
+        assert answer.status_code < 500, (path, body, answer.text)
+        if answer.status_code >= 400:
+            assert set(answer.json()) == {"error"}, (path, body, answer.text)
+
+    send()
+    assert statuses.get(200, 0) >= 5 and sum(v for k, v in statuses.items() if k >= 400) >= 40, statuses
+    assert "Traceback" not in server.log_text()
