@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from compat_fixtures import ASYM, DOCS, MATRYOSHKA, QUERY, encode, start_compat_server
 from image_fixtures import make_tiny_clip, sample_images
+from router_fixtures import start_router
 
 CLIP = "test/clip"
 
@@ -174,3 +175,15 @@ def test_fuzzed_requests_get_4xx_in_cohere_shape(server):
     send()
     assert statuses.get(200, 0) >= 5 and sum(v for k, v in statuses.items() if k >= 400) >= 50, statuses
     assert "Traceback" not in server.log_text()
+
+
+def test_the_router_routes_cohere_embed_by_model(server, client, tmp_path_factory):
+    import cohere
+
+    router = start_router([f"--worker={server.url}", "--poll-interval=0.2"], tmp_path_factory.mktemp("router"))
+    try:
+        through = cohere.ClientV2(api_key="unused", base_url=router.url, max_retries=0)
+        answer = through.embed(model=ASYM, input_type="search_query", texts=[QUERY], embedding_types=["float"])
+        close(answer.embeddings.float_, encode(server.url, ASYM, [QUERY], is_query=True))
+    finally:
+        router.stop()

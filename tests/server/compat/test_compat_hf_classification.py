@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from test_zeroshot_nli import _bert_nli
 
 from gliclass_models import make_gliclass
+from router_fixtures import start_router
 from sie_server.launch import start_server
 
 NLI = "test/nli"
@@ -161,3 +162,16 @@ def test_fuzzed_requests_get_4xx_in_the_inference_apis_shape(server):
     send()
     assert statuses.get(200, 0) >= 5 and sum(v for k, v in statuses.items() if k >= 400) >= 40, statuses
     assert "Traceback" not in server.log_text()
+
+
+def test_the_router_routes_hf_classification_by_model(server, tmp_path_factory):
+    from huggingface_hub import InferenceClient
+
+    router = start_router([f"--worker={server.url}", "--poll-interval=0.2"], tmp_path_factory.mktemp("router"))
+    try:
+        answer = InferenceClient(base_url=f"{router.url}/hf/{NLI}").zero_shot_classification(TEXT, LABELS)
+        assert as_pairs(answer) == expected(extract(server.url, NLI, LABELS))
+        labelled = InferenceClient(base_url=f"{router.url}/hf/{GLICLASS}?labels={','.join(LABELS)}")
+        assert as_pairs(labelled.text_classification(TEXT)) == expected(extract(server.url, GLICLASS, LABELS))
+    finally:
+        router.stop()
