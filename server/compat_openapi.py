@@ -173,3 +173,9 @@ PATHS = {
                             "InfinityRerankRequest")},
     "/models": {"get": _op("infinity", "Infinity's model list", {"type": "object"}, "InfinityError", errors=("401",))},
 }
+
+# the routes added later (Cohere's embed v2), kept in their own file
+from . import compat_openapi_extra  # noqa: E402
+
+SCHEMAS.update(compat_openapi_extra.SCHEMAS)
+PATHS.update(compat_openapi_extra.paths(_op))

@@ -1,5 +1,5 @@
 """The compatibility APIs' routes, declared once: OpenAI's embeddings, TEI, Cohere/Jina rerank,
-Weaviate's modules, Infinity.
+Weaviate's modules, Infinity, Cohere's embed v2, Hugging Face's classification tasks.
 
 Each `CompatApi` says where its handlers live (a module, imported by the engine server only),
 how a request names its model (in the path, under the API's prefix, or in the JSON body) and
@@ -82,4 +82,9 @@ INFINITY = CompatApi("infinity", "compat_infinity", "body", (
     Route("GET", "/models", "models", "infinity_models"),
 ))
 
-APIS: tuple[CompatApi, ...] = (OPENAI, TEI, RERANK, WEAVIATE, INFINITY)
+COHERE = CompatApi("cohere", "compat_cohere", "body", (Route("POST", "/v2/embed", "embed", "cohere_embed_v2"),))
+
+# Hugging Face's InferenceClient(base_url=...) posts every task to the base URL itself
+HF = CompatApi("hf", "compat_hf", "path", prefix="/hf/{model:.+}", routes=(Route("POST", "", "root", "hf_root"),))
+
+APIS: tuple[CompatApi, ...] = (OPENAI, TEI, RERANK, WEAVIATE, INFINITY, COHERE, HF)

@@ -2,6 +2,7 @@
 
 - `SIETextEmbedder` / `SIEDocumentEmbedder`: query and document embedders (SIE's query
   and document modes), for any Haystack document store's embedding retriever.
+- `SIEDocumentImageEmbedder`: documents naming image files -> their image embeddings (CLIP, SigLIP).
 - `SIERanker`: rerank documents with an SIE score model.
 - `SIEEntityExtractor`: annotate documents with SIE's zero-shot entities.
 
@@ -12,6 +13,7 @@ mode), `api_key=` (a Haystack Secret; default: the `SIE_API_KEY` variable) and
 
 from .embedders import SIEDocumentEmbedder, SIETextEmbedder
 from .extractor import SIEEntityExtractor
+from .image_embedder import SIEDocumentImageEmbedder
 from .ranker import SIERanker
 
-__all__ = ["SIEDocumentEmbedder", "SIEEntityExtractor", "SIERanker", "SIETextEmbedder"]
+__all__ = ["SIEDocumentEmbedder", "SIEDocumentImageEmbedder", "SIEEntityExtractor", "SIERanker", "SIETextEmbedder"]

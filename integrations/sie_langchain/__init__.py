@@ -1,6 +1,7 @@
 """LangChain integration: SIE behind LangChain's own interfaces.
 
 - `SIEEmbeddings` (`Embeddings`): document and query mode, sync and async.
+- `SIEImageEmbeddings`: `SIEEmbeddings` plus `embed_image(uris)` (CLIP, SigLIP).
 - `SIEReranker` (`BaseDocumentCompressor`): rerank retrieved documents with an SIE score model.
 - `SIEEntityExtractor` (`BaseDocumentTransformer`): tag documents with SIE's zero-shot entities.
 - `sie_langchain.sparse.SIESparseEmbeddings`: langchain-qdrant's `SparseEmbeddings` (import it
@@ -12,6 +13,7 @@ Every class takes `model=`, `url=` (None: `SIE_URL`, else embedded mode), `api_k
 
 from .embeddings import SIEEmbeddings
 from .extractor import SIEEntityExtractor
+from .images import SIEImageEmbeddings
 from .reranker import SIEReranker
 
-__all__ = ["SIEEmbeddings", "SIEEntityExtractor", "SIEReranker"]
+__all__ = ["SIEEmbeddings", "SIEEntityExtractor", "SIEImageEmbeddings", "SIEReranker"]

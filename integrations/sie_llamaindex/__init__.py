@@ -1,6 +1,7 @@
 """LlamaIndex integration: SIE behind LlamaIndex's own interfaces.
 
 - `SIEEmbedding` (`BaseEmbedding`): text (document) and query mode, sync and async.
+- `SIEMultiModalEmbedding` (`MultiModalEmbedding`): `SIEEmbedding` plus image embeddings (CLIP, SigLIP).
 - `SIERerank` (`BaseNodePostprocessor`): rerank retrieved nodes with an SIE score model.
 - `SIEEntityExtractor` (`BaseExtractor`): entity metadata from SIE's zero-shot extraction.
 - `SIEPathExtractor` (`TransformComponent`, a `PropertyGraphIndex` kg_extractor): entity nodes and
@@ -12,7 +13,8 @@ Every class takes `model=`, `url=` (None: `SIE_URL`, else embedded mode), `api_k
 
 from .embedding import SIEEmbedding
 from .extractor import SIEEntityExtractor
+from .multimodal import SIEMultiModalEmbedding
 from .paths import SIEPathExtractor
 from .rerank import SIERerank
 
-__all__ = ["SIEEmbedding", "SIEEntityExtractor", "SIEPathExtractor", "SIERerank"]
+__all__ = ["SIEEmbedding", "SIEEntityExtractor", "SIEMultiModalEmbedding", "SIEPathExtractor", "SIERerank"]

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import jsonschema
 import pytest
+from test_zeroshot_nli import _bert_nli
 
 from image_fixtures import make_tiny_clip, sample_images
 from reliability_models import tiny_model_set
@@ -43,8 +44,9 @@ VALID = {
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory):
     roots = tiny_model_set(tmp_path_factory.mktemp("replay-models"))
+    roots["nli"] = _bert_nli(tmp_path_factory.mktemp("replay-nli") / "nli")  # Hugging Face's classification route
     broken = {}
-    for name in ("enc", "ce", "gl"):  # each model's files with its weights damaged: a 503 for each task
+    for name in ("enc", "ce", "gl", "nli"):  # each model's files with its weights damaged: a 503 for each task
         broken[f"broken-{name}"] = tmp_path_factory.mktemp("replay-broken") / name
         shutil.copytree(roots[name], broken[f"broken-{name}"])
         for weights in [*broken[f"broken-{name}"].glob("*.safetensors"), *broken[f"broken-{name}"].glob("*.bin")]:
@@ -358,6 +360,8 @@ COMPAT_VALID = {
     ("/embeddings", "post"): ("enc", {"model": "enc", "input": ["hello world"]}),
     ("/rerank", "post"): ("ce", {"model": "ce", "query": "capital of France", "documents": ["Paris", "x"]}),
     ("/models", "get"): ("enc", None),
+    ("/v2/embed", "post"): ("enc", {"model": "enc", "input_type": "search_query", "texts": ["hello world"]}),
+    ("/hf/{model}", "post"): ("nli", {"inputs": "hello world", "parameters": {"candidate_labels": ["a", "b"]}}),
 }
 
 
