@@ -70,8 +70,11 @@ def choose_mode(alias: bool | None, explicit: bool | None, field: str) -> bool:
 
 
 # ---- request values ---------------------------------------------------------------
-def texts_of(value: Any, limits: validation.Limits, field: str, *, single: bool = True) -> list[str]:
-    """A string (when `single`) or a list of strings -> the texts, checked with `field`'s name."""
+def texts_of(value: Any, limits: validation.Limits, field: str, *, single: bool = True,
+             empty: str | None = None) -> list[str]:
+    """A string (when `single`) or a list of strings -> the texts, checked with `field`'s name.
+    A blank text is a text (SIE embeds it as sentence-transformers does); `empty`: the foreign
+    API's message for an empty string where that API refuses one (EmptyInput), None to take it."""
     texts = [value] if single and isinstance(value, str) else value
     if not isinstance(texts, list):
         raise InvalidRequest(f"{field} must be {'a string or ' if single else ''}a list of strings", field=field)
@@ -85,7 +88,17 @@ def texts_of(value: Any, limits: validation.Limits, field: str, *, single: bool 
             raise InvalidRequest(f"{field}[{i}]: token ids are not accepted; send the text (SIE tokenises with "
                                  "each model's own tokenizer)", field=field)
         validation.check_text(text, limits, field if texts is not value else f"{field}[{i}]")
+        if empty is not None and text == "":
+            raise EmptyInput(empty, field=field if texts is not value else f"{field}[{i}]")
     return texts
+
+
+def require(body: dict, required: tuple[str, ...]) -> None:
+    """400 for a required field missing; other fields are not checked here: for an API whose server
+    ignores fields it does not know (TEI's serde structs, Infinity's pydantic models), so do we."""
+    for name in required:
+        if body.get(name) is None:
+            raise InvalidRequest(f"{name} is required", field=name)
 
 
 def check_dimensions(request: web.Request, model: str, value: Any, field: str) -> int | None:

@@ -14,6 +14,13 @@ fastapi_schemas/pymodels.py, commit fcb951c):
 - `/models`: `{object: list, data: [{id, object, owned_by, created, backend, capabilities, stats}]}`.
 
 Errors are Infinity's `{"error": {message, type, param, code: <status>}}` with SIE's statuses.
+
+As lenient as Infinity: its request models are pydantic `BaseModel`s with the default
+`extra="ignore"`, so fields it does not know (an OpenAI client's `input_type`) are ignored here too;
+its strings are `StringConstraints(strip_whitespace=True)` with no minimum length, so `""` and
+`"   "` are embedded (as the empty text; SIE strips them as Infinity does). `/models` answers
+`owned_by: "infinity"`, the only value of `ModelInfo.owned_by` (`Literal["infinity"]`) that
+Infinity's own client (infinity_client) accepts.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from aiohttp import web
 from sie_engine import validation
 from sie_engine.errors import InvalidRequest, SIEError
 
-from . import codec, compat
+from . import compat
 from .handlers import body_of
 from .openai_compat import ENCODING_FORMATS, embedding_value, input_texts
 from .state import ENGINE, LIFECYCLE
@@ -53,7 +60,7 @@ def _model(body: dict) -> tuple[str, bool | None]:
 @infinity
 async def embeddings(request: web.Request) -> web.Response:
     body = await body_of(request)
-    codec.check_fields(body, EMBEDDINGS_FIELDS, required=("input",))
+    compat.require(body, ("input",))
     model, alias = _model(body)
     if body.get("modality", "text") != "text":
         raise InvalidRequest("modality: only text is served (SIE has no image or audio models yet)", field="modality")
@@ -62,7 +69,7 @@ async def embeddings(request: web.Request) -> web.Response:
         raise InvalidRequest(f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}", field="encoding_format")
     dimensions = body.get("dimensions")
     dims = compat.check_dimensions(request, model, None if dimensions == 0 else dimensions, "dimensions")
-    texts = input_texts(body["input"], request.app[ENGINE].limits)
+    texts = [text.strip() for text in input_texts(body["input"], request.app[ENGINE].limits, refuse_empty=False)]
     result = await compat.encode(request, model, texts, names={"dims": "dimensions", "items": "input"},
                                  output_types=["dense"], is_query=bool(alias), dims=dims,
                                  normalize=True if dims is not None else None)
@@ -78,13 +85,13 @@ async def embeddings(request: web.Request) -> web.Response:
 @infinity
 async def rerank(request: web.Request) -> web.Response:
     body = await body_of(request)
-    codec.check_fields(body, RERANK_FIELDS, required=("query", "documents"))
+    compat.require(body, ("query", "documents"))
     model, _ = _model(body)
     if compat.check_bool(body, "raw_scores", False):
         raise InvalidRequest("raw_scores is not supported: SIE's rerankers answer activated scores", field="raw_scores")
     limits = request.app[ENGINE].limits
-    query = validation.check_text(body["query"], limits, "query")
-    documents = compat.texts_of(body["documents"], limits, "documents", single=False)
+    query = validation.check_text(body["query"], limits, "query").strip()
+    documents = [d.strip() for d in compat.texts_of(body["documents"], limits, "documents", single=False)]
     top_n = validation.check_positive_int(body.get("top_n"), "top_n")
     return_documents = compat.check_bool(body, "return_documents", False)
     result = await compat.score(request, model, query, documents, top_k=top_n,
@@ -111,7 +118,7 @@ async def models(request: web.Request) -> web.Response:
     for info in engine.models():
         queued = snapshot.models.get(info.id)
         data.append({
-            "id": info.id, "object": "model", "owned_by": "sie", "created": created, "backend": "sie",
+            "id": info.id, "object": "model", "owned_by": "infinity", "created": created, "backend": "sie",
             "capabilities": sorted({CAPABILITIES[t] for t in info.tasks if t in CAPABILITIES}),
             "stats": {"queued_items": queued.queued_items if queued else 0,
                       "queued_tokens": queued.queued_tokens if queued else 0, "state": info.state},

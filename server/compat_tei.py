@@ -17,8 +17,16 @@ Checked field by field against TEI v1.9.3 (router/src/http/types.rs and server.r
 | `GET /info`, `GET /health`, `GET /` | the card, the model's state |
 | `POST /` (huggingface_hub's InferenceClient posts here) | by model: embed, embed_sparse, rerank, predict |
 
-`prompt_name` `query` is SIE's query mode; `document` / `passage` / `corpus` (or none) its
-document mode (the card's document template applies, where TEI would apply no prompt).
+Prompts as TEI applies them (core/src/tokenization.rs, `prepare_pre_prompt`): only by
+`prompt_name`, or TEI's `--default-prompt(-name)` (a TEI server option; SIE has none): without
+either the text is embedded as sent, never with a prompt on top of one the client wrote.
+`prompt_name` `query` is SIE's query mode (the card's query template); `document` / `passage` /
+`corpus` its document mode (the card's document template); the `#query` / `#document` model
+aliases select the same as those names do.
+Fields TEI does not know are ignored, as TEI's serde request structs ignore them (no
+`deny_unknown_fields`: litellm's huggingface provider sends extra ones). An empty string is
+TEI's `Empty` error (400, "`inputs` cannot be empty": `EncodingInput::is_empty`); a blank one
+(`"   "`) TEI embeds, as SIE does; a rerank pair is empty only when query and text both are.
 `raw_scores` (logits) and `truncation_direction: left` are refused: SIE's rerankers answer
 activated scores and truncate on the right. Token-id inputs are refused: send the text.
 Errors are TEI's `{"error", "error_type"}` with TEI's statuses (422 validation, 400 empty,
@@ -35,7 +43,7 @@ from aiohttp import web
 
 from sie_engine.errors import InvalidRequest, PayloadTooLarge, SIEError, UnsupportedTask
 
-from . import codec, compat
+from . import compat
 from .compat_routes import TEI
 from .errors import HTTPProblem
 from .handlers import body_of
@@ -56,7 +64,6 @@ FIELDS = {
     "similarity": ("inputs", "parameters"),
     "tokenize": ("inputs", "add_special_tokens", "prompt_name"),
 }
-SIMILARITY_PARAMETERS = ("prompt_name", *TRUNCATE)
 
 
 def tei_error(error: SIEError, status: int) -> tuple[int, dict]:
@@ -86,6 +93,9 @@ def path_model(request: web.Request) -> tuple[str, bool | None]:
     return compat.split_mode(request.match_info["model"])
 
 
+EMPTY = "`inputs` cannot be empty"  # TEI's message for an empty input (core/src/tokenization.rs)
+
+
 def mode(body: dict, alias: bool | None) -> bool:
     """`prompt_name` -> query mode (the path's `#query` alias without it)."""
     name = body.get("prompt_name")
@@ -93,6 +103,13 @@ def mode(body: dict, alias: bool | None) -> bool:
         raise InvalidRequest(f"prompt_name must be one of {', '.join(PROMPTS)} (SIE serves each model's query "
                              "and document prompts)", field="prompt_name")
     return compat.choose_mode(alias, PROMPTS.get(name) if name is not None else None, "prompt_name")
+
+
+def prompted(body: dict, alias: bool | None) -> dict[str, bool]:
+    """encode's mode fields: the card's template applies only when a prompt is named (prompt_name or
+    the model alias), as TEI applies a prompt only by prompt_name; without one, the text as sent."""
+    is_query = mode(body, alias)
+    return {"is_query": is_query, "template": body.get("prompt_name") is not None or alias is not None}
 
 
 def truncate(body: dict) -> bool:
@@ -112,8 +129,9 @@ def no_raw_scores(body: dict) -> None:
 
 
 async def read(request: web.Request, route: str, required: tuple[str, ...]) -> dict:
+    """The body; fields besides FIELDS[route] are ignored, as TEI ignores them."""
     body = await body_of(request)
-    codec.check_fields(body, FIELDS[route], required=required)
+    compat.require(body, required)
     return body
 
 
@@ -122,19 +140,19 @@ async def _embed(request: web.Request, model: str, alias: bool | None, body: dic
     encoding_format = body.get("encoding_format")
     if encoding_format not in (None, "float"):
         raise InvalidRequest("encoding_format: TEI's /embed answers floats only", field="encoding_format")
-    texts = compat.texts_of(body["inputs"], request.app[ENGINE].limits, "inputs")
+    texts = compat.texts_of(body["inputs"], request.app[ENGINE].limits, "inputs", empty=EMPTY)
     dims = compat.check_dimensions(request, model, body.get("dimensions"), "dimensions")
     result = await compat.encode(request, model, texts, names={**NAMES, "dims": "dimensions"}, output_types=["dense"],
-                                 is_query=mode(body, alias), truncate=truncate(body), dims=dims,
+                                 **prompted(body, alias), truncate=truncate(body), dims=dims,
                                  normalize=compat.check_bool(body, "normalize", True))
     vectors = [item.dense for item in result.items]
     return await compat.answer(request, vectors, sum(v.nbytes for v in vectors))
 
 
 async def _embed_sparse(request: web.Request, model: str, alias: bool | None, body: dict) -> web.Response:
-    texts = compat.texts_of(body["inputs"], request.app[ENGINE].limits, "inputs")
+    texts = compat.texts_of(body["inputs"], request.app[ENGINE].limits, "inputs", empty=EMPTY)
     result = await compat.encode(request, model, texts, names=NAMES, output_types=["sparse"],
-                                 is_query=mode(body, alias), truncate=truncate(body))
+                                 **prompted(body, alias), truncate=truncate(body))
     payload = [[{"index": int(i), "value": float(v)} for i, v in zip(item.sparse.indices, item.sparse.values)]
                for item in result.items]
     return await compat.answer(request, payload, sum(item.sparse.values.nbytes * 4 for item in result.items))
@@ -159,9 +177,9 @@ async def embed_all(request: web.Request) -> web.Response:
     if "multivector" not in request.app[ENGINE].model_info(model).outputs:
         raise InvalidRequest(f"model {model!r} has no per-token output: /embed_all is served for multi-vector "
                              "models (ColBERT, BGE-M3); use /embed", field="inputs")
-    texts = compat.texts_of(body["inputs"], request.app[ENGINE].limits, "inputs")
+    texts = compat.texts_of(body["inputs"], request.app[ENGINE].limits, "inputs", empty=EMPTY)
     result = await compat.encode(request, model, texts, names=NAMES, output_types=["multivector"],
-                                 is_query=mode(body, alias), truncate=truncate(body))
+                                 **prompted(body, alias), truncate=truncate(body))
     matrices = [item.multivector for item in result.items]
     return await compat.answer(request, matrices, sum(m.nbytes for m in matrices))
 
@@ -178,13 +196,14 @@ async def _similarity(request: web.Request, model: str, alias: bool | None, body
         raise InvalidRequest("inputs must be {source_sentence, sentences}", field="inputs")
     if not isinstance(parameters, dict):
         raise InvalidRequest("parameters must be an object", field="parameters")
-    codec.check_fields(parameters, SIMILARITY_PARAMETERS)
-    source = compat.texts_of(inputs["source_sentence"], request.app[ENGINE].limits, "inputs.source_sentence")
+    source = compat.texts_of(inputs["source_sentence"], request.app[ENGINE].limits, "inputs.source_sentence",
+                             empty=EMPTY)
     if len(source) != 1:
         raise InvalidRequest("inputs.source_sentence must be one string", field="inputs.source_sentence")
-    others = compat.texts_of(inputs["sentences"], request.app[ENGINE].limits, "inputs.sentences", single=False)
+    others = compat.texts_of(inputs["sentences"], request.app[ENGINE].limits, "inputs.sentences", single=False,
+                             empty=EMPTY)
     result = await compat.encode(request, model, source + others, names=NAMES, output_types=["dense"],
-                                 is_query=mode(parameters, alias), truncate=truncate(parameters), normalize=True)
+                                 **prompted(parameters, alias), truncate=truncate(parameters), normalize=True)
     vectors = np.stack([item.dense for item in result.items])
     return await compat.answer(request, [float(s) for s in vectors[1:] @ vectors[0]])
 
@@ -203,6 +222,8 @@ async def _rerank(request: web.Request, model: str, body: dict) -> web.Response:
     if len(query) != 1:
         raise InvalidRequest("query must be a string", field="query")
     texts = compat.texts_of(body["texts"], limits, "texts", single=False)
+    if query[0] == "" and "" in texts:  # TEI's pair (query, text) is empty when both are
+        raise compat.EmptyInput(EMPTY, field=f"texts[{texts.index('')}]")
     return_text = compat.check_bool(body, "return_text", False)
     result = await compat.score(request, model, query[0], texts, names={"items": "texts", "query.text": "query"},
                                 truncate=truncate(body))
@@ -242,6 +263,8 @@ async def _predict(request: web.Request, model: str, body: dict) -> web.Response
     if len(pairs) > limits.max_items:
         raise PayloadTooLarge(f"inputs holds {len(pairs)} pairs; at most {limits.max_items} per request",
                               field="inputs")
+    if ("", "") in pairs:  # TEI's pair is empty when both of its texts are
+        raise compat.EmptyInput(EMPTY, field=f"inputs[{pairs.index(('', ''))}]" if batch else "inputs")
     by_query: dict[str, list[int]] = {}
     for i, (query, _) in enumerate(pairs):
         by_query.setdefault(query, []).append(i)
@@ -284,10 +307,12 @@ async def tokenize(request: web.Request) -> web.Response:
     model, alias = path_model(request)
     body = await read(request, "tokenize", ("inputs",))
     engine = request.app[ENGINE]
-    texts = compat.texts_of(body["inputs"], engine.limits, "inputs")
+    texts = compat.texts_of(body["inputs"], engine.limits, "inputs", empty=EMPTY)
     add_special = compat.check_bool(body, "add_special_tokens", True)
     card = engine.card(model)
-    texts = engine.prompted(card, texts, mode(body, alias))
+    fields = prompted(body, alias)
+    if fields["template"]:
+        texts = engine.prompted(card, texts, fields["is_query"])
     compat.label(request, model)
     tokens, _ = await engine.with_tokenizer(card, _tokens, texts, add_special)  # the weights need not be loaded
     return await compat.answer(request, tokens)
@@ -346,18 +371,18 @@ async def root(request: web.Request) -> web.Response:
     body = await body_of(request)
     if "score" in outputs:
         if "query" in body:
-            codec.check_fields(body, FIELDS["rerank"], required=("query", "texts"))
+            compat.require(body, ("query", "texts"))
             return await _rerank(request, model, body)
-        codec.check_fields(body, FIELDS["predict"], required=("inputs",))
+        compat.require(body, ("inputs",))
         return await _predict(request, model, body)
     if isinstance(body.get("inputs"), dict):  # sentence-similarity's {source_sentence, sentences}
-        codec.check_fields(body, FIELDS["similarity"], required=("inputs",))
+        compat.require(body, ("inputs",))
         return await _similarity(request, model, alias, body)
     if "dense" in outputs:
-        codec.check_fields(body, FIELDS["embed"], required=("inputs",))
+        compat.require(body, ("inputs",))
         return await _embed(request, model, alias, body)
     if "sparse" in outputs:
-        codec.check_fields(body, FIELDS["embed_sparse"], required=("inputs",))
+        compat.require(body, ("inputs",))
         return await _embed_sparse(request, model, alias, body)
     raise UnsupportedTask(f"model {model!r} serves none of TEI's calls (embed, embed_sparse, rerank)", field="model")
 

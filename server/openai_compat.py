@@ -39,8 +39,14 @@ TOKEN_IDS = ("token-id input is not supported: the ids come from another tokeniz
              "cannot read them; send the text (LangChain's OpenAIEmbeddings: check_embedding_ctx_length=False)")
 
 
-def input_texts(value, limits: validation.Limits) -> list[str]:
-    """`input` -> list of texts, with OpenAI-style messages naming `input`."""
+# OpenAI refuses an empty string in `input` with 400 and this message (its API answers `input: ""` and
+# `input: ["a", ""]` so; a blank "   " it embeds, as SIE does)
+EMPTY_INPUT = "'$.input' is invalid. Please check the API reference: https://platform.openai.com/docs/api-reference."
+
+
+def input_texts(value, limits: validation.Limits, refuse_empty: bool = True) -> list[str]:
+    """`input` -> list of texts, with OpenAI-style messages naming `input`; `refuse_empty`: an empty
+    string is OpenAI's 400 (Infinity, which reuses this, embeds it)."""
     texts = [value] if isinstance(value, str) else value
     if not isinstance(texts, list):
         raise InvalidRequest("input must be a string or a list of strings", field="input")
@@ -52,7 +58,10 @@ def input_texts(value, limits: validation.Limits) -> list[str]:
         raise PayloadTooLarge(f"input holds {len(texts)} strings; at most {limits.max_items} per request",
                               field="input")
     for i, text in enumerate(texts):
-        validation.check_text(text, limits, f"input[{i}]" if not isinstance(value, str) else "input")
+        where = f"input[{i}]" if not isinstance(value, str) else "input"
+        validation.check_text(text, limits, where)
+        if refuse_empty and text == "":
+            raise InvalidRequest(EMPTY_INPUT, field=where)
     return texts
 
 

@@ -41,6 +41,9 @@ ENCODE = Task(
               description="which outputs (default: the model's first)"),
         Field("is_query", type=bool, description="query mode: the card's query template or instruction"),
         Field("instruction", type=str, description="a query instruction replacing the card's"),
+        Field("template", type=bool,
+              description="false: the texts as sent, without the card's query or document template (the rule "
+                          "of TEI's API without prompt_name); is_query still selects a ColBERT model's markers"),
         Field("dims", type=Dims, description="Matryoshka truncation of dense vectors"),
         Field("sparse_labels", type=bool,
               description="sparse outputs also carry `labels`: the vocabulary token of each index"),

@@ -72,7 +72,7 @@ def _parse_items(items: Any, limits: Limits, field: str, images: bool):
         text: object  # an object's fields are JSON values of any type until checked
         item_id: object
         if type(item) is str:  # the common case, checked inline (check_text words any refusal)
-            if not item or len(item) > max_chars or item.isspace():
+            if len(item) > max_chars:
                 check_text(item, limits, f"{field}[{i}].text")
             ids.append(str(i))
             texts.append(item)
@@ -86,7 +86,7 @@ def _parse_items(items: Any, limits: Limits, field: str, images: bool):
             raise InvalidRequest(f"{field}[{i}] must be a string or an object with a "
                                  f"{'text or image' if images else 'text'} field", field=f"{field}[{i}]")
         if image is None:
-            if type(text) is not str or not text or len(text) > max_chars or text.isspace():
+            if type(text) is not str or len(text) > max_chars:
                 text = check_text(text, limits, f"{field}[{i}].text")
             texts.append(text)
         else:
@@ -125,8 +125,6 @@ def _object_item(item: dict[str, Any], where: str, default_id: str, allowed: fro
 def check_text(text: Any, limits: Limits, field: str) -> str:
     if not isinstance(text, str):
         raise InvalidRequest(f"{field} must be a string, got {type(text).__name__}", field=field)
-    if not text.strip():
-        raise InvalidRequest(f"{field} must not be empty", field=field)
     if len(text) > limits.max_text_chars:
         raise PayloadTooLarge(f"{field} has {len(text)} characters; at most {limits.max_text_chars}", field=field)
     return text

@@ -48,8 +48,9 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     if sparse_labels and "sparse" not in outputs:
         raise InvalidRequest("sparse_labels names the tokens of sparse outputs: ask for output_types ['sparse'] too",
                              field="sparse_labels")
-    templated = apply_template([text for text in texts if text is not None],  # the texts at text_positions
-                               *card.template_for(is_query, instruction))
+    templated = [text for text in texts if text is not None]  # the texts at text_positions
+    if request.get("template", True):
+        templated = apply_template(templated, *card.template_for(is_query, instruction))
 
     work_request = engine.new_request(call, "encode", len(ids))
     wanted = frozenset(outputs)

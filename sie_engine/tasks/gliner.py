@@ -11,6 +11,7 @@ once over the whole text. Entities get character offsets in the original text.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from ..models.gliner.checkpoint import GlinerConfig, load_gliner_config
 from ..models.gliner.decode import DecodeSettings, merge_windows
 from ..models.gliner.head import WindowWork
 from ..models.gliner.prompt import Prepared, PromptTooLong, class_token_id, prepare
-from ..types import Entity, ExtractedItem, ExtractResult
+from ..types import Entity, ExtractedItem, ExtractResult, Timings
 from ..weights import resolve_weights
 from ..work import WorkItem
 from .common import check_labels
@@ -73,6 +74,9 @@ async def run(engine: TaskContext, call: Call) -> ExtractResult:
     )
     prepared, tokenize_s = await engine.with_tokenizer(card, prepare_request, card, texts, labels)
     windows = prepared.windows
+    if not windows:  # only blank texts: no word to find an entity in, nothing to queue
+        return ExtractResult(card.id, [ExtractedItem(id=item_id, entities=[]) for item_id in ids], 0,
+                             Timings(tokenize=tokenize_s, total=time.monotonic() - call.started))
     request = engine.new_request(call, "extract", len(windows))
     longest_first = sorted(range(len(windows)), key=lambda i: -len(windows[i].ids))
     windows_per_text = np.bincount([w.item for w in windows], minlength=len(texts))

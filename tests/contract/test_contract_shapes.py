@@ -19,10 +19,9 @@ from sie_contract.shapes import MAX_DIMS, EncodeItem, TextItem
 
 # (task, body, the field the refusal names, a fragment of its message)
 REFUSED = [
-    # (a blank text is the engine's item check: tests/server/test_reliability_input.py)
+    # (an empty or blank text is a text: tests/engine/tasks/test_blank_texts.py)
     (ENCODE, {"items": [None]}, "items[0]", "must be a string or an object"),
     (ENCODE, {"items": [{"text": None}]}, "items[0].text", "is required"),
-    (ENCODE, {"items": ["ok", ""]}, "items[1].text", "must not be empty"),
     (ENCODE, {"items": [{"text": 5}]}, "items[0].text", "must be a string, got int"),
     (ENCODE, {"items": [{"id": {"a": 1}, "text": "x"}]}, "items[0].id", "must be a string or an integer"),
     (ENCODE, {"items": [{"id": "i" * 600, "text": "x"}]}, "items[0].id", "longer than 512"),
@@ -41,7 +40,6 @@ REFUSED = [
      "output_types[1] must be one of dense, multivector, sparse"),
     (ENCODE, {"items": ["x"], "output_types": "vectors"}, "output_types", "must be one of dense"),
     (ENCODE, {"items": ["x"], "precision": "fp8"}, "precision", "must be one of bfloat16, float16, float32, int8"),
-    (SCORE, {"query": "", "items": ["x"]}, "query.text", "must not be empty"),
     (SCORE, {"query": {"text": "q", "boost": 2}, "items": ["x"]}, "query", "unknown fields ['boost']"),
     (SCORE, {"query": "q", "items": ["x"], "top_k": 1.5}, "top_k", "must be an integer"),
     (SCORE, {"query": "q", "items": ["x"], "top_k": 0}, "top_k", ">= 1"),
@@ -141,3 +139,20 @@ def test_the_derived_schema_agrees_with_the_decoder(task):
 
 def test_item_structs_describe_themselves():
     assert EncodeItem.__doc__ and TextItem.__doc__
+
+
+@pytest.mark.parametrize("how", ["json", "msgpack", "python"])
+def test_empty_and_blank_texts_are_texts(how):
+    """'' and '   ' are items and queries like any other (#29.2): the decoder, the Python call and
+    the derived schema take them; labels stay non-blank (a blank label names no class)."""
+    bodies = [(ENCODE, {"items": ["", "   ", {"text": "\n"}]}), (SCORE, {"query": "", "items": ["", "x"]}),
+              (EXTRACT, {"items": ["", {"text": " "}], "labels": ["person"]})]
+    for task, body in bodies:
+        if how == "python":
+            assert task.request((), body)["items"] == body["items"]
+        else:
+            raw = msgpack.packb(body) if how == "msgpack" else orjson.dumps(body)
+            assert task.fields_of(task.decode(raw, how == "msgpack"))["items"] == body["items"]
+        schemas = {**COMPONENTS, **task_schemas(task)}
+        jsonschema.Draft202012Validator({**ref(f"{task.name.capitalize()}Request"),
+                                         "components": {"schemas": schemas}}).validate(body)

@@ -370,7 +370,6 @@ ERRORS = [
     ("missing items", "POST", encode_url(), {"output_types": ["dense"]}, {}, 400, "invalid_request"),
     ("items not a list", "POST", encode_url(), {"items": "text"}, {}, 400, "invalid_request"),
     ("non-string text", "POST", encode_url(), {"items": [{"text": 5}]}, {}, 400, "invalid_request"),
-    ("blank text", "POST", encode_url(), {"items": ["   "]}, {}, 400, "invalid_request"),
     ("unknown item field", "POST", encode_url(), {"items": [{"text": "a", "body": "b"}]}, {}, 400, "invalid_request"),
     ("unknown output type", "POST", encode_url(), {"items": ["a"], "output_types": ["colour"]}, {}, 400,
      "invalid_request"),

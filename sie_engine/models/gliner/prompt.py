@@ -167,6 +167,8 @@ def prepare(tokenizer, config: GlinerConfig, texts: Sequence[str], labels: Seque
 
 def _text_windows(backend, config, prompt, words: Words, counts, budget, overlap, item, class_token_id,
                   num_labels) -> list[Window]:
+    if not words.texts:  # a blank text: no word to span, no window (gliner answers [] for it too)
+        return []
     text_budget = budget
     for _attempt in range(4):
         spans = plan_windows(counts, text_budget, config.max_len, overlap)

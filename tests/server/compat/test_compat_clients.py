@@ -17,6 +17,7 @@ from compat_fixtures import ASYM, CROSS, DOCS, MATRYOSHKA, QUERY, encode, scores
 from router_fixtures import start_router
 
 QUERY_ALIAS = f"{ASYM}%23query"  # `#query` in a URL path (a bare `#` would start the fragment)
+DOCUMENT_ALIAS = f"{ASYM}%23document"
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +31,13 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(server):
-    """/v1/encode's vectors of QUERY and DOCS in both modes."""
+    """/v1/encode's vectors of QUERY and DOCS in both modes, and as sent (no prompt: what TEI embeds
+    without prompt_name)."""
     return {"query": encode(server.url, ASYM, [QUERY], is_query=True)[0],
             "query_as_document": encode(server.url, ASYM, [QUERY])[0],
-            "docs": encode(server.url, ASYM, DOCS)}
+            "docs": encode(server.url, ASYM, DOCS),
+            "raw_query": encode(server.url, ASYM, [QUERY], template=False)[0],
+            "raw_docs": encode(server.url, ASYM, DOCS, template=False)}
 
 
 def close(a, b, atol: float = 1e-5) -> None:
@@ -98,11 +102,12 @@ def test_huggingface_hub_inference_client(server, reference, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
 
     client = InferenceClient(model=f"{server.url}/tei/{ASYM}")
-    close(client.feature_extraction(DOCS), reference["docs"])
+    close(client.feature_extraction(DOCS), reference["raw_docs"])  # TEI: no prompt_name, no prompt
+    close(client.feature_extraction(DOCS, prompt_name="passage"), reference["docs"])
     close(client.feature_extraction(QUERY, prompt_name="query")[0], reference["query"])
     close(InferenceClient(model=f"{server.url}/tei/{QUERY_ALIAS}").feature_extraction(QUERY)[0], reference["query"])
     similarities = client.sentence_similarity(DOCS[0], other_sentences=DOCS[1:])
-    close(similarities, reference["docs"][1:] @ reference["docs"][0])
+    close(similarities, reference["raw_docs"][1:] @ reference["raw_docs"][0])
     endpoint = InferenceClient(model=f"{server.url}/tei/{ASYM}", provider="hf-inference")  # what info needs
     info = endpoint.get_endpoint_info()
     assert info["model_id"] == ASYM and info["model_type"] == {"embedding": {"pooling": "mean"}}
@@ -119,7 +124,8 @@ def test_chroma_huggingface_embedding_server(server, reference):
     from chromadb.config import Settings
     from chromadb.utils.embedding_functions import HuggingFaceEmbeddingServer
 
-    documents = HuggingFaceEmbeddingServer(url=f"{server.url}/tei/{ASYM}/embed")
+    close(HuggingFaceEmbeddingServer(url=f"{server.url}/tei/{ASYM}/embed")(DOCS), reference["raw_docs"])
+    documents = HuggingFaceEmbeddingServer(url=f"{server.url}/tei/{DOCUMENT_ALIAS}/embed")
     close(documents(DOCS), reference["docs"])
     queries = HuggingFaceEmbeddingServer(url=f"{server.url}/tei/{QUERY_ALIAS}/embed")
     close(queries([QUERY])[0], reference["query"])
@@ -135,9 +141,11 @@ def test_chroma_huggingface_embedding_server(server, reference):
 def test_llamaindex_text_embeddings_inference(server, reference):
     from llama_index.embeddings.text_embeddings_inference import TextEmbeddingsInference
 
-    documents = TextEmbeddingsInference(model_name=ASYM, base_url=f"{server.url}/tei/{ASYM}")
+    plain = TextEmbeddingsInference(model_name=ASYM, base_url=f"{server.url}/tei/{ASYM}")
+    close(plain.get_text_embedding_batch(DOCS), reference["raw_docs"])  # LlamaIndex sends no mode: no prompt
+    close(plain.get_query_embedding(QUERY), reference["raw_query"])
+    documents = TextEmbeddingsInference(model_name=ASYM, base_url=f"{server.url}/tei/{DOCUMENT_ALIAS}")
     close(documents.get_text_embedding_batch(DOCS), reference["docs"])
-    close(documents.get_query_embedding(QUERY), reference["query_as_document"])  # LlamaIndex sends no mode
     queries = TextEmbeddingsInference(model_name=ASYM, base_url=f"{server.url}/tei/{QUERY_ALIAS}")
     close(queries.get_query_embedding(QUERY), reference["query"])
     close(asyncio.run(queries.aget_query_embedding(QUERY)), reference["query"])

@@ -136,7 +136,7 @@ def test_weaviate_reranker_transformers(http, server):
 
 # ---- TEI -------------------------------------------------------------------------------------------
 def test_tei_embed_fields(http, server):
-    reference = encode(server.url, ASYM, DOCS[:2])
+    reference = encode(server.url, ASYM, DOCS[:2], template=False)  # TEI: no prompt_name, no prompt
     np.testing.assert_allclose(http.post(f"{TEI}/embed", json={"inputs": DOCS[:2]}).json(), reference, atol=1e-5)
     single = http.post(f"{TEI}/embed", json={"inputs": DOCS[0], "truncate": True, "truncation_direction": "Right",
                                              "normalize": False, "prompt_name": "passage"}).json()
@@ -165,7 +165,7 @@ def test_tei_sparse_rerank_predict_similarity(http, server):
                                                                 [QUERY, DOCS[3]]]}).json()
     assert batch[0][0]["score"] == pytest.approx(expected[0]) and batch[2][0]["score"] == pytest.approx(expected[3])
 
-    vectors = encode(server.url, ASYM, DOCS)
+    vectors = encode(server.url, ASYM, DOCS, template=False)
     similarity = http.post(f"{TEI}/similarity", json={"inputs": {"source_sentence": DOCS[0], "sentences": DOCS[1:]}})
     np.testing.assert_allclose(similarity.json(), vectors[1:] @ vectors[0], atol=1e-5)
 
@@ -175,11 +175,11 @@ def test_tei_tokenize_info_health(http):
     assert [t["text"] for t in tokens[0]] == ["[CLS]", "héllo", "world", "[SEP]"]
     assert tokens[0][1] == {"id": 7592, "text": "héllo", "special": False, "start": 0, "stop": 6}  # byte offsets
     assert tokens[0][0]["special"] and tokens[0][0]["start"] is None
-    # the tokens SIE embeds in each mode: the model's query or document prompt included
-    for prompt_name, prompt in (("query", "query"), (None, "passage")):
+    # the tokens SIE embeds: the prompt named (query or document), none without prompt_name (as TEI)
+    for prompt_name, prompt in (("query", ["query", ":"]), ("passage", ["passage", ":"]), (None, [])):
         prompted = http.post(f"{TEI}/tokenize", json={"inputs": ["hi"], "prompt_name": prompt_name,
                                                       "add_special_tokens": False}).json()
-        assert [t["text"] for t in prompted[0]] == [prompt, ":", "hi"]
+        assert [t["text"] for t in prompted[0]] == [*prompt, "hi"]
     info = http.get(f"{TEI}/info").json()
     required = {"model_id", "model_dtype", "served_model_name", "model_type", "max_concurrent_requests",
                 "max_input_length", "max_batch_tokens", "max_client_batch_size", "auto_truncate",
@@ -191,7 +191,7 @@ def test_tei_tokenize_info_health(http):
 
 @pytest.mark.parametrize("method, path, body, status, error_type", [
     ("POST", f"{TEI}/embed", {"inputs": []}, 400, "Empty"),
-    ("POST", f"{TEI}/embed", {"inputs": "x", "bogus": 1}, 422, "Validation"),
+    ("POST", f"{TEI}/embed", {"inputs": ["x", ""]}, 400, "Empty"),
     ("POST", f"{TEI}/embed", {"inputs": [101, 7592, 102]}, 422, "Validation"),
     ("POST", f"{TEI}/embed", {"inputs": "x", "dimensions": 64}, 422, "Validation"),
     ("POST", f"{TEI}/embed", {"inputs": "x", "truncation_direction": "left"}, 422, "Validation"),
