@@ -94,24 +94,29 @@ def add_models_parser(subparsers) -> None:
 def cmd_models(args: argparse.Namespace) -> int:
     from sie_engine.weights import locate_weights
 
+    from .hub_reach import HubProbe, listed
+
     try:
         catalog = build_catalog(args)
     except ValueError as exc:
         return usage_error(str(exc))
-    rows = []
+    rows, labels = [], []
+    probe = HubProbe()  # asked once, only if some Hub model is not cached
     for c in catalog:
-        where = locate_weights(c)
+        where, label = listed(locate_weights(c), bool(c.weights.hub), probe)
         rows.append({"id": c.id, "tasks": list(c.tasks), "outputs": list(c.outputs), "dims": c.dims,
                      "max_seq_len": c.max_seq_len, "weights": where.source, "available": where.status,
                      "detail": where.detail, "description": c.description})
+        labels.append(label)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     width = max([len(r["id"]) for r in rows] + [2])
-    print(f"{'ID':<{width}}  {'OUTPUTS':<24}  {'DIMS':>5}  {'AVAILABLE':<11}  WEIGHTS")
-    for r in rows:
+    shown = max([len(label) for label in labels] + [len("AVAILABLE")])
+    print(f"{'ID':<{width}}  {'OUTPUTS':<24}  {'DIMS':>5}  {'AVAILABLE':<{shown}}  WEIGHTS")
+    for r, label in zip(rows, labels):
         print(f"{r['id']:<{width}}  {','.join(r['outputs']):<24}  {str(r['dims'] or '-'):>5}  "
-              f"{r['available']:<11}  {r['weights']}")
+              f"{label:<{shown}}  {r['weights']}")
     return 0
 
 

@@ -148,16 +148,12 @@ class ModelCard:
 
 
 class Catalog:
-    """The cards a server knows, by id. Request model ids resolve only here.
-
-    A precision variant (a card computed in another dtype, `variant`) resolves by its id
-    `<id>@<precision>` (the pool and the scheduler key its weights and queue by it, so batches
-    never mix precisions) but is not one of the catalog's models: iterating, `len` and `in`
-    see the cards added only (GET /v1/models lists those)."""
+    """The cards a server knows, by id. Request model ids resolve only here, to the cards added:
+    a precision variant (a card computed in another dtype) is the engine's (sie_engine/variants.py),
+    never a catalog entry."""
 
     def __init__(self, cards: list[ModelCard] | None = None):
         self._cards: dict[str, ModelCard] = {}
-        self._variants: dict[str, tuple[ModelCard, ModelCard]] = {}  # variant id -> (variant, its card)
         for card in cards or []:
             self.add(card)
 
@@ -185,28 +181,7 @@ class Catalog:
         return added
 
     def get(self, model_id: str) -> ModelCard | None:
-        card = self._cards.get(model_id)
-        if card is None and model_id in self._variants:
-            return self._variants[model_id][0]
-        return card
-
-    def variant(self, card: ModelCard, precision: str) -> ModelCard:
-        """`card` computed in `precision` (made once, then the same card); the card itself when
-        that is its dtype."""
-        if precision == card.dtype:
-            return card
-        variant_id = f"{card.id}@{precision}"
-        known = self._variants.get(variant_id)
-        if known is None or known[1] is not card:  # new, or its card was replaced since
-            variant = dataclasses.replace(card, id=variant_id, dtype=precision,
-                                          description=f"{card.id} computed in {precision}")
-            known = self._variants[variant_id] = (variant, card)
-        return known[0]
-
-    def base_of(self, model_id: str) -> str:
-        """The id of the card a variant computes (a card's own id for a card)."""
-        known = self._variants.get(model_id)
-        return known[1].id if known is not None else model_id
+        return self._cards.get(model_id)
 
     def __contains__(self, model_id: str) -> bool:
         return model_id in self._cards

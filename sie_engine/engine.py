@@ -46,6 +46,7 @@ from .tasks.context import Call
 from .tasks.encode import apply_template
 from .tokenizer import VocabularyLookup
 from .types import EngineStatus, ModelInfo, ModelStatus, SparseVector, Timings
+from .variants import PrecisionVariants
 from .weights import WeightsLocation, locate_weights
 from .work import WorkItem
 
@@ -99,21 +100,21 @@ class _LoopThread:
 class _Tokenizers:
     """One tokenizer per model, loaded once (shared by concurrent first requests) and kept
     across evictions: tokenizers are small and tokenising must not wait for weights.
-    A precision variant shares its base model's (`Catalog.base_of`): the same checkpoint.
+    A precision variant shares its base model's (`PrecisionVariants.base_of`): the same checkpoint.
     A tokenizer that cannot load is a load failure of its model, recorded by the pool."""
 
-    def __init__(self, executor, pool: ModelPool, catalog: Catalog):
+    def __init__(self, executor, pool: ModelPool, variants: PrecisionVariants):
         self._executor = executor
         self._pool = pool
-        self._catalog = catalog
+        self._variants = variants
         self._loaded: dict[str, VocabularyLookup] = {}
         self._loading: dict[str, asyncio.Future] = {}
 
     def loaded(self, model_id: str) -> VocabularyLookup | None:
-        return self._loaded.get(self._catalog.base_of(model_id))
+        return self._loaded.get(self._variants.base_of(model_id))
 
     async def get(self, card: ModelCard) -> VocabularyLookup:
-        key = self._catalog.base_of(card.id)
+        key = self._variants.base_of(card.id)
         tokenizer = self._loaded.get(key)
         if tokenizer is not None:
             return tokenizer
@@ -169,6 +170,7 @@ class Engine:
         load_retry_cooldown_s: float = 30.0,
     ):
         self.catalog = catalog if catalog is not None else Catalog.builtin()
+        self.variants = PrecisionVariants()  # the calls' precisions, by (model, precision): no catalog entries
         self.device = resolve_device(device)
         self.budget_bytes = parse_bytes(memory_budget) if memory_budget is not None else default_budget(self.device)
         # evicted models kept warm in host memory (see host_cache.py); CPU default 0: there
@@ -193,7 +195,7 @@ class Engine:
             # the pool asks the scheduler what work waits and wakes it after loads; the scheduler
             # is made next, so the two calls reach it through the engine
             self.pool = ModelPool(
-                self.catalog, self.device, self.budget_bytes, self._load_pool,
+                self.catalog, self.device, self.budget_bytes, self._load_pool, variants=self.variants,
                 has_work=lambda model_id: self.scheduler.has_work(model_id),
                 events=pool_events, retry_cooldown_s=load_retry_cooldown_s, builder=self._build,
                 host_cache_bytes=self.host_cache_bytes, on_load_done=lambda: self.scheduler.wake(),
@@ -205,7 +207,7 @@ class Engine:
                 events=scheduler_events,
                 parallelism=self.parallelism,
             )
-            self._tokenizers = _Tokenizers(self._tokenize_pool, self.pool, self.catalog)
+            self._tokenizers = _Tokenizers(self._tokenize_pool, self.pool, self.variants)
             self.scheduler.start()
 
         asyncio.run_coroutine_threadsafe(setup(), self.loop).result()
@@ -241,14 +243,14 @@ class Engine:
         return self._precision_variant(card, precision)
 
     def _precision_variant(self, card: ModelCard, precision: str) -> ModelCard:
-        """A call's precision is served by the card's variant in that precision (`Catalog.variant`):
+        """A call's precision is served by the card's variant in that precision (sie_engine/variants.py):
         a pool entry and queue of its own, so batches never mix precisions; it shares the base
-        model's tokenizer and is not listed among the catalog's models."""
+        model's tokenizer and is no catalog entry."""
         if precision not in PRECISIONS:
             raise InvalidRequest(f"precision must be one of {', '.join(PRECISIONS)}", field="precision")
         if precision == "int8" and self.device.type != "cpu":
             raise InvalidRequest("precision int8 runs on the CPU only", field="precision")
-        return self.catalog.variant(card, precision)
+        return self.variants.of(card, precision)
 
     def _require_task(self, card: ModelCard, task: str) -> None:
         if task not in card.tasks:
@@ -358,7 +360,8 @@ class Engine:
             request = spec.request((), fields)
         except FieldError as exc:
             raise InvalidRequest(str(exc), field=exc.field) from None
-        card = self.card(model)
+        # the parent's own model may be a precision variant, which no request can name: it is the call's card
+        card = parent.card if model == parent.card.id else self.card(model)
         self._require_task(card, task)
         call = Call(task, card, request, deadline=parent.deadline, reservation=parent.reservation)
         return await implementation(self, call)
@@ -401,7 +404,10 @@ class Engine:
         self._sync(self.load, model)
 
     def model_info(self, model: str) -> ModelInfo:
-        card = self.card(model)
+        """A served model's state; also a precision variant's the engine made, by its name
+        (`<id>@<precision>`: its own resident weights), which no request can name as its model."""
+        variant = self.variants.get(model)
+        card = variant if variant is not None else self.card(model)
         runner = self.pool.resident(model)
         dims = dict(runner.dims) if runner else ({"dense": card.dims} if card.dims and "dense" in card.outputs else {})
         failure = self.pool.failure(model)

@@ -40,6 +40,7 @@ from .host_cache import HostCache
 from .models import family_for
 from .models.base import Family
 from .runner import ModelRunner, batch_budget, build_runner, resolve_dtype
+from .variants import PrecisionVariants
 from .weights import loaded_nbytes
 
 log = logging.getLogger(__name__)
@@ -105,13 +106,16 @@ class ModelPool:
         host_cache_bytes: int = 0,
         on_load_done: Callable[[], None] = lambda: None,
         batches_in_flight: int = 1,
+        variants: PrecisionVariants | None = None,
     ):
         """has_work(model id): whether work waits for the model (the scheduler's view);
         on_load_done(): called after every load attempt, success or failure (the scheduler
         wakes on it); builder(card, layout, device): makes a ModelRunner (on the load thread);
         batches_in_flight: batches that may run at once (two of one model, say), each holding
-        its activations."""
+        its activations; variants: the precision variants the engine made, which the pool loads
+        and keeps by their names (`<id>@<precision>`) beside the catalog's models."""
         self.catalog = catalog
+        self.variants = variants if variants is not None else PrecisionVariants()
         self.device = device
         self.budget_bytes = budget_bytes
         self._executor = load_executor
@@ -136,7 +140,7 @@ class ModelPool:
 
     # ---- state -------------------------------------------------------------
     def card(self, model_id: str) -> ModelCard:
-        card = self.catalog.get(model_id)
+        card = self.catalog.get(model_id) or self.variants.get(model_id)
         if card is None:
             raise ModelNotFound(f"model {model_id!r} is not in the catalog (GET /v1/models lists the served models)")
         return card
