@@ -22,8 +22,9 @@ from engine_fixtures import Recorder, make_engine, tiny_cards
 from server_fixtures import DEFAULT_MODEL, server_fixture
 
 ENCODE = f"/v1/encode/{DEFAULT_MODEL}"
-# 4,096 items that are not text: ~53 KB of JSON, refused by validation
-INVALID = json.dumps({"items": [{"text": 1}] * 4096}).encode()
+# 4,096 items that are not text: images, which the contract lets through and a text-only model
+# refuses once validated, after admission: ~57 KB of JSON
+INVALID = json.dumps({"items": [{"image": "a"}] * 4096}, separators=(",", ":")).encode()
 
 server = server_fixture("--preload", DEFAULT_MODEL, "--max-queue-wait", "30")
 
@@ -67,13 +68,13 @@ def test_only_validated_admitted_work_feeds_the_average_request(tmp_path):
     with make_engine(tiny_cards(tmp_path, names=("a",)), Recorder(), max_queue_wait_s=30.0) as engine:
         admission = engine.scheduler.admission
         with pytest.raises(InvalidRequest):
-            engine.run_sync("encode", "tiny/a", [{"text": 1}] * 4096)
+            engine.run_sync("encode", "tiny/a", [{"image": "a"}] * 4096)
         assert admission.request_s == 0.0 and admission.reserved("tiny/a") == 0.0
         engine.run_sync("encode", "tiny/a", ["some text", "more text"])
         assert 0.0 < admission.request_s < 1.0
         average = admission.request_s
         with pytest.raises(InvalidRequest):
-            engine.run_sync("encode", "tiny/a", ["fine"] * 100 + [{"image": None}])
+            engine.run_sync("encode", "tiny/a", ["fine"] * 100 + [{"image": "a"}])
         assert admission.request_s == average  # refused: its bound never counted
         handle = engine.refuse_if_overloaded("tiny/a", body_bytes=10)
         assert handle.seconds == pytest.approx(min(average, 10 / admission.throughput.rate("tiny/a")))

@@ -2,8 +2,9 @@
 server preloads, against a small wait bound. Every answer is in time or refused at once.
 
 Before the fix the flood was admitted on the throughput prior (no batch measured yet), which
-on a CPU is several times what the model runs: a 2 s bound admitted ~17 requests of 1,024
-tokens, answered tens of seconds after readiness. Now a model never measured admits about one
+on a loaded CPU is several times what the model runs: a 10 s bound admitted 17 requests of
+1,024 tokens before readiness (the issue's trial: 17 of 400 against 30 s, the last answered
+after 144 s). Now a model never measured admits about one
 batch, the server measures each preloaded model with a warm-up batch before `/readyz` turns
 ready, and a request for a model that already holds its batch is refused before its body is
 read."""
@@ -17,10 +18,11 @@ import aiohttp
 
 from dev_corpus import load_docs
 from server_fixtures import DEFAULT_MODEL
+from sie_engine.models.base import CPU_FLOAT32_BATCH_TOKENS
 
 ENCODE = f"/v1/encode/{DEFAULT_MODEL}"
-WAIT_S = 2.0
-REQUESTS = 30
+WAIT_S = 10.0
+REQUESTS = 40
 PER_REQUEST = 4  # x 256 tokens (MiniLM's window): ~1,024 tokens a request
 
 
@@ -63,18 +65,20 @@ async def test_a_flood_during_preload_is_answered_in_time_or_refused_at_once(tmp
             late = await asyncio.gather(*(post(session, texts) for _ in range(REQUESTS)))
     finally:
         server.stop()
-    log = server.log_text()
-    assert "warmed up " + DEFAULT_MODEL in log, log[-3000:]
+    early = [a["status"] for a in answers].count(200)
+    everything = answers + late
+    batch_s = max(a["inference_s"] for a in everything if a["status"] == 200)  # one batch, as measured
+    late_s = max(a["sent"] + a["seconds"] - max(a["sent"], ready_time) for a in everything if a["status"] == 200)
+    print(f"admitted {early} before ready, {[a['status'] for a in late].count(200)} after, of {REQUESTS} each; "
+          f"slowest answer {late_s:.1f}s after it could start; batch {batch_s:.1f}s; "
+          f"slowest 429 {max([a['seconds'] for a in everything if a['status'] == 429]):.2f}s")
+    # before readiness the model is not measured: about one batch is let in (MiniLM's CPU
+    # batch: 2,048 tokens, two of these requests), not what the prior allows
+    assert early * PER_REQUEST * 256 <= 2 * CPU_FLOAT32_BATCH_TOKENS, early
     for batch in (answers, late):
         statuses = [a["status"] for a in batch]
         assert set(statuses) <= {200, 429}, [a["body"] for a in batch if a["status"] not in (200, 429)]
         assert 200 in statuses and 429 in statuses, statuses
-    everything = answers + late
-    batch_s = max(a["inference_s"] for a in everything if a["status"] == 200)  # one batch, as measured
-    late_s = max(a["sent"] + a["seconds"] - max(a["sent"], ready_time) for a in everything if a["status"] == 200)
-    print(f"admitted {statuses.count(200)}+{[a['status'] for a in answers].count(200)} of {2 * REQUESTS}; "
-          f"slowest answer {late_s:.1f}s after it could start; batch {batch_s:.1f}s; "
-          f"slowest 429 {max([a['seconds'] for a in everything if a['status'] == 429]):.2f}s")
     for a in everything:
         if a["status"] == 429:
             assert a["seconds"] < 1.5, a  # refused at once, not after its body was queued behind work
@@ -85,3 +89,5 @@ async def test_a_flood_during_preload_is_answered_in_time_or_refused_at_once(tmp
             started = max(a["sent"], ready_time)
             done = a["sent"] + a["seconds"]
             assert done - started <= WAIT_S + 3 * batch_s + 1.0, (done - started, batch_s)
+    log = server.log_text()
+    assert "warmed up " + DEFAULT_MODEL in log, log[-3000:]
