@@ -108,6 +108,9 @@ async def _warm_up(engine: Engine, model: str) -> None:
         log.warning("warm-up of %s skipped: %s (admitted about one batch at a time until measured)",
                     model, exc.message)
         return
+    except Exception:  # a fault in a task's warm-up must not keep the server unready
+        log.exception("warm-up of %s failed (admitted about one batch at a time until measured)", model)
+        return
     log.info("warmed up %s in %.1fs (%.0f tokens/s)", model, seconds,
              engine.scheduler.admission.throughput.rate(model))
 
