@@ -9,7 +9,8 @@ Time is what a client and a drain care about, so time is what is bounded.
 - Throughput is measured per model: an exponential moving average of tokens/s over its
   full batches (at least half the batch budget: what runs while a queue exists, the only
   time the estimate matters). A smaller batch is mostly fixed cost, so its rate is a lower
-  bound of the model's: it can only raise the estimate. Before any batch, a conservative
+  bound of the model's: it can only raise the estimate (a first one replaces the prior: a
+  model measured only so is admitted on the safe side, and the cold bound ends there). Before any batch, a conservative
   prior from the model's size.
 - The wait of a new request is every queued token of every model on the device at that
   model's rate (the dispatcher serves the oldest work first, so all of it runs before the
@@ -33,7 +34,7 @@ Time is what a client and a drain care about, so time is what is bounded.
   everything for 89 s.
 - A model never measured (loaded on demand, or its warm-up failed) is admitted about one
   batch at a time (`cold_batch`): the prior is a guess, and a flood let in on it held 144 s
-  of work against a 30 s bound. Its first full batch measures it; the server measures each
+  of work against a 30 s bound. Its first batch measures it; the server measures each
   preloaded model with a warm-up batch before it reports ready.
 """
 
@@ -128,8 +129,9 @@ class Throughput:
         `full`: it held at least half its token budget."""
         rate = tokens / max(seconds, 1e-6) * max(1, side_by_side)
         old = self._rates.get(model_id)
-        if not full:  # a lower bound of the rate (mostly fixed cost): it may only raise the estimate
-            if rate > self.rate(model_id):
+        if not full:  # a lower bound of the rate (mostly fixed cost): it may only raise the estimate,
+            # except a first measure, which replaces the prior (a guess, on the safe side now)
+            if old is None or rate > self.rate(model_id):
                 self._rates[model_id] = rate
             return
         self._rates[model_id] = rate if old is None else (1 - EWMA_WEIGHT) * old + EWMA_WEIGHT * rate
@@ -276,7 +278,7 @@ class WaitAdmission:
 
     def cold_overloaded(self, model_id: str, committed: float, batch: int) -> Overloaded:
         return Overloaded(
-            f"model {model_id!r} has not run a full batch yet, so its throughput is unknown: it admits about one "
+            f"model {model_id!r} has not run a batch yet, so its throughput is unknown: it admits about one "
             f"batch ({batch} tokens) until it has; retry after Retry-After seconds",
             retry_after=max(1.0, math.ceil(committed / self.throughput.rate(model_id))),
         )
