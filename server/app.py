@@ -87,6 +87,7 @@ async def _preload(app: web.Application):
                     log.error("preload of %s failed: %s", model, exc.message)
                     await asyncio.sleep(max(1.0, getattr(exc, "retry_after", 0) or 5.0))
             log.info("preloaded %s in %.1fs", model, time.monotonic() - started)
+            await _warm_up(engine, model)
         lifecycle.ready = True
 
     task = asyncio.create_task(run()) if app[SETTINGS].preload else None
@@ -95,6 +96,23 @@ async def _preload(app: web.Application):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def _warm_up(engine: Engine, model: str) -> None:
+    """One batch through a preloaded model before readiness, so admission starts from its
+    measured throughput (issue #30); a model it cannot warm stays cold (admitted about one
+    batch at a time until measured), which is no reason to stay unready."""
+    try:
+        seconds = await engine.warm_up(model)
+    except SIEError as exc:
+        log.warning("warm-up of %s skipped: %s (admitted about one batch at a time until measured)",
+                    model, exc.message)
+        return
+    except Exception:  # a fault in a task's warm-up must not keep the server unready
+        log.exception("warm-up of %s failed (admitted about one batch at a time until measured)", model)
+        return
+    log.info("warmed up %s in %.1fs (%.0f tokens/s)", model, seconds,
+             engine.scheduler.admission.throughput.rate(model))
 
 
 async def _watch_key_file(app: web.Application):

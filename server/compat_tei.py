@@ -43,7 +43,7 @@ from aiohttp import web
 
 from sie_engine.errors import InvalidRequest, PayloadTooLarge, SIEError, UnsupportedTask
 
-from . import compat
+from . import compat, compat_pairs
 from .compat_routes import TEI
 from .errors import HTTPProblem
 from .handlers import body_of
@@ -265,10 +265,16 @@ async def _predict(request: web.Request, model: str, body: dict) -> web.Response
                               field="inputs")
     if ("", "") in pairs:  # TEI's pair is empty when both of its texts are
         raise compat.EmptyInput(EMPTY, field=f"inputs[{pairs.index(('', ''))}]" if batch else "inputs")
+    cut = truncate(body)
+    engine = request.app[ENGINE]
+    if engine.scores_pairs(model):  # a cross-encoder: every pair in one request, whatever its query (#30)
+        scores = [0.0] * len(pairs)
+        for scored in (await compat_pairs.score_pairs(request, model, pairs, cut)).scores:
+            scores[scored.index] = float(scored.score)
+        return await compat.answer(request, _predictions(scores, batch))
     by_query: dict[str, list[int]] = {}
     for i, (query, _) in enumerate(pairs):
         by_query.setdefault(query, []).append(i)
-    cut = truncate(body)
     results = await asyncio.gather(*[
         compat.score(request, model, query, [pairs[i][1] for i in rows], truncate=cut,
                      names={"items": "inputs", "query.text": "inputs"})
@@ -277,9 +283,13 @@ async def _predict(request: web.Request, model: str, body: dict) -> web.Response
     for rows, result in zip(by_query.values(), results):
         for scored in result.scores:
             scores[rows[scored.index]] = float(scored.score)
+    return await compat.answer(request, _predictions(scores, batch))
+
+
+def _predictions(scores: list[float], batch: bool) -> Any:
     # A one-label reranker's prediction, as TEI labels it from config.json's default id2label.
     predictions = [[{"score": s, "label": "LABEL_0"}] for s in scores]
-    return await compat.answer(request, predictions if batch else predictions[0])
+    return predictions if batch else predictions[0]
 
 
 # ---- tokenizer, info, health -------------------------------------------------------------

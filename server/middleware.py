@@ -92,9 +92,12 @@ def _admit(request: web.Request, route: str) -> None:
     if route in request.app[WORK_ROUTES]:
         # more work queued than --max-queue-wait: 429 before the body is even read (issue #19)
         engine = request.app[ENGINE]
-        if request.match_info.get("model") in engine.catalog:
-            request[MODEL_LABEL] = request.match_info["model"]
-        request[PRE_ADMITTED] = engine.refuse_if_overloaded()  # handed to engine.run by the handler
+        model = request.match_info.get("model")
+        if model in engine.catalog:
+            request[MODEL_LABEL] = model
+        # charged what its headers say it can cost (issue #30): its model and declared length
+        request[PRE_ADMITTED] = engine.refuse_if_overloaded(  # handed to engine.run by the handler
+            model if model in engine.catalog else None, request.content_length)
 
 
 def _ms(seconds: float) -> str:

@@ -9,7 +9,8 @@ Time is what a client and a drain care about, so time is what is bounded.
 - Throughput is measured per model: an exponential moving average of tokens/s over its
   full batches (at least half the batch budget: what runs while a queue exists, the only
   time the estimate matters). A smaller batch is mostly fixed cost, so its rate is a lower
-  bound of the model's: it can only raise the estimate. Before any batch, a conservative
+  bound of the model's: it can only raise the estimate (a first one replaces the prior: a
+  model measured only so is admitted on the safe side, and the cold bound ends there). Before any batch, a conservative
   prior from the model's size.
 - The wait of a new request is every queued token of every model on the device at that
   model's rate (the dispatcher serves the oldest work first, so all of it runs before the
@@ -19,10 +20,22 @@ Time is what a client and a drain care about, so time is what is bounded.
   items are queued. A refusal costs microseconds, and `Retry-After` is the time until the
   queue is back under the bound.
 - A server checks even earlier, before reading a request's body (`Pending`): from the last
-  computed wait plus the calls let in that admission has not decided yet, each counted as
-  an average admitted request. In a burst of hundreds of requests at once, all arrive before
-  the first is decided; without this each would be read and parsed (~1 ms of the event loop
-  each on a 2-core box) only to be refused.
+  computed wait plus the calls let in that admission has not decided yet, each charged what
+  it can cost: an average admitted request, at most its declared body (a token is at least a
+  byte of text) at its model's rate. In a burst of hundreds of requests at once, all arrive
+  before the first is decided; without this each would be read and parsed (~1 ms of the event
+  loop each on a 2-core box) only to be refused.
+- Only validated, admitted work feeds the estimates (issue #30): the average request is
+  taken from the real tokens a request queued, once it has queued them, never from the bound
+  of a request that is refused, fails validation or never arrives; an item that is neither a
+  text nor an image the model reads counts nothing (validation refuses it). Before, three
+  invalid 53 KB requests of 4,096 non-text items (each counted a whole window) made the
+  average request 87 s, and one half-sent body charged that made an idle server refuse
+  everything for 89 s.
+- A model never measured (loaded on demand, or its warm-up failed) is admitted about one
+  batch at a time (`cold_batch`): the prior is a guess, and a flood let in on it held 144 s
+  of work against a 30 s bound. Its first batch measures it; the server measures each
+  preloaded model with a warm-up batch before it reports ready.
 """
 
 from __future__ import annotations
@@ -70,8 +83,9 @@ def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int
     labels: they enter every sequence), the card's prompt (`prompt_bytes`: its template and
     instruction) and special tokens, and by the model's window, which
     truncates every sequence. An image item counts `image_tokens` (the positions its vision tower
-    runs: ColPali's 448-px page is ~1,030, far beyond its 512-token text window), any other
-    item that is not text a whole window.
+    runs: ColPali's 448-px page is ~1,030, far beyond its 512-token text window); any other
+    item counts nothing: validation refuses it (a non-text item counted a whole window let
+    invalid requests hold the queue, issue #30).
     GLiNER cuts a text longer than the window into several windows; the real count replaces
     this bound as soon as the text is tokenised."""
     items = fields.get("items")
@@ -86,8 +100,6 @@ def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int
             total += min(_text_bytes(text) + shared, window)
         elif image_tokens is not None and isinstance(item, dict) and item.get("image") is not None:
             total += image_tokens
-        else:
-            total += window
     return total
 
 
@@ -117,8 +129,9 @@ class Throughput:
         `full`: it held at least half its token budget."""
         rate = tokens / max(seconds, 1e-6) * max(1, side_by_side)
         old = self._rates.get(model_id)
-        if not full:  # a lower bound of the rate (mostly fixed cost): it may only raise the estimate
-            if rate > self.rate(model_id):
+        if not full:  # a lower bound of the rate (mostly fixed cost): it may only raise the estimate,
+            # except a first measure, which replaces the prior (a guess, on the safe side now)
+            if old is None or rate > self.rate(model_id):
                 self._rates[model_id] = rate
             return
         self._rates[model_id] = rate if old is None else (1 - EWMA_WEIGHT) * old + EWMA_WEIGHT * rate
@@ -143,36 +156,48 @@ class Reservation:
         self.model_id = model_id
         self.estimate = tokens
         self.tokens = float(tokens)
+        self.queued = 0  # real tokens the request has queued (what feeds the average request)
+        self._released = False
         # set when the request is refused but is tokenised first: it may be too large to queue
         # at all, a 413 whatever the load (the scheduler raises this once it knows it is not)
         self.refusal = refusal
 
-    def settle(self, fraction: float) -> None:
-        """`fraction` of the request's items are queued now (with their real counts)."""
+    def settle(self, fraction: float, tokens: int = 0) -> None:
+        """`fraction` of the request's items are queued now, `tokens` real tokens."""
+        self.queued += tokens
         self._owner._take(self, min(self.tokens, self.estimate * fraction))
 
     def release(self) -> None:
-        """The request is queued in full, or ended before it was."""
+        """The request is queued in full, or ended before it was; idempotent. What it queued
+        (validated work only: nothing for a request refused or invalid) feeds the average."""
         self._owner._take(self, self.tokens)
+        if not self._released:
+            self._released = True
+            if self.queued:
+                self._owner._observe_request(self.model_id, self.queued)
 
 
 class Pending:
-    """Calls let in before their body was read, not yet decided by admission. Entered on the
-    server's thread, left on the engine's: a lock guards the count."""
+    """Calls let in before their body was read, not yet decided by admission, and the seconds
+    of work they are charged together. Entered on the server's thread, left on the engine's:
+    a lock guards the sums."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self.count = 0
+        self.seconds = 0.0
 
-    def enter(self) -> PendingCall:
+    def enter(self, seconds: float = 0.0) -> PendingCall:
         with self._lock:
             self.count += 1
-        return PendingCall(self)
+            self.seconds += seconds
+        return PendingCall(self, seconds)
 
 
 class PendingCall:
-    def __init__(self, pending: Pending):
+    def __init__(self, pending: Pending, seconds: float = 0.0):
         self._pending = pending
+        self.seconds = seconds
         self._done = False
 
     def release(self) -> None:
@@ -181,6 +206,7 @@ class PendingCall:
             if not self._done:
                 self._done = True
                 self._pending.count -= 1
+                self._pending.seconds = max(0.0, self._pending.seconds - self.seconds)
 
 
 class WaitAdmission:
@@ -195,7 +221,14 @@ class WaitAdmission:
         self._reserved: dict[str, float] = {}
         self._on_change = on_change
         self.pending = Pending()
-        self.request_s = 0.0  # an admitted request's estimated seconds, averaged (for `pending`)
+        # an admitted request's seconds at its model's rate, averaged over the real tokens of
+        # validated requests once queued (for `pending`)
+        self.request_s = 0.0
+
+    @property
+    def bounded(self) -> bool:
+        """Whether a wait bound is set (an in-process engine has none by default)."""
+        return math.isfinite(self.max_wait_s)
 
     def reserved(self, model_id: str) -> float:
         return self._reserved.get(model_id, 0.0)
@@ -210,24 +243,59 @@ class WaitAdmission:
         models = set(queued) | set(self._reserved)
         return sum(self.model_wait(m, queued.get(m, 0)) for m in models)
 
-    def admit(self, model_id: str, tokens: int, queued: Mapping[str, int], largest: int | None = None) -> Reservation:
+    def admit(self, model_id: str, tokens: int, queued: Mapping[str, int], largest: int | None = None,
+              cold_batch: int | None = None) -> Reservation:
         """Admit a request of at most `tokens` tokens, or raise Overloaded (429) with the
         seconds until the queue is back under the bound as Retry-After. A request whose bound
         is over `largest` (the most a model may queue: more is a 413) is not refused here: its
-        reservation carries the refusal, raised once its real count is known to fit."""
+        reservation carries the refusal, raised once its real count is known to fit.
+        cold_batch: the model's batch budget; while its throughput is not measured, it is
+        admitted about one batch at a time (a lone request of any size when none is waiting)."""
         wait = self.wait(queued)
-        if wait > self.max_wait_s:
-            refusal = self.refusal(wait)
+        refusal = self.refusal(wait) if wait > self.max_wait_s else None
+        if refusal is None and cold_batch is not None:
+            refusal = self.cold_refusal(model_id, queued.get(model_id, 0), tokens, cold_batch)
+        if refusal is not None:
             if largest is None or tokens <= largest:
                 raise refusal
             return Reservation(self, model_id, 0, refusal)
         reservation = Reservation(self, model_id, tokens)
-        seconds = tokens / self.throughput.rate(model_id)
-        self.request_s = seconds if not self.request_s else (1 - EWMA_WEIGHT) * self.request_s + EWMA_WEIGHT * seconds
         if tokens:
             self._reserved[model_id] = self.reserved(model_id) + tokens
             self._on_change(model_id)
         return reservation
+
+    def cold_refusal(self, model_id: str, queued_tokens: int, tokens: int, batch: int) -> Overloaded | None:
+        """The 429 for a model not measured yet that holds a batch already (None: admit):
+        Retry-After is about that batch's time at the prior, at least a second. No bound on
+        the wait (the library's default) is no bound here either."""
+        if not self.bounded or self.throughput.measured(model_id):
+            return None
+        committed = queued_tokens + self.reserved(model_id)
+        if committed <= 0 or committed + tokens <= batch:
+            return None
+        return self.cold_overloaded(model_id, committed, batch)
+
+    def cold_overloaded(self, model_id: str, committed: float, batch: int) -> Overloaded:
+        return Overloaded(
+            f"model {model_id!r} has not run a batch yet, so its throughput is unknown: it admits about one "
+            f"batch ({batch} tokens) until it has; retry after Retry-After seconds",
+            retry_after=max(1.0, math.ceil(committed / self.throughput.rate(model_id))),
+        )
+
+    def pending_charge(self, model_id: str | None, body_bytes: int | None) -> float:
+        """Seconds charged to a call let in before its body was read: an average admitted
+        request, at most its declared body's bytes as tokens at its model's rate (a token
+        covers at least a byte of text; the full decision follows once the body is read)."""
+        seconds = self.request_s
+        if model_id is not None and body_bytes is not None:
+            seconds = min(seconds, body_bytes / self.throughput.rate(model_id))
+        return seconds
+
+    def _observe_request(self, model_id: str, tokens: int) -> None:
+        """A validated, admitted request queued `tokens` real tokens: the average request."""
+        seconds = tokens / self.throughput.rate(model_id)
+        self.request_s = seconds if not self.request_s else (1 - EWMA_WEIGHT) * self.request_s + EWMA_WEIGHT * seconds
 
     def refusal(self, wait: float) -> Overloaded:
         """The 429 for a queue of `wait` seconds: Retry-After is the time until it is under the bound."""

@@ -34,6 +34,7 @@ from .card import Catalog, ModelCard
 from .checkpoints import CheckpointLayout
 from .checkpoints import resolve as resolve_checkpoint
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
+from .models.base import CPU_FLOAT32_BATCH_TOKENS
 from .parallelism import BatchParallelism
 from .pool import ModelPool, PoolEvents
 from .postprocess import Quantized
@@ -44,9 +45,11 @@ from .tasks import TaskRun
 from .tasks import implementation as task_implementation
 from .tasks.context import Call
 from .tasks.encode import apply_template
+from .tasks.score_pairs import run_pairs, scores_pairs
 from .tokenizer import VocabularyLookup
-from .types import EngineStatus, ModelInfo, ModelStatus, SparseVector, Timings
+from .types import EngineStatus, ModelInfo, ModelStatus, ScoreResult, SparseVector, Timings
 from .variants import PrecisionVariants
+from .warmup import warm_up_fields
 from .weights import WeightsLocation, locate_weights
 from .work import WorkItem
 
@@ -341,7 +344,8 @@ class Engine:
         prompt = max(len(card.query_template), len(card.document_template)) + len(card.query_instruction or "")
         try:
             reservation = self.scheduler.admit(
-                card.id, upper_bound_tokens(request, card.max_seq_len, prompt, self._image_tokens(card)))
+                card.id, upper_bound_tokens(request, card.max_seq_len, prompt, self._image_tokens(card)),
+                cold_batch=self._batch_tokens(card))
         finally:
             if pre_admitted is not None:  # decided: its reservation (or refusal) stands for it now
                 pre_admitted.release()
@@ -350,6 +354,34 @@ class Engine:
             return await implementation(self, call)
         finally:
             reservation.release()
+
+    def scores_pairs(self, model: str) -> bool:
+        """Whether `score_pairs` serves `model` (a plain cross-encoder; tasks/score_pairs.py)."""
+        card = self.card(model)
+        return "score" in card.tasks and scores_pairs(card)
+
+    async def score_pairs(self, model: str, queries: Sequence[str], texts: Sequence[str], *,
+                          truncate: bool | None = None, timeout: float | None = None,
+                          pre_admitted: PreAdmitted | None = None) -> ScoreResult:
+        """Score `queries[i]` against `texts[i]` for every i as one request (one admission, one
+        tokenisation, one submission), whatever the number of distinct queries; scores best
+        first with each pair's index. Only for a model `scores_pairs` says yes to; invalid
+        texts are 400s naming `items[i].query` or `items[i].text`."""
+        card = self.card(model)
+        self._require_task(card, "score")
+        if not scores_pairs(card):
+            raise UnsupportedTask(f"model {card.id!r} scores one query at a time (score)", field="model")
+        if len(queries) != len(texts):
+            raise InvalidRequest("queries and texts must pair up one to one", field="items")
+        v.check_optional_bool(truncate, "truncate")
+        # admission's bound: each pair's two texts share its sequence
+        fields = {"items": [q + t for q, t in zip(queries, texts)], "truncate": truncate}
+        deadline = time.monotonic() + timeout if timeout is not None else None
+
+        async def pairs(engine: Any, call: Call) -> ScoreResult:
+            return await run_pairs(engine, call, queries, texts)
+
+        return await self._on_engine_loop(self._admitted, pairs, "score", card, fields, deadline, pre_admitted)
 
     async def run_within(self, parent: Call, task: str, model: str, fields: Mapping[str, Any]) -> Any:
         """Run `task` on another model as part of `parent` (GLiREL's entity_model): the model is
@@ -365,6 +397,17 @@ class Engine:
         self._require_task(card, task)
         call = Call(task, card, request, deadline=parent.deadline, reservation=parent.reservation)
         return await implementation(self, call)
+
+    def _batch_tokens(self, card: ModelCard) -> int:
+        """A batch of this model (what admission lets in while its throughput is unmeasured):
+        its runner's budget once loaded, else its card's, capped on CPU as most families' are
+        (before the weights are read the family is not known; smaller errs on the safe side)."""
+        runner = self.pool.resident(card.id)
+        if runner is not None and runner.batch_tokens:
+            return runner.batch_tokens
+        if self.device.type == "cpu":
+            return max(min(card.max_batch_tokens, CPU_FLOAT32_BATCH_TOKENS), card.max_seq_len)
+        return card.max_batch_tokens
 
     def _image_tokens(self, card: ModelCard) -> int | None:
         """Positions an image item of this model runs (admission's count): its preprocessor's,
@@ -399,6 +442,26 @@ class Engine:
             await self.pool.get(model)
 
         await self._on_engine_loop(_load)
+
+    async def warm_up(self, model: str) -> float:
+        """Run one batch of synthetic text through a loaded model (warmup.py), outside admission,
+        so its throughput is measured; returns the seconds it took. Raises SIEError where the
+        model's task takes no text."""
+
+        async def _warm() -> float:
+            card = self.card(model)
+            task = card.tasks[0]
+            spec, implementation = task_implementation(task)
+            try:
+                request = spec.request((), warm_up_fields(card, task, self._batch_tokens(card)))
+            except FieldError as exc:
+                raise InvalidRequest(str(exc), field=exc.field) from None
+            started = time.monotonic()
+            # not admitted: it is the server's own work, run before any client's
+            await implementation(self, Call(task, card, request))
+            return time.monotonic() - started
+
+        return await self._on_engine_loop(_warm)
 
     def load_sync(self, model: str) -> None:
         self._sync(self.load, model)
@@ -455,14 +518,19 @@ class Engine:
         """Refuse new work and return once every accepted request has been answered."""
         await self._on_engine_loop(self.scheduler.drain)
 
-    def refuse_if_overloaded(self) -> PreAdmitted:
+    def refuse_if_overloaded(self, model: str | None = None, body_bytes: int | None = None) -> PreAdmitted:
         """Raise Overloaded (429) if the queue already holds more work than `max_queue_wait_s`
-        (with the calls let in here that admission has not decided yet); else return the handle
-        of the call let in. Cheap and safe from any thread: a server calls it before reading a
+        (with the calls let in here that admission has not decided yet, each charged what it
+        can cost: at most `body_bytes` tokens of `model` when the headers say them), or if
+        `model` is not measured yet and holds a batch already; else return the handle of the
+        call let in. Cheap and safe from any thread: a server calls it before reading a
         request's body, hands the handle to `run(..., pre_admitted=handle)` and gives it to
         `pre_admission_done(handle)` when the request ends. Every call is checked again, in
         full, when it runs."""
-        return self.scheduler.pre_admit()
+        card = self.catalog.get(model) if model is not None else None
+        if card is None:
+            return self.scheduler.pre_admit(body_bytes=body_bytes)
+        return self.scheduler.pre_admit(card.id, body_bytes, self._batch_tokens(card))
 
     @staticmethod
     def pre_admission_done(handle: PreAdmitted | None) -> None:

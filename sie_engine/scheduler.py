@@ -136,6 +136,8 @@ class Scheduler:
                                        on_change=self._report)
         # the expected wait as of the last change (a float: read on any thread, see pre_admit)
         self.wait_s = 0.0
+        # model -> tokens queued and reserved as of its last change (read on any thread, see pre_admit)
+        self._committed: dict[str, float] = {}
 
     # ---- lifecycle ---------------------------------------------------------
     def wake(self) -> None:
@@ -211,20 +213,31 @@ class Scheduler:
         """Seconds before a request arriving now would start (admission.py)."""
         return self.admission.wait(self.queued_tokens())
 
-    def pre_admit(self) -> PendingCall:
+    def pre_admit(self, model_id: str | None = None, body_bytes: int | None = None,
+                  cold_batch: int | None = None) -> PendingCall:
         """Raise Overloaded if the queue already holds more work than the wait bound: the last
-        computed wait plus the calls let in here and not decided yet (admission.py). Safe on any
-        thread (a server calls it before reading a body); release the call once `admit` has
-        decided. The full decision, with the request's own size, is `admit`, on the engine's loop."""
-        wait = self.wait_s + self.admission.pending.count * self.admission.request_s
-        if wait > self.admission.max_wait_s:
-            raise self.admission.refusal(wait)
-        return self.admission.pending.enter()
+        computed wait plus the calls let in here and not decided yet, each charged what it can
+        cost (admission.py), or if `model_id` (when the headers name it) is not measured yet
+        and holds a batch (`cold_batch`) already. Safe on any thread (a server calls it before
+        reading a body); release the call once `admit` has decided. The full decision, with the
+        request's own size, is `admit`, on the engine's loop."""
+        admission = self.admission
+        wait = self.wait_s + admission.pending.seconds
+        if wait > admission.max_wait_s:
+            raise admission.refusal(wait)
+        if (model_id is not None and cold_batch is not None and admission.bounded
+                and not admission.throughput.measured(model_id)):
+            # its own size is not known yet: refused only where any request would be
+            committed = self._committed.get(model_id, 0.0)
+            if committed >= cold_batch:
+                raise admission.cold_overloaded(model_id, committed, cold_batch)
+        return admission.pending.enter(admission.pending_charge(model_id, body_bytes))
 
     def _report(self, model_id: str) -> None:
         """Tell the metrics a model's queue (items, tokens) and its wait changed."""
         self.wait_s = self.expected_wait()
         items, tokens = self.queued(model_id)
+        self._committed[model_id] = tokens + self.admission.reserved(model_id)
         self.events.queue_changed(model_id, items, tokens)
         self.events.queue_wait(model_id, self.admission.model_wait(model_id, tokens))
 
@@ -233,13 +246,15 @@ class Scheduler:
         return max(1.0, tokens / self.admission.throughput.rate(model_id))
 
     # ---- admit -------------------------------------------------------------
-    def admit(self, model_id: str, tokens: int) -> Reservation:
+    def admit(self, model_id: str, tokens: int, cold_batch: int | None = None) -> Reservation:
         """Admit a request of at most `tokens` tokens for a model (before tokenising it): raises
-        Overloaded when the queue's work exceeds the wait bound, Draining while draining. The
-        caller releases the reservation when the request has been queued or has ended."""
+        Overloaded when the queue's work exceeds the wait bound (or, `cold_batch` given, the
+        model is not measured yet and holds a batch), Draining while draining. The caller
+        releases the reservation when the request has been queued or has ended."""
         if self._draining:
             raise Draining()
-        return self.admission.admit(model_id, tokens, self.queued_tokens(), largest=self.max_queued_tokens)
+        return self.admission.admit(model_id, tokens, self.queued_tokens(), largest=self.max_queued_tokens,
+                                    cold_batch=cold_batch)
 
     # ---- submit ------------------------------------------------------------
     def submit(self, model_id: str, task: str, items: Sequence[WorkItem], request: Request) -> Request:
@@ -269,7 +284,7 @@ class Scheduler:
         queue.items.extend(items)
         queue.tokens += tokens
         if request.reservation is not None:  # its real tokens are queued now: the estimate goes
-            request.reservation.settle(len(items) / max(1, request.size))
+            request.reservation.settle(len(items) / max(1, request.size), tokens)
         if request not in self._inflight:  # a large request is submitted in several chunks
             request.enqueued_at = time.monotonic()
             self._inflight.add(request)

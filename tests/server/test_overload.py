@@ -51,7 +51,10 @@ def test_upper_bound_is_above_the_real_token_count():
     # an image counts the positions its vision tower runs, not the text window
     images = {"items": [{"image": "aGk="}, {"image": "aGk="}, {"text": "a"}]}
     assert upper_bound_tokens(images, 77, image_tokens=257) == 2 * 257 + 1 + 8
-    assert upper_bound_tokens(images, 77) == 3 * 77 - 77 + 1 + 8  # no image count known: a window each
+    # a text-only model (no image count) refuses image items, and an item that is neither a
+    # text nor an image is refused by validation: neither can cost anything (issue #30)
+    assert upper_bound_tokens(images, 77) == 1 + 8
+    assert upper_bound_tokens({"items": [1, None, {"x": 2}, {"text": 3}]}, 256) == 0
     # before a model's preprocessor loads, the card's image size bounds them: ColPali's 448-px
     # page (1,024 patches and its prompt: ~1,030), ViT-L/14 at 224 (257), SigLIP so400m/14 at 384 (729)
     assert image_positions_bound(448) >= 1030 and image_positions_bound(224) >= 257
