@@ -11,7 +11,7 @@ import numpy as np
 from qdrant_client import AsyncQdrantClient, models
 from tqdm.auto import tqdm
 
-from sie_client import DEFAULT_MODEL, AsyncSIEClient, connect_async
+from sie_client import DEFAULT_MODEL, AsyncSIEClient, RetryPolicy, connect_async
 
 from .plan import QdrantPlan, part
 from .points import NamedVector
@@ -40,12 +40,12 @@ class AsyncSIEQdrant(QdrantPlan):
                  sparse_idf: bool = False, instruction: str | None = None, client: AsyncSIEClient | None = None,
                  url: str | None = None, api_key: str | None = None, timeout: float | None = None,
                  batch_size: int | None = None, progress: bool | None = None, image_model: str | None = None,
-                 image_name: str = "image"):
+                 image_name: str = "image", retry: RetryPolicy | None = None):
         super().__init__(dense_model=dense_model, sparse_model=sparse_model, multivector_model=multivector_model,
                          rerank_model=rerank_model, dense_name=dense_name, sparse_name=sparse_name,
                          multivector_name=multivector_name, sparse_idf=sparse_idf, instruction=instruction,
                          batch_size=batch_size, progress=progress, image_model=image_model, image_name=image_name)
-        self.client = connect_async(client, url=url, api_key=api_key, timeout=timeout)
+        self.client = connect_async(client, url=url, api_key=api_key, timeout=timeout, retry=retry)
         self._dims: dict[tuple[str, str], int] = {}
 
     async def dims(self, vector: NamedVector) -> int:
