@@ -34,8 +34,8 @@ class SIEEntityExtractor(SIEConnection):
                  api_key: Secret = DEFAULT_KEY, timeout: float | None = None, threshold: float | None = None,
                  meta_key: str = "named_entities", batch_size: int = 32, relation_labels: list[str] | None = None,
                  entity_model: str | None = None, entity_labels: list[str] | None = None,
-                 relations_key: str = "relations"):
-        SIEConnection.__init__(self, url, api_key, timeout)  # @component rebuilds the class: no bare super()
+                 relations_key: str = "relations", max_retries: int | None = None):
+        SIEConnection.__init__(self, url, api_key, timeout, max_retries)  # @component rebuilds the class
         self.labels = list(labels)
         self.model = model
         self.threshold = threshold
@@ -81,7 +81,7 @@ class SIEEntityExtractor(SIEConnection):
     def run(self, documents: list[Document]) -> dict[str, list[Document]]:
         if not documents:
             return {"documents": []}
-        result = self.clients.sync.extract(self.model, [d.content or "" for d in documents], self.labels,
+        result = self.sync_client.extract(self.model, [d.content or "" for d in documents], self.labels,
                                            **self._options())
         return self._annotated(documents, result)
 
@@ -89,6 +89,6 @@ class SIEEntityExtractor(SIEConnection):
     async def run_async(self, documents: list[Document]) -> dict[str, list[Document]]:
         if not documents:
             return {"documents": []}
-        result = await self.clients.call("extract", self.model, [d.content or "" for d in documents], self.labels,
+        result = await self.call_async("extract", self.model, [d.content or "" for d in documents], self.labels,
                                          **self._options())
         return self._annotated(documents, result)

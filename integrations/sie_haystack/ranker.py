@@ -23,8 +23,10 @@ class SIERanker(SIEConnection):
 
     def __init__(self, model: str = "cross-encoder/ms-marco-MiniLM-L-6-v2", url: str | None = None,
                  api_key: Secret = DEFAULT_KEY, timeout: float | None = None, top_k: int | None = 10,
-                 meta_fields_to_embed: list[str] | None = None, embedding_separator: str = "\n"):
-        SIEConnection.__init__(self, url, api_key, timeout)  # @component rebuilds the class: no bare super()
+                 meta_fields_to_embed: list[str] | None = None, embedding_separator: str = "\n",
+                 max_retries: int | None = None):
+        """max_retries: retries of a failed call after the first try (None: the client's default)."""
+        SIEConnection.__init__(self, url, api_key, timeout, max_retries)  # @component rebuilds the class
         if top_k is not None and top_k <= 0:
             raise ValueError(f"top_k must be > 0, got {top_k}")
         self.model = model
@@ -54,7 +56,7 @@ class SIERanker(SIEConnection):
         if not documents:
             return {"documents": []}
         top_k = self.top_k if top_k is None else top_k
-        return self._ranked(documents, self.clients.sync.score(self.model, query, self._texts(documents), top_k=top_k))
+        return self._ranked(documents, self.sync_client.score(self.model, query, self._texts(documents), top_k=top_k))
 
     @component.output_types(documents=list[Document])
     async def run_async(self, query: str, documents: list[Document],
@@ -62,5 +64,5 @@ class SIERanker(SIEConnection):
         if not documents:
             return {"documents": []}
         top_k = self.top_k if top_k is None else top_k
-        scored = await self.clients.call("score", self.model, query, self._texts(documents), top_k=top_k)
+        scored = await self.call_async("score", self.model, query, self._texts(documents), top_k=top_k)
         return self._ranked(documents, scored)

@@ -9,7 +9,11 @@ the table recreates it; `ndims()` asks SIE's `/v1/models` for the vector size.
 Failures raise the client's `SIEError` at once: LanceDB's own retry loop (every
 exception, exponential backoff from 2 s, 7 times) is off, because SIE's client
 already retries what can succeed later (429, 503, lost connections) within a
-bounded wait, and a 400, 401 or 404 will not change by waiting. Rows whose text
+bounded wait, and a 400, 401 or 404 will not change by waiting. Where LanceDB's
+Python code calls the function (`search`, its retry loop when `max_retries` turns
+it on) the `SIEError` itself comes out; `table.add` embeds inside LanceDB's Rust
+writer, which can only pass on the error's text (a `RuntimeError` whose message
+is SIE's "<status> <code>: <message>"). Rows whose text
 is empty or None get no vector (None), as LanceDB's built-in functions do; the
 table's `on_bad_vectors` policy decides what becomes of them.
 
@@ -23,9 +27,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 from lancedb.embeddings import TextEmbeddingFunction, register
+from lancedb.embeddings.utils import retry_with_exponential_backoff
 from pydantic import PrivateAttr
 
-from sie_client import DEFAULT_MODEL, SIEClient, connect
+from sie_client import DEFAULT_MODEL, SIEClient, SIEError, connect
 
 
 @register("sie")
@@ -83,17 +88,28 @@ class SIEEmbeddings(TextEmbeddingFunction):
                 self._ndims = int(size)
         return self._ndims
 
+    def _with_retry(self, compute, *args, **kwargs) -> list:
+        """`compute(*args, **kwargs)`, through LanceDB's retry loop only when `max_retries` asks for it.
+
+        Not through LanceDB's wrapper with 0 retries: it turns the first error into a plain
+        Exception("Maximum number of retries (0) exceeded.", error). When the loop does give up,
+        the last SIEError is raised again, chained to LanceDB's exception, so callers see SIE's
+        status and code whichever way the function was called."""
+        if self.max_retries <= 0:
+            return compute(*args, **kwargs)
+        try:
+            return retry_with_exponential_backoff(compute, max_retries=self.max_retries)(*args, **kwargs)
+        except Exception as exc:
+            last = exc.args[-1] if exc.args else None
+            if isinstance(last, SIEError) and last is not exc:
+                raise last from exc
+            raise
+
     def compute_source_embeddings_with_retry(self, *args, **kwargs) -> list:
-        if self.max_retries > 0:
-            return super().compute_source_embeddings_with_retry(*args, **kwargs)
-        # Called directly, not through LanceDB's wrapper with 0 retries, which would
-        # re-raise an SIEError as a plain Exception("Maximum number of retries ...").
-        return self.compute_source_embeddings(*args, **kwargs)
+        return self._with_retry(self.compute_source_embeddings, *args, **kwargs)
 
     def compute_query_embeddings_with_retry(self, *args, **kwargs) -> list:
-        if self.max_retries > 0:
-            return super().compute_query_embeddings_with_retry(*args, **kwargs)
-        return self.compute_query_embeddings(*args, **kwargs)
+        return self._with_retry(self.compute_query_embeddings, *args, **kwargs)
 
     def _encode(self, texts: Sequence[str | None] | np.ndarray, is_query: bool) -> list:
         """One vector per text; None where the text is not a non-blank string."""
@@ -112,8 +128,13 @@ class SIEEmbeddings(TextEmbeddingFunction):
             batch_size=self.batch_size, progress=self.progress,
         )
         for i, item in zip(valid, result.items):
-            out[i] = np.asarray(getattr(item, self.output), dtype=np.float32)
+            out[i] = self._row(np.asarray(getattr(item, self.output), dtype=np.float32))
         return out
+
+    @staticmethod
+    def _row(vector: np.ndarray) -> Any:
+        """One stored value: the `[ndims]` vector itself."""
+        return vector
 
     def generate_embeddings(self, texts: list[str] | np.ndarray, *args, **kwargs) -> list:
         """Document-mode vectors, one per text (`[ndims]` float32 each; None for empty or None texts)."""
@@ -124,16 +145,45 @@ class SIEEmbeddings(TextEmbeddingFunction):
         return self._encode(self.sanitize_input(query), is_query=True)
 
 
+class _TokenRows(list):
+    """One text's token vectors, `[tokens]` rows of `[ndims]` float32, whose `len()` is `ndims`.
+
+    lancedb 0.40's `table.add` (`_append_vector_columns`) keeps an auto-computed value only when
+    `len(value) == func.ndims()` and stores NULL otherwise, assuming one flat vector per row, so a
+    multivector value (len = its token count) was silently dropped. pyarrow reads a list's items
+    through the C-level size, not `__len__`, so this value still converts to all its rows. Only
+    the values handed to LanceDB's writer are wrapped; `generate_embeddings` returns plain lists.
+    tests/integrations/test_integration_lancedb.py stores and reads back the vectors through
+    `add`, so a lancedb release that checks differently fails there, not silently."""
+
+    def __init__(self, rows: list, ndims: int):
+        super().__init__(rows)
+        self.ndims = ndims
+
+    def __len__(self) -> int:
+        return self.ndims
+
+
 @register("sie-multivector")
 class SIEMultiVectorEmbeddings(SIEEmbeddings):
-    """Late-interaction token vectors (`[tokens, ndims]` per text) for a LanceDB
-    multivector column (`MultiVector(func.ndims())`, cosine metric), searched by MaxSim.
+    """Late-interaction token vectors for a LanceDB multivector column
+    (`MultiVector(func.ndims())`, cosine metric), searched by MaxSim.
 
-    lancedb 0.40 drops auto-computed rows whose length differs from `ndims()` (it assumes
-    one flat vector per row), so write the vectors yourself when adding rows:
-    `table.add([{"text": t, "vector": v} for t, v in zip(texts, func.generate_embeddings(texts))])`;
-    `table.search("query text")` embeds the query through this function as usual.
+    `table.add` of rows with text only embeds and stores the token vectors, as for "sie";
+    `generate_embeddings(texts)` gives, per text, a list of `[ndims]` float32 rows (what a
+    MultiVector column takes: `table.add([{"text": t, "vector": v} ...])` works as is), and
+    `table.search("query text")` embeds the query through this function (query mode).
     """
 
     model: str = "answerdotai/answerai-colbert-small-v1"
     output: ClassVar[str] = "multivector"
+
+    @staticmethod
+    def _row(vector: np.ndarray) -> Any:
+        """One stored value: `[tokens]` rows of `[ndims]` (pyarrow cannot convert a 2-D array into a list column)."""
+        return list(vector)
+
+    def compute_source_embeddings_with_retry(self, *args, **kwargs) -> list:
+        ndims = self.ndims()
+        return [None if rows is None else _TokenRows(rows, ndims)
+                for rows in super().compute_source_embeddings_with_retry(*args, **kwargs)]

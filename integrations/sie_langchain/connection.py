@@ -1,30 +1,86 @@
 """`SIEConnection`: the fields every SIE LangChain class takes to reach SIE
-(`url`, `api_key`, `timeout`, or ready-made clients), and the clients made from them."""
+(`url`, `api_key`, `timeout`, `max_retries`, or ready-made clients), and the clients
+made from them; `ShowProgress`, the progress flag under LangChain's name.
+
+`url` and `api_key` default to the `SIE_URL` and `SIE_API_KEY` variables, read when the
+object is made, through LangChain's own `from_env` / `secret_from_env` (as LangChain's
+partner packages read theirs); no URL at all means embedded mode."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
+from langchain_core.utils import from_env, secret_from_env
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
-from sie_client import AsyncSIEClient, Clients, SIEClient
+from sie_client import AsyncSIEClient, Clients, RetryPolicy, SIEClient, connect, connect_async
+
+
+def retry_policy(max_retries: int | None) -> RetryPolicy | None:
+    """The client's policy for `max_retries` retries after the first try (None: the client's default).
+    The client counts attempts, the first one included; LangChain's clients count retries."""
+    if max_retries is None:
+        return None
+    if max_retries < 0:
+        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+    return RetryPolicy(max_attempts=max_retries + 1)
+
+
+def renamed(values: Any, old: str, new: str, owner: str) -> Any:
+    """Init values with the deprecated name `old` moved to `new` (with a DeprecationWarning)."""
+    if isinstance(values, dict) and old in values:
+        warnings.warn(f"{owner}({old}=...) is deprecated; pass {new}=...", DeprecationWarning, stacklevel=4)
+        values = dict(values)
+        value = values.pop(old)
+        if values.get(new) is not None and values[new] != value:
+            raise ValueError(f"{owner}: {old}={value!r} and {new}={values[new]!r} disagree; pass {new} only")
+        values[new] = value
+    return values
 
 
 class SIEConnection(BaseModel):
-    """url: an SIE server, "embedded", or None for `SIE_URL` (else embedded mode).
-    api_key: defaults to `SIE_API_KEY`. client / async_client: clients of your own
-    (with `client` only, async calls run it in a worker thread)."""
+    """url: an SIE server, "embedded", or None (default: `SIE_URL`, else embedded mode).
+    api_key: defaults to `SIE_API_KEY`. timeout: seconds per request. max_retries: retries
+    of a failed call after the first try (None: the client's default). client / async_client:
+    clients of your own (with `client` only, async calls run it in a worker thread)."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", protected_namespaces=())
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", protected_namespaces=(),
+                              populate_by_name=True)
 
-    url: str | None = None
-    api_key: SecretStr | None = None
+    url: str | None = Field(default_factory=from_env("SIE_URL", default=None))
+    api_key: SecretStr | None = Field(default_factory=secret_from_env("SIE_API_KEY", default=None))
     timeout: float | None = None
+    max_retries: int | None = None
     client: SIEClient | None = Field(default=None, exclude=True)
     async_client: AsyncSIEClient | None = Field(default=None, exclude=True)
 
     _clients: Clients = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
-        self._clients = Clients(url=self.url, api_key=self.api_key.get_secret_value() if self.api_key else None,
-                                timeout=self.timeout, client=self.client, async_client=self.async_client)
+        key = self.api_key.get_secret_value() if self.api_key else None
+        retry = retry_policy(self.max_retries)
+        client, async_client = self.client, self.async_client
+        if retry is not None and client is None and async_client is None:
+            # `Clients` makes its clients with url, key and timeout only: a retry policy needs them made here.
+            client = connect(url=self.url, api_key=key, timeout=self.timeout, retry=retry)
+            async_client = connect_async(url=self.url, api_key=key, timeout=self.timeout, retry=retry)
+        self._clients = Clients(url=self.url, api_key=key, timeout=self.timeout, client=client,
+                                async_client=async_client)
+
+
+class ShowProgress(BaseModel):
+    """show_progress: a progress bar over bulk calls (LangChain's name for it; `progress` is a
+    deprecated alias, still accepted and readable)."""
+
+    show_progress: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _progress_alias(cls, values: Any) -> Any:
+        return renamed(values, "progress", "show_progress", cls.__name__)
+
+    @property
+    def progress(self) -> bool | None:
+        """Deprecated: `show_progress`."""
+        return self.show_progress

@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
+from pydantic import model_validator
 
 from sie_client import DEFAULT_MODEL
 
-from .connection import SIEConnection
+from .connection import ShowProgress, SIEConnection, renamed
 
 
-class SIEEmbeddings(SIEConnection, Embeddings):
+class SIEEmbeddings(SIEConnection, ShowProgress, Embeddings):
     """Dense vectors from an SIE model.
 
     Example:
@@ -24,19 +25,29 @@ class SIEEmbeddings(SIEConnection, Embeddings):
         store = QdrantVectorStore.from_texts(texts, embeddings, location=":memory:", collection_name="docs")
 
     instruction: a query instruction for instruction-tuned models (SIE's card default otherwise).
-    dims: Matryoshka truncation. batch_size: texts per SIE request. progress: a progress bar
-    over `embed_documents`.
+    dimensions: Matryoshka truncation (OpenAIEmbeddings' name; `dims` is a deprecated alias).
+    batch_size: texts per SIE request. show_progress: a progress bar over `embed_documents`.
     """
 
     model: str = DEFAULT_MODEL
     instruction: str | None = None
-    dims: int | None = None
+    dimensions: int | None = None
     batch_size: int | None = None
-    progress: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dims_alias(cls, values: Any) -> Any:
+        return renamed(values, "dims", "dimensions", cls.__name__)
+
+    @property
+    def dims(self) -> int | None:
+        """Deprecated: `dimensions`."""
+        return self.dimensions
 
     def _options(self, is_query: bool) -> dict[str, Any]:
         return dict(output_types=["dense"], is_query=is_query, instruction=self.instruction if is_query else None,
-                    dims=self.dims, batch_size=self.batch_size, progress=False if is_query else self.progress)
+                    dims=self.dimensions, batch_size=self.batch_size,
+                    progress=False if is_query else self.show_progress)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self._clients.sync.encode(self.model, list(texts), **self._options(False)).dense_matrix().tolist()

@@ -10,10 +10,10 @@ from typing import Any
 
 from langchain_core.documents import BaseDocumentTransformer, Document
 
-from .connection import SIEConnection
+from .connection import ShowProgress, SIEConnection
 
 
-class SIEEntityExtractor(SIEConnection, BaseDocumentTransformer):
+class SIEEntityExtractor(SIEConnection, ShowProgress, BaseDocumentTransformer):
     """Example:
         tagger = SIEEntityExtractor(model="urchade/gliner_small-v2.1", labels=["person", "organization"])
         docs = tagger.transform_documents(docs)   # doc.metadata["entities"] == [{"text", "label", "score", ...}]
@@ -48,12 +48,11 @@ class SIEEntityExtractor(SIEConnection, BaseDocumentTransformer):
     entity_model: str | None = None
     entity_labels: list[str] | None = None
     batch_size: int | None = None
-    progress: bool | None = None
 
     def _options(self) -> dict[str, Any]:
         return dict(threshold=self.threshold, multi_label=self.multi_label, top_k=self.top_k,
                     relation_labels=self.relation_labels, entity_model=self.entity_model,
-                    entity_labels=self.entity_labels, batch_size=self.batch_size, progress=self.progress)
+                    entity_labels=self.entity_labels, batch_size=self.batch_size, progress=self.show_progress)
 
     @staticmethod
     def _entity(e) -> dict[str, Any]:

@@ -8,14 +8,14 @@ from typing import Any
 
 from langchain_qdrant import SparseEmbeddings, SparseVector
 
-from .connection import SIEConnection
+from .connection import ShowProgress, SIEConnection
 
 
 def _to_langchain(sparse) -> SparseVector:
     return SparseVector(indices=sparse.indices.astype(int).tolist(), values=sparse.values.astype(float).tolist())
 
 
-class SIESparseEmbeddings(SIEConnection, SparseEmbeddings):
+class SIESparseEmbeddings(SIEConnection, ShowProgress, SparseEmbeddings):
     """Vocabulary-weight vectors from an SIE sparse (SPLADE-style) model.
 
     Example:
@@ -26,11 +26,10 @@ class SIESparseEmbeddings(SIEConnection, SparseEmbeddings):
     model: str
     instruction: str | None = None
     batch_size: int | None = None
-    progress: bool | None = None
 
     def _options(self, is_query: bool) -> dict[str, Any]:
         return dict(output_types=["sparse"], is_query=is_query, instruction=self.instruction if is_query else None,
-                    batch_size=self.batch_size, progress=False if is_query else self.progress)
+                    batch_size=self.batch_size, progress=False if is_query else self.show_progress)
 
     def embed_documents(self, texts: list[str]) -> list[SparseVector]:
         result = self._clients.sync.encode(self.model, list(texts), **self._options(False))

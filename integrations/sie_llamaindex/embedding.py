@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
-from llama_index.core.bridge.pydantic import Field
+from llama_index.core.bridge.pydantic import Field, model_validator
 
 from sie_client import DEFAULT_MODEL
 
-from .connection import SIEConnection
+from .connection import SIEConnection, renamed
 
 
 class SIEEmbedding(SIEConnection, BaseEmbedding):
@@ -25,7 +25,17 @@ class SIEEmbedding(SIEConnection, BaseEmbedding):
     # One SIE request per LlamaIndex batch: SIE batches by tokens itself, so larger is cheaper.
     embed_batch_size: int = Field(default=128, gt=0, le=2048)
     instruction: str | None = Field(default=None, description="Query instruction override.")
-    dims: int | None = Field(default=None, description="Matryoshka truncation.")
+    dimensions: int | None = Field(default=None, description="Matryoshka truncation (`dims`: deprecated alias).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dims_alias(cls, values: Any) -> Any:
+        return renamed(values, "dims", "dimensions", cls.__name__)
+
+    @property
+    def dims(self) -> int | None:
+        """Deprecated: `dimensions`."""
+        return self.dimensions
 
     def __init__(self, model: str | None = None, **kwargs: Any):
         # `model=` as in SIE's other adapters; LlamaIndex's field (and to_dict) says model_name.
@@ -38,7 +48,7 @@ class SIEEmbedding(SIEConnection, BaseEmbedding):
 
     def _options(self, is_query: bool) -> dict[str, Any]:
         return dict(output_types=["dense"], is_query=is_query, instruction=self.instruction if is_query else None,
-                    dims=self.dims, progress=False)
+                    dims=self.dimensions, progress=False)
 
     def _get_query_embedding(self, query: str) -> Embedding:
         return self._clients.sync.encode(self.model_name, [query], **self._options(True)).dense_matrix()[0].tolist()

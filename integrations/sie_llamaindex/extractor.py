@@ -4,7 +4,7 @@ SIE extraction model (GLiNER-style, zero-shot: any labels) finds in each node.""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.extractors.interface import BaseExtractor
@@ -13,7 +13,8 @@ from llama_index.core.schema import BaseNode, MetadataMode
 from .connection import SIEConnection
 
 
-class SIEEntityExtractor(SIEConnection, BaseExtractor):
+# BaseExtractor's max_retries (an int, its own retry loop) is the one that counts here (redeclared below).
+class SIEEntityExtractor(SIEConnection, BaseExtractor):  # type: ignore[misc]
     """Example:
         pipeline = IngestionPipeline(transformations=[
             SIEEntityExtractor(model="urchade/gliner_small-v2.1", labels=["person", "organization"]), SIEEmbedding()])
@@ -28,6 +29,10 @@ class SIEEntityExtractor(SIEConnection, BaseExtractor):
     threshold: float | None = Field(default=None, description="Minimum entity score (SIE's default if None).")
     label_entities: bool = Field(default=False, description="One metadata key per label instead of 'entities'.")
     metadata_mode: MetadataMode = Field(default=MetadataMode.NONE)
+    max_retries: int = Field(default=0, ge=0, description="LlamaIndex's retries of a failed aextract (not the "
+                             "client's, which keeps its default policy).")
+
+    retries_are_the_clients: ClassVar[bool] = False
 
     @classmethod
     def class_name(cls) -> str:

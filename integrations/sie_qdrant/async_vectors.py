@@ -4,13 +4,14 @@ plan.py builds them for both)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from qdrant_client import AsyncQdrantClient, models
+from tqdm.auto import tqdm
 
-from sie_client import DEFAULT_MODEL, AsyncSIEClient, connect_async
+from sie_client import DEFAULT_MODEL, AsyncSIEClient, RetryPolicy, connect_async
 
 from .plan import QdrantPlan, part
 from .points import NamedVector
@@ -39,12 +40,12 @@ class AsyncSIEQdrant(QdrantPlan):
                  sparse_idf: bool = False, instruction: str | None = None, client: AsyncSIEClient | None = None,
                  url: str | None = None, api_key: str | None = None, timeout: float | None = None,
                  batch_size: int | None = None, progress: bool | None = None, image_model: str | None = None,
-                 image_name: str = "image"):
+                 image_name: str = "image", retry: RetryPolicy | None = None):
         super().__init__(dense_model=dense_model, sparse_model=sparse_model, multivector_model=multivector_model,
                          rerank_model=rerank_model, dense_name=dense_name, sparse_name=sparse_name,
                          multivector_name=multivector_name, sparse_idf=sparse_idf, instruction=instruction,
                          batch_size=batch_size, progress=progress, image_model=image_model, image_name=image_name)
-        self.client = connect_async(client, url=url, api_key=api_key, timeout=timeout)
+        self.client = connect_async(client, url=url, api_key=api_key, timeout=timeout, retry=retry)
         self._dims: dict[tuple[str, str], int] = {}
 
     async def dims(self, vector: NamedVector) -> int:
@@ -107,6 +108,39 @@ class AsyncSIEQdrant(QdrantPlan):
             await qdrant.upsert(collection, points=points)
         return len(ids)
 
+    async def iter_points(self, texts: Sequence[str | None] | None = None, ids: Sequence[Any] | None = None,
+                          payloads: Sequence[Mapping[str, Any]] | None = None, text_field: str = "text",
+                          chunk: int = 512, *, images: Sequence[Any] | None = None
+                          ) -> AsyncIterator[models.PointStruct]:
+        """Points encoded `chunk` at a time, as an async stream (`async for`; one progress bar over
+        all points when `progress` is on): memory stays bounded by a chunk."""
+        ids = self.check_lengths(texts, ids, payloads, images)
+        with tqdm(total=len(ids), desc="encode", unit="item", disable=not self.progress, leave=False) as bar:
+            for start in range(0, len(ids), chunk):
+                end = start + chunk
+                for point in await self.points(part(texts, start, end), ids[start:end], part(payloads, start, end),
+                                               text_field, images=part(images, start, end)):
+                    yield point
+                bar.update(len(ids[start:end]))
+
+    async def upload(self, qdrant: AsyncQdrantClient, collection: str, texts: Sequence[str | None] | None = None,
+                     ids: Sequence[Any] | None = None, payloads: Sequence[Mapping[str, Any]] | None = None,
+                     text_field: str = "text", *, chunk: int = 512, batch_size: int = 64, parallel: int = 1,
+                     max_retries: int = 3, wait: bool = True, images: Sequence[Any] | None = None) -> int:
+        """Bulk load through qdrant-client's `upload_points` (its batching, parallel upload and
+        retries), one SIE-encoded chunk at a time; returns the count. AsyncQdrantClient's
+        upload_points is a plain (blocking) method over a plain iterable, which cannot await SIE:
+        each chunk is encoded, awaited, then handed over whole."""
+        _async_only(qdrant)
+        ids = self.check_lengths(texts, ids, payloads, images)
+        for start in range(0, len(ids), chunk):
+            end = start + chunk
+            points = await self.points(part(texts, start, end), ids[start:end], part(payloads, start, end),
+                                       text_field, images=part(images, start, end))
+            qdrant.upload_points(collection, points=points, batch_size=batch_size, parallel=parallel,
+                                 max_retries=max_retries, wait=wait)
+        return len(ids)
+
     async def search(self, qdrant: AsyncQdrantClient, collection: str, query: str, *, using: str | None = None,
                      limit: int = 10, query_filter: models.Filter | None = None,
                      with_payload: bool | Sequence[str] = True, **kwargs) -> list[models.ScoredPoint]:
@@ -166,10 +200,17 @@ class AsyncSIEQdrant(QdrantPlan):
     async def multistage_search(self, qdrant: AsyncQdrantClient, collection: str, query: str, *, limit: int = 10,
                                 prefetch_limit: int = 100, query_filter: models.Filter | None = None
                                 ) -> list[models.ScoredPoint]:
+        return (await self.multistage_search_batch(qdrant, collection, [query], limit=limit,
+                                                   prefetch_limit=prefetch_limit, query_filter=query_filter))[0]
+
+    async def multistage_search_batch(self, qdrant: AsyncQdrantClient, collection: str, queries: Sequence[str], *,
+                                      limit: int = 10, prefetch_limit: int = 100,
+                                      query_filter: models.Filter | None = None) -> list[list[models.ScoredPoint]]:
+        """`multistage_search` for many queries: one SIE call and one Qdrant batch request."""
         _async_only(qdrant)
-        requests = self.multistage_requests(await self.embed_queries([query]), limit=limit,
+        requests = self.multistage_requests(await self.embed_queries(queries), limit=limit,
                                             prefetch_limit=prefetch_limit, query_filter=query_filter)
-        return (await qdrant.query_batch_points(collection, requests=requests))[0].points
+        return [answer.points for answer in await qdrant.query_batch_points(collection, requests=requests)]
 
     async def rerank(self, query: str, points: Sequence[models.ScoredPoint], *, limit: int | None = None,
                      text_field: str = "text") -> list[models.ScoredPoint]:

@@ -23,7 +23,7 @@ import numpy as np
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
 from tqdm.auto import tqdm
 
-from sie_client import DEFAULT_MODEL, SIEClient, connect
+from sie_client import DEFAULT_MODEL, RetryPolicy, SIEClient, connect
 
 from .plan import QdrantPlan, part
 from .points import NamedVector
@@ -52,17 +52,17 @@ class SIEQdrant(QdrantPlan):
                  sparse_idf: bool = False, instruction: str | None = None, client: SIEClient | None = None,
                  url: str | None = None, api_key: str | None = None, timeout: float | None = None,
                  batch_size: int | None = None, progress: bool | None = None, image_model: str | None = None,
-                 image_name: str = "image"):
+                 image_name: str = "image", retry: RetryPolicy | None = None):
         """
-        See QdrantPlan for the vectors and options. client / url / api_key / timeout: an
-        SIEClient or the options to make one (SIE_URL / SIE_API_KEY by default; no URL
-        means embedded mode).
+        See QdrantPlan for the vectors and options. client / url / api_key / timeout / retry (the
+        client's RetryPolicy): an SIEClient or the options to make one (SIE_URL / SIE_API_KEY by
+        default; no URL means embedded mode).
         """
         super().__init__(dense_model=dense_model, sparse_model=sparse_model, multivector_model=multivector_model,
                          rerank_model=rerank_model, dense_name=dense_name, sparse_name=sparse_name,
                          multivector_name=multivector_name, sparse_idf=sparse_idf, instruction=instruction,
                          batch_size=batch_size, progress=progress, image_model=image_model, image_name=image_name)
-        self.client = connect(client, url=url, api_key=api_key, timeout=timeout)
+        self.client = connect(client, url=url, api_key=api_key, timeout=timeout, retry=retry)
         self._dims: dict[tuple[str, str], int] = {}
 
     # ---- collection configuration -----------------------------------------

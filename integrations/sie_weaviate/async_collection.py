@@ -12,7 +12,7 @@ from weaviate.classes.data import DataObject
 from weaviate.classes.query import MetadataQuery
 from weaviate.client import WeaviateAsyncClient
 
-from sie_client import DEFAULT_MODEL, AsyncSIEClient, connect_async
+from sie_client import DEFAULT_MODEL, AsyncSIEClient, RetryPolicy, connect_async
 from sie_client.image_inputs import present
 
 from .plan import WeaviatePlan, as_texts
@@ -40,13 +40,14 @@ class AsyncSIEWeaviate(WeaviatePlan):
                  multivector_name: str = "multivector", text_property: str = "text", instruction: str | None = None,
                  client: AsyncSIEClient | None = None, url: str | None = None, api_key: str | None = None,
                  timeout: float | None = None, batch_size: int | None = None, progress: bool | None = None,
-                 image_model: str | None = None, image_name: str = "image", image_property: str = "image"):
+                 image_model: str | None = None, image_name: str = "image", image_property: str = "image",
+                 retry: RetryPolicy | None = None):
         super().__init__(dense_model=dense_model, multivector_model=multivector_model, rerank_model=rerank_model,
                          extract_model=extract_model, dense_name=dense_name, multivector_name=multivector_name,
                          text_property=text_property, instruction=instruction, batch_size=batch_size,
                          progress=progress, image_model=image_model, image_name=image_name,
                          image_property=image_property)
-        self.client = connect_async(client, url=url, api_key=api_key, timeout=timeout)
+        self.client = connect_async(client, url=url, api_key=api_key, timeout=timeout, retry=retry)
 
     async def create_collection(self, weaviate_client: WeaviateAsyncClient, name: str, *,
                                 properties: Sequence[Any] | None = None, entity_labels: Sequence[str] = (),

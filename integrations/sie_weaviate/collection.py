@@ -16,7 +16,7 @@ from weaviate.classes.query import MetadataQuery
 from weaviate.client import WeaviateAsyncClient
 from weaviate.collections import Collection
 
-from sie_client import DEFAULT_MODEL, SIEClient, connect
+from sie_client import DEFAULT_MODEL, RetryPolicy, SIEClient, connect
 from sie_client.image_inputs import present
 
 from .plan import WeaviatePlan, as_texts
@@ -44,18 +44,19 @@ class SIEWeaviate(WeaviatePlan):
                  multivector_name: str = "multivector", text_property: str = "text", instruction: str | None = None,
                  client: SIEClient | None = None, url: str | None = None, api_key: str | None = None,
                  timeout: float | None = None, batch_size: int | None = None, progress: bool | None = None,
-                 image_model: str | None = None, image_name: str = "image", image_property: str = "image"):
+                 image_model: str | None = None, image_name: str = "image", image_property: str = "image",
+                 retry: RetryPolicy | None = None):
         """
-        See WeaviatePlan for the vectors and options. client / url / api_key / timeout: an
-        SIEClient or the options to make one (SIE_URL / SIE_API_KEY by default; no URL means
-        embedded mode).
+        See WeaviatePlan for the vectors and options. client / url / api_key / timeout / retry (the
+        client's RetryPolicy): an SIEClient or the options to make one (SIE_URL / SIE_API_KEY by
+        default; no URL means embedded mode).
         """
         super().__init__(dense_model=dense_model, multivector_model=multivector_model, rerank_model=rerank_model,
                          extract_model=extract_model, dense_name=dense_name, multivector_name=multivector_name,
                          text_property=text_property, instruction=instruction, batch_size=batch_size,
                          progress=progress, image_model=image_model, image_name=image_name,
                          image_property=image_property)
-        self.client = connect(client, url=url, api_key=api_key, timeout=timeout)
+        self.client = connect(client, url=url, api_key=api_key, timeout=timeout, retry=retry)
 
     # ---- collection --------------------------------------------------------
     def create_collection(self, weaviate_client: Any, name: str, *, properties: Sequence[Any] | None = None,

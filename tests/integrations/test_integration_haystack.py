@@ -8,6 +8,7 @@ Haystack components take a URL, not a client."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 
 import numpy as np
@@ -184,6 +185,128 @@ def test_components_serialise_without_the_key(monkeypatch):
     extractor = SIEEntityExtractor(labels=LABELS, url="http://127.0.0.1:9")
     data = extractor.to_dict()
     assert "k-123" not in str(data) and data["init_parameters"]["api_key"]["env_vars"] == ["SIE_API_KEY"]
-    assert SIEEntityExtractor.from_dict(data).clients.sync.api_key == "k-123"
+    assert SIEEntityExtractor.from_dict(data).sync_client.api_key == "k-123"
     with pytest.raises(ValueError, match="serialize"):
         SIETextEmbedder(url="http://127.0.0.1:9", api_key=Secret.from_token("k-456")).to_dict()
+
+
+# ---- the conventions of Haystack's own OpenAI embedders (issue 29.7) -------------------------
+
+def test_prefix_suffix_and_dimensions(sie_url):
+    """prefix / suffix go around each text (and after the meta fields), dimensions truncates as
+    SIE's `dims`; `dims=` still works, with a DeprecationWarning."""
+    client = SIEClient(sie_url)
+    text = SIETextEmbedder(model=MODEL, url=sie_url, prefix="query: ", suffix=" ?", dimensions=128)
+    vector = text.run("mount a USB disk")["embedding"]
+    expected = client.encode(MODEL, ["query: mount a USB disk ?"], is_query=True, dims=128).dense_matrix()[0]
+    assert len(vector) == 128
+    np.testing.assert_allclose(vector, expected, atol=2e-5)
+    documents = [Document(id="1", content="udisks mounts disks", meta={"section": "admin"})]
+    embedder = SIEDocumentEmbedder(model=MODEL, url=sie_url, progress_bar=False, prefix="passage: ", suffix="!",
+                                   meta_fields_to_embed=["section"], dimensions=64)
+    embedded = embedder.run(documents)["documents"][0].embedding
+    expected = client.encode(MODEL, ["passage: admin\nudisks mounts disks!"], dims=64).dense_matrix()[0]
+    np.testing.assert_allclose(embedded, expected, atol=2e-5)
+    with pytest.warns(DeprecationWarning, match="dimensions"):
+        old = SIETextEmbedder(model=MODEL, url=sie_url, dims=128)
+    assert old.dimensions == 128 and old.to_dict()["init_parameters"]["dimensions"] == 128
+    client.close()
+
+
+def test_settings_serialise_and_load_back():
+    for component in (
+        SIETextEmbedder(url="http://127.0.0.1:9", dimensions=64, prefix="q: ", suffix="?", timeout=5.0,
+                        max_retries=1),
+        SIEDocumentEmbedder(url="http://127.0.0.1:9", dimensions=64, prefix="p: ", suffix="!", timeout=5.0,
+                            max_retries=0, raise_on_failure=True),
+        SIERanker(url="http://127.0.0.1:9", max_retries=2),
+        SIEEntityExtractor(labels=LABELS, url="http://127.0.0.1:9", max_retries=3),
+    ):
+        data = component.to_dict()
+        assert type(component).from_dict(copy.deepcopy(data)).to_dict() == data  # from_dict edits its argument
+        assert data["init_parameters"]["max_retries"] == component.max_retries
+    params = SIEDocumentEmbedder(dimensions=64, prefix="p: ", raise_on_failure=True).to_dict()["init_parameters"]
+    assert (params["dimensions"], params["prefix"], params["suffix"], params["raise_on_failure"]) == \
+        (64, "p: ", "", True)
+    # A pipeline saved before the rename (`dims`) still loads.
+    old = SIETextEmbedder().to_dict()
+    old["init_parameters"]["dims"] = old["init_parameters"].pop("dimensions") or 32
+    with pytest.warns(DeprecationWarning):
+        assert SIETextEmbedder.from_dict(old).dimensions == 32
+    with pytest.raises(ValueError, match="max_retries"):
+        SIERanker(max_retries=-1)
+
+
+def test_timeout_and_max_retries_reach_the_client():
+    """max_retries counts retries after the first try, as OpenAI's client does: 0 means one
+    attempt, so an unreachable server fails at once instead of after the client's back-off."""
+    import time
+
+    from sie_client import SIEConnectionError
+
+    embedder = SIETextEmbedder(url="http://127.0.0.1:9", timeout=3.0, max_retries=0)
+    assert embedder.sync_client.timeout == 3.0 and embedder.sync_client.retry.max_attempts == 1
+    start = time.monotonic()
+    with pytest.raises(SIEConnectionError):
+        embedder.run("x")
+    assert time.monotonic() - start < 2.0
+    assert SIETextEmbedder(url="http://127.0.0.1:9", max_retries=4).sync_client.retry.max_attempts == 5
+
+
+def test_warm_up_close_and_successive_event_loops(sie_url):
+    """warm_up / close and warm_up_async / close_async make and release the clients; each
+    asyncio.run (a new event loop, as a Haystack AsyncPipeline run from a script) gets its own."""
+    import asyncio
+
+    embedder = SIETextEmbedder(model=MODEL, url=sie_url)
+    embedder.warm_up()
+    first = embedder.sync_client
+    embedder.warm_up()
+    assert embedder.sync_client is first
+    vector = embedder.run("mount a disk")["embedding"]
+    embedder.close()
+    assert embedder._sync is None
+    np.testing.assert_allclose(embedder.run("mount a disk")["embedding"], vector, atol=2e-5)  # made again
+    assert embedder.sync_client is not first
+    embedder.close()
+
+    async def one_loop() -> list[float]:
+        await embedder.warm_up_async()
+        client = embedder._async
+        await embedder.warm_up_async()
+        assert embedder._async is client
+        answer = (await embedder.run_async("mount a disk"))["embedding"]
+        await embedder.close_async()
+        assert embedder._async is None
+        return answer
+
+    for _ in range(2):
+        np.testing.assert_allclose(asyncio.run(one_loop()), vector, atol=2e-5)
+
+
+async def test_raise_on_failure(sie_url, caplog):
+    """raise_on_failure=False (Haystack's default) logs a failed request and returns its
+    documents without an embedding; True raises SIE's error. An error that blames the texts (400)
+    is retried batch by batch, so the other batches keep their vectors."""
+    from sie_client import SIEError
+
+    documents = [Document(id=str(i), content=f"document {i}") for i in range(5)]
+    failing = SIEDocumentEmbedder(model="test/no-such-model", url=sie_url, progress_bar=False)
+    with caplog.at_level("ERROR", logger="sie_haystack.embedders"):
+        out = failing.run(documents)["documents"]
+    assert [d.embedding for d in out] == [None] * 5 and [d.id for d in out] == [d.id for d in documents]
+    assert "404" in caplog.text and "0, 1, 2, 3, 4" in caplog.text
+    assert [d.embedding for d in (await failing.run_async(documents))["documents"]] == [None] * 5
+    raising = SIEDocumentEmbedder(model="test/no-such-model", url=sie_url, progress_bar=False, raise_on_failure=True)
+    with pytest.raises(SIEError) as raised:
+        raising.run(documents)
+    assert raised.value.status == 404
+    with pytest.raises(SIEError):
+        await raising.run_async(documents)
+    # dimensions beyond the model's width: a 400 for every batch, each one tried and logged
+    caplog.clear()
+    too_wide = SIEDocumentEmbedder(model=MODEL, url=sie_url, progress_bar=False, batch_size=2, dimensions=4096)
+    with caplog.at_level("ERROR", logger="sie_haystack.embedders"):
+        out = too_wide.run(documents)["documents"]
+    assert [d.embedding for d in out] == [None] * 5
+    assert caplog.text.count("400") >= 4  # the whole call, then the batches 0-1, 2-3, 4

@@ -101,12 +101,17 @@ def test_vector_search_recall(table, mode):
     assert_recall_matches(through_lancedb, exact, f"lancedb vector ({mode[0]})")
 
 
-def test_multivector_function_maxsim_recall(mode, colbert_cards, tmp_path):
-    """"sie-multivector" in a MultiVector column: LanceDB's multivector search ranks as
-    brute-force MaxSim over the stored token vectors (tiny random ColBERT: compared, not judged)."""
+def multivector_function(mode, colbert_cards):
     url, _ = mode
-    func = get_registry().get("sie-multivector").create(
+    return get_registry().get("sie-multivector").create(
         model=COLBERT, url=url, model_dirs=[str(colbert_cards)] if url == "embedded" else None)
+
+
+def test_multivector_function_maxsim_recall(mode, colbert_cards, tmp_path):
+    """"sie-multivector" in a MultiVector column: `table.add` of text rows embeds and stores every
+    row's token vectors (lancedb 0.40 stored NULL, silently), and LanceDB's multivector search ranks
+    as brute-force MaxSim over them (tiny random ColBERT: compared, not judged)."""
+    func = multivector_function(mode, colbert_cards)
     assert func.ndims() == 16
 
     class TokenDoc(LanceModel):
@@ -116,17 +121,56 @@ def test_multivector_function_maxsim_recall(mode, colbert_cards, tmp_path):
 
     docs, queries = sample(SMALL_SAMPLE_DOCS)
     table = lancedb.connect(tmp_path).create_table("tokens", schema=TokenDoc)
-    doc_vectors = func.generate_embeddings([d["text"] for d in docs])
-    table.add([{"doc_id": d["id"], "text": d["text"], "vector": v.tolist()} for d, v in zip(docs, doc_vectors)])
+    table.add([{"doc_id": d["id"], "text": d["text"]} for d in docs])  # LanceDB calls the function
+    stored = {row["doc_id"]: row["vector"] for row in table.to_arrow().to_pylist()}
+    assert all(stored[d["id"]] is not None for d in docs)
+    expected = func.generate_embeddings([d["text"] for d in docs])
+    for d, rows in zip(docs, expected):
+        got = np.asarray(stored[d["id"]], dtype=np.float32)
+        assert got.shape == (len(rows), 16) and got.shape[0] > 1  # every token of the document
+        np.testing.assert_allclose(got, np.asarray(rows), atol=1e-6)
     texts = [q["query"] for q in queries]
     query_vectors = func.compute_query_embeddings(texts)
-    found = [[r["doc_id"] for r in table.search(v.tolist(), vector_column_name="vector").distance_type("cosine")
+    found = [[r["doc_id"] for r in table.search(v, vector_column_name="vector").distance_type("cosine")
               .limit(10).select(["doc_id"]).to_list()] for v in query_vectors]
     for text, ids in list(zip(texts, found))[:5]:  # a text query goes through the function's query mode
         assert [r["doc_id"] for r in table.search(text).distance_type("cosine").limit(10).to_list()] == ids
-    stored = {row["doc_id"]: np.asarray(row["vector"], dtype=np.float32) for row in table.to_arrow().to_pylist()}
     exact = brute_force_maxsim([d["id"] for d in docs], [stored[d["id"]] for d in docs], query_vectors)
     assert abs(recall(found, queries) - recall(exact, queries)) <= 0.5
+
+
+def test_multivector_readme_recipe(mode, colbert_cards, tmp_path):
+    """The README's recipe as written: vectors from `generate_embeddings` passed in the rows
+    (it raised ArrowInvalid: pyarrow converts no 2-D array into a list column)."""
+    func = multivector_function(mode, colbert_cards)
+
+    class TokenDoc(LanceModel):
+        text: str = func.SourceField()
+        vector: MultiVector(func.ndims()) = func.VectorField()
+
+    texts = ["Mounting disks with udisks", "A library for PNG images"]
+    table = lancedb.connect(tmp_path).create_table("recipe", schema=TokenDoc)
+    table.add([{"text": t, "vector": v} for t, v in zip(texts, func.generate_embeddings(texts))])
+    rows = table.to_arrow().to_pylist()
+    assert [r["text"] for r in rows] == texts
+    for row, vectors in zip(rows, func.generate_embeddings(texts)):
+        np.testing.assert_allclose(np.asarray(row["vector"]), np.asarray(vectors), atol=1e-6)
+    assert table.search("mount a disk").limit(1).to_list()[0]["text"] in texts
+
+
+def test_multivector_blank_text_gets_no_vector(mode, colbert_cards, tmp_path):
+    """A blank text's row gets NULL (the on_bad_vectors policy decides), the others their tokens."""
+    func = multivector_function(mode, colbert_cards)
+
+    class TokenDoc(LanceModel):
+        text: str = func.SourceField()
+        vector: MultiVector(func.ndims()) = func.VectorField()
+
+    table = lancedb.connect(tmp_path).create_table("blank", schema=TokenDoc)
+    table.add([{"text": "apt installs Debian packages"}, {"text": "  "}], on_bad_vectors="null")
+    rows = table.to_arrow().to_pylist()
+    assert rows[1]["vector"] is None
+    assert np.asarray(rows[0]["vector"]).shape[1] == 16
 
 
 def sie_order(client, query: str, rows: list[dict]) -> list[str]:
@@ -188,7 +232,8 @@ def test_sie_errors_raise_at_once(mode, lancedb_sleeps, tmp_path):
     """An SIE error (an unknown model here) comes out of `search` as the SIEError itself and
     out of `table.add` with SIE's message (LanceDB's Rust writer wraps what its row reader
     raises in a RuntimeError), with no LanceDB retry: its loop would sleep 2 s, 4 s, ...
-    7 times around SIE's own retries (minutes) and then raise "Maximum number of retries"."""
+    7 times around SIE's own retries (minutes). With its loop turned on, the SIEError still
+    comes out (LanceDB's loop raised Exception("Maximum number of retries ...") instead)."""
     url, _ = mode
     func = get_registry().get("sie").create(model="test/no-such-model", url=url, dims=384)  # dims: no /v1/models probe
 
@@ -205,9 +250,13 @@ def test_sie_errors_raise_at_once(mode, lancedb_sleeps, tmp_path):
     assert lancedb_sleeps == []
     # Retrying stays available on request, around SIE's own retries.
     retrying = get_registry().get("sie").create(model="test/no-such-model", url=url, dims=384, max_retries=2)
-    with pytest.raises(Exception, match="Maximum number of retries"):
+    with pytest.raises(SIEError) as raised:
         retrying.compute_source_embeddings_with_retry(["x"])
+    assert raised.value.status == 404 and "Maximum number of retries" in str(raised.value.__cause__)
     assert len(lancedb_sleeps) == 2
+    with pytest.raises(SIEError):
+        retrying.compute_query_embeddings_with_retry("x")
+    assert len(lancedb_sleeps) == 4
 
 
 def test_empty_and_none_texts_get_no_vector(mode, lancedb_sleeps, tmp_path):

@@ -76,7 +76,7 @@ async def test_async_embedding_equals_sync(clients):
                                    embed_model.get_query_embedding(texts[0]), atol=2e-5)
         np.testing.assert_allclose(await embed_model.aget_text_embedding(texts[1]),
                                    embed_model.get_text_embedding(texts[1]), atol=2e-5)
-    saved = SIEEmbedding(model=MODEL, url="http://127.0.0.1:9", api_key="k", dims=128).to_dict()
+    saved = SIEEmbedding(model=MODEL, url="http://127.0.0.1:9", api_key="k", dimensions=128).to_dict()
     assert "api_key" not in saved and saved["model_name"] == MODEL
     assert SIEEmbedding.from_dict(saved).to_dict() == saved
 
