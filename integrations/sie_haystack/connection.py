@@ -21,31 +21,19 @@ from sie_client import AsyncSIEClient, RetryPolicy, SIEClient, connect, connect_
 DEFAULT_KEY = Secret.from_env_var("SIE_API_KEY", strict=False)
 
 
-def retry_policy(max_retries: int | None) -> RetryPolicy | None:
-    """The client's policy for `max_retries` retries after the first try (None: the client's default).
-
-    The client exposes attempts (`RetryPolicy.max_attempts`, the first one included), not
-    retries; Haystack's embedders count retries, as the OpenAI client they wrap does."""
-    if max_retries is None:
-        return None
-    if max_retries < 0:
-        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-    return RetryPolicy(max_attempts=max_retries + 1)
-
-
 class SIEConnection:
     def __init__(self, url: str | None, api_key: Secret, timeout: float | None, max_retries: int | None = None):
         self.url = url
         self.api_key = api_key
         self.timeout = timeout
         self.max_retries = max_retries
-        retry_policy(max_retries)  # a bad value fails when the pipeline is built, not when it runs
+        RetryPolicy().with_options(max_retries)  # a bad value fails when the pipeline is built, not when it runs
         self._sync: SIEClient | None = None
         self._async: AsyncSIEClient | None = None
 
     def _client_options(self) -> dict[str, Any]:
         return dict(url=self.url, api_key=self.api_key.resolve_value(), timeout=self.timeout,
-                    retry=retry_policy(self.max_retries))
+                    max_retries=self.max_retries)  # retries after the first try, as Haystack's embedders count
 
     def warm_up(self) -> None:
         """Make the sync client (once)."""

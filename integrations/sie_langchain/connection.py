@@ -14,17 +14,7 @@ from typing import Any
 from langchain_core.utils import from_env, secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
-from sie_client import AsyncSIEClient, Clients, RetryPolicy, SIEClient, connect, connect_async
-
-
-def retry_policy(max_retries: int | None) -> RetryPolicy | None:
-    """The client's policy for `max_retries` retries after the first try (None: the client's default).
-    The client counts attempts, the first one included; LangChain's clients count retries."""
-    if max_retries is None:
-        return None
-    if max_retries < 0:
-        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-    return RetryPolicy(max_attempts=max_retries + 1)
+from sie_client import AsyncSIEClient, Clients, SIEClient
 
 
 def renamed(values: Any, old: str, new: str, owner: str) -> Any:
@@ -51,7 +41,7 @@ class SIEConnection(BaseModel):
     url: str | None = Field(default_factory=from_env("SIE_URL", default=None))
     api_key: SecretStr | None = Field(default_factory=secret_from_env("SIE_API_KEY", default=None))
     timeout: float | None = None
-    max_retries: int | None = None
+    max_retries: int | None = Field(default=None, ge=0)
     client: SIEClient | None = Field(default=None, exclude=True)
     async_client: AsyncSIEClient | None = Field(default=None, exclude=True)
 
@@ -59,14 +49,9 @@ class SIEConnection(BaseModel):
 
     def model_post_init(self, context: Any) -> None:
         key = self.api_key.get_secret_value() if self.api_key else None
-        retry = retry_policy(self.max_retries)
-        client, async_client = self.client, self.async_client
-        if retry is not None and client is None and async_client is None:
-            # `Clients` makes its clients with url, key and timeout only: a retry policy needs them made here.
-            client = connect(url=self.url, api_key=key, timeout=self.timeout, retry=retry)
-            async_client = connect_async(url=self.url, api_key=key, timeout=self.timeout, retry=retry)
-        self._clients = Clients(url=self.url, api_key=key, timeout=self.timeout, client=client,
-                                async_client=async_client)
+        # the client counts retries after the first try, as LangChain's clients do (None: its default)
+        self._clients = Clients(url=self.url, api_key=key, timeout=self.timeout, client=self.client,
+                                async_client=self.async_client, max_retries=self.max_retries)
 
 
 class ShowProgress(BaseModel):

@@ -16,17 +16,7 @@ from typing import Any, ClassVar
 from llama_index.core.base.llms.generic_utils import get_from_param_or_env
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from sie_client import AsyncSIEClient, Clients, RetryPolicy, SIEClient, connect, connect_async
-
-
-def retry_policy(max_retries: int | None) -> RetryPolicy | None:
-    """The client's policy for `max_retries` retries after the first try (None: the client's default).
-    The client counts attempts, the first one included; LlamaIndex's components count retries."""
-    if max_retries is None:
-        return None
-    if max_retries < 0:
-        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-    return RetryPolicy(max_attempts=max_retries + 1)
+from sie_client import AsyncSIEClient, Clients, SIEClient
 
 
 def renamed(values: Any, old: str, new: str, owner: str) -> Any:
@@ -68,11 +58,6 @@ class SIEConnection(BaseModel):
             # "" (neither given nor set) means no URL: embedded mode, as the client decides.
             self.url = get_from_param_or_env("url", self.url, "SIE_URL", "") or None
             self.api_key = get_from_param_or_env("api_key", self.api_key, "SIE_API_KEY", "") or None
-        client, async_client = self.client, self.async_client
-        retry = retry_policy(self.max_retries) if self.retries_are_the_clients else None
-        if retry is not None and client is None and async_client is None:
-            # `Clients` makes its clients with url, key and timeout only: a retry policy needs them made here.
-            client = connect(url=self.url, api_key=self.api_key, timeout=self.timeout, retry=retry)
-            async_client = connect_async(url=self.url, api_key=self.api_key, timeout=self.timeout, retry=retry)
-        self._clients = Clients(url=self.url, api_key=self.api_key, timeout=self.timeout, client=client,
-                                async_client=async_client)
+        max_retries = self.max_retries if self.retries_are_the_clients else None
+        self._clients = Clients(url=self.url, api_key=self.api_key, timeout=self.timeout, client=self.client,
+                                async_client=self.async_client, max_retries=max_retries)

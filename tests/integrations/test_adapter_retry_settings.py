@@ -11,6 +11,7 @@ import pytest
 
 from integration_recall import MODEL
 from sie_client import RetryPolicy, SIEConnectionError
+from sie_client.timeouts import resolve_timeouts
 
 ONE_TRY = RetryPolicy(max_attempts=1)
 
@@ -28,7 +29,7 @@ async def test_retry_policy_reaches_the_client():
     sync_qdrant, async_qdrant, sync_weaviate, async_weaviate = adapters()
     for cls in (sync_qdrant, async_qdrant, sync_weaviate, async_weaviate):
         adapter = cls(dense_model=MODEL, url="http://127.0.0.1:9", timeout=3.0, retry=ONE_TRY)
-        assert adapter.client.retry is ONE_TRY and adapter.client.timeout == 3.0
+        assert adapter.client.retry == ONE_TRY and adapter.client.timeout == resolve_timeouts(3.0)
     start = time.monotonic()
     with pytest.raises(SIEConnectionError):
         sync_qdrant(dense_model=MODEL, url="http://127.0.0.1:9", retry=ONE_TRY).embed_documents(["x"])

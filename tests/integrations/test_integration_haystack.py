@@ -245,7 +245,7 @@ def test_timeout_and_max_retries_reach_the_client():
     from sie_client import SIEConnectionError
 
     embedder = SIETextEmbedder(url="http://127.0.0.1:9", timeout=3.0, max_retries=0)
-    assert embedder.sync_client.timeout == 3.0 and embedder.sync_client.retry.max_attempts == 1
+    assert embedder.sync_client.timeout.read == 3.0 and embedder.sync_client.retry.max_attempts == 1
     start = time.monotonic()
     with pytest.raises(SIEConnectionError):
         embedder.run("x")

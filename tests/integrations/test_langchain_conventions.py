@@ -105,7 +105,7 @@ async def test_timeout_and_max_retries_reach_the_client(sie_url):
     """max_retries counts retries after the first try: 0 fails an unreachable server at once,
     sync and async; the settings reach the clients made for the object."""
     embeddings = SIEEmbeddings(model=MODEL, url="http://127.0.0.1:9", timeout=3.0, max_retries=0)
-    assert embeddings._clients.sync.timeout == 3.0 and embeddings._clients.sync.retry.max_attempts == 1
+    assert embeddings._clients.sync.timeout.read == 3.0 and embeddings._clients.sync.retry.max_attempts == 1
     start = time.monotonic()
     with pytest.raises(SIEConnectionError):
         embeddings.embed_query("x")

@@ -51,7 +51,7 @@ async def test_dimensions_and_its_alias(sie_url):
 
 async def test_timeout_and_max_retries_reach_the_client(sie_url):
     embedding = SIEEmbedding(model=MODEL, url="http://127.0.0.1:9", timeout=3.0, max_retries=0)
-    assert embedding._clients.sync.timeout == 3.0 and embedding._clients.sync.retry.max_attempts == 1
+    assert embedding._clients.sync.timeout.read == 3.0 and embedding._clients.sync.retry.max_attempts == 1
     start = time.monotonic()
     with pytest.raises(SIEConnectionError):
         embedding.get_query_embedding("x")
