@@ -35,8 +35,8 @@ class SIEDocumentImageEmbedder(SIEConnection):
 
     def __init__(self, model: str, url: str | None = None, api_key: Secret = DEFAULT_KEY,
                  timeout: float | None = None, file_path_meta_field: str = "file_path", root_path: str | None = None,
-                 batch_size: int = 32, progress_bar: bool = True):
-        SIEConnection.__init__(self, url, api_key, timeout)  # @component rebuilds the class: no bare super()
+                 batch_size: int = 32, progress_bar: bool = True, max_retries: int | None = None):
+        SIEConnection.__init__(self, url, api_key, timeout, max_retries)  # @component rebuilds the class
         self.model = model
         self.file_path_meta_field = file_path_meta_field
         self.root_path = root_path
@@ -80,12 +80,12 @@ class SIEDocumentImageEmbedder(SIEConnection):
     def run(self, documents: list[Document]) -> dict[str, Any]:
         if not documents:
             return {"documents": [], "meta": {"model": self.model, "usage": {"tokens": 0}}}
-        return self._embedded(documents, self.clients.sync.encode(self.model, self._items(documents),
+        return self._embedded(documents, self.sync_client.encode(self.model, self._items(documents),
                                                                   **self._options()))
 
     @component.output_types(documents=list[Document], meta=dict[str, Any])
     async def run_async(self, documents: list[Document]) -> dict[str, Any]:
         if not documents:
             return {"documents": [], "meta": {"model": self.model, "usage": {"tokens": 0}}}
-        result = await self.clients.call("encode", self.model, self._items(documents), **self._options())
+        result = await self.call_async("encode", self.model, self._items(documents), **self._options())
         return self._embedded(documents, result)
