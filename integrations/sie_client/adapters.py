@@ -9,6 +9,7 @@ async methods side by side, so those adapters hold both kinds of client.
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -74,3 +75,17 @@ class Clients:
             self._async = connect_async(url=self._url, api_key=self._api_key, timeout=self._timeout,
                                         **self._options)
         return await getattr(self._async, method)(*args, **kwargs)
+
+
+def renamed(values: Any, old: str, new: str, owner: str) -> Any:
+    """A pydantic adapter's init values with the deprecated name `old` moved to `new` (with a
+    DeprecationWarning), for `model_validator(mode="before")`: LangChain and LlamaIndex adapters
+    renamed `dims` and `progress` to their frameworks' `dimensions` and `show_progress`."""
+    if isinstance(values, dict) and old in values:
+        warnings.warn(f"{owner}({old}=...) is deprecated; pass {new}=...", DeprecationWarning, stacklevel=4)
+        values = dict(values)
+        value = values.pop(old)
+        if values.get(new) is not None and values[new] != value:
+            raise ValueError(f"{owner}: {old}={value!r} and {new}={values[new]!r} disagree; pass {new} only")
+        values[new] = value
+    return values

@@ -8,25 +8,13 @@ partner packages read theirs); no URL at all means embedded mode."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from langchain_core.utils import from_env, secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
 from sie_client import AsyncSIEClient, Clients, SIEClient
-
-
-def renamed(values: Any, old: str, new: str, owner: str) -> Any:
-    """Init values with the deprecated name `old` moved to `new` (with a DeprecationWarning)."""
-    if isinstance(values, dict) and old in values:
-        warnings.warn(f"{owner}({old}=...) is deprecated; pass {new}=...", DeprecationWarning, stacklevel=4)
-        values = dict(values)
-        value = values.pop(old)
-        if values.get(new) is not None and values[new] != value:
-            raise ValueError(f"{owner}: {old}={value!r} and {new}={values[new]!r} disagree; pass {new} only")
-        values[new] = value
-    return values
+from sie_client.adapters import renamed
 
 
 class SIEConnection(BaseModel):

@@ -13,8 +13,9 @@ from langchain_core.embeddings import Embeddings
 from pydantic import model_validator
 
 from sie_client import DEFAULT_MODEL
+from sie_client.adapters import renamed
 
-from .connection import ShowProgress, SIEConnection, renamed
+from .connection import ShowProgress, SIEConnection
 
 
 class SIEEmbeddings(SIEConnection, ShowProgress, Embeddings):

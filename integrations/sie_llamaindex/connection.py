@@ -10,25 +10,12 @@ set means embedded mode."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, ClassVar
 
 from llama_index.core.base.llms.generic_utils import get_from_param_or_env
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from sie_client import AsyncSIEClient, Clients, SIEClient
-
-
-def renamed(values: Any, old: str, new: str, owner: str) -> Any:
-    """Init values with the deprecated name `old` moved to `new` (with a DeprecationWarning)."""
-    if isinstance(values, dict) and old in values:
-        warnings.warn(f"{owner}({old}=...) is deprecated; pass {new}=...", DeprecationWarning, stacklevel=4)
-        values = dict(values)
-        value = values.pop(old)
-        if values.get(new) is not None and values[new] != value:
-            raise ValueError(f"{owner}: {old}={value!r} and {new}={values[new]!r} disagree; pass {new} only")
-        values[new] = value
-    return values
 
 
 class SIEConnection(BaseModel):

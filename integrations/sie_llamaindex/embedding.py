@@ -12,8 +12,9 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, model_validator
 
 from sie_client import DEFAULT_MODEL
+from sie_client.adapters import renamed
 
-from .connection import SIEConnection, renamed
+from .connection import SIEConnection
 
 
 class SIEEmbedding(SIEConnection, BaseEmbedding):
