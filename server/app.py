@@ -22,6 +22,7 @@ from sie_engine.errors import SIEError
 
 from . import compat, compat_routes, handlers
 from .auth import ApiKeys
+from .body_budget import BODY_BUDGET, BodyBudget
 from .metrics import ServerMetrics
 from .middleware import frame
 from .settings import ServerSettings
@@ -43,6 +44,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None,
     app = web.Application(middlewares=[frame], client_max_size=settings.max_body_bytes)
     app[ENGINE] = engine
     app[SETTINGS] = settings
+    app[BODY_BUDGET] = BodyBudget(settings.max_buffered_body_bytes)
     app[METRICS] = metrics
     app[LIFECYCLE] = Lifecycle(ready=not settings.preload)
     app[API_KEYS] = ApiKeys(tuple(settings.api_keys), settings.api_key_file)

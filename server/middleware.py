@@ -19,6 +19,7 @@ from sie_engine.errors import SIEError
 from sie_engine.types import Timings
 
 from . import access_log, codec, cors, slow_clients
+from .body_budget import BODY_BUDGET
 from .errors import HTTPProblem, error_body, public, retry_headers, status_for
 from .state import (
     API_KEYS,
@@ -143,6 +144,9 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
             route == "embeddings")
     finally:
         slow_clients.request_finished(request)
+        budget = request.app.get(BODY_BUDGET)
+        if budget is not None:  # its body is parsed and handled: its bytes go back to the budget
+            budget.release(request)
         if route in request.app[WORK_ROUTES]:
             # let in by _admit and undecided: not any more
             request.app[ENGINE].pre_admission_done(request.get(PRE_ADMITTED))
