@@ -121,6 +121,22 @@ def inflate(data: bytes, encoding: str, max_bytes: int, timeout_s: float = INFLA
     return b"".join(pieces)
 
 
+def request_encoding(request: web.BaseRequest) -> str:
+    """The body's Content-Encoding, one of `ENCODINGS` (or x-gzip); 415 for any other."""
+    return _encoding(request)
+
+
+async def read_raw(request: web.BaseRequest, max_bytes: int, idle_timeout_s: float, total_timeout_s: float) -> bytes:
+    """The body's bytes as sent (still compressed), within the time, size and budget bounds
+    above: the router forwards an encoded body untouched and lets the worker inflate it."""
+    return await _read_raw(request, max_bytes, idle_timeout_s, total_timeout_s)
+
+
+async def inflate_off_loop(data: bytes, encoding: str, max_bytes: int) -> bytes:
+    """`inflate` on the inflate pool (the event loop keeps serving while a bomb is stopped)."""
+    return await asyncio.get_running_loop().run_in_executor(_INFLATE_POOL, inflate, data, encoding, max_bytes)
+
+
 async def read_body(request: web.BaseRequest, max_bytes: int, idle_timeout_s: float, total_timeout_s: float) -> bytes:
     """The body's bytes, decompressed, within the bounds above."""
     encoding = _encoding(request)
