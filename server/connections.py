@@ -42,7 +42,9 @@ from typing import cast
 import orjson
 from aiohttp import web
 
+from .access_log import QueryRedactingLogger
 from .errors import HTTPProblem, error_body
+from .parse_errors import ContractErrors
 from .quiet_errors import ClientErrorLogger, limit_accept_errors
 from .settings import ServerSettings
 from .slow_clients import HeadTimeout
@@ -146,7 +148,10 @@ class _LimitedFactory:
         self.idle_closed = 0  # idle connections closed to make room (logged with the warning)
 
     def _serve(self, first_byte_s: float) -> HeadTimeout:
-        guard = HeadTimeout(self._server(), self._head_timeout_s, first_byte_s, self._send_timeout_s,
+        # aiohttp's Server builds a RequestHandler from its own loop and kwargs (Server.__call__);
+        # ContractErrors is that handler with the contract's parse-error answers (parse_errors.py)
+        inner = ContractErrors(self._server, loop=self._server._loop, **self._server._kwargs)
+        guard = HeadTimeout(inner, self._head_timeout_s, first_byte_s, self._send_timeout_s,
                             on_lost=self._lost, on_data=self._active)
         self.served[guard] = None
         return guard
@@ -205,6 +210,7 @@ class ConnectionLimitedRunner(web.AppRunner):
         kwargs.setdefault("auto_decompress", False)
         kwargs.setdefault("lingering_time", LINGER_S)
         kwargs.setdefault("logger", ClientErrorLogger())
+        kwargs.setdefault("access_log_class", QueryRedactingLogger)  # no query values in the log
         super().__init__(app, **kwargs)
         self.max_connections = usable_connections(max_connections or settings.max_connections)
         self._settings = settings

@@ -15,12 +15,13 @@ import uuid
 
 from aiohttp import web
 
-from sie_engine.errors import SIEError
+from sie_engine.errors import ModelNotFound, SIEError
 from sie_engine.types import Timings
 
 from . import access_log, codec, cors, slow_clients
 from .body_budget import BODY_BUDGET
 from .errors import HTTPProblem, error_body, public, retry_headers, status_for
+from .parse_errors import SERVER_NAME
 from .state import (
     API_KEYS,
     ENGINE,
@@ -33,6 +34,7 @@ from .state import (
     TIMINGS,
     WORK_ROUTES,
 )
+from .suggest import did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,20 @@ def _http_exception_problem(exc: web.HTTPException, path: str = "") -> HTTPProbl
     return HTTPProblem("invalid_request", exc.reason or "bad request")
 
 
+def _with_suggestion(request: web.Request, error: SIEError) -> SIEError:
+    """A 404 for a model id in the path names the served ids it is close to (suggest.py)."""
+    model = request.match_info.get("model")
+    engine = request.app.get(ENGINE)
+    if error.code != "model_not_found" or not model or engine is None:
+        return error
+    hint = did_you_mean(model, (card.id for card in engine.catalog))
+    if not hint or hint in error.message:
+        return error
+    return ModelNotFound(error.message + hint)
+
+
 def error_response(request: web.Request, error: SIEError, openai_shape: bool) -> web.Response:
+    error = _with_suggestion(request, error)
     status = status_for(error)
     request[ERROR_CODE] = error.code
     # a compatibility API's route answers in its API's own shape (compat.foreign_errors), also
@@ -162,6 +177,7 @@ def _finish(request: web.Request, response: web.StreamResponse, request_id: str,
     timings: Timings | None = request.get(TIMINGS)
     shown = timings or Timings()
     response.headers["X-Request-Id"] = request_id
+    response.headers["Server"] = SERVER_NAME  # aiohttp's default names its and Python's versions (#30.8)
     origins = request.app[SETTINGS].cors_origins
     if origins:
         cors.add_headers(request, response, origins)

@@ -47,6 +47,10 @@ class HeadTimeout(asyncio.Protocol):
         self._blocked: asyncio.TimerHandle | None = None  # the send timer, while writing is paused
         self._busy = 0  # requests of this connection whose handler is running
         self._transport: asyncio.Transport | None = None
+        # bytes of the current request's first line so far (parse_errors.py tells a request line
+        # over aiohttp's limit, 414, from a header over it, 431)
+        self.first_line_bytes = 0
+        self._first_line_done = False
 
     @property
     def idle(self) -> bool:
@@ -74,6 +78,10 @@ class HeadTimeout(asyncio.Protocol):
             self._silence = None
         if data and self._timer is None and not self._busy:
             self._timer = asyncio.get_running_loop().call_later(self._timeout, self._expired)
+        if not self._first_line_done:
+            end = data.find(b"\n")
+            self.first_line_bytes += len(data) if end < 0 else end
+            self._first_line_done = end >= 0
         if self._on_data is not None:
             self._on_data(self)
         self.inner.data_received(data)
@@ -117,6 +125,7 @@ class HeadTimeout(asyncio.Protocol):
 
     def request_finished(self) -> None:
         self._busy -= 1
+        self.first_line_bytes, self._first_line_done = 0, False  # the next request starts afresh
 
     def _stop_timer(self) -> None:
         if self._timer is not None:

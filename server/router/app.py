@@ -194,9 +194,9 @@ def create_router_app(config: RouterConfig) -> web.Application:
     app.cleanup_ctx.append(_worker_context)
     app.on_shutdown.append(_on_shutdown)
     for task in all_tasks():  # the registry's tasks when the app is made, as the workers serve them
-        app.router.add_post(task.route("{model:.+}"), task_handler)
+        app.router.add_post(task.route(compat_routes.MODEL_MATCH), task_handler)
     app.router.add_get("/v1/models", passthrough_handler)
-    app.router.add_get("/v1/models/{model:.+}", passthrough_handler)
+    app.router.add_get("/v1/models/" + compat_routes.MODEL_MATCH, passthrough_handler)
     app.router.add_get("/openapi.json", passthrough_handler)
     for api in compat_routes.APIS:  # the rows the workers mount, in the same order (the same matches)
         handler = path_model_handler if api.model == "path" else body_model_handler
