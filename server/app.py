@@ -20,7 +20,7 @@ from sie_contract import all_tasks
 from sie_engine import Engine
 from sie_engine.errors import SIEError
 
-from . import compat, compat_routes, expect, handlers
+from . import compat, compat_routes, cors, expect, handlers
 from .auth import ApiKeys
 from .body_budget import BODY_BUDGET, BodyBudget
 from .metrics import ServerMetrics
@@ -65,6 +65,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None,
     app.router.add_get("/openapi.json", handlers.openapi, name="openapi")
     for api in compat_routes.APIS:
         compat.mount_api(app, api)
+    cors.setup(app, settings.cors_origins)  # aiohttp-cors, on every route above (off without origins)
     expect.install(app, PUBLIC_ROUTES)  # key and length checked before "100 Continue"
 
     app.cleanup_ctx.append(_preload)

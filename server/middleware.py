@@ -130,8 +130,8 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
     origins = request.app[SETTINGS].cors_origins
     slow_clients.request_started(request)  # the head is here: stop its timeout
     try:
-        if cors.is_preflight(request, origins):
-            response = cors.preflight()
+        if cors.is_preflight(request, origins):  # aiohttp-cors answers it (cors.py); browsers send no key
+            response = await handler(request)
         else:
             _admit(request, route)
             if route in request.app[WORK_ROUTES]:
@@ -180,7 +180,7 @@ def _finish(request: web.Request, response: web.StreamResponse, request_id: str,
     response.headers["Server"] = SERVER_NAME  # aiohttp's default names its and Python's versions (#30.8)
     origins = request.app[SETTINGS].cors_origins
     if origins:
-        cors.add_headers(request, response, origins)
+        cors.add_vary(request, response, origins)
     if (response.status >= 500 and request.get(ERROR_CODE) not in (None, "internal_error")
             and route not in UNCOUNTED_ROUTES):
         # the access log has the status; this says why, under the same request id (probes
