@@ -20,10 +20,11 @@ from sie_contract import all_tasks
 from sie_engine import Engine
 from sie_engine.errors import SIEError
 
-from . import compat, compat_routes, handlers
+from . import compat, compat_routes, cors, expect, handlers
 from .auth import ApiKeys
+from .body_budget import BODY_BUDGET, BodyBudget
 from .metrics import ServerMetrics
-from .middleware import frame
+from .middleware import PUBLIC_ROUTES, frame
 from .settings import ServerSettings
 from .state import API_KEYS, ENGINE, LIFECYCLE, METRICS, SETTINGS, TASKS, WORK_ROUTES, Lifecycle
 
@@ -43,6 +44,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None,
     app = web.Application(middlewares=[frame], client_max_size=settings.max_body_bytes)
     app[ENGINE] = engine
     app[SETTINGS] = settings
+    app[BODY_BUDGET] = BodyBudget(settings.max_buffered_body_bytes)
     app[METRICS] = metrics
     app[LIFECYCLE] = Lifecycle(ready=not settings.preload)
     app[API_KEYS] = ApiKeys(tuple(settings.api_keys), settings.api_key_file)
@@ -53,9 +55,9 @@ def create_app(engine: Engine, settings: ServerSettings | None = None,
     app[WORK_ROUTES] = frozenset(task.name for task in tasks).union(*(api.work for api in compat_routes.APIS))
 
     for task in tasks:
-        app.router.add_post(task.route("{model:.+}"), handlers.task_handler(task), name=task.name)
+        app.router.add_post(task.route(compat_routes.MODEL_MATCH), handlers.task_handler(task), name=task.name)
     app.router.add_get("/v1/models", handlers.list_models, name="models")
-    app.router.add_get("/v1/models/{model:.+}", handlers.get_model, name="model")
+    app.router.add_get("/v1/models/" + compat_routes.MODEL_MATCH, handlers.get_model, name="model")
     app.router.add_get("/v1/status", handlers.status, name="status")
     app.router.add_get("/healthz", handlers.healthz, name="healthz")
     app.router.add_get("/readyz", handlers.readyz, name="readyz")
@@ -63,6 +65,8 @@ def create_app(engine: Engine, settings: ServerSettings | None = None,
     app.router.add_get("/openapi.json", handlers.openapi, name="openapi")
     for api in compat_routes.APIS:
         compat.mount_api(app, api)
+    cors.setup(app, settings.cors_origins)  # aiohttp-cors, on every route above (off without origins)
+    expect.install(app, PUBLIC_ROUTES)  # key and length checked before "100 Continue"
 
     app.cleanup_ctx.append(_preload)
     app.cleanup_ctx.append(_watch_key_file)

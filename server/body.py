@@ -8,6 +8,10 @@ it inflates on the event loop, so a few gzip bombs stalled every client. Here a
 then inflated on a small pool of worker threads, a piece at a time, stopping as soon
 as the output passes `max_bytes` (413) or the time bound passes; a body that is not
 what its encoding says is 400, any other encoding 415.
+
+Every byte read (and every inflated byte) is counted in the app's `BodyBudget`
+(body_budget.py): a body that would pass the budget of all bodies held at once is 429,
+before it is read when its length is declared.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from aiohttp import web
 
 from sie_engine.errors import InvalidRequest, PayloadTooLarge
 
+from .body_budget import budget_of
 from .errors import HTTPProblem
 
 # Content-Encoding -> zlib's wbits (None: nothing to undo).
@@ -54,6 +59,12 @@ async def _read_raw(request: web.BaseRequest, max_bytes: int, idle_timeout_s: fl
     deadline = loop.time() + total_timeout_s
     chunks: list[bytes] = []
     size = 0
+    budget = budget_of(request)
+    declared = request.content_length or 0
+    if declared > max_bytes:  # refused before a byte of it is read
+        raise PayloadTooLarge(f"the body is larger than {max_bytes} bytes; split the items over several requests")
+    if budget is not None:
+        budget.reserve(request, declared)
     while True:
         wait = min(idle_timeout_s, deadline - loop.time())
         if wait <= 0:
@@ -73,6 +84,8 @@ async def _read_raw(request: web.BaseRequest, max_bytes: int, idle_timeout_s: fl
         size += len(chunk)
         if size > max_bytes:
             raise PayloadTooLarge(f"the body is larger than {max_bytes} bytes; split the items over several requests")
+        if budget is not None and size > declared:  # a chunked body (or one longer than declared): as it comes
+            budget.reserve(request, size - max(declared, size - len(chunk)))
         chunks.append(chunk)
 
 
@@ -108,10 +121,30 @@ def inflate(data: bytes, encoding: str, max_bytes: int, timeout_s: float = INFLA
     return b"".join(pieces)
 
 
+def request_encoding(request: web.BaseRequest) -> str:
+    """The body's Content-Encoding, one of `ENCODINGS` (or x-gzip); 415 for any other."""
+    return _encoding(request)
+
+
+async def read_raw(request: web.BaseRequest, max_bytes: int, idle_timeout_s: float, total_timeout_s: float) -> bytes:
+    """The body's bytes as sent (still compressed), within the time, size and budget bounds
+    above: the router forwards an encoded body untouched and lets the worker inflate it."""
+    return await _read_raw(request, max_bytes, idle_timeout_s, total_timeout_s)
+
+
+async def inflate_off_loop(data: bytes, encoding: str, max_bytes: int) -> bytes:
+    """`inflate` on the inflate pool (the event loop keeps serving while a bomb is stopped)."""
+    return await asyncio.get_running_loop().run_in_executor(_INFLATE_POOL, inflate, data, encoding, max_bytes)
+
+
 async def read_body(request: web.BaseRequest, max_bytes: int, idle_timeout_s: float, total_timeout_s: float) -> bytes:
     """The body's bytes, decompressed, within the bounds above."""
     encoding = _encoding(request)
     raw = await _read_raw(request, max_bytes, idle_timeout_s, total_timeout_s)
     if _WBITS[encoding] is None or not raw:
         return raw
-    return await asyncio.get_running_loop().run_in_executor(_INFLATE_POOL, inflate, raw, encoding, max_bytes)
+    inflated = await asyncio.get_running_loop().run_in_executor(_INFLATE_POOL, inflate, raw, encoding, max_bytes)
+    budget = budget_of(request)
+    if budget is not None:
+        budget.reserve(request, len(inflated))
+    return inflated

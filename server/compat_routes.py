@@ -16,6 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+# A route's model id: the rest of the path, whatever it holds (`.` without DOTALL stops at a
+# newline, and an id with `%0A` then got "no such route" instead of the route's own 404).
+MODEL_MATCH = "{model:(?s:.+)}"
+
 
 @dataclass(frozen=True)
 class Route:
@@ -31,7 +35,7 @@ class CompatApi:
     module: str  # the module (under sie_server) whose functions handle the routes
     model: Literal["path", "body"]  # where a request names its model
     routes: tuple[Route, ...]
-    # "/tei/{model:.+}" when the model is in the path: the route's `model` match (a model id
+    # "/tei/" + MODEL_MATCH when the model is in the path: the route's `model` match (a model id
     # contains a slash, so the routes after it must be matched first: the root route comes last)
     prefix: str = ""
 
@@ -47,7 +51,7 @@ class CompatApi:
 
 OPENAI = CompatApi("openai", "openai_compat", "body", (Route("POST", "/v1/embeddings", "embeddings", "embeddings"),))
 
-TEI = CompatApi("tei", "compat_tei", "path", prefix="/tei/{model:.+}", routes=(
+TEI = CompatApi("tei", "compat_tei", "path", prefix="/tei/" + MODEL_MATCH, routes=(
     Route("POST", "/embed", "embed", "tei_embed"),
     Route("POST", "/embed_sparse", "embed_sparse", "tei_embed_sparse"),
     Route("POST", "/embed_all", "embed_all", "tei_embed_all"),
@@ -66,7 +70,7 @@ RERANK = CompatApi("rerank", "compat_rerank", "body", (  # Cohere's v1 and v2, J
     Route("POST", "/v2/rerank", "rerank_v2", "cohere_rerank_v2"),
 ))
 
-WEAVIATE = CompatApi("weaviate", "compat_weaviate", "path", prefix="/weaviate/{model:.+}", routes=(
+WEAVIATE = CompatApi("weaviate", "compat_weaviate", "path", prefix="/weaviate/" + MODEL_MATCH, routes=(
     Route("POST", "/vectors", "vectors", "weaviate_vectors"),
     Route("POST", "/vectors/", "vectors", "weaviate_vectors_slash"),
     Route("POST", "/rerank", "rerank", "weaviate_rerank"),

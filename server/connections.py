@@ -6,7 +6,15 @@ object and buffers, so clients that open connections and never finish a request 
 or hostile ones) could exhaust file descriptors and lock everyone out.
 `ConnectionLimitedRunner` (the server's `web.AppRunner`) therefore
 
-- serves at most `max_connections` connections at once;
+- serves at most `max_connections` connections at once; at the bound, a new connection
+  first takes the place of the longest-idle one (a keep-alive connection waiting for its
+  next request, or one that has sent nothing yet), so sockets opened and left idle cannot
+  lock out clients that send requests (1,030 re-opened idle sockets refused 86 of 88
+  requests, issue #30.5); only when every connection is busy is it refused. Above
+  `PRESSURE_SHARE` of the bound, a new connection gets `PRESSURE_IDLE_S` instead of the
+  keep-alive timeout to send its first byte (Envoy's overload manager shortens idle
+  timeouts the same way);
+- closes connections whose answer stays unread for `send_timeout_s` (slow_clients.py);
 - closes slow and idle ones (`ServerSettings`: keep-alive and head timeouts here, body
   timeouts in body.py), so a slot held by a slow client comes back within seconds;
 - beyond the bound, keeps up to `probe_connections` more connections just long enough
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import logging
 import resource
 import time
@@ -33,7 +42,9 @@ from typing import cast
 import orjson
 from aiohttp import web
 
+from .access_log import QueryRedactingLogger
 from .errors import HTTPProblem, error_body
+from .parse_errors import ContractErrors
 from .quiet_errors import ClientErrorLogger, limit_accept_errors
 from .settings import ServerSettings
 from .slow_clients import HeadTimeout
@@ -47,6 +58,13 @@ REFUSE_WAIT_S = 5.0
 # closes the connection (so the client can read the answer instead of seeing a reset).
 LINGER_S = 2.0
 PROBES = {b"/healthz": "healthz", b"/readyz": "readyz"}
+# Above this share of --max-connections the server is under pressure: new connections get
+# PRESSURE_IDLE_S (at most the keep-alive timeout) to send their first byte.
+PRESSURE_SHARE = 0.75
+PRESSURE_IDLE_S = 1.0
+# The most connections looked at for an idle one per new connection at the bound (the oldest
+# first; a bounded scan keeps accepts cheap under a flood of busy ones).
+IDLE_SCAN = 64
 
 
 def _answer(status: str, body: dict, retry_after: bool = False) -> bytes:
@@ -122,16 +140,55 @@ class _LimitedFactory:
         self._reserve = max(1, settings.probe_connections)
         self._head_timeout_s = settings.head_timeout_s
         self._keepalive_timeout_s = settings.keepalive_timeout_s
+        self._send_timeout_s = settings.send_timeout_s
         self.beyond: collections.OrderedDict[_BeyondTheCap, None] = collections.OrderedDict()
+        # served connections, the one that received bytes longest ago first
+        self.served: collections.OrderedDict[HeadTimeout, None] = collections.OrderedDict()
         self._warned_at = 0.0
+        self.idle_closed = 0  # idle connections closed to make room (logged with the warning)
+
+    def _serve(self, first_byte_s: float) -> HeadTimeout:
+        # aiohttp's Server builds a RequestHandler from its own loop and kwargs (Server.__call__);
+        # ContractErrors is that handler with the contract's parse-error answers (parse_errors.py)
+        inner = ContractErrors(self._server, loop=self._server._loop, **self._server._kwargs)
+        guard = HeadTimeout(inner, self._head_timeout_s, first_byte_s, self._send_timeout_s,
+                            on_lost=self._lost, on_data=self._active)
+        self.served[guard] = None
+        return guard
+
+    def _lost(self, guard: HeadTimeout) -> None:
+        self.served.pop(guard, None)
+
+    def _active(self, guard: HeadTimeout) -> None:
+        if guard in self.served:
+            self.served.move_to_end(guard)
+
+    def _close_an_idle_one(self) -> bool:
+        for guard in itertools.islice(self.served, IDLE_SCAN):
+            if guard.idle:
+                self.served.pop(guard)
+                guard.close()
+                self.idle_closed += 1
+                return True
+        return False
 
     def __call__(self) -> asyncio.Protocol:
-        if len(self._server.connections) < self._max:
-            return HeadTimeout(self._server(), self._head_timeout_s, self._keepalive_timeout_s)
+        open_now = len(self._server.connections)
+        if open_now < self._max:
+            pressed = open_now >= PRESSURE_SHARE * self._max
+            return self._serve(min(PRESSURE_IDLE_S, self._keepalive_timeout_s) if pressed
+                               else self._keepalive_timeout_s)
         now = time.monotonic()
-        if now - self._warned_at > 10:  # at most one line per 10 s under a flood
+        if self._close_an_idle_one():  # its slot goes to this connection (closing frees it at once)
+            if now - self._warned_at > 10:  # at most one line per 10 s under a flood
+                self._warned_at = now
+                log.warning("%d connections open (the limit): new ones took the place of idle ones (%d so far)",
+                            self._max, self.idle_closed)
+            return self._serve(min(PRESSURE_IDLE_S, self._keepalive_timeout_s))
+        if now - self._warned_at > 10:
             self._warned_at = now
-            log.warning("%d connections open (the limit): answering probes only, others 503", self._max)
+            log.warning("%d connections open (the limit), none idle: answering probes only, others 503",
+                        self._max)
         if len(self.beyond) >= self._reserve:
             oldest, _ = self.beyond.popitem(last=False)
             if oldest.transport is not None:
@@ -145,12 +202,15 @@ class ConnectionLimitedRunner(web.AppRunner):
     """`web.AppRunner` whose sites serve at most `max_connections` connections at once, with
     the timeouts, probe reserve and quiet logs above, all from the app's `ServerSettings`."""
 
-    def __init__(self, app: web.Application, *, max_connections: int | None = None, **kwargs):
-        settings = app.get(SETTINGS) or ServerSettings()
+    def __init__(self, app: web.Application, *, max_connections: int | None = None,
+                 settings: ServerSettings | None = None, **kwargs):
+        # the router passes its own (it serves through the same bounds); the server's app holds them
+        settings = settings or app.get(SETTINGS) or ServerSettings()
         kwargs.setdefault("keepalive_timeout", settings.keepalive_timeout_s)
         kwargs.setdefault("auto_decompress", False)
         kwargs.setdefault("lingering_time", LINGER_S)
         kwargs.setdefault("logger", ClientErrorLogger())
+        kwargs.setdefault("access_log_class", QueryRedactingLogger)  # no query values in the log
         super().__init__(app, **kwargs)
         self.max_connections = usable_connections(max_connections or settings.max_connections)
         self._settings = settings

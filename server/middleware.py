@@ -15,11 +15,13 @@ import uuid
 
 from aiohttp import web
 
-from sie_engine.errors import SIEError
+from sie_engine.errors import ModelNotFound, SIEError
 from sie_engine.types import Timings
 
 from . import access_log, codec, cors, slow_clients
+from .body_budget import BODY_BUDGET
 from .errors import HTTPProblem, error_body, public, retry_headers, status_for
+from .parse_errors import SERVER_NAME
 from .state import (
     API_KEYS,
     ENGINE,
@@ -32,6 +34,7 @@ from .state import (
     TIMINGS,
     WORK_ROUTES,
 )
+from .suggest import did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,20 @@ def _http_exception_problem(exc: web.HTTPException, path: str = "") -> HTTPProbl
     return HTTPProblem("invalid_request", exc.reason or "bad request")
 
 
+def _with_suggestion(request: web.Request, error: SIEError) -> SIEError:
+    """A 404 for a model id in the path names the served ids it is close to (suggest.py)."""
+    model = request.match_info.get("model")
+    engine = request.app.get(ENGINE)
+    if error.code != "model_not_found" or not model or engine is None:
+        return error
+    hint = did_you_mean(model, (card.id for card in engine.catalog))
+    if not hint or hint in error.message:
+        return error
+    return ModelNotFound(error.message + hint)
+
+
 def error_response(request: web.Request, error: SIEError, openai_shape: bool) -> web.Response:
+    error = _with_suggestion(request, error)
     status = status_for(error)
     request[ERROR_CODE] = error.code
     # a compatibility API's route answers in its API's own shape (compat.foreign_errors), also
@@ -117,8 +133,8 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
     origins = request.app[SETTINGS].cors_origins
     slow_clients.request_started(request)  # the head is here: stop its timeout
     try:
-        if cors.is_preflight(request, origins):
-            response = cors.preflight()
+        if cors.is_preflight(request, origins):  # aiohttp-cors answers it (cors.py); browsers send no key
+            response = await handler(request)
         else:
             _admit(request, route)
             if route in request.app[WORK_ROUTES]:
@@ -146,6 +162,9 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
             route == "embeddings")
     finally:
         slow_clients.request_finished(request)
+        budget = request.app.get(BODY_BUDGET)
+        if budget is not None:  # its body is parsed and handled: its bytes go back to the budget
+            budget.release(request)
         if route in request.app[WORK_ROUTES]:
             # let in by _admit and undecided: not any more
             request.app[ENGINE].pre_admission_done(request.get(PRE_ADMITTED))
@@ -161,9 +180,10 @@ def _finish(request: web.Request, response: web.StreamResponse, request_id: str,
     timings: Timings | None = request.get(TIMINGS)
     shown = timings or Timings()
     response.headers["X-Request-Id"] = request_id
+    response.headers["Server"] = SERVER_NAME  # aiohttp's default names its and Python's versions (#30.8)
     origins = request.app[SETTINGS].cors_origins
     if origins:
-        cors.add_headers(request, response, origins)
+        cors.add_vary(request, response, origins)
     if (response.status >= 500 and request.get(ERROR_CODE) not in (None, "internal_error")
             and route not in UNCOUNTED_ROUTES):
         # the access log has the status; this says why, under the same request id (probes

@@ -248,7 +248,12 @@ SERVE: tuple[Option, ...] = (
            "seconds at the measured throughput, else 429 at once with Retry-After", seconds(), 30.0, "engine",
            "max_queue_wait_s", metavar="SECONDS"),
     Option("--max-items", "items per request", count(), 4096, "limits", metavar="N"),
-    Option("--max-body-bytes", "request body limit", positive_size, 64 * 2**20, "settings", metavar="SIZE"),
+    # 32 MiB: the largest image item (--max-image-bytes 20 MiB, 27 MiB in base64) with room for the rest of
+    # its request; 4,096 texts of 8 KB each fit too. TEI's 2 MB would refuse one photo (docs/deploy.md).
+    Option("--max-body-bytes", "request body limit", positive_size, 32 * 2**20, "settings", metavar="SIZE"),
+    Option("--max-buffered-body-bytes", "request bodies of all connections together held in memory while they "
+           "arrive and are handled (more: 429 with Retry-After)", positive_size, 256 * 2**20, "settings",
+           metavar="SIZE"),
     Option("--max-image-bytes", "encoded bytes per image item (more: 413)", positive_size, 20 * 2**20, "limits",
            metavar="SIZE"),
     Option("--max-image-pixels", "width x height per image, read from its header before decoding (more: 413)",
@@ -268,6 +273,8 @@ SERVE: tuple[Option, ...] = (
            "closed)", seconds(), 30.0, "settings", "body_idle_timeout_s", metavar="SECONDS"),
     Option("--body-timeout", "longest time a whole request body may take to arrive (then 408)", seconds(), 120.0,
            "settings", "body_timeout_s", metavar="SECONDS"),
+    Option("--send-timeout", "longest a connection may leave an answer unread (its buffer full) before it is "
+           "closed", seconds(), 30.0, "settings", "send_timeout_s", metavar="SECONDS"),
     Option("--cors-origin", "allow browser calls from this origin (CORS; off by default; '*' for any); "
            "repeatable", text, (), "settings", "cors_origins", metavar="ORIGIN", repeat=True,
            env="SIE_CORS_ORIGINS"),

@@ -36,6 +36,8 @@ class ServerSettings:
     pool: str = _option("pool")
     # Larger request bodies get 413 before they are parsed.
     max_body_bytes: int = _option("max_body_bytes")
+    # All request bodies buffered at once (arriving, parsed, handled): past it 429 (body_budget.py).
+    max_buffered_body_bytes: int = _option("max_buffered_body_bytes")
     # After SIGTERM: how long to wait for accepted requests before giving up.
     drain_timeout_s: float = _option("drain_timeout_s")
     # Bodies and answers larger than this are (de)serialised on a worker thread
@@ -58,6 +60,8 @@ class ServerSettings:
     keepalive_timeout_s: float = _option("keepalive_timeout_s")
     body_idle_timeout_s: float = _option("body_idle_timeout_s")
     body_timeout_s: float = _option("body_timeout_s")
+    # An answer the client does not read: closed when its write stays blocked this long (nginx send_timeout).
+    send_timeout_s: float = _option("send_timeout_s")
     # One line per request on the `sie_server.access` logger, with its request id
     # (never the Authorization header).
     access_log: bool = _option("access_log")

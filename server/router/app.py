@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 
@@ -12,9 +11,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from sie_contract import all_tasks
+from sie_engine.errors import SIEError
 
-from .. import compat_routes
+from .. import compat_routes, slow_clients
 from ..auth import ApiKeys
+from ..body_budget import BODY_BUDGET, BodyBudget
+from ..errors import retry_headers, status_for
+from ..redact import public_text
+from .bodies import model_in_body, read_forwarded, routing_model
 from .config import RouterConfig
 from .errors import error_response
 from .metrics import RouterMetrics
@@ -30,25 +34,37 @@ FORWARDER = web.AppKey("forwarder", Forwarder)
 STATE = web.AppKey("state", dict)
 API_KEYS = web.AppKey("api_keys", ApiKeys)
 
-# Bodies larger than this are parsed off the event loop (only /v1/embeddings is parsed).
-_INLINE_PARSE_BYTES = 64 * 1024
+# The Server header: the software, never its version or the runtime's (issue #30.8).
+SERVER_NAME = "sie-router"
 # The same open routes as an engine server (health, readiness, metrics, OpenAPI).
 _OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
 
 
 @web.middleware
 async def _contract_errors(request: web.Request, handler) -> web.StreamResponse:
-    """aiohttp's own 404/405/413 answers, in the contract's error shape."""
+    """aiohttp's own 404/405/413 answers and the body bounds' errors (bodies.py), in the
+    contract's error shape; the head timer stopped and the body budget released as the
+    engine server's middleware does."""
+    slow_clients.request_started(request)
     try:
-        return await handler(request)
+        response = await handler(request)
+    except SIEError as exc:  # body bounds (408, 413, 415, 429) and bad headers (400)
+        response = error_response(status_for(exc), exc.code, public_text(exc.message), headers=retry_headers(exc))
+        if response.status == 408:  # the body stopped arriving: this connection is of no more use
+            response.force_close()
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[CONFIG].max_body_bytes
-        return error_response(413, "payload_too_large", f"request body over {limit} bytes")
+        response = error_response(413, "payload_too_large", f"request body over {limit} bytes")
     except web.HTTPNotFound:
-        return error_response(404, "not_found", f"no route {request.method} {request.path}")
+        response = error_response(404, "not_found", f"no route {request.method} {request.path}")
     except web.HTTPMethodNotAllowed:
-        return error_response(405, "invalid_request",
-                              f"{request.method} is not allowed on {request.path}")
+        response = error_response(405, "invalid_request",
+                                  f"{request.method} is not allowed on {request.path}")
+    finally:
+        slow_clients.request_finished(request)
+        request.app[BODY_BUDGET].release(request)
+    response.headers["Server"] = SERVER_NAME  # no versions (issue #30.8)
+    return response
 
 
 @web.middleware
@@ -83,39 +99,23 @@ async def _forward(request: web.Request, model: str | None, body: bytes) -> web.
 
 async def task_handler(request: web.Request) -> web.StreamResponse:
     """POST /v1/{task}/{model} for every registered task: the model is in the path."""
-    body = await request.read()
+    body = await read_forwarded(request, request.app[CONFIG])
     return await _forward(request, request.match_info["model"], body)
-
-
-def _routing_model(model: str) -> str:
-    """The served model behind a mode alias (`<model>#query`), which picks no other model."""
-    base, sep, _ = model.rpartition("#")
-    return base if sep and base else model
-
-
-def _model_in_body(body: bytes) -> str | None:
-    try:
-        model = json.loads(body).get("model")
-    except (ValueError, AttributeError):
-        return None  # the worker answers the malformed body with its own 400
-    return _routing_model(model) if isinstance(model, str) else None
 
 
 async def body_model_handler(request: web.Request) -> web.StreamResponse:
     """A compat route whose model is in the JSON body (OpenAI's /v1/embeddings, Cohere's rerank,
     Infinity's, compat_routes.py); the body is sent unchanged. A GET (Infinity's /models) has none:
     any worker of the pool answers it."""
-    body = await request.read()
-    if len(body) > _INLINE_PARSE_BYTES:
-        model = await asyncio.to_thread(_model_in_body, body)
-    else:
-        model = _model_in_body(body)
+    body = await read_forwarded(request, request.app[CONFIG])
+    model = await model_in_body(request, body, request.app[CONFIG])
     return await _forward(request, model, body)
 
 
 async def path_model_handler(request: web.Request) -> web.StreamResponse:
     """A compat route whose model is in its path (`/tei/{model}/embed`, compat_routes.py)."""
-    return await _forward(request, _routing_model(request.match_info["model"]), await request.read())
+    body = await read_forwarded(request, request.app[CONFIG])
+    return await _forward(request, routing_model(request.match_info["model"]), body)
 
 
 async def passthrough_handler(request: web.Request) -> web.StreamResponse:
@@ -187,15 +187,16 @@ def create_router_app(config: RouterConfig) -> web.Application:
     app = web.Application(
         client_max_size=config.max_body_bytes, middlewares=[_contract_errors, _api_key])
     app[CONFIG] = config
+    app[BODY_BUDGET] = BodyBudget(config.max_buffered_body_bytes)
     app[API_KEYS] = ApiKeys(tuple(config.api_keys), config.api_key_file)
     app[METRICS] = RouterMetrics()
     app[STATE] = {}
     app.cleanup_ctx.append(_worker_context)
     app.on_shutdown.append(_on_shutdown)
     for task in all_tasks():  # the registry's tasks when the app is made, as the workers serve them
-        app.router.add_post(task.route("{model:.+}"), task_handler)
+        app.router.add_post(task.route(compat_routes.MODEL_MATCH), task_handler)
     app.router.add_get("/v1/models", passthrough_handler)
-    app.router.add_get("/v1/models/{model:.+}", passthrough_handler)
+    app.router.add_get("/v1/models/" + compat_routes.MODEL_MATCH, passthrough_handler)
     app.router.add_get("/openapi.json", passthrough_handler)
     for api in compat_routes.APIS:  # the rows the workers mount, in the same order (the same matches)
         handler = path_model_handler if api.model == "path" else body_model_handler

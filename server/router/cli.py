@@ -75,10 +75,18 @@ async def _serve(config: RouterConfig, host: str, port: int, shutdown_timeout: f
     """Serve until SIGTERM / SIGINT; then finish accepted requests (up to `shutdown_timeout`)."""
     from aiohttp import web
 
+    from ..connections import ConnectionLimitedRunner
+    from ..settings import ServerSettings
     from .app import create_router_app
 
+    # the engine server's connection bounds, head / keep-alive / send timeouts, off-loop
+    # inflation and quiet client-error and accept-error logs (issue #30.6)
+    bounds = ServerSettings(max_connections=config.max_connections, probe_connections=config.probe_connections,
+                            head_timeout_s=config.head_timeout_s, keepalive_timeout_s=config.keepalive_timeout_s,
+                            send_timeout_s=config.send_timeout_s)
     # aiohttp's run_app would print its banner; one line of our own says where and what
-    runner = web.AppRunner(create_router_app(config), access_log=None, shutdown_timeout=shutdown_timeout)
+    runner = ConnectionLimitedRunner(create_router_app(config), settings=bounds, access_log=None,
+                                     shutdown_timeout=shutdown_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=2048)
     try:

@@ -46,7 +46,17 @@ class RouterConfig:
     # A worker that got a model is preferred for it for this long even before its
     # /v1/status shows the model loading, so a burst does not load it everywhere.
     affinity_grace_s: float = 10.0
-    max_body_bytes: int = 64 * 1024 * 1024
+    # The engine server's bounds and defaults (server/options.py), so the router is no softer a
+    # target than the workers behind it (issue #30.6): bodies, connections, slow clients.
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_buffered_body_bytes: int = 256 * 1024 * 1024
+    max_connections: int = 1024
+    probe_connections: int = 16
+    head_timeout_s: float = 10.0
+    keepalive_timeout_s: float = 15.0
+    body_idle_timeout_s: float = 30.0
+    body_timeout_s: float = 120.0
+    send_timeout_s: float = 30.0
     api_keys: frozenset[str] = field(default_factory=frozenset)
     # One key per line (or comma-separated); re-read when it changes (keys rotate without a restart).
     api_key_file: Path | None = None

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..options import Option, choice, count, existing_file, port, seconds, text
+from ..options import Option, choice, count, existing_file, port, positive_size, seconds, text
 from .config import PoolService, RouterConfig, StaticWorker
 
 # the defaults RouterConfig declares (each with its reason there)
@@ -72,6 +72,24 @@ ROUTER: tuple[Option, ...] = (
             "held)", seconds(), _D.dns_refresh_s, "router", "dns_refresh_s", metavar="SECONDS"),
     _option("--upstream-timeout", "seconds a worker may take to answer one attempt (then 504)", seconds(),
             _D.upstream_timeout_s, "router", "upstream_timeout_s", metavar="SECONDS"),
+    _option("--max-body-bytes", "request body limit (the decompressed size on body-routed paths)", positive_size,
+            _D.max_body_bytes, "router", metavar="SIZE"),
+    _option("--max-buffered-body-bytes", "request bodies of all connections together held in memory (more: 429 "
+            "with Retry-After)", positive_size, _D.max_buffered_body_bytes, "router", metavar="SIZE"),
+    _option("--max-connections", "client connections served at once; at the limit an idle one makes room, "
+            "else 503 with Retry-After", count(), _D.max_connections, "router", metavar="N"),
+    _option("--probe-connections", "connections beyond --max-connections kept just long enough to answer "
+            "/healthz and /readyz", count(0), _D.probe_connections, "router", metavar="N"),
+    _option("--head-timeout", "a request head must arrive whole within this long of its first byte",
+            seconds(), _D.head_timeout_s, "router", "head_timeout_s", metavar="SECONDS"),
+    _option("--keepalive-timeout", "how long a connection may wait for its next request (a new one: for its "
+            "first)", seconds(), _D.keepalive_timeout_s, "router", "keepalive_timeout_s", metavar="SECONDS"),
+    _option("--body-idle-timeout", "longest pause while a request body arrives (then 408)", seconds(),
+            _D.body_idle_timeout_s, "router", "body_idle_timeout_s", metavar="SECONDS"),
+    _option("--body-timeout", "longest time a whole request body may take to arrive (then 408)", seconds(),
+            _D.body_timeout_s, "router", "body_timeout_s", metavar="SECONDS"),
+    _option("--send-timeout", "longest a connection may leave an answer unread before it is closed", seconds(),
+            _D.send_timeout_s, "router", "send_timeout_s", metavar="SECONDS"),
     _option("--shutdown-timeout", "after SIGTERM, seconds to finish accepted requests", seconds(), 60.0,
             metavar="SECONDS"),
     _option("--api-key", "accepted bearer key; repeatable (SIE_API_KEYS: comma-separated, accepted besides the "

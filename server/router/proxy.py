@@ -19,6 +19,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from . import bodies
 from .config import RouterConfig
 from .errors import error_response
 from .metrics import RouterMetrics
@@ -28,12 +29,15 @@ from .worker import Worker
 log = logging.getLogger("sie_server.router")
 
 # Request headers that mean something to a worker; X-SIE-Pool is the router's own.
-_FORWARD_REQUEST = ("Content-Type", "Accept", "Accept-Encoding", "Authorization")
+# Content-Encoding: a compressed body is forwarded as sent (bodies.py) and the worker inflates it.
+_FORWARD_REQUEST = ("Content-Type", "Content-Encoding", "Accept", "Accept-Encoding", "Authorization")
 # Hop-by-hop or recomputed by aiohttp when the router answers.
 _DROP_RESPONSE = frozenset(
     h.lower() for h in ("Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length",
                         "Date", "Server")
 )
+# The model label of requests for a model no worker reports.
+OTHER_MODEL = "other"
 # While held, re-check at least this often: a 429 back-off may end without any poll.
 _HOLD_RECHECK_S = 0.25
 
@@ -84,27 +88,20 @@ class Forwarder:
         request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         response = await self._route(request, pool, model, body, start, request_id)
         response.headers["X-Request-Id"] = request_id
-        self.metrics.requests.labels(pool_label, model or "", str(response.status)).inc()
+        self.metrics.requests.labels(pool_label, self.model_label(model), str(response.status)).inc()
         self.metrics.request_duration.labels(pool_label).observe(time.monotonic() - start)
         return response
 
-    def _deadline_ms(self, request: web.Request) -> float | None:
-        raw = request.headers.get("X-SIE-Timeout-Ms")
-        if raw is None:
-            return None
-        try:
-            value = float(raw)
-        except ValueError:
-            raise web.HTTPBadRequest() from None
-        return value if value > 0 else None
+    def model_label(self, model: str | None) -> str:
+        """The metrics' model label: a model some worker reports, else `OTHER_MODEL`, so junk
+        model ids cannot grow the label set (5,000 made 10,000 series, issue #30.6)."""
+        if not model:
+            return ""
+        return model if self.registry.reported(model) else OTHER_MODEL
 
     async def _route(self, request: web.Request, pool: str | None, model: str | None,
                      body: bytes, start: float, request_id: str) -> web.StreamResponse:
-        try:
-            deadline_ms = self._deadline_ms(request)
-        except web.HTTPBadRequest:
-            return error_response(400, "invalid_request",
-                                  "X-SIE-Timeout-Ms must be a number of milliseconds")
+        deadline_ms = bodies.deadline_ms(request)  # 400 for NaN, 0 or less, as the engine says
         hold_until = start + self.config.hold_timeout_s
         if deadline_ms is not None:
             hold_until = min(hold_until, start + deadline_ms / 1000.0)
@@ -199,7 +196,7 @@ class Forwarder:
     async def _hold(self, pool: str | None, model: str | None, until: float,
                     exclude: frozenset[str]) -> Worker | None:
         """Wait for a ready worker while exporting the demand (KEDA scales from zero on it)."""
-        gauge = self.metrics.pending.labels(pool or "*", model or "")
+        gauge = self.metrics.pending.labels(pool or "*", self.model_label(model))
         gauge.inc()
         self.registry.holding += 1
         try:

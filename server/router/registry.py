@@ -29,6 +29,9 @@ class WorkerRegistry:
         # Requests held right now; while any is, DNS is re-read every poll round so a pod
         # KEDA just started (scale from zero) is found within poll_interval_s.
         self.holding = 0
+        # Every model id a worker's /v1/status has listed (kept when a pool scales to zero, so
+        # requests held for it still carry its label); bounded by the workers' catalogs.
+        self.reported_models: set[str] = set()
 
     # ---- waiting -------------------------------------------------------------------------
 
@@ -52,6 +55,10 @@ class WorkerRegistry:
             self.workers.values(), pool, model, time.monotonic(),
             self.config.affinity_grace_s, exclude,
         )
+
+    def reported(self, model: str) -> bool:
+        """Whether a worker's /v1/status has listed `model` (in any state: one not loaded yet counts)."""
+        return model in self.reported_models
 
     def pool_known(self, pool: str) -> bool:
         return pool in self.seen_pools
@@ -95,6 +102,7 @@ class WorkerRegistry:
                     raise aiohttp.ClientResponseError(
                         resp.request_info, resp.history, status=resp.status)
                 worker.apply_status(await resp.json(content_type=None))
+                self.reported_models.update(worker.model_states)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             if worker.up:
                 log.warning("worker %s failed its status poll: %r", worker.url, exc)

@@ -171,9 +171,10 @@ def test_probes_are_answered_at_the_connection_cap(server):
             answer = httpx.get(server.url + path, timeout=5)
             assert answer.status_code == 200 and answer.json() == expected
             assert time.monotonic() - started < 1.0
-        refused = httpx.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}, timeout=5)
-        assert refused.status_code == 503 and refused.json()["error"]["code"] == "too_many_connections"
-        assert refused.headers["Retry-After"] == "1"
+        # idle sockets make room for a request (issue #30.5); test_connection_exhaustion.py has the
+        # refusal when every connection is busy
+        served = httpx.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}, timeout=5)
+        assert served.status_code == 200
     finally:
         for sock in idle:
             sock.close()

@@ -267,7 +267,7 @@ def test_the_router_mounts_every_declared_compat_route():
     routed = {(r.method, r.resource.canonical) for r in create_router_app(RouterConfig()).router.routes()}
     for api in compat_routes.APIS:
         for method, path, _, _ in api.paths():
-            assert (method, path.replace("{model:.+}", "{model}")) in routed, (api.name, method, path)
+            assert (method, path.replace(compat_routes.MODEL_MATCH, "{model}")) in routed, (api.name, method, path)
 
 
 def test_every_declared_compat_route_is_in_the_openapi_document():
@@ -279,7 +279,8 @@ def test_every_declared_compat_route_is_in_the_openapi_document():
             continue  # SIE's own document describes it (server/openapi.py, test_openapi_replay.py)
         for method, path, _, _ in api.paths():
             # `/weaviate/{model}/vectors/` is the same operation as without its slash
-            assert (method, path.replace("{model:.+}", "{model}").rstrip("/")) in documented, (api.name, path)
+            plain = path.replace(compat_routes.MODEL_MATCH, "{model}").rstrip("/")
+            assert (method, plain) in documented, (api.name, path)
 
 
 def test_the_server_mounts_every_declared_compat_route_and_counts_its_work():
@@ -293,7 +294,7 @@ def test_the_server_mounts_every_declared_compat_route_and_counts_its_work():
         mounted = {(r.method, r.resource.canonical, r.name) for r in app.router.routes()}
         for api in compat_routes.APIS:
             for method, path, _, name in api.paths():
-                assert (method, path.replace("{model:.+}", "{model}"), name) in mounted, (api.name, name)
+                assert (method, path.replace(compat_routes.MODEL_MATCH, "{model}"), name) in mounted, (api.name, name)
             assert api.work <= app[WORK_ROUTES]
         assert "embeddings" in app[WORK_ROUTES] and "tei_info" not in app[WORK_ROUTES]
     finally:

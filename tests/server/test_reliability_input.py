@@ -217,8 +217,8 @@ def test_keys_never_reach_the_log_but_request_ids_do(server, http):
 def test_cors_only_for_the_named_origin(server, http):
     preflight = httpx.options(server.url + ENC, headers={"Origin": ORIGIN, "Access-Control-Request-Method": "POST",
                                                          "Access-Control-Request-Headers": "authorization"})
-    assert preflight.status_code == 204  # no key needed: browsers send none on a preflight
-    assert "Authorization" in preflight.headers["Access-Control-Allow-Headers"]
+    assert preflight.status_code == 200  # no key needed: browsers send none on a preflight (aiohttp-cors)
+    assert "authorization" in preflight.headers["Access-Control-Allow-Headers"].lower()
     answer = http.post(ENC, json={"items": ["x"]}, headers={"Origin": ORIGIN})
     assert answer.headers["Access-Control-Allow-Origin"] == ORIGIN
     other = http.post(ENC, json={"items": ["x"]}, headers={"Origin": "https://evil.example"})
@@ -232,8 +232,9 @@ async def test_connections_beyond_the_limit_get_503_and_the_server_recovers(serv
     host, port = server.url.removeprefix("http://").split(":")
     held = []
     try:
-        for _ in range(MAX_CONNECTIONS + 2):  # idle connections that never send a request
+        for _ in range(MAX_CONNECTIONS + 2):  # connections stuck in a request head (idle ones make room, #30.5)
             reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET /healthz HTTP/1.1\r\nX-Slow: ")
             held.append(writer)
         await asyncio.sleep(0.2)
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:

@@ -143,10 +143,10 @@ def test_the_router_forwards_every_weaviate_route():
     """The router mounts every route the server mounts for Weaviate's modules, with the model in
     `/weaviate/<model>/<route>` (both from compat_routes.WEAVIATE)."""
     from sie_server import compat_weaviate
-    from sie_server.compat_routes import WEAVIATE
+    from sie_server.compat_routes import MODEL_MATCH, WEAVIATE
     from sie_server.router import RouterConfig, create_router_app
 
-    served = {(method, path.replace("{model:.+}", "{model}")) for method, path, _, _ in WEAVIATE.paths()}
+    served = {(method, path.replace(MODEL_MATCH, "{model}")) for method, path, _, _ in WEAVIATE.paths()}
     routed = {(r.method, r.resource.canonical) for r in create_router_app(RouterConfig()).router.routes()}
     assert served and served <= routed
     assert all(callable(getattr(compat_weaviate, handler)) for _, _, handler, _ in WEAVIATE.paths())
