@@ -120,7 +120,7 @@ async def retrying_client(session, url, expected, work: list, tally: Tally, give
                 return
 
 
-INVALID = [{"items": []}, {"items": [""]}, {"items": ["x"], "dims": 0}, {"items": [{"text": None}]},
+INVALID = [{"items": []}, {"items": [7]}, {"items": ["x"], "dims": 0}, {"items": [{"text": None}]},
            {"items": ["x"], "colour": 1}, {"items": "x"}]
 
 
