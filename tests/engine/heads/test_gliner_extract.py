@@ -255,7 +255,7 @@ def test_usage_counts_window_tokens(engine):
     (dict(top_k=3), "top_k"),
     (dict(relation_labels=["works_for"]), "relation_labels"),  # GLiNER2 models only
     (dict(classify={"task": "topic", "labels": ["a"]}), "classify"),
-    (dict(items=[""]), "items[0].text"),
+    (dict(items=[{"text": 7}]), "items[0].text"),
     (dict(items=[]), "items"),
 ])
 def test_bad_requests_are_invalid(engine, kwargs, field):
