@@ -41,8 +41,9 @@ _GOT = re.compile(r"got `(?P<got>[^`]+)`")
 
 
 def _level(inner: Any, max_list: int) -> Any:
-    return Union[(*_SCALARS, Annotated[list[inner], Meta(max_length=max_list)],  # noqa: UP007
-                  Annotated[dict[str, inner], Meta(max_length=MAX_KEYS)])]
+    options = (*_SCALARS, Annotated[list[inner], Meta(max_length=max_list)],
+               Annotated[dict[str, inner], Meta(max_length=MAX_KEYS)])
+    return Union[options]  # noqa: UP007
 
 
 @lru_cache(maxsize=8)

@@ -36,6 +36,7 @@ from sie_engine.errors import InvalidRequest, PayloadTooLarge
 
 from .body import read_body
 from .bounded_body import MAX_LIST, decode_object
+from .json_elements import check_values
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -106,6 +107,8 @@ def _check_syntax(raw: bytes, is_msgpack: bool) -> None:
 def _decode_request(task: Task, raw: bytes, is_msgpack: bool) -> msgspec.Struct:
     """Bytes -> the task's request struct; InvalidRequest naming the field (or why the body
     is not JSON / msgpack: a malformed body is reported as such before any field)."""
+    if not is_msgpack:
+        check_values(raw)  # msgspec bounds a JSON list only once it is built
     try:
         return task.decode(raw, is_msgpack)
     except RecursionError:
@@ -116,12 +119,17 @@ def _decode_request(task: Task, raw: bytes, is_msgpack: bool) -> msgspec.Struct:
         raise InvalidRequest(f"the body is not valid {'msgpack' if is_msgpack else 'JSON'}: {exc}") from None
     except FieldError as exc:
         _check_syntax(raw, is_msgpack)  # the struct decoder stopped early: a malformed rest is the first error
+        if exc.field is not None and exc.field == task.chunk_field and "is longer than" in str(exc):
+            # past the wire's ceiling (shapes.MAX_WIRE_ITEMS): too large, as past the deployment's bound
+            raise PayloadTooLarge(f"{exc}: split the {exc.field} over several requests", field=exc.field) from None
         raise InvalidRequest(str(exc), field=exc.field) from None
 
 
 def _decode_object(raw: bytes, is_msgpack: bool, max_list: int) -> dict:
     """Bytes -> a compat API's body object, bounded (bounded_body); why a malformed one is not
     JSON / msgpack in today's words."""
+    if not is_msgpack:
+        check_values(raw)  # msgspec bounds a JSON list only once it is built
     try:
         return decode_object(raw, is_msgpack, max_list)
     except RecursionError:

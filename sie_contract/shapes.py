@@ -41,8 +41,14 @@ Score = Annotated[float, Meta(ge=0, le=1)]
 PositiveInt = Annotated[int, Meta(ge=1)]
 MAX_DIMS = 1 << 14  # wider than any embedding SIE serves (Qwen3-Embedding-8B: 4096)
 Dims = Annotated[int, Meta(ge=1, le=MAX_DIMS)]
+# Ceilings on a request's lists, far above what a deployment allows (`Limits`: 4,096 items, 64
+# labels by default): in msgpack a list states its length first, so the decoder refuses a longer
+# one before building a single element (16 MiB of one-byte values were +1.1 GB, issue #30.3).
+# A deployment's own bound is checked right after decoding (413).
+MAX_WIRE_ITEMS = 1 << 16
+MAX_WIRE_LABELS = 1 << 12
 Label = Annotated[str, Meta(min_length=1, pattern=r"\S")]  # few and short: the pattern costs nothing
-Labels = Annotated[list[Label], Meta(min_length=1)]
+Labels = Annotated[list[Label], Meta(min_length=1, max_length=MAX_WIRE_LABELS)]
 # An image item's file bytes: msgpack carries them as bin, JSON as base64 or a data: URI. msgspec
 # cannot type "bytes or str" (both are str-like to it), so the value is typed in `__post_init__`.
 Image = Annotated[Any, Meta(extra_json_schema={
@@ -108,7 +114,7 @@ class ExtractItem(_Shape):
 
     text: Text
     id: ItemId | None = None
-    entities: list[EntitySpan] | None = None
+    entities: Annotated[list[EntitySpan], Meta(max_length=MAX_WIRE_LABELS)] | None = None
 
 
 class Query(_Shape):
@@ -123,9 +129,9 @@ class Classify(_Shape):
     multi_label: bool | None = None
 
 
-Items = Annotated[list[Text | TextItem], Meta(min_length=1)]
-EncodeItems = Annotated[list[Text | EncodeItem], Meta(min_length=1)]
-ExtractItems = Annotated[list[Text | ExtractItem], Meta(min_length=1)]
+Items = Annotated[list[Text | TextItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
+EncodeItems = Annotated[list[Text | EncodeItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
+ExtractItems = Annotated[list[Text | ExtractItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
 QueryText = Text | Query
 
 
