@@ -172,3 +172,9 @@ def test_compat_route_deep_nesting_is_refused_by_depth(server, http):
     body = b'{"model": "enc", "input": [[[[["x"]]]]]}'
     answer = http.post("/v1/embeddings", content=body, headers={"Content-Type": JSON})
     assert answer.status_code == 400 and "nested too deeply" in answer.json()["error"]["message"], answer.text
+
+
+def test_an_image_member_is_not_decoded_as_anything(server, http):
+    # `image` took any value (msgspec's Any) and built it before the item's own check refused it
+    body = b"\x81\xa5items\x91\x81\xa5image" + msgpack_array(b"\x80", 16 * MiB)
+    check(*attack(server, http, "/v1/encode/enc", body, MSGPACK), 400, "items[0].image must be bytes")
