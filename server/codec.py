@@ -12,7 +12,10 @@ A task's body is decoded straight into its request struct (`read_request`: msgsp
 JSON or msgpack), which refuses an unknown field, a wrong type or a value out of bounds
 at the first wrong element, naming its path. A body that is not JSON / msgpack at all is
 reported as today's parsers word it (the struct decoder stops at the first wrong byte or
-element; the full parse runs only then, to say why).
+element; the full parse runs only then, to say why, and only for a body of at most
+`EXPLAIN_BYTES`: a larger one is checked by msgspec skipping over it, which builds nothing).
+A compat API's object (`read_object`) is decoded into bounded_body's bounded shape, never by
+an untyped parser: both paths stop at the first element past a bound (issue #30.3).
 """
 
 from __future__ import annotations
@@ -32,10 +35,16 @@ from sie_contract.values import Quantized
 from sie_engine.errors import InvalidRequest, PayloadTooLarge
 
 from .body import read_body
+from .bounded_body import MAX_LIST, decode_object
+from .json_elements import check_values
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
 _MSGPACK_TYPES = frozenset({"application/msgpack", "application/x-msgpack", "application/vnd.msgpack"})
+# The largest body an untyped parser (orjson, msgpack) may build to word why a body is malformed:
+# it builds up to ~64 bytes of objects per byte (an empty msgpack map is one byte, a dict 64), so
+# 256 KiB costs at most ~16 MiB. A larger body is only skipped over (`_check_syntax`).
+EXPLAIN_BYTES = 256 * 2**10
 
 
 # ---- negotiation -----------------------------------------------------------
@@ -79,17 +88,59 @@ async def _read_raw(request: web.Request, max_bytes: int, idle_timeout_s: float,
     return raw
 
 
+def _check_syntax(raw: bytes, is_msgpack: bool) -> None:
+    """InvalidRequest saying why `raw` is not JSON / msgpack, if it is not; nothing else. Small
+    bodies go through today's parsers (their words: depth, NaN, UTF-8, truncation ...); larger
+    ones are skipped over by msgspec (`Raw`: syntax and depth checked, no object built)."""
+    if len(raw) <= EXPLAIN_BYTES:
+        _decode(raw, is_msgpack)
+        return
+    kind = "msgpack" if is_msgpack else "JSON"
+    try:
+        (msgspec.msgpack.decode if is_msgpack else msgspec.json.decode)(raw, type=msgspec.Raw)
+    except RecursionError:
+        raise InvalidRequest(f"the {kind} body is nested too deeply (depth limit)") from None
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"the body is not valid {kind}: {exc}") from None
+
+
 def _decode_request(task: Task, raw: bytes, is_msgpack: bool) -> msgspec.Struct:
     """Bytes -> the task's request struct; InvalidRequest naming the field (or why the body
     is not JSON / msgpack: a malformed body is reported as such before any field)."""
+    if not is_msgpack:
+        check_values(raw)  # msgspec bounds a JSON list only once it is built
     try:
         return task.decode(raw, is_msgpack)
+    except RecursionError:
+        raise InvalidRequest(f"the {'msgpack' if is_msgpack else 'JSON'} body is nested too deeply "
+                             "(depth limit)") from None
     except msgspec.DecodeError as exc:
-        _decode(raw, is_msgpack)  # today's parser says why (depth, NaN, UTF-8, truncation ...)
+        _check_syntax(raw, is_msgpack)
         raise InvalidRequest(f"the body is not valid {'msgpack' if is_msgpack else 'JSON'}: {exc}") from None
     except FieldError as exc:
-        _decode(raw, is_msgpack)  # the struct decoder stopped early: a malformed rest is the first error
+        _check_syntax(raw, is_msgpack)  # the struct decoder stopped early: a malformed rest is the first error
+        if exc.field is not None and exc.field == task.chunk_field and "is longer than" in str(exc):
+            # past the wire's ceiling (shapes.MAX_WIRE_ITEMS): too large, as past the deployment's bound
+            raise PayloadTooLarge(f"{exc}: split the {exc.field} over several requests", field=exc.field) from None
         raise InvalidRequest(str(exc), field=exc.field) from None
+
+
+def _decode_object(raw: bytes, is_msgpack: bool, max_list: int) -> dict:
+    """Bytes -> a compat API's body object, bounded (bounded_body); why a malformed one is not
+    JSON / msgpack in today's words."""
+    if not is_msgpack:
+        check_values(raw)  # msgspec bounds a JSON list only once it is built
+    try:
+        return decode_object(raw, is_msgpack, max_list)
+    except RecursionError:
+        raise InvalidRequest(f"the {'msgpack' if is_msgpack else 'JSON'} body is nested too deeply "
+                             "(depth limit)") from None
+    except msgspec.DecodeError as exc:
+        _check_syntax(raw, is_msgpack)
+        raise InvalidRequest(f"the body is not valid {'msgpack' if is_msgpack else 'JSON'}: {exc}") from None
+    except InvalidRequest:
+        _check_syntax(raw, is_msgpack)  # a malformed rest is the first error, as for a task's body
+        raise
 
 
 async def read_request(request: web.Request, task: Task, max_bytes: int, offload_bytes: int, *,
@@ -103,18 +154,15 @@ async def read_request(request: web.Request, task: Task, max_bytes: int, offload
 
 
 async def read_object(request: web.Request, max_bytes: int, offload_bytes: int, *, idle_timeout_s: float = 30.0,
-                      total_timeout_s: float = 120.0) -> dict:
-    """The request body as a dict; 413 over `max_bytes` (decompressed), 408 when it does not
-    arrive in time, 400 for anything but an object (body.py reads it)."""
+                      total_timeout_s: float = 120.0, max_list: int = MAX_LIST) -> dict:
+    """The request body as a dict; 413 over `max_bytes` (decompressed) or for a list of more
+    than `max_list` elements, 408 when it does not arrive in time, 400 for anything but an
+    object or one nested deeper than a compat body is (body.py reads it, bounded_body decodes)."""
     raw = await _read_raw(request, max_bytes, idle_timeout_s, total_timeout_s)
     is_msgpack = request_is_msgpack(request)
     if len(raw) > offload_bytes:
-        body = await asyncio.get_running_loop().run_in_executor(None, _decode, raw, is_msgpack)
-    else:
-        body = _decode(raw, is_msgpack)
-    if not isinstance(body, dict):
-        raise InvalidRequest(f"the body must be an object, got {type(body).__name__}")
-    return body
+        return await asyncio.get_running_loop().run_in_executor(None, _decode_object, raw, is_msgpack, max_list)
+    return _decode_object(raw, is_msgpack, max_list)
 
 
 def check_fields(body: dict, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:

@@ -54,9 +54,11 @@ def timeout_of(request: web.Request) -> float | None:
 
 async def body_of(request: web.Request) -> dict:
     settings = request.app[SETTINGS]
+    # lists up to the deployment's items bound (a longer one gets the route's own 413 up to MAX_LIST)
+    max_list = max(request.app[ENGINE].limits.max_items, codec.MAX_LIST)
     return await codec.read_object(request, settings.max_body_bytes, settings.offload_bytes,
                                    idle_timeout_s=settings.body_idle_timeout_s,
-                                   total_timeout_s=settings.body_timeout_s)
+                                   total_timeout_s=settings.body_timeout_s, max_list=max_list)
 
 
 async def task_request_of(request: web.Request, task: Task) -> msgspec.Struct:

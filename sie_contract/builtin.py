@@ -23,6 +23,7 @@ from .shapes import (
     QueryText,
     Score,
     ScoreAnswer,
+    WireEncodeItems,
 )
 from .tasks import Field, Task
 
@@ -35,7 +36,7 @@ ENCODE = Task(
     name="encode",
     summary="Dense, sparse and multi-vector embeddings",
     fields=(
-        Field("items", type=EncodeItems, required=True,
+        Field("items", type=EncodeItems, wire_type=WireEncodeItems, required=True,
               description="texts and images: strings, {id?, text} or {id?, image} objects (image models only)"),
         Field("output_types", type=OutputType | list[OutputType],
               description="which outputs (default: the model's first)"),
@@ -63,7 +64,7 @@ SCORE = Task(
     summary="Rerank items against a query, best first",
     fields=(
         Field("query", type=QueryText, required=True),
-        Field("items", type=EncodeItems, required=True,
+        Field("items", type=EncodeItems, wire_type=WireEncodeItems, required=True,
               description="texts: strings or {id?, text} objects; page images as {id?, image} (ColPali only)"),
         Field("top_k", type=PositiveInt, description="keep the k best"),
         TRUNCATE,

@@ -17,6 +17,7 @@ optional here and the task's required fields are checked after decoding (`Task.r
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, get_args
 
 import msgspec
@@ -42,14 +43,21 @@ Score = Annotated[float, Meta(ge=0, le=1)]
 PositiveInt = Annotated[int, Meta(ge=1)]
 MAX_DIMS = 1 << 14  # wider than any embedding SIE serves (Qwen3-Embedding-8B: 4096)
 Dims = Annotated[int, Meta(ge=1, le=MAX_DIMS)]
+# Ceilings on a request's lists, far above what a deployment allows (`Limits`: 4,096 items, 64
+# labels by default): in msgpack a list states its length first, so the decoder refuses a longer
+# one before building a single element (16 MiB of one-byte values were +1.1 GB, issue #30.3).
+# A deployment's own bound is checked right after decoding (413).
+MAX_WIRE_ITEMS = 1 << 16
+MAX_WIRE_LABELS = 1 << 12
 Label = Annotated[str, Meta(min_length=1, pattern=r"\S")]  # few and short: the pattern costs nothing
-Labels = Annotated[list[Label], Meta(min_length=1)]
+Labels = Annotated[list[Label], Meta(min_length=1, max_length=MAX_WIRE_LABELS)]
 # An image item's file bytes: msgpack carries them as bin, JSON as base64 or a data: URI. msgspec
 # cannot type "bytes or str" (both are str-like to it), so the value is typed in `__post_init__`.
-Image = Annotated[Any, Meta(extra_json_schema={
+_IMAGE_SCHEMA = {
     "type": "string", "format": "byte",
     "description": "the image file's bytes (PNG, JPEG, WebP, GIF, BMP): base64 or a data: URI in JSON, "
-                   "raw bytes in msgpack; URLs are not fetched"})]
+                   "raw bytes in msgpack; URLs are not fetched"}
+Image = Annotated[Any, Meta(extra_json_schema=_IMAGE_SCHEMA)]
 # Vectors in an answer: JSON lists (numpy arrays written by orjson) or msgpack tensor objects.
 Tensor = Annotated[Any, Meta(extra_json_schema={"$ref": "#/components/schemas/Tensor"})]
 
@@ -109,7 +117,7 @@ class ExtractItem(_Shape):
 
     text: Text
     id: ItemId | None = None
-    entities: list[EntitySpan] | None = None
+    entities: Annotated[list[EntitySpan], Meta(max_length=MAX_WIRE_LABELS)] | None = None
 
 
 class Query(_Shape):
@@ -124,9 +132,51 @@ class Classify(_Shape):
     multi_label: bool | None = None
 
 
-Items = Annotated[list[Text | TextItem], Meta(min_length=1)]
-EncodeItems = Annotated[list[Text | EncodeItem], Meta(min_length=1)]
-ExtractItems = Annotated[list[Text | ExtractItem], Meta(min_length=1)]
+_JSON_KINDS = {ord("["): "array", ord("{"): "object", ord("t"): "bool", ord("f"): "bool"}
+_GOT = re.compile(r"got `(?P<got>[^`]+)`")
+
+
+def _image_value(raw: msgspec.Raw) -> Any:
+    """An image member as the wire sent it (`raw`: its JSON or msgpack bytes, not yet decoded)
+    -> str, bytes or None. Refusal for any other value, without decoding it (a list of a million
+    empty maps would otherwise be built first: issue #30.3)."""
+    data = memoryview(raw)
+    if len(data) > 1 and data[0] == 0x22:  # a JSON string (in msgpack `"` is the 1-byte integer 34)
+        return msgspec.json.decode(raw, type=str)
+    if len(data) <= 4 and data.tobytes() in (b"null", b"\xc0"):  # JSON's null, msgpack's nil
+        return None
+    if len(data) > 1 and data[0] in _JSON_KINDS:
+        got = _JSON_KINDS[data[0]]
+    else:
+        try:
+            return msgspec.msgpack.decode(raw, type=bytes)
+        except msgspec.ValidationError as exc:
+            found = _GOT.search(str(exc))
+            got = found.group("got") if found else "something else"
+            if got == "str":
+                return msgspec.msgpack.decode(raw, type=str)
+        except msgspec.DecodeError:
+            got = "a number"  # a JSON number is not msgpack
+    raise Refusal("image", f"must be bytes (msgpack) or a base64 string (JSON), got {got}")
+
+
+class WireEncodeItem(EncodeItem):
+    """EncodeItem as the server decodes it from a body: `image` is taken as its raw bytes and
+    typed here (`_image_value`), so no other value is ever built. (The Python call's EncodeItem
+    keeps `Any`: msgspec cannot convert bytes into a Raw.)"""
+
+    image: Annotated[msgspec.Raw, Meta(extra_json_schema=_IMAGE_SCHEMA)] = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.image, msgspec.Raw):
+            self.image = _image_value(self.image)
+        super().__post_init__()
+
+
+Items = Annotated[list[Text | TextItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
+EncodeItems = Annotated[list[Text | EncodeItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
+WireEncodeItems = Annotated[list[Text | WireEncodeItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
+ExtractItems = Annotated[list[Text | ExtractItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
 QueryText = Text | Query
 
 

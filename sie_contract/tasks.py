@@ -37,6 +37,8 @@ class Field:
         `Annotated[..., Meta(...)]` with bounds); it validates the field and gives its JSON
         Schema. `Any` (a plug-in that gives only a schema) takes any value.
     schema: a JSON Schema of the field's own, for a field typed `Any`; None: the type's.
+    wire_type: the type a body is decoded into, where it differs from `type` (None: `type`):
+        the same values, taken so that a hostile body builds nothing (shapes.WireEncodeItem).
     """
 
     name: str
@@ -44,6 +46,7 @@ class Field:
     required: bool = False
     description: str = ""
     type: Any = Any
+    wire_type: Any = None
 
 
 @dataclass(frozen=True)
@@ -96,12 +99,21 @@ class Task:
                                  omit_defaults=True, kw_only=True, module=__name__)
 
     @cached_property
+    def wire_request_type(self) -> type[msgspec.Struct]:
+        """`request_type` with each field's `wire_type`: what a body is decoded into."""
+        if all(f.wire_type is None for f in self.fields):
+            return self.request_type
+        members = [(f.name, Optional[f.wire_type or f.type], None) for f in self.fields]  # noqa: UP045
+        return msgspec.defstruct(f"{self.name.capitalize()}WireRequest", members, forbid_unknown_fields=True,
+                                 omit_defaults=True, kw_only=True, module=__name__)
+
+    @cached_property
     def json_decoder(self) -> msgspec.json.Decoder[Any]:
-        return msgspec.json.Decoder(self.request_type)
+        return msgspec.json.Decoder(self.wire_request_type)
 
     @cached_property
     def msgpack_decoder(self) -> msgspec.msgpack.Decoder[Any]:
-        return msgspec.msgpack.Decoder(self.request_type)
+        return msgspec.msgpack.Decoder(self.wire_request_type)
 
     def decode(self, raw: bytes, is_msgpack: bool) -> msgspec.Struct:
         """A request body's bytes -> the request struct. Raises msgspec's DecodeError for
@@ -111,7 +123,7 @@ class Task:
         try:
             struct: msgspec.Struct = decoder.decode(raw)
         except msgspec.ValidationError as exc:
-            raise field_error(exc, self.request_type) from None
+            raise field_error(exc, self.wire_request_type) from None
         return struct
 
     def fields_of(self, struct: msgspec.Struct) -> dict[str, Any]:
@@ -159,7 +171,7 @@ class Task:
         fields), or one request struct the server decoded (already validated). The fields
         come back as given (name -> value; fields not given are absent). Raises FieldError
         naming the field (its path, e.g. `items[3].text`)."""
-        if len(args) == 1 and not options and isinstance(args[0], self.request_type):
+        if len(args) == 1 and not options and isinstance(args[0], (self.request_type, self.wire_request_type)):
             return self.fields_of(args[0])
         fields = self.bind(args, options)
         self.validate(fields)
