@@ -12,8 +12,8 @@ shape, so the decoder itself refuses at the first element past a bound, before b
 - elements: at most `max_list` per list (the route passes the deployment's items bound, or
   `MAX_LIST` at least: a Weaviate vector of 16,384 floats).
 
-So the containers a body can make are at most `MAX_KEYS * max_list` (1M at the defaults,
-whatever the body's size), against one per byte before. Values: null, bool, int, float, str
+So no list or object grows past its bound, and a JSON body's values are counted before any
+of this (server/json_elements.py). Values: null, bool, int, float, str
 (msgpack bin is not among them: no compat API takes bytes).
 """
 
@@ -29,8 +29,9 @@ from msgspec import Meta
 from sie_engine.errors import InvalidRequest, PayloadTooLarge
 
 # Containers below the body's top-level object (OpenAI's `input: [[...]]` needs 2; TEI's
-# `inputs: {"sentences": [...]}` 2; Cohere's `documents: [{"text": ...}]` 2).
-MAX_DEPTH = 3
+# `inputs: {"sentences": [...]}` 2; Cohere's rerank `documents: [{"text": ...}]` 2; Cohere's
+# embed v2 `inputs: [{"content": [{"type": "image_url", "image_url": {"url": ...}}]}]` 5).
+MAX_DEPTH = 5
 MAX_KEYS = 64
 MAX_LIST = 1 << 14
 

@@ -89,6 +89,6 @@ INFINITY = CompatApi("infinity", "compat_infinity", "body", (
 COHERE = CompatApi("cohere", "compat_cohere", "body", (Route("POST", "/v2/embed", "embed", "cohere_embed_v2"),))
 
 # Hugging Face's InferenceClient(base_url=...) posts every task to the base URL itself
-HF = CompatApi("hf", "compat_hf", "path", prefix="/hf/{model:.+}", routes=(Route("POST", "", "root", "hf_root"),))
+HF = CompatApi("hf", "compat_hf", "path", prefix="/hf/" + MODEL_MATCH, routes=(Route("POST", "", "root", "hf_root"),))
 
 APIS: tuple[CompatApi, ...] = (OPENAI, TEI, RERANK, WEAVIATE, INFINITY, COHERE, HF)

@@ -32,10 +32,12 @@ Time is what a client and a drain care about, so time is what is bounded.
   invalid 53 KB requests of 4,096 non-text items (each counted a whole window) made the
   average request 87 s, and one half-sent body charged that made an idle server refuse
   everything for 89 s.
-- A model never measured (loaded on demand, or its warm-up failed) is admitted about one
-  batch at a time (`cold_batch`): the prior is a guess, and a flood let in on it held 144 s
-  of work against a 30 s bound. Its first batch measures it; the server measures each
-  preloaded model with a warm-up batch before it reports ready.
+- A model being preloaded and never measured (still loading, or its warm-up failed) is
+  admitted a few batches of bounds at a time (`cold_batch`, `cold_allowance`): the prior is a
+  guess, and a flood let in on it while the server started held 144 s of work against a 30 s
+  bound. Its first batch measures it; the server measures each preloaded model with a warm-up
+  batch before it reports ready. A model loaded on demand is admitted on the prior (the
+  engine's `_cold_batch` says why).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ PRIOR_FLOPS = {"cpu": 400e9, "cuda": 400e12}
 # Parameters assumed for a model whose weights have not been looked at yet: BERT-base's, the
 # size of most models served here (the prior uses the real count once the weights are read).
 UNKNOWN_PARAMS = 110e6
+# Batches of upper-bound tokens a model never measured admits (cold_allowance).
+COLD_BATCHES = 4
 # Weight of the newest batch in the moving average.
 EWMA_WEIGHT = 0.2
 # Tokens a sequence may gain beyond its text: special tokens, markers.
@@ -72,6 +76,15 @@ def image_positions_bound(image_size: int) -> int:
     preprocessor has loaded and says the real count): its patches, plus a class token or the
     few tokens of a prompt (PaliGemma's)."""
     return math.ceil(image_size / SMALLEST_PATCH) ** 2 + SPECIAL_TOKENS
+
+
+def cold_allowance(batch: int) -> int:
+    """Tokens a model never measured may hold, committed and queued, for a batch budget of
+    `batch`. What is committed before tokenising is upper bounds (a byte a token: about four
+    times the real count of English prose), so `COLD_BATCHES` batches of bounds are about one
+    batch of real work for short texts, and a few batches (seconds of work) for window-long
+    ones."""
+    return COLD_BATCHES * batch
 
 
 def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int = 0,
@@ -272,7 +285,7 @@ class WaitAdmission:
         if not self.bounded or self.throughput.measured(model_id):
             return None
         committed = queued_tokens + self.reserved(model_id)
-        if committed <= 0 or committed + tokens <= batch:
+        if committed <= 0 or committed + tokens <= cold_allowance(batch):
             return None
         return self.cold_overloaded(model_id, committed, batch)
 

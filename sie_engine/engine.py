@@ -193,6 +193,8 @@ class Engine:
         self.loop = self._loop_thread.loop
         self._closed = False
         self._locations: dict[str, tuple[float, WeightsLocation]] = {}
+        # Models preloaded (`load`): admitted about one batch at a time until measured (_cold_batch).
+        self._preloaded: set[str] = set()
 
         async def setup():
             # the pool asks the scheduler what work waits and wakes it after loads; the scheduler
@@ -345,7 +347,7 @@ class Engine:
         try:
             reservation = self.scheduler.admit(
                 card.id, upper_bound_tokens(request, card.max_seq_len, prompt, self._image_tokens(card)),
-                cold_batch=self._batch_tokens(card))
+                cold_batch=self._cold_batch(card))
         finally:
             if pre_admitted is not None:  # decided: its reservation (or refusal) stands for it now
                 pre_admitted.release()
@@ -398,6 +400,14 @@ class Engine:
         call = Call(task, card, request, deadline=parent.deadline, reservation=parent.reservation)
         return await implementation(self, call)
 
+    def _cold_batch(self, card: ModelCard) -> int | None:
+        """The batch a model never measured is admitted by (admission.cold_allowance), for a model
+        being preloaded: a flood that arrives while the server starts is its case (issue #30.2).
+        None (the throughput prior decides) for a model loaded on demand: a burst to a model not
+        loaded yet is a router's failover or a first burst, and one batch there turned them into
+        429s the router then spread over every worker, or 503s once its hold ran out."""
+        return self._batch_tokens(card) if card.id in self._preloaded else None
+
     def _batch_tokens(self, card: ModelCard) -> int:
         """A batch of this model (what admission lets in while its throughput is unmeasured):
         its runner's budget once loaded, else its card's, capped on CPU as most families' are
@@ -438,6 +448,7 @@ class Engine:
 
         async def _load():
             card = self.card(model)
+            self._preloaded.add(card.id)
             await self._tokenizers.get(card)
             await self.pool.get(model)
 
@@ -530,7 +541,7 @@ class Engine:
         card = self.catalog.get(model) if model is not None else None
         if card is None:
             return self.scheduler.pre_admit(body_bytes=body_bytes)
-        return self.scheduler.pre_admit(card.id, body_bytes, self._batch_tokens(card))
+        return self.scheduler.pre_admit(card.id, body_bytes, self._cold_batch(card))
 
     @staticmethod
     def pre_admission_done(handle: PreAdmitted | None) -> None:

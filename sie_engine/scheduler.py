@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from .admission import PendingCall, Reservation, Throughput, WaitAdmission
+from .admission import PendingCall, Reservation, Throughput, WaitAdmission, cold_allowance
 from .errors import DeadlineExceeded, Draining, InferenceFailed, ModelLoadFailed, Overloaded, PayloadTooLarge, SIEError
 from .parallelism import BatchParallelism, on_threads
 from .pool import ModelPool
@@ -229,7 +229,7 @@ class Scheduler:
                 and not admission.throughput.measured(model_id)):
             # its own size is not known yet: refused only where any request would be
             committed = self._committed.get(model_id, 0.0)
-            if committed >= cold_batch:
+            if committed >= cold_allowance(cold_batch):
                 raise admission.cold_overloaded(model_id, committed, cold_batch)
         return admission.pending.enter(admission.pending_charge(model_id, body_bytes))
 

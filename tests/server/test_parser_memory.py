@@ -169,7 +169,7 @@ def test_compat_route_top_level_array(server, http):
 
 
 def test_compat_route_deep_nesting_is_refused_by_depth(server, http):
-    body = b'{"model": "enc", "input": [[[[["x"]]]]]}'
+    body = b'{"model": "enc", "input": [[[[[[["x"]]]]]]]}'
     answer = http.post("/v1/embeddings", content=body, headers={"Content-Type": JSON})
     assert answer.status_code == 400 and "nested too deeply" in answer.json()["error"]["message"], answer.text
 

@@ -124,7 +124,7 @@ def test_encode_returns_sparse_from_the_builtin_splade(server):
 
 
 @pytest.mark.parametrize("route, body, status, code", [
-    ("/v1/score/test/cross-encoder", {"query": {"text": ""}, "items": DOCS}, 400, "invalid_request"),
+    ("/v1/score/test/cross-encoder", {"query": {"text": 7}, "items": DOCS}, 400, "invalid_request"),
     ("/v1/score/test/cross-encoder", {"query": {"text": QUERY}, "items": []}, 400, "invalid_request"),
     ("/v1/score/test/cross-encoder", {"query": {"text": QUERY}, "items": DOCS, "top_k": 0}, 400, "invalid_request"),
     ("/v1/score/test/cross-encoder", {"query": QUERY}, 400, "invalid_request"),

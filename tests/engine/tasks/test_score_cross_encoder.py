@@ -203,7 +203,7 @@ def test_concurrent_requests_share_batches_and_keep_their_answers(engine):
 
 def test_bad_input_is_refused_with_the_field(engine):
     with pytest.raises(InvalidRequest) as info:
-        engine.score_sync("ce/minilm", {"text": ""}, DOCS)
+        engine.score_sync("ce/minilm", {"text": 7}, DOCS)
     assert info.value.field == "query.text"
     with pytest.raises(InvalidRequest) as info:
         engine.score_sync("ce/minilm", QUERY, [])
