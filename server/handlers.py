@@ -10,22 +10,20 @@ HTTP. HTTP-only inputs (headers) are checked here.
 from __future__ import annotations
 
 import asyncio
-import math
 
 import msgspec
 from aiohttp import web
 
 from sie_contract import Task
-from sie_engine.errors import InvalidRequest, PayloadTooLarge
+from sie_engine.errors import PayloadTooLarge
 from sie_engine.types import ModelInfo
 
 from . import codec
+from .deadline_header import deadline_ms
 from .errors import HTTPProblem
 from .openapi import openapi_document
 from .redact import public_text
 from .state import ENGINE, LIFECYCLE, METRICS, MODEL_LABEL, PRE_ADMITTED, SETTINGS, TASKS, TIMINGS
-
-TIMEOUT_HEADER = "X-SIE-Timeout-Ms"
 
 
 # ---- shared steps ----------------------------------------------------------
@@ -39,17 +37,8 @@ def model_of(request: web.Request) -> str:
 
 def timeout_of(request: web.Request) -> float | None:
     """`X-SIE-Timeout-Ms` as seconds for the engine's `timeout=`."""
-    raw = request.headers.get(TIMEOUT_HEADER)
-    if raw is None:
-        return None
-    try:
-        ms = float(raw)
-    except ValueError:
-        ms = math.nan
-    if not math.isfinite(ms) or ms <= 0:
-        raise InvalidRequest(f"{TIMEOUT_HEADER} must be a positive number of milliseconds, got {raw!r}",
-                             field=TIMEOUT_HEADER)
-    return ms / 1000.0
+    ms = deadline_ms(request)
+    return None if ms is None else ms / 1000.0
 
 
 async def body_of(request: web.Request) -> dict:

@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 
 from aiohttp import web
-
-from sie_engine.errors import InvalidRequest
 
 from ..body import inflate_off_loop, read_raw, request_encoding
 from .config import RouterConfig
 
-TIMEOUT_HEADER = "X-SIE-Timeout-Ms"
 # Bodies larger than this are parsed off the event loop.
 INLINE_PARSE_BYTES = 64 * 1024
 
@@ -59,17 +55,3 @@ async def model_in_body(request: web.BaseRequest, body: bytes, config: RouterCon
         return await asyncio.to_thread(_model_in_json, body)
     return _model_in_json(body)
 
-
-def deadline_ms(request: web.BaseRequest) -> float | None:
-    """`X-SIE-Timeout-Ms` in milliseconds; InvalidRequest for NaN, infinities, zero or less."""
-    raw = request.headers.get(TIMEOUT_HEADER)
-    if raw is None:
-        return None
-    try:
-        ms = float(raw)
-    except ValueError:
-        ms = math.nan
-    if not math.isfinite(ms) or ms <= 0:
-        raise InvalidRequest(f"{TIMEOUT_HEADER} must be a positive number of milliseconds, got {raw!r}",
-                             field=TIMEOUT_HEADER)
-    return ms

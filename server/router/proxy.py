@@ -19,7 +19,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from . import bodies
+from ..deadline_header import deadline_ms as read_deadline_ms
 from .config import RouterConfig
 from .errors import error_response
 from .metrics import RouterMetrics
@@ -101,7 +101,7 @@ class Forwarder:
 
     async def _route(self, request: web.Request, pool: str | None, model: str | None,
                      body: bytes, start: float, request_id: str) -> web.StreamResponse:
-        deadline_ms = bodies.deadline_ms(request)  # 400 for NaN, 0 or less, as the engine says
+        deadline_ms = read_deadline_ms(request)  # 400 for NaN, 0 or less, as the engine says
         hold_until = start + self.config.hold_timeout_s
         if deadline_ms is not None:
             hold_until = min(hold_until, start + deadline_ms / 1000.0)
