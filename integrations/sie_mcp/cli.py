@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 from collections.abc import Sequence
+
+from sie_client.environment import api_key_from_env, url_from_env
 
 from .server import SIETools, build_server, serve_http, serve_stdio
 
@@ -25,9 +26,9 @@ DEFAULT_URL = "http://127.0.0.1:8080"  # sie-server serve's own default
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sie-mcp", description="Serve the models of an SIE server as MCP tools: embed, "
                                 "rerank, extract_entities, classify and extract_relations.")
-    p.add_argument("--url", default=os.environ.get("SIE_URL") or DEFAULT_URL,
+    p.add_argument("--url", default=url_from_env() or DEFAULT_URL,
                    help=f"the SIE server or router (default: SIE_URL, else {DEFAULT_URL})")
-    p.add_argument("--api-key", default=os.environ.get("SIE_API_KEY"),
+    p.add_argument("--api-key", default=api_key_from_env(),
                    help="sent to SIE as Authorization: Bearer (default: SIE_API_KEY); over HTTP, a caller's own "
                         "Bearer token replaces it")
     p.add_argument("--models", action="append", default=[], metavar="PATTERN",
