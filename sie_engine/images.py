@@ -60,8 +60,56 @@ def image_bytes(value: Any, limits: Limits, field: str) -> bytes:
     return data
 
 
-def decode_image(data: bytes, limits: Limits, field: str):
-    """Checked bytes -> an RGB PIL image (the limits are Limits.max_image_* and image_formats)."""
+# The most pixels a checkpoint's resize may make of one image (2048 x 2048). A shortest-edge
+# resize (CLIP's) scales the long side by as much as the short one: a 102-byte 1 x 10,000 PNG
+# became 224 x 2,240,000 pixels (15-24 s, +4-5 GB) before the centre crop kept 224 x 224 of them
+# (issue #30.4). Real pictures stay far below (a 1:20 panorama at 336: 2.3M).
+MAX_RESIZED_PIXELS = 1 << 22
+
+
+def _size_entry(size: Any, key: str) -> int | None:
+    """One entry of an image processor's `size` (a dict in its config, transformers' SizeDict on
+    the object)."""
+    if size is None:
+        return None
+    value = size.get(key) if isinstance(size, Mapping) else getattr(size, key, None)
+    return int(value) if value else None
+
+
+def resized_size(processor: Any, width: int, height: int) -> tuple[int, int]:
+    """(width, height) an image of `width` x `height` has after the processor's resize step
+    (transformers' `get_resize_output_image_size` for its `size` entries); the image's own size
+    where the processor does not resize or resizes within a fixed bound (NaFlex's patch budget)."""
+    size = processor.size if processor.do_resize else None
+    shortest, longest = _size_entry(size, "shortest_edge"), _size_entry(size, "longest_edge")
+    fixed_h, fixed_w = _size_entry(size, "height"), _size_entry(size, "width")
+    if fixed_h and fixed_w:
+        return fixed_w, fixed_h
+    if shortest:
+        short, long = min(width, height), max(width, height)
+        new_long = int(shortest * long / short)
+        if longest and new_long > longest:
+            new_long = longest  # transformers' max_size: the long side capped, the short one follows
+        return (shortest, new_long) if width <= height else (new_long, shortest)
+    if longest:
+        scale = longest / max(width, height)
+        return max(1, int(width * scale)), max(1, int(height * scale))
+    return width, height
+
+
+def check_resize(processor: Any, width: int, height: int, field: str) -> None:
+    """PayloadTooLarge when the processor's resize would make more than MAX_RESIZED_PIXELS of
+    an image of `width` x `height` (read from its header, before a pixel is decoded)."""
+    new_w, new_h = resized_size(processor, width, height)
+    if new_w * new_h > MAX_RESIZED_PIXELS:
+        raise PayloadTooLarge(f"{field} is {width} x {height} pixels: this model's preprocessing would resize it to "
+                              f"{new_w} x {new_h} ({new_w * new_h} pixels); at most {MAX_RESIZED_PIXELS} "
+                              "(crop it to a less extreme aspect ratio)", field=field)
+
+
+def decode_image(data: bytes, limits: Limits, field: str, check: Callable[[int, int], None] | None = None):
+    """Checked bytes -> an RGB PIL image (the limits are Limits.max_image_* and image_formats);
+    `check(width, height)` runs on the header's size before any pixel is decoded."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     allowed = ", ".join(limits.image_formats)
@@ -79,6 +127,8 @@ def decode_image(data: bytes, limits: Limits, field: str):
     width, height = image.size
     if width * height > limits.max_image_pixels:
         raise _too_many_pixels(field, limits, f"{width} x {height}")
+    if check is not None:
+        check(width, height)
     try:
         image.load()
         # a camera's EXIF orientation applied, so the picture is embedded upright, as it is shown
@@ -141,7 +191,10 @@ def prepare_images(processor, values: Sequence[Any], fields: Sequence[str], limi
     decoded image is held at once)."""
     pixels: list[np.ndarray] = []
     for value, field in zip(values, fields):
-        picture = decode_image(image_bytes(value, limits, field), limits, field)
+        def check(width: int, height: int, field: str = field) -> None:
+            check_resize(processor, width, height, field)
+
+        picture = decode_image(image_bytes(value, limits, field), limits, field, check)
         pixels.append(take(processor(images=[picture], return_tensors="np")).astype(np.float32))
     return pixels
 

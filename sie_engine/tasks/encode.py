@@ -17,6 +17,7 @@ import numpy as np
 from .. import validation as v
 from ..errors import InvalidRequest
 from ..heads.colbert import marked_encode_args, uses_markers
+from ..image_pool import on_image_threads
 from ..postprocess import convert_dtype, truncate_and_normalize
 from ..types import EncodedItem, EncodeResult
 from ..work import WorkItem
@@ -130,11 +131,12 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
         return pixels, [inputs.images.positions(values) for values in pixels]
 
     tokens = 0
-    seconds = 0.0
+    # the model's input preparation (loaded on the tokenizer pool); its images go to threads of their own
+    inputs, seconds = await engine.with_tokenizer(card, _itself)
     for start in range(0, len(positions), IMAGE_CHUNK):
         chunk = positions[start:start + IMAGE_CHUNK]
-        (pixels, counts), spent = await engine.with_tokenizer(
-            card, prepare, [images[i] for i in chunk], [f"items[{i}].image" for i in chunk])
+        (pixels, counts), spent = await on_image_threads(
+            prepare, inputs, [images[i] for i in chunk], [f"items[{i}].image" for i in chunk])
         seconds += spent
         tokens += sum(counts)
         engine.submit(card, queue or IMAGE_QUEUE, [
@@ -142,6 +144,10 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
             for position, values, count in zip(chunk, pixels, counts)
         ], work_request)
     return tokens, seconds
+
+
+def _itself(inputs):
+    return inputs
 
 
 # the scheduler's queue of image work: batches never mix the vision tower's inputs with texts
