@@ -80,7 +80,9 @@ async def test_a_flood_during_preload_is_answered_in_time_or_refused_at_once(tmp
     for batch in (answers, late):
         statuses = [a["status"] for a in batch]
         assert set(statuses) <= {200, 429}, [a["body"] for a in batch if a["status"] not in (200, 429)]
-        assert 200 in statuses and 429 in statuses, statuses
+    # the flood before readiness meets the cold bound; after it, the measured rate decides (all
+    # of the second flood fits a 10 s bound on a quiet box, not on a loaded one: either is right)
+    assert {200, 429} <= {a["status"] for a in answers}, [a["status"] for a in answers]
     for a in everything:
         if a["status"] == 429:
             assert a["seconds"] < 1.5, a  # refused at once, not after its body was queued behind work
