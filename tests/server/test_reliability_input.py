@@ -235,8 +235,11 @@ async def test_connections_beyond_the_limit_get_503_and_the_server_recovers(serv
         for _ in range(MAX_CONNECTIONS + 2):  # connections stuck in a request head (idle ones make room, #30.5)
             reader, writer = await asyncio.open_connection(host, int(port))
             writer.write(b"GET /healthz HTTP/1.1\r\nX-Slow: ")
+            await writer.drain()
             held.append(writer)
-        await asyncio.sleep(0.2)
+        # until the server has read every head's first bytes: a connection it has read nothing
+        # from yet counts as idle and makes room (#30.5), so the cap would not be reached
+        await asyncio.sleep(1.0)
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
             answer = await client.get("/v1/models")  # probes (/healthz, /readyz) are answered even at the cap
         assert answer.status_code == 503, answer.text
