@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from ..options import SERVE, default_of
+
+
+def _served(name: str) -> Any:
+    """The engine server's default for one of its settings (declared once, server/options.py)."""
+    return default_of(SERVE, "settings", name)
 
 
 @dataclass(frozen=True)
@@ -48,15 +56,15 @@ class RouterConfig:
     affinity_grace_s: float = 10.0
     # The engine server's bounds and defaults (server/options.py), so the router is no softer a
     # target than the workers behind it (issue #30.6): bodies, connections, slow clients.
-    max_body_bytes: int = 32 * 1024 * 1024
-    max_buffered_body_bytes: int = 256 * 1024 * 1024
-    max_connections: int = 1024
-    probe_connections: int = 16
-    head_timeout_s: float = 10.0
-    keepalive_timeout_s: float = 15.0
-    body_idle_timeout_s: float = 30.0
-    body_timeout_s: float = 120.0
-    send_timeout_s: float = 30.0
+    max_body_bytes: int = _served("max_body_bytes")
+    max_buffered_body_bytes: int = _served("max_buffered_body_bytes")
+    max_connections: int = _served("max_connections")
+    probe_connections: int = _served("probe_connections")
+    head_timeout_s: float = _served("head_timeout_s")
+    keepalive_timeout_s: float = _served("keepalive_timeout_s")
+    body_idle_timeout_s: float = _served("body_idle_timeout_s")
+    body_timeout_s: float = _served("body_timeout_s")
+    send_timeout_s: float = _served("send_timeout_s")
     api_keys: frozenset[str] = field(default_factory=frozenset)
     # One key per line (or comma-separated); re-read when it changes (keys rotate without a restart).
     api_key_file: Path | None = None
