@@ -54,5 +54,14 @@ def metric_value(text: str, name: str, **labels: str) -> float:
                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
-__all__ = ["DEFAULT_MODEL", "ServerProcess", "default_server", "metric_samples", "metric_value", "server_fixture",
-           "start_server"]
+def peak_rss(pid: int) -> int:
+    """The process's peak resident memory so far (VmHWM), in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc status")
+
+
+__all__ = ["DEFAULT_MODEL", "ServerProcess", "default_server", "metric_samples", "metric_value", "peak_rss",
+           "server_fixture", "start_server"]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from image_fixtures import assert_cosine, make_tiny_clip, make_tiny_siglip, png_bomb, reference_features
-from server_fixtures import start_server
+from server_fixtures import peak_rss, start_server
 from tiny_models import make_tiny_bert
 
 MiB = 2**20
@@ -44,14 +44,6 @@ def server(models, tmp_path_factory):
 def http(server):
     with httpx.Client(base_url=server.url, timeout=120) as client:
         yield client
-
-
-def peak_rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM in /proc status")
 
 
 def image_item(data: bytes) -> dict:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from reliability_models import tiny_model_set
-from server_fixtures import start_server
+from server_fixtures import peak_rss, start_server
 
 MiB = 2**20
 # What the body may cost the server above its baseline: the body's bytes a few times over
@@ -39,15 +39,6 @@ def http(server):
     with httpx.Client(base_url=server.url, timeout=120) as client:
         assert client.post("/v1/encode/enc", json={"items": ["warm up"]}).status_code == 200
         yield client
-
-
-def peak_rss(pid: int) -> int:
-    """The process's peak resident memory so far (VmHWM), in bytes."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM in /proc status")
 
 
 def msgpack_array(marker: bytes, count: int) -> bytes:
