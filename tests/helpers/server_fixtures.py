@@ -63,5 +63,26 @@ def peak_rss(pid: int) -> int:
     raise AssertionError("no VmHWM in /proc status")
 
 
+def slowest_healthz_while(url: str, senders: list) -> float:
+    """Start the `senders` threads, poll `url`'s /healthz (each answer must be 200) until they
+    have all ended, join them, and return the slowest /healthz in seconds."""
+    import time
+
+    import httpx
+
+    for sender in senders:
+        sender.start()
+    slowest = 0.0
+    with httpx.Client(base_url=url, timeout=10) as client:
+        while any(sender.is_alive() for sender in senders):
+            started = time.monotonic()
+            assert client.get("/healthz").status_code == 200
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.05)
+    for sender in senders:
+        sender.join()
+    return slowest
+
+
 __all__ = ["DEFAULT_MODEL", "ServerProcess", "default_server", "metric_samples", "metric_value", "peak_rss",
-           "server_fixture", "start_server"]
+           "server_fixture", "slowest_healthz_while", "start_server"]
