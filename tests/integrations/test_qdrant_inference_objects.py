@@ -81,7 +81,8 @@ def test_named_dense_and_sparse_vectors_and_a_hybrid_query(sie_url, sie):
     stored = qdrant.retrieve("hybrid", ids=[0], with_vectors=True)[0].vector["sparse"]
     expected = sie.encode(SPARSE, DOCS[:1], output_types=["sparse"]).items[0].sparse
     assert stored.indices == expected.indices.tolist()
-    np.testing.assert_allclose(stored.values, expected.values, rtol=1e-5)
+    # upserted in batches with the other documents, then encoded alone: sums in another order
+    np.testing.assert_allclose(stored.values, expected.values, rtol=1e-4)
 
     hits = qdrant.query_points("hybrid", prefetch=[
         models.Prefetch(query=document(QUERY), using="dense", limit=4),

@@ -400,6 +400,8 @@ def compat_answer(server, path: str, method: str, status: str) -> httpx.Response
             body = {"inputs": [body["inputs"]] * 4}
         return flood_until_429(server, url, body)
     if status == "503":
+        if path.endswith("/.well-known/ready"):  # a failed load is remembered for a cool-down only:
+            call(server, "POST", f"/v1/encode/broken-{model}", {"items": ["x"]})  # fail it just now
         return call(server, verb, *compat_request(path, method, "broken-" + model))
     if status == "504":
         return call(server, verb, url, body, headers={"X-SIE-Timeout-Ms": "0.001"})
