@@ -25,7 +25,7 @@ import numpy as np
 
 from dev_corpus import load_docs, load_queries
 
-SAMPLE_DOCS = 600
+SAMPLE_DOCS = 300
 # Sparse and multi-vector paths run on a smaller sample: their models are slower per
 # document on CPU, and the path through the database is the same at any size.
 SMALL_SAMPLE_DOCS = 200
