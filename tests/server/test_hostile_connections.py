@@ -213,7 +213,8 @@ def test_an_empty_body_is_400(server, encoding):
     assert answer.status_code == 400 and "empty" in answer.json()["error"]["message"], answer.text
 
 
-@pytest.mark.parametrize("encoding, body", [("gzip", BODY), ("deflate", BODY), ("gzip", gzip.compress(BODY, mtime=0)[:-12])])
+@pytest.mark.parametrize("encoding, body", [("gzip", BODY), ("deflate", BODY),
+                                            ("gzip", gzip.compress(BODY, mtime=0)[:-12])])
 def test_a_body_that_is_not_what_its_encoding_says_is_400(server, encoding, body):
     answer = post_raw(server, body, encoding)
     assert answer.status_code == 400, answer.text

@@ -371,6 +371,12 @@ def compat_request(path: str, method: str, model: str) -> tuple[str, dict | None
     return path.replace("{model}", model), body
 
 
+def broken_model_answer(server, verb: str, path: str, method: str, model: str) -> httpx.Response:
+    if path.endswith("/.well-known/ready"):  # a failed load is remembered for a cool-down only:
+        call(server, "POST", f"/v1/encode/broken-{model}", {"items": ["x"]})  # fail it just now
+    return call(server, verb, *compat_request(path, method, "broken-" + model))
+
+
 def compat_answer(server, path: str, method: str, status: str) -> httpx.Response:
     model, _ = COMPAT_VALID[(path, method)]
     url, body = compat_request(path, method, model)
@@ -400,9 +406,7 @@ def compat_answer(server, path: str, method: str, status: str) -> httpx.Response
             body = {"inputs": [body["inputs"]] * 4}
         return flood_until_429(server, url, body)
     if status == "503":
-        if path.endswith("/.well-known/ready"):  # a failed load is remembered for a cool-down only:
-            call(server, "POST", f"/v1/encode/broken-{model}", {"items": ["x"]})  # fail it just now
-        return call(server, verb, *compat_request(path, method, "broken-" + model))
+        return broken_model_answer(server, verb, path, method, model)
     if status == "504":
         return call(server, verb, url, body, headers={"X-SIE-Timeout-Ms": "0.001"})
     raise AssertionError(f"no recipe for {status} on {method} {path}")
