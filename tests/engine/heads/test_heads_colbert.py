@@ -212,7 +212,7 @@ def test_muvera_takes_the_output_dtype_and_refuses_bad_parameters(engine):
         ({"muvera": {"k_sim": 11}, "output_types": ["muvera"]}, "muvera.k_sim", "between 1 and 10"),
         ({"muvera": {"r_reps": 64, "k_sim": 10, "dim_proj": 1}, "output_types": ["muvera"]}, "muvera", "partitions"),
         ({"muvera": {"r_reps": 64, "k_sim": 7, "dim_proj": 16}, "output_types": ["muvera"]}, "muvera", "dimensions"),
-        ({"muvera": {"seed": 1}, "output_types": ["muvera"]}, "muvera", "unknown fields .{3}seed"),
+        ({"muvera": {"seed": 1}, "output_types": ["muvera"]}, "muvera", r"unknown fields \[.seed.\]"),
     ]:
         with pytest.raises(InvalidRequest, match=message) as refused:
             engine.encode_sync("colbert/tiny", DOCS[:1], **fields)
