@@ -133,7 +133,7 @@ class Muvera(_Shape):
 
     @property
     def dims(self) -> int:
-        return self.r_reps * 2 ** self.k_sim * self.dim_proj
+        return int(self.r_reps * 2 ** self.k_sim * self.dim_proj)
 
 
 class EntitySpan(_Shape):

@@ -53,7 +53,7 @@ class MuveraEncoder:
         if len(vectors) == 0:
             raise ValueError("a multi-vector output without vectors has no MUVERA encoding")
         tokens, reps, parts = len(vectors), self.r_reps, 2 ** self.k_sim
-        wide = vectors.astype(np.float64)
+        wide: np.ndarray = vectors.astype(np.float64)
         # [reps, tokens, k_sim] signs (one matmul per repetition, as FastEmbed's) -> [reps, tokens] ids
         signs = np.matmul(wide[None], self.simhash) > 0
         ids = signs.astype(np.int64) @ (1 << np.arange(self.k_sim, dtype=np.int64))

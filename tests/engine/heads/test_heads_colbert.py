@@ -190,7 +190,8 @@ def test_muvera_equals_fastembed_on_the_multivectors(engine, params):
     from fastembed.postprocess.muvera import Muvera
 
     reference = Muvera(DIM, **params)
-    for is_query, texts, encode in ((False, DOCS, reference.process_document), (True, [QUERY], reference.process_query)):
+    cases = ((False, DOCS, reference.process_document), (True, [QUERY], reference.process_query))
+    for is_query, texts, encode in cases:
         items = engine.encode_sync("colbert/tiny", texts, output_types=["multivector", "muvera"], is_query=is_query,
                                    muvera=params or None).items
         for item in items:
