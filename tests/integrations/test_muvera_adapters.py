@@ -91,3 +91,26 @@ def test_lancedb_muvera_function(sie_url, tmp_path):
     assert agree >= 0.95 * 30
     with pytest.raises(ValueError, match="k_sim"):
         get_registry().get("sie-muvera").create(model=COLBERT, url=sie_url, k_sim=20).ndims()
+
+
+def test_qdrant_documents_with_the_muvera_output(sie_url):
+    """qdrant-client's own `models.Document` with `output_type: muvera` (use_sie): the stored and
+    the query vectors are SIE's muvera outputs for the same parameters."""
+    from sie_qdrant import use_sie
+
+    qdrant = use_sie(QdrantClient(":memory:"), sie_url)
+    qdrant.create_collection("m", vectors_config={"muvera": models.VectorParams(size=1280,
+                                                                                distance=models.Distance.DOT)})
+    docs = [d["text"] for d in sample(SMALL_SAMPLE_DOCS)[0][:8]]
+    options = {"output_type": "muvera", "muvera": PARAMS}
+    qdrant.upsert("m", [models.PointStruct(id=i, vector={"muvera": models.Document(
+        text=text, model=f"sie/{COLBERT}", options=options)}) for i, text in enumerate(docs)])
+    client = SIEClient(sie_url)
+    expected = client.encode(COLBERT, docs, output_types=["muvera"], muvera=PARAMS).items
+    stored = sorted(qdrant.retrieve("m", ids=list(range(len(docs))), with_vectors=True), key=lambda p: p.id)
+    np.testing.assert_allclose([p.vector["muvera"] for p in stored], [e.muvera for e in expected], rtol=1e-6,
+                               atol=1e-6)
+    query = client.encode(COLBERT, [docs[0]], output_types=["muvera"], muvera=PARAMS, is_query=True).items[0].muvera
+    hits = qdrant.query_points("m", query=models.Document(text=docs[0], model=f"sie/{COLBERT}", options=options),
+                               using="muvera", limit=3).points
+    assert [h.id for h in hits] == top(np.array([e.muvera for e in expected]) @ query, list(range(len(docs))), 3)
