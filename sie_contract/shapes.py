@@ -23,8 +23,9 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 from msgspec import Meta, Struct
 
-OutputType = Literal["dense", "sparse", "multivector"]
-OutputDtype = Literal["float32", "float16", "int8", "binary"]
+# "muvera": a fixed-dimensional encoding of the multivector output (models with one), see `Muvera`
+OutputType = Literal["dense", "sparse", "multivector", "muvera"]
+OutputDtype = Literal["float32", "float16", "int8", "uint8", "binary"]
 Precision = Literal["float32", "float16", "bfloat16", "int8"]
 
 OUTPUT_TYPES: tuple[str, ...] = get_args(OutputType)
@@ -99,6 +100,40 @@ class EncodeItem(_Shape):
                                        f"{type(self.image).__name__}")
         elif self.text is None:
             raise Refusal("text", "is required (or, for an image model, image)")
+
+
+# MUVERA's bounds: 2**k_sim partitions per repetition; the encoding has r_reps * 2**k_sim * dim_proj
+# components, at most MAX_MUVERA_DIMS (Qdrant's widest vector; FastEmbed's defaults give 10,240), and
+# r_reps * 2**k_sim partition sums of the token width are held while an item is encoded (FastEmbed's
+# defaults: 640; upstream SIE's ColBERT cards: 1,280).
+MAX_MUVERA_K_SIM = 10
+MAX_MUVERA_REPS = 64
+MAX_MUVERA_PARTITIONS = 1 << 13
+MAX_MUVERA_DIMS = 1 << 16
+
+
+class Muvera(_Shape):
+    """The parameters of the `muvera` output, named and defaulted as FastEmbed's `Muvera`
+    (fastembed.postprocess.muvera): the same parameters and seed give the same vectors."""
+
+    k_sim: Annotated[int, Meta(ge=1, le=MAX_MUVERA_K_SIM)] = 5  # SimHash hyperplanes: 2**k_sim partitions
+    dim_proj: Annotated[int, Meta(ge=1, le=MAX_DIMS)] = 16  # each partition's projected width (<= the token width)
+    r_reps: Annotated[int, Meta(ge=1, le=MAX_MUVERA_REPS)] = 20  # independent repetitions, concatenated
+    random_seed: Annotated[int, Meta(ge=0, le=2**63 - 1)] = 42
+
+    def __post_init__(self) -> None:
+        partitions = self.r_reps * 2 ** self.k_sim
+        if partitions > MAX_MUVERA_PARTITIONS:
+            raise Refusal("", f"has {partitions} partitions (r_reps * 2**k_sim); at most {MAX_MUVERA_PARTITIONS}: "
+                              "lower r_reps or k_sim")
+        size = partitions * self.dim_proj
+        if size > MAX_MUVERA_DIMS:
+            raise Refusal("", f"gives {size} dimensions (r_reps * 2**k_sim * dim_proj); at most {MAX_MUVERA_DIMS}: "
+                              "lower r_reps, k_sim or dim_proj")
+
+    @property
+    def dims(self) -> int:
+        return int(self.r_reps * 2 ** self.k_sim * self.dim_proj)
 
 
 class EntitySpan(_Shape):
@@ -202,6 +237,7 @@ class EncodedItemOut(_Answer):
     dense: Tensor = None
     sparse: SparseOut | None = None
     multivector: Tensor = None
+    muvera: Tensor = None
 
 
 class ScoredOut(_Answer):

@@ -24,6 +24,7 @@ class EncodedItem:
     dense: Any = None  # np.ndarray [dims] (or Quantized / packed bits per output_dtype)
     sparse: SparseVector | None = None
     multivector: Any = None  # np.ndarray [tokens, dims]
+    muvera: Any = None  # np.ndarray [r_reps * 2**k_sim * dim_proj]: the multivector's MUVERA encoding
 
 
 @dataclass

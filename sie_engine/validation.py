@@ -133,6 +133,8 @@ def check_text(text: Any, limits: Limits, field: str) -> str:
 def check_output_types(output_types: tuple[str, ...] | list[str] | None, card: ModelCard) -> tuple[str, ...]:
     """The outputs asked for (the request struct checked their names), each one the model offers."""
     offered = card.encode_outputs
+    if "multivector" in offered:  # MUVERA encodes a multivector output into one vector
+        offered = (*offered, "muvera")
     if output_types is None:
         if not offered:
             raise UnsupportedOutput(f"model {card.id!r} offers no encode outputs (its tasks: {', '.join(card.tasks)})",

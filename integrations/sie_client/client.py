@@ -140,15 +140,17 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
     def encode(self, model: str, items: Any, *, output_types: Sequence[str] | None = None, is_query: bool | None = None,
                instruction: str | None = None, dims: int | None = None, normalize: bool | None = None,
                output_dtype: str | None = None, truncate: bool | None = None, sparse_labels: bool | None = None,
-               precision: str | None = None, template: bool | None = None, batch_size: int | None = None,
-               progress: bool | None = None) -> EncodeT:
+               precision: str | None = None, template: bool | None = None, muvera: Mapping[str, int] | None = None,
+               batch_size: int | None = None, progress: bool | None = None) -> EncodeT:
         """Encode texts (a string, strings, or `{id?, text}` dicts) into dense / sparse / multivector outputs
-        (an `EncodeResult`; awaited on the async client)."""
+        (an `EncodeResult`; awaited on the async client); `output_types=["muvera"]` adds each multivector's
+        MUVERA encoding (`item.muvera`), with FastEmbed's parameters in `muvera` (k_sim, dim_proj, r_reps,
+        random_seed)."""
         return cast(EncodeT, self.run(
             "encode", model, items, output_types=output_types, is_query=is_query, instruction=instruction,
             dims=dims, normalize=normalize, output_dtype=output_dtype, truncate=truncate,
-            sparse_labels=sparse_labels, precision=precision, template=template, batch_size=batch_size,
-            progress=progress))
+            sparse_labels=sparse_labels, precision=precision, template=template,
+            muvera=dict(muvera) if muvera is not None else None, batch_size=batch_size, progress=progress))
 
     def score(self, model: str, query: Any, items: Any, *, top_k: int | None = None, truncate: bool | None = None,
               instruction: str | None = None, batch_size: int | None = None, progress: bool | None = None) -> ScoreT:

@@ -14,9 +14,10 @@ from sie_contract.values import Classification, Entity, Quantized, Relation, Spa
 @dataclass
 class EncodedItem:
     id: str
-    dense: Any = None  # np.ndarray [dims] (float32/float16; uint8 packed bits for binary; Quantized for int8)
+    dense: Any = None  # np.ndarray [dims] (float32/float16/uint8; uint8 packed bits for binary; Quantized for int8)
     sparse: SparseVector | None = None
     multivector: Any = None  # np.ndarray [tokens, dims]
+    muvera: Any = None  # np.ndarray [r_reps * 2**k_sim * dim_proj]: the multivector's MUVERA encoding
 
 
 @dataclass

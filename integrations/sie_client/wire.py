@@ -88,7 +88,8 @@ def as_array(value: Any, dtype=np.float32) -> Any:
 
 
 def _vector_dtype(output_dtype: str | None):
-    return {"float16": np.float16, "int8": np.int8, "binary": np.uint8}.get(output_dtype or "float32", np.float32)
+    return {"float16": np.float16, "int8": np.int8, "uint8": np.uint8, "binary": np.uint8}.get(
+        output_dtype or "float32", np.float32)
 
 
 def parse_encode(answer: Mapping[str, Any], output_dtype: str | None = None) -> EncodeResult:
@@ -108,6 +109,8 @@ def parse_encode(answer: Mapping[str, Any], output_dtype: str | None = None) -> 
             )
         if raw.multivector is not None:
             item.multivector = as_array(raw.multivector, dtype)
+        if raw.muvera is not None:
+            item.muvera = as_array(raw.muvera, dtype)
         items.append(item)
     return EncodeResult(shaped.model, items, shaped.usage.tokens)
 

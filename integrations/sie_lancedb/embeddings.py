@@ -25,12 +25,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import msgspec
 import numpy as np
 from lancedb.embeddings import TextEmbeddingFunction, register
 from lancedb.embeddings.utils import retry_with_exponential_backoff
 from pydantic import PrivateAttr
 
 from sie_client import DEFAULT_MODEL, SIEClient, SIEError, connect
+from sie_contract.shapes import Muvera
 
 
 @register("sie")
@@ -125,11 +127,15 @@ class SIEEmbeddings(TextEmbeddingFunction):
         result = self.client.encode(
             self.model, [items[i] for i in valid], output_types=[self.output], is_query=is_query,
             instruction=self.instruction if is_query else None, dims=self.dims if self.output == "dense" else None,
-            batch_size=self.batch_size, progress=self.progress,
+            batch_size=self.batch_size, progress=self.progress, **self._encode_options(),
         )
         for i, item in zip(valid, result.items):
             out[i] = self._row(np.asarray(getattr(item, self.output), dtype=np.float32))
         return out
+
+    def _encode_options(self) -> dict[str, Any]:
+        """Encode fields of this function's output beyond the common ones."""
+        return {}
 
     @staticmethod
     def _row(vector: np.ndarray) -> Any:
@@ -187,3 +193,32 @@ class SIEMultiVectorEmbeddings(SIEEmbeddings):
         ndims = self.ndims()
         return [None if rows is None else _TokenRows(rows, ndims)
                 for rows in super().compute_source_embeddings_with_retry(*args, **kwargs)]
+
+
+@register("sie-muvera")
+class SIEMuveraEmbeddings(SIEEmbeddings):
+    """One vector per text from a multi-vector model (ColBERT, ColPali): the MUVERA encoding of
+    its token vectors (SIE's `muvera` output, FastEmbed's algorithm and parameters), for a plain
+    `Vector(func.ndims())` column. MUVERA's inner product approximates MaxSim: search with
+    `.metric("dot")`, and rescore the candidates with the token vectors where precision matters.
+    Fields beyond "sie"'s: k_sim, dim_proj, r_reps, random_seed (FastEmbed's defaults: 5, 16,
+    20, 42, which give 10,240 dimensions)."""
+
+    model: str = "answerdotai/answerai-colbert-small-v1"
+    k_sim: int = 5
+    dim_proj: int = 16
+    r_reps: int = 20
+    random_seed: int = 42
+    output: ClassVar[str] = "muvera"
+
+    def _parameters(self) -> Muvera:
+        # convert (not the constructor) checks the bounds: msgspec.ValidationError, a ValueError
+        return msgspec.convert({"k_sim": self.k_sim, "dim_proj": self.dim_proj, "r_reps": self.r_reps,
+                                "random_seed": self.random_seed}, Muvera)
+
+    def ndims(self) -> int:
+        return self._parameters().dims
+
+    def _encode_options(self) -> dict[str, Any]:
+        options = self._parameters()
+        return {"muvera": {name: getattr(options, name) for name in options.__struct_fields__}}

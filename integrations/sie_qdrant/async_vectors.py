@@ -40,11 +40,13 @@ class AsyncSIEQdrant(QdrantPlan):
                  sparse_idf: bool = False, instruction: str | None = None, client: AsyncSIEClient | None = None,
                  url: str | None = None, api_key: str | None = None, timeout: float | None = None,
                  batch_size: int | None = None, progress: bool | None = None, image_model: str | None = None,
-                 image_name: str = "image", retry: RetryPolicy | None = None):
+                 image_name: str = "image", retry: RetryPolicy | None = None, muvera_model: str | None = None,
+                 muvera_name: str = "muvera", muvera: Mapping[str, int] | None = None):
         super().__init__(dense_model=dense_model, sparse_model=sparse_model, multivector_model=multivector_model,
                          rerank_model=rerank_model, dense_name=dense_name, sparse_name=sparse_name,
                          multivector_name=multivector_name, sparse_idf=sparse_idf, instruction=instruction,
-                         batch_size=batch_size, progress=progress, image_model=image_model, image_name=image_name)
+                         batch_size=batch_size, progress=progress, image_model=image_model, image_name=image_name,
+                         muvera_model=muvera_model, muvera_name=muvera_name, muvera=muvera)
         self.client = connect_async(client, url=url, api_key=api_key, timeout=timeout, retry=retry)
         self._dims: dict[tuple[str, str], int] = {}
 
@@ -67,7 +69,7 @@ class AsyncSIEQdrant(QdrantPlan):
     async def create_collection(self, qdrant: AsyncQdrantClient, collection: str,
                                 distance: models.Distance = models.Distance.COSINE, **kwargs) -> None:
         _async_only(qdrant)
-        sizes = {v.name: await self.dims(v) for v in self.vectors if v.kind != "sparse"}
+        sizes = {v.name: await self.dims(v) for v in self.vectors if v.kind in ("dense", "multivector")}
         await qdrant.create_collection(collection, vectors_config=self.vectors_config(sizes, distance),
                                        sparse_vectors_config=self.sparse_vectors_config() or None, **kwargs)
 

@@ -10,8 +10,10 @@ gives the client an embedder that sends the models named with the `sie/` prefix 
 encode call per model, input kind and options (queries in SIE's query mode, as qdrant-client
 asks for `query_points`), and leaves every other model to FastEmbed as before.
 
-A Document's `options` are SIE's encode fields: `output_type` (`dense`, `sparse` or `multivector`;
-default: the model's first output), `dims`, `instruction`, `normalize`, `truncate`. An Image's
+A Document's `options` are SIE's encode fields: `output_type` (`dense`, `sparse`, `multivector` or,
+for a multi-vector model, `muvera`; default: the model's first output), `dims`, `instruction`,
+`normalize`, `truncate`, `muvera` (the MUVERA parameters: FastEmbed's k_sim, dim_proj, r_reps,
+random_seed). An Image's
 `image` is a local path, bytes or a PIL image (as SIE's other adapters take them; URLs are refused,
 not fetched). Works for `QdrantClient` (local `:memory:` or a server) and `AsyncQdrantClient`,
 whose inference runs in the calling thread as qdrant-client's own does.
@@ -30,7 +32,7 @@ from sie_client import SIEClient
 from sie_client.image_inputs import image_items
 
 PREFIX = "sie/"
-OPTIONS = ("output_type", "dims", "instruction", "normalize", "truncate")
+OPTIONS = ("output_type", "dims", "instruction", "normalize", "truncate", "muvera")
 
 
 def _vector(item: Any, kind: str) -> Any:
@@ -38,7 +40,7 @@ def _vector(item: Any, kind: str) -> Any:
     if kind == "sparse":
         return models.SparseVector(indices=item.sparse.indices.astype(int).tolist(),
                                    values=item.sparse.values.astype(float).tolist())
-    value = item.multivector if kind == "multivector" else item.dense
+    value = getattr(item, kind)
     if value is None:
         raise ValueError(f"SIE answered no {kind} output")
     return value.astype(float).tolist()
@@ -60,7 +62,8 @@ class SIEEmbedder(Embedder):
     def _describe(self, model: str) -> None:
         if model not in self._outputs:
             info = self.sie.model(model)  # 404 for a model the server does not serve
-            self._outputs[model] = tuple(o for o in info.outputs if o in ("dense", "sparse", "multivector"))
+            outputs = tuple(o for o in info.outputs if o in ("dense", "sparse", "multivector"))
+            self._outputs[model] = (*outputs, "muvera") if "multivector" in outputs else outputs
             self._modalities[model] = tuple(info.modalities)
 
     # qdrant-client asks these before embedding (and refuses a model all of them deny). They are
@@ -104,7 +107,7 @@ class SIEEmbedder(Embedder):
         result = self.sie.encode(model, items, output_types=[kind], is_query=is_query,
                                  instruction=options.get("instruction") if is_query else None,
                                  dims=options.get("dims"), normalize=options.get("normalize"),
-                                 truncate=options.get("truncate"))
+                                 truncate=options.get("truncate"), muvera=options.get("muvera"))
         return [_vector(item, kind) for item in result.items]
 
 

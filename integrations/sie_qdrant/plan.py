@@ -9,14 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
 from qdrant_client import models
 
 from sie_client import DEFAULT_MODEL, EncodeResult
 from sie_client.image_inputs import check_names, encode_groups
+from sie_contract.shapes import Muvera
 
 from .points import NamedVector, point_id, qdrant_vector
 
-FIRST_STAGE = ("dense", "sparse")  # kinds that can find candidates for a multivector rescoring
+FIRST_STAGE = ("dense", "sparse", "muvera")  # kinds that can find candidates for a multivector rescoring
 
 
 def part(values: Sequence[Any] | None, start: int, end: int) -> Sequence[Any] | None:
@@ -28,13 +30,21 @@ class QdrantPlan:
                  multivector_model: str | None = None, rerank_model: str | None = None,
                  dense_name: str = "dense", sparse_name: str = "sparse", multivector_name: str = "multivector",
                  sparse_idf: bool = False, instruction: str | None = None, batch_size: int | None = None,
-                 progress: bool | None = None, image_model: str | None = None, image_name: str = "image"):
+                 progress: bool | None = None, image_model: str | None = None, image_name: str = "image",
+                 muvera_model: str | None = None, muvera_name: str = "muvera",
+                 muvera: Mapping[str, int] | None = None):
         """
         *_model: the SIE model for each named vector (None leaves that vector out).
         image_model: an image-text model (CLIP, SigLIP) for a dense vector `image_name` computed
             from each point's image; query texts reach it through the model's text tower, so
             a text finds images. The text vectors stay computed from the points' texts.
         rerank_model: an SIE score model used by `hybrid_search(rerank=True)` / `rerank`.
+        muvera_model: a multi-vector model (ColBERT, ColPali) whose MUVERA encoding fills the
+            single dense vector `muvera_name` (dot product: MUVERA's inner product approximates
+            MaxSim); `muvera` its parameters (FastEmbed's k_sim, dim_proj, r_reps, random_seed).
+            With multivector_model the same model, one SIE call gives both, and
+            `multistage_search` finds candidates on the MUVERA vector and rescores them with
+            MaxSim on the token vectors (the FastEmbed / Qdrant MUVERA recipe).
         sparse_idf: configure the sparse vector with Qdrant's IDF modifier. Off by default:
             Qdrant weighs terms by IDF at query time for BM25-style vectors that carry term
             counts; SPLADE-style models (every sparse model SIE serves) already weigh terms.
@@ -42,13 +52,19 @@ class QdrantPlan:
         self.vectors = [
             NamedVector(name, kind, model)
             for name, kind, model in ((dense_name, "dense", dense_model), (sparse_name, "sparse", sparse_model),
-                                      (multivector_name, "multivector", multivector_model))
+                                      (multivector_name, "multivector", multivector_model),
+                                      (muvera_name, "muvera", muvera_model))
             if model is not None
         ]
+        if muvera is not None and muvera_model is None:
+            raise ValueError("muvera sets the MUVERA vector's parameters: give muvera_model=... too")
+        # convert (not the constructor) checks the bounds here: msgspec.ValidationError, a ValueError
+        self.muvera = msgspec.convert(dict(muvera or {}), Muvera)
         if image_model is not None:
             self.vectors.append(NamedVector(image_name, "dense", image_model, source="image"))
         if not self.vectors:
-            raise ValueError("give at least one of dense_model, sparse_model, multivector_model, image_model")
+            raise ValueError("give at least one of dense_model, sparse_model, multivector_model, muvera_model, "
+                             "image_model")
         check_names(self.vectors)
         self.image_model = image_model
         self.rerank_model = rerank_model
@@ -75,6 +91,8 @@ class QdrantPlan:
                     size=sizes[v.name], distance=distance,
                     multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM),
                 )
+            elif v.kind == "muvera":
+                config[v.name] = models.VectorParams(size=self.muvera.dims, distance=models.Distance.DOT)
         return config
 
     def sparse_vectors_config(self) -> dict[str, models.SparseVectorParams]:
@@ -83,7 +101,9 @@ class QdrantPlan:
 
     # ---- encoding ----------------------------------------------------------
     def encode_options(self, wanted: Sequence[NamedVector], is_query: bool, progress: bool | None) -> dict[str, Any]:
-        return dict(output_types=list(dict.fromkeys(v.kind for v in wanted)), is_query=is_query,
+        kinds = list(dict.fromkeys(v.kind for v in wanted))
+        muvera = {name: getattr(self.muvera, name) for name in self.muvera.__struct_fields__}
+        return dict(output_types=kinds, is_query=is_query, muvera=muvera if "muvera" in kinds else None,
                     instruction=self.instruction if is_query else None, batch_size=self.batch_size,
                     progress=self.progress if progress is None else progress)
 
@@ -194,13 +214,14 @@ class QdrantPlan:
 
     def multistage_requests(self, rows: Sequence[dict[str, Any]], *, limit: int, prefetch_limit: int,
                             query_filter: models.Filter | None) -> list[models.QueryRequest]:
-        """Dense and sparse vectors find candidates (`prefetch_limit` each); the multivector
+        """Dense, sparse and MUVERA vectors find candidates (`prefetch_limit` each); the multivector
         rescores their union with MaxSim (Qdrant's recommended use of late interaction:
         token vectors are costly to search, cheap to compare against a few hundred points)."""
         rescorer = self.vector("multivector")
         first = [v for v in self.vectors if v.kind in FIRST_STAGE]
         if rescorer is None or not first:
-            raise ValueError("a multi-stage query needs multivector_model and a dense_model or sparse_model")
+            raise ValueError("a multi-stage query needs multivector_model and a dense_model, sparse_model or "
+                             "muvera_model")
         return [
             models.QueryRequest(
                 prefetch=[models.Prefetch(query=row[v.name], using=v.name, limit=prefetch_limit, filter=query_filter)

@@ -30,7 +30,7 @@ class NamedVector:
     point's vector is computed from (its text, or its image through an image-text model)."""
 
     name: str
-    kind: str  # dense | sparse | multivector
+    kind: str  # dense | sparse | multivector | muvera (a dense vector: the multivector's MUVERA encoding)
     model: str
     source: str = "text"  # text | image
 

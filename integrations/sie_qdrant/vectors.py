@@ -5,6 +5,8 @@ One collection can hold these named vectors per point:
 - dense (cosine), from a dense model;
 - sparse, from a SPLADE-style model (Qdrant's IDF modifier only on request);
 - multivector with the MAX_SIM comparator (late interaction, ColBERT-style);
+- muvera (dot product): a multivector model's MUVERA encoding, one vector HNSW indexes, to
+  find candidates that the multivector rescores with MaxSim (`multistage_search`);
 - image (cosine), from the point's image through an image-text model (CLIP, SigLIP),
   beside the text vectors: a query text finds images through the model's text tower,
   a query image (`search_image`) finds images and same-model text vectors.
@@ -52,7 +54,8 @@ class SIEQdrant(QdrantPlan):
                  sparse_idf: bool = False, instruction: str | None = None, client: SIEClient | None = None,
                  url: str | None = None, api_key: str | None = None, timeout: float | None = None,
                  batch_size: int | None = None, progress: bool | None = None, image_model: str | None = None,
-                 image_name: str = "image", retry: RetryPolicy | None = None):
+                 image_name: str = "image", retry: RetryPolicy | None = None, muvera_model: str | None = None,
+                 muvera_name: str = "muvera", muvera: Mapping[str, int] | None = None):
         """
         See QdrantPlan for the vectors and options. client / url / api_key / timeout / retry (the
         client's RetryPolicy): an SIEClient or the options to make one (SIE_URL / SIE_API_KEY by
@@ -61,7 +64,8 @@ class SIEQdrant(QdrantPlan):
         super().__init__(dense_model=dense_model, sparse_model=sparse_model, multivector_model=multivector_model,
                          rerank_model=rerank_model, dense_name=dense_name, sparse_name=sparse_name,
                          multivector_name=multivector_name, sparse_idf=sparse_idf, instruction=instruction,
-                         batch_size=batch_size, progress=progress, image_model=image_model, image_name=image_name)
+                         batch_size=batch_size, progress=progress, image_model=image_model, image_name=image_name,
+                         muvera_model=muvera_model, muvera_name=muvera_name, muvera=muvera)
         self.client = connect(client, url=url, api_key=api_key, timeout=timeout, retry=retry)
         self._dims: dict[tuple[str, str], int] = {}
 
@@ -78,7 +82,7 @@ class SIEQdrant(QdrantPlan):
         return self._dims[key]
 
     def vectors_config(self, distance: models.Distance = models.Distance.COSINE) -> dict[str, models.VectorParams]:
-        sizes = {v.name: self.dims(v) for v in self.vectors if v.kind != "sparse"}
+        sizes = {v.name: self.dims(v) for v in self.vectors if v.kind in ("dense", "multivector")}
         return self.sized_vectors_config(sizes, distance)
 
     def create_collection(self, qdrant: QdrantClient, collection: str, **kwargs) -> None:
@@ -224,7 +228,7 @@ class SIEQdrant(QdrantPlan):
     def multistage_search(self, qdrant: QdrantClient, collection: str, query: str, *, limit: int = 10,
                           prefetch_limit: int = 100, query_filter: models.Filter | None = None
                           ) -> list[models.ScoredPoint]:
-        """Dense / sparse candidates rescored by the multivector (MaxSim) in one Qdrant query."""
+        """Dense / sparse / MUVERA candidates rescored by the multivector (MaxSim) in one Qdrant query."""
         return self.multistage_search_batch(qdrant, collection, [query], limit=limit, prefetch_limit=prefetch_limit,
                                             query_filter=query_filter)[0]
 

@@ -3,7 +3,9 @@
 Texts get the card's template (query or document, with its instruction), are
 tokenised (ColBERT models: with their markers and query expansion) and queued
 as `encode` work whose items name the outputs wanted; the per-request options
-(Matryoshka `dims`, normalisation, output dtype) are applied to the results.
+(Matryoshka `dims`, normalisation, output dtype) are applied to the results. The
+`muvera` output is computed here from the multivector head's (sie_engine.muvera), on a
+worker thread: the model runs the multivector head once for both.
 """
 
 from __future__ import annotations
@@ -12,12 +14,16 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
+
+from sie_contract.shapes import Muvera
 
 from .. import validation as v
 from ..errors import InvalidRequest
 from ..heads.colbert import marked_encode_args, uses_markers
 from ..image_pool import on_image_threads
+from ..muvera import MuveraEncoder, muvera_encoder
 from ..postprocess import convert_dtype, truncate_and_normalize
 from ..types import EncodedItem, EncodeResult
 from ..work import WorkItem
@@ -45,6 +51,7 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     instruction = v.check_instruction(request.get("instruction"), engine.limits)
     output_dtype = request.get("output_dtype", "float32")
     dims = v.check_dims(request.get("dims"), card.dims, card)
+    muvera = _muvera_options(request.get("muvera"), outputs)
     sparse_labels = request.get("sparse_labels", False)
     if sparse_labels and "sparse" not in outputs:
         raise InvalidRequest("sparse_labels names the tokens of sparse outputs: ask for output_types ['sparse'] too",
@@ -54,7 +61,7 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
         templated = apply_template(templated, *card.template_for(is_query, instruction))
 
     work_request = engine.new_request(call, "encode", len(ids))
-    wanted = frozenset(outputs)
+    wanted = frozenset("multivector" if output == "muvera" else output for output in outputs)  # the heads run
     try:
         tokens, tokenize_s = await _submit_texts(engine, card, work_request, templated, text_positions, wanted,
                                                truncate, is_query)
@@ -66,7 +73,12 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
         work_request.future.exception()  # raised below, not awaited: marked read so asyncio logs no traceback
         raise
     raw = await work_request.future
-    items = assemble(ids, raw, outputs, dims, card.normalize if normalize is None else normalize, output_dtype)
+    normalize = card.normalize if normalize is None else normalize
+    if muvera is None:
+        items = assemble(ids, raw, outputs, dims, normalize, output_dtype)
+    else:  # milliseconds per item: off the event loop
+        items = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: assemble(ids, raw, outputs, dims, normalize, output_dtype, muvera, is_query))
     if sparse_labels:
         vectors = [item.sparse for item in items if item.sparse is not None]  # every item's: sparse was asked for
         labels, seconds = await engine.tokenize(card, "tokens_of", [vector.indices for vector in vectors])
@@ -164,11 +176,30 @@ def apply_template(texts: list[str], template: str, instruction: str | None) -> 
     return texts
 
 
+def _muvera_options(value: Any, outputs: Sequence[str]) -> Muvera | None:
+    """The `muvera` output's parameters (FastEmbed's defaults for those not sent); None when
+    the output is not asked for. The request struct checked the values and their bounds."""
+    if "muvera" not in outputs:
+        if value is not None:
+            raise InvalidRequest("muvera sets the parameters of the muvera output: ask for output_types ['muvera'] "
+                                 "too", field="muvera")
+        return None
+    return value if isinstance(value, Muvera) else msgspec.convert(value or {}, Muvera)
+
+
+def _muvera_encoder(options: Muvera, width: int) -> MuveraEncoder:
+    try:
+        return muvera_encoder(width, options.k_sim, options.dim_proj, options.r_reps, options.random_seed)
+    except ValueError as exc:  # dim_proj wider than the model's token vectors
+        raise InvalidRequest(f"muvera.{exc}", field="muvera.dim_proj") from None
+
+
 def assemble(ids: list[str], raw: list[dict], outputs: Sequence[str], dims: int | None,
-             normalize: bool, output_dtype: str) -> list[EncodedItem]:
+             normalize: bool, output_dtype: str, muvera: Muvera | None = None,
+             is_query: bool = False) -> list[EncodedItem]:
     """Per-item head outputs -> EncodedItems with the request's output options."""
     none = [None] * len(ids)
-    dense = sparse = multivector = none
+    dense = sparse = multivector = encodings = none
     if "dense" in outputs:
         vectors = np.stack([r["dense"] for r in raw])
         if dims is not None and dims > vectors.shape[1]:  # a card without `dims` is checked here, on the real width
@@ -179,5 +210,12 @@ def assemble(ids: list[str], raw: list[dict], outputs: Sequence[str], dims: int 
         sparse = [r["sparse"] for r in raw]
     if "multivector" in outputs:
         multivector = [convert_dtype(r["multivector"], output_dtype) for r in raw]
+    if muvera is not None:
+        encoder = _muvera_encoder(muvera, raw[0]["multivector"].shape[-1])
+        for i, r in enumerate(raw):
+            if not len(r["multivector"]):
+                raise InvalidRequest(f"items[{i}] has no token vectors to encode with MUVERA (every token was "
+                                     "skipped)", field=f"items[{i}]")
+        encodings = [convert_dtype(encoder.encode(r["multivector"], is_query), output_dtype) for r in raw]
     # one constructor call per item: a large request has thousands
-    return [EncodedItem(*fields) for fields in zip(ids, dense, sparse, multivector)]
+    return [EncodedItem(*fields) for fields in zip(ids, dense, sparse, multivector, encodings)]

@@ -37,7 +37,7 @@ REFUSED = [
     (ENCODE, {"items": ["x"], "dims": 2.5}, "dims", "must be an integer, got float"),
     (ENCODE, {"items": ["x"], "is_query": "true"}, "is_query", "must be true or false"),
     (ENCODE, {"items": ["x"], "output_types": ["dense", 5]}, "output_types",
-     "output_types[1] must be one of dense, multivector, sparse"),
+     "output_types[1] must be one of dense, multivector, muvera, sparse"),
     (ENCODE, {"items": ["x"], "output_types": "vectors"}, "output_types", "must be one of dense"),
     (ENCODE, {"items": ["x"], "precision": "fp8"}, "precision", "must be one of bfloat16, float16, float32, int8"),
     (SCORE, {"query": {"text": "q", "boost": 2}, "items": ["x"]}, "query", "unknown fields ['boost']"),

@@ -174,6 +174,50 @@ def test_multivector_output_dtypes(engine):
     assert q8.data.dtype == np.int8 and np.abs(q8.data * q8.scale - full).max() <= q8.scale / 2 + 1e-6
     bits = engine.encode_sync("colbert/tiny", DOCS[:1], output_dtype="binary").items[0].multivector
     np.testing.assert_array_equal(bits, np.packbits(full > 0, axis=-1))
+    u8 = engine.encode_sync("colbert/tiny", DOCS[:1], output_dtype="uint8").items[0].multivector
+    from sentence_transformers.util import quantize_embeddings
+
+    for row, vector in zip(u8, full):  # one range per token vector
+        ranges = np.stack([np.full(DIM, vector.min()), np.full(DIM, vector.max())])
+        np.testing.assert_array_equal(row, quantize_embeddings(vector[None], precision="uint8", ranges=ranges)[0])
+
+
+@pytest.mark.parametrize("params", [{}, {"k_sim": 3, "dim_proj": 8, "r_reps": 4, "random_seed": 7}])
+def test_muvera_equals_fastembed_on_the_multivectors(engine, params):
+    """The muvera output is FastEmbed's `Muvera` over the same request's multivector output:
+    documents with process_document, queries (is_query) with process_query."""
+    pytest.importorskip("fastembed")
+    from fastembed.postprocess.muvera import Muvera
+
+    reference = Muvera(DIM, **params)
+    cases = ((False, DOCS, reference.process_document), (True, [QUERY], reference.process_query))
+    for is_query, texts, encode in cases:
+        items = engine.encode_sync("colbert/tiny", texts, output_types=["multivector", "muvera"], is_query=is_query,
+                                   muvera=params or None).items
+        for item in items:
+            assert item.muvera.dtype == np.float32 and item.muvera.shape == (reference.embedding_size,)
+            np.testing.assert_allclose(item.muvera, encode(item.multivector), rtol=1e-6, atol=1e-6)
+    alone = engine.encode_sync("colbert/tiny", DOCS, output_types=["muvera"], muvera=params or None).items
+    assert all(item.multivector is None for item in alone)
+    np.testing.assert_array_equal(alone[0].muvera, engine.encode_sync(
+        "colbert/tiny", DOCS, output_types=["muvera"], muvera=params or None).items[0].muvera)
+
+
+def test_muvera_takes_the_output_dtype_and_refuses_bad_parameters(engine):
+    floats = engine.encode_sync("colbert/tiny", DOCS[:1], output_types=["muvera"]).items[0].muvera
+    half = engine.encode_sync("colbert/tiny", DOCS[:1], output_types=["muvera"], output_dtype="float16").items[0]
+    np.testing.assert_array_equal(half.muvera, floats.astype(np.float16))
+    for fields, field, message in [
+        ({"muvera": {"dim_proj": 32}, "output_types": ["muvera"]}, "muvera.dim_proj", "wider than"),
+        ({"muvera": {}}, "muvera", "output_types"),
+        ({"muvera": {"k_sim": 11}, "output_types": ["muvera"]}, "muvera.k_sim", "between 1 and 10"),
+        ({"muvera": {"r_reps": 64, "k_sim": 10, "dim_proj": 1}, "output_types": ["muvera"]}, "muvera", "partitions"),
+        ({"muvera": {"r_reps": 64, "k_sim": 7, "dim_proj": 16}, "output_types": ["muvera"]}, "muvera", "dimensions"),
+        ({"muvera": {"seed": 1}, "output_types": ["muvera"]}, "muvera", r"unknown fields \[.seed.\]"),
+    ]:
+        with pytest.raises(InvalidRequest, match=message) as refused:
+            engine.encode_sync("colbert/tiny", DOCS[:1], **fields)
+        assert refused.value.field == field
 
 
 def test_score_refuses_a_long_query_without_truncation(engine):

@@ -1,6 +1,7 @@
 """Encode output options on the real default model, against sentence-transformers:
 `dims` (Matryoshka truncation + renormalisation, as `truncate_dim`), `output_dtype`
-float16 / int8 (with its scale) / binary (as `quantize_embeddings(..., "ubinary")`)."""
+float16 / int8 (with its scale) / uint8 (as `quantize_embeddings(..., "uint8")` with each
+vector's own range) / binary (as `quantize_embeddings(..., "ubinary")`)."""
 
 from __future__ import annotations
 
@@ -98,3 +99,16 @@ def test_bad_options_are_refused(engine, options, field):
     with pytest.raises(InvalidRequest) as info:
         engine.encode_sync(MODEL, TEXTS[:1], **options)
     assert info.value.field == field
+
+
+def test_uint8_matches_sentence_transformers_with_each_vectors_range(engine, st_model):
+    from sentence_transformers.util import quantize_embeddings
+
+    for dims in (384, 100):
+        got = np.stack(_dense(engine, output_dtype="uint8", dims=dims))
+        floats = st_model.encode(TEXTS, normalize_embeddings=True, truncate_dim=dims)
+        assert got.dtype == np.uint8 and got.shape == (len(TEXTS), dims)
+        for row, vector in zip(got, floats):
+            ranges = np.stack([np.full(dims, vector.min()), np.full(dims, vector.max())])
+            np.testing.assert_array_equal(row, quantize_embeddings(vector[None], precision="uint8", ranges=ranges)[0])
+        assert (got.min(axis=1) == 0).all() and (got.max(axis=1) >= 254).all()  # each vector spans the range
