@@ -12,6 +12,11 @@ What the model is comes from config.json, read once here, at load:
 - `id2label`: the label of each logit (transformers' default `LABEL_{i}` where it names none);
 - the activation, the pipeline's default `function_to_apply`: none for `problem_type: regression`,
   sigmoid for `multi_label_classification` or a single label, softmax otherwise.
+
+A card may state what its model publishes (`options.classifier`): `num_labels`, checked against the
+checkpoint at load (a checkpoint that changed under the card fails to load, naming both), and
+`multi_label`, the model card's word where config.json names no problem_type (a Jigsaw model
+trained one sigmoid per label): sigmoid (true) or softmax (false) by default.
 """
 
 from __future__ import annotations
@@ -79,11 +84,27 @@ class FixedLabelHead(Head):
         return [Logits(self.labels, self.function, row) for row in rows]
 
 
+OPTIONS = ("num_labels", "multi_label")
+
+
 def build_classifier_head(ctx: HeadContext) -> dict[str, nn.Module]:
+    options = ctx.options("classifier")
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"card {ctx.card.id}: options.classifier takes {', '.join(OPTIONS)}; got {', '.join(unknown)}")
     classifier = build_classifier(ctx)
     num_labels = classifier.classifier.out_features
+    expected = options.get("num_labels")
+    if expected is not None and expected != num_labels:
+        raise ValueError(f"card {ctx.card.id}: options.classifier.num_labels is {expected}, but the checkpoint's "
+                         f"classifier has {num_labels} outputs")
     try:
         labels = label_names(ctx.hf_config, num_labels)
     except ValueError as exc:
         raise ValueError(f"card {ctx.card.id}: {exc}") from None
-    return {"classifier": FixedLabelHead(classifier, labels, default_function(ctx.hf_config, num_labels)).eval()}
+    multi_label = options.get("multi_label")
+    if multi_label is not None and not isinstance(multi_label, bool):
+        raise ValueError(f"card {ctx.card.id}: options.classifier.multi_label must be true or false")
+    function = default_function(ctx.hf_config, num_labels) if multi_label is None else (
+        "sigmoid" if multi_label else "softmax")
+    return {"classifier": FixedLabelHead(classifier, labels, function).eval()}
