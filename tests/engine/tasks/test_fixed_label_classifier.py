@@ -126,3 +126,22 @@ def test_a_local_directory_serves_its_labels(roots):
     card = card_from_local_dir("local/sentiment", roots["bert"])
     assert card.outputs == ("score", "classifier")
     assert "extract" in card.tasks
+
+
+def test_a_card_that_disagrees_with_its_checkpoint_fails_to_load(roots):
+    """options.classifier states what the model publishes: a checkpoint with another number of labels fails
+    to load naming both; multi_label overrides the activation (the model card's word over config.json's)."""
+    from sie_engine.errors import ModelLoadFailed
+
+    def card(name, **options):
+        return ModelCard(id=name, weights=WeightsSource(path=str(roots["bert"])), outputs=("classifier",),
+                         max_seq_len=128, max_batch_tokens=1024, options={"classifier": options})
+
+    cards = [card("cls/wrong", num_labels=5), card("cls/sigmoid", num_labels=3, multi_label=True)]
+    with Engine(Catalog(cards), device="cpu") as engine:
+        with pytest.raises(ModelLoadFailed, match="options.classifier.num_labels is 5.*3 outputs"):
+            engine.extract_sync("cls/wrong", TEXTS)
+        sigmoid = engine.extract_sync("cls/sigmoid", TEXTS, top_k=ALL)
+        forced = engine.extract_sync("cls/sigmoid", TEXTS, top_k=ALL, multi_label=False)
+    assert any(abs(sum(c.score for c in item.classifications) - 1.0) > 0.05 for item in sigmoid.items)
+    np.testing.assert_allclose([sum(c.score for c in item.classifications) for item in forced.items], 1.0, atol=1e-5)
