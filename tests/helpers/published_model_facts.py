@@ -83,8 +83,10 @@ def dense(model_type, pooling, normalize, dims, max_seq_len, source=ST, query="{
     return Published(model_type, ("dense",), source, max_seq_len, pooling, normalize, dims, query, document, window)
 
 
-CLASSIFIER = ("config.json (architectures: *ForSequenceClassification, id2label) + the model card's labels "
-              "(README) on the Hub")
+# Read from the model cards (README on the Hub and its mirrors): the base architecture and the labels
+# (their number); config.json itself was not reachable from here, so its num_labels is checked by the card's
+# options.classifier.num_labels when the real checkpoint loads (a mismatch fails the load, naming both).
+CLASSIFIER = "the model card (README) on the Hub: base architecture and labels; num_labels checked at load"
 MULTI_LABEL = CLASSIFIER + "; the README states multi-label classification (one sigmoid per label)"
 
 
