@@ -122,7 +122,7 @@ def check_bool(body: dict, name: str, default: bool) -> bool:
 
 
 # ---- engine calls -------------------------------------------------------------------
-def _renamed(exc: InvalidRequest, names: dict[str, str]) -> InvalidRequest:
+def renamed(exc: InvalidRequest, names: dict[str, str]) -> InvalidRequest:
     """The engine's field names (dims, items[2].text) -> the foreign API's."""
     field = exc.field or ""
     for ours, theirs in names.items():
@@ -142,7 +142,7 @@ async def encode(request: web.Request, model: str, texts: Sequence[str | dict[st
         result = await request.app[ENGINE].run("encode", model, texts, timeout=timeout_of(request),
                                                pre_admitted=request.get(PRE_ADMITTED), **given)
     except InvalidRequest as exc:
-        raise _renamed(exc, names or {}) from None
+        raise renamed(exc, names or {}) from None
     request[TIMINGS] = result.timings
     return result
 
@@ -156,7 +156,7 @@ async def score(request: web.Request, model: str, query: str, texts: list[str], 
         result = await request.app[ENGINE].run("score", model, query, texts, timeout=timeout_of(request),
                                                pre_admitted=request.get(PRE_ADMITTED), **given)
     except InvalidRequest as exc:
-        raise _renamed(exc, names or {}) from None
+        raise renamed(exc, names or {}) from None
     request[TIMINGS] = result.timings
     return result
 

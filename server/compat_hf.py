@@ -10,7 +10,10 @@ its parameters:
   `parameters.candidate_labels` -> extract with those labels; the answer is
   `[{label, score}, ...]` best first, what `ZeroShotClassificationOutputElement.parse_obj_as_list`
   reads;
-- `text_classification(text, top_k=, function_to_apply=)`: SIE's classifiers are zero-shot, so the
+- `text_classification(text, top_k=, function_to_apply=)` on a fixed-label classifier (sentiment,
+  emotions, toxicity, language: a `classifier` card): its own labels, as transformers'
+  text-classification pipeline answers them (`top_k` default 1, the best label; `function_to_apply`
+  softmax, sigmoid or none, the model's own activation when not sent). On a zero-shot classifier the
   labels come with the URL: `.../hf/<model>?labels=positive,negative` (repeated `labels=` or
   comma-separated; `hypothesis_template=` too for NLI models), as a fixed-label classifier's
   endpoint carries its labels in its weights. `function_to_apply` `softmax` scores the labels
@@ -32,7 +35,7 @@ from aiohttp import web
 from sie_engine import validation
 from sie_engine.errors import InvalidRequest, SIEError
 
-from . import codec, compat
+from . import codec, compat, compat_classify
 from .handlers import body_of, timeout_of
 from .state import ENGINE, PRE_ADMITTED, TIMINGS
 
@@ -40,6 +43,8 @@ FIELDS = ("inputs", "parameters")
 ZERO_SHOT_PARAMETERS = ("candidate_labels", "multi_label", "hypothesis_template")
 CLASSIFICATION_PARAMETERS = ("top_k", "function_to_apply")
 FUNCTIONS = {"softmax": False, "sigmoid": True}  # function_to_apply -> multi_label
+FIXED_FUNCTIONS = (*FUNCTIONS, "none")  # a fixed-label classifier's logits too (raw_scores)
+NAMES = {"items[0].text": "inputs", "items": "inputs"}  # the engine's fields -> the Inference API's
 
 
 def hf_error(error: SIEError, status: int) -> tuple[int, dict]:
@@ -77,6 +82,18 @@ async def classify(request: web.Request, model: str, text: str, **fields: Any):
     return [{"label": c.label, "score": float(c.score)} for c in classes]
 
 
+async def _fixed_labels(request: web.Request, model: str, text: str, top_k: int | None,
+                       function: str | None) -> web.Response:
+    """text_classification on a fixed-label classifier: `[[{label, score}, ...]]`, its k best labels."""
+    if request.query.getall("labels", []):
+        raise InvalidRequest(f"model {model!r} is a fixed-label classifier: it answers its own labels; leave labels "
+                             "out of the URL", field="labels")
+    result = await compat_classify.classify(
+        request, model, [text], names=NAMES, top_k=top_k if top_k is not None else 1,
+        multi_label=FUNCTIONS.get(function) if function else None, raw_scores=True if function == "none" else None)
+    return await compat.answer(request, result.labels)
+
+
 @compat.foreign_errors(hf_error)
 async def root(request: web.Request) -> web.Response:
     model, _ = compat.split_mode(request.match_info["model"])  # a mode alias means nothing to a classifier
@@ -98,10 +115,15 @@ async def root(request: web.Request) -> web.Response:
         return await compat.answer(request, classes)
     codec.check_fields(parameters, CLASSIFICATION_PARAMETERS)
     function = parameters.get("function_to_apply")
-    if function is not None and (not isinstance(function, str) or function not in FUNCTIONS):
+    if function is not None and (not isinstance(function, str) or function not in FIXED_FUNCTIONS):
+        raise InvalidRequest("parameters.function_to_apply must be softmax, sigmoid or none",
+                             field="parameters.function_to_apply")
+    if function == "none" and not compat_classify.is_classifier(request, model):
         raise InvalidRequest("parameters.function_to_apply must be softmax or sigmoid: SIE's zero-shot classifiers "
                              "answer probabilities, not raw logits (none)", field="parameters.function_to_apply")
     top_k = validation.check_positive_int(parameters.get("top_k"), "parameters.top_k")
+    if compat_classify.is_classifier(request, model):
+        return await _fixed_labels(request, model, text, top_k, function)
     classes = await classify(request, model, text, labels=url_labels(request), top_k=top_k,
                              multi_label=FUNCTIONS.get(function) if function else None,
                              hypothesis_template=request.query.get("hypothesis_template"))

@@ -11,6 +11,9 @@ fastapi_schemas/pymodels.py, commit fcb951c):
 - `/rerank`: `{model, query, documents, top_n, return_documents (false), raw_scores}` ->
   `{object: rerank, results: [{relevance_score, index, document?: text}], model, usage, id,
   created}`, best first. `raw_scores` (logits) is refused: SIE answers activated scores.
+- `/classify`: `{model, input: [text, ...], raw_scores (false)}` -> `{object: classify, data: [[{score,
+  label}, ...] per text], model, usage, id, created}`: every label of a fixed-label classifier, best first
+  (Infinity runs transformers' text-classification pipeline with `top_k=None`); `raw_scores` the logits.
 - `/models`: `{object: list, data: [{id, object, owned_by, created, backend, capabilities, stats}]}`.
 
 Errors are Infinity's `{"error": {message, type, param, code: <status>}}` with SIE's statuses.
@@ -33,13 +36,14 @@ from aiohttp import web
 from sie_engine import validation
 from sie_engine.errors import InvalidRequest, SIEError
 
-from . import compat
+from . import compat, compat_classify
 from .handlers import body_of
 from .openai_compat import ENCODING_FORMATS, embedding_value, input_texts
 from .state import ENGINE, LIFECYCLE
 
 EMBEDDINGS_FIELDS = ("model", "input", "encoding_format", "dimensions", "user", "modality")
 RERANK_FIELDS = ("model", "query", "documents", "top_n", "return_documents", "raw_scores")
+CLASSIFY_FIELDS = ("model", "input", "raw_scores")
 CAPABILITIES = {"encode": "embed", "score": "rerank"}  # SIE's tasks -> Infinity's capabilities
 
 
@@ -110,6 +114,25 @@ async def rerank(request: web.Request) -> web.Response:
 
 
 @infinity
+async def classify(request: web.Request) -> web.Response:
+    body = await body_of(request)
+    compat.require(body, ("input",))
+    model, _ = _model(body)
+    if not compat_classify.is_classifier(request, model):
+        raise InvalidRequest(f"model {model!r} is not a fixed-label classifier (a text-classification model with its "
+                             "own labels); classify serves those", field="model")
+    texts = [t.strip() for t in compat.texts_of(body["input"], request.app[ENGINE].limits, "input", single=False)]
+    raw_scores = compat.check_bool(body, "raw_scores", False)
+    result = await compat_classify.classify(request, model, texts, names={"items": "input"},
+                                            raw_scores=raw_scores or None)
+    return await compat.answer(request, {
+        "object": "classify", "data": result.labels, "model": result.model,
+        "usage": {"prompt_tokens": result.tokens, "total_tokens": result.tokens},
+        "id": f"infinity-{uuid.uuid4()}", "created": int(time.time()),
+    })
+
+
+@infinity
 async def models(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     created = int(request.app[LIFECYCLE].started_at)
@@ -119,7 +142,8 @@ async def models(request: web.Request) -> web.Response:
         queued = snapshot.models.get(info.id)
         data.append({
             "id": info.id, "object": "model", "owned_by": "infinity", "created": created, "backend": "sie",
-            "capabilities": sorted({CAPABILITIES[t] for t in info.tasks if t in CAPABILITIES}),
+            "capabilities": sorted({CAPABILITIES[t] for t in info.tasks if t in CAPABILITIES}
+                                   | ({"classify"} if compat_classify.CLASSIFIER in info.outputs else set())),
             "stats": {"queued_items": queued.queued_items if queued else 0,
                       "queued_tokens": queued.queued_tokens if queued else 0, "state": info.state},
         })

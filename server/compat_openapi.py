@@ -30,9 +30,10 @@ SCHEMAS = {
     "TEIInputsRequest": obj({"inputs": TEXTS, **PROMPT, **TRUNCATION}, ["inputs"]),
     "TEIRerankRequest": obj({"query": {"type": "string"}, "texts": STRINGS, "raw_scores": {"const": False},
                              "return_text": BOOL, **TRUNCATION}, ["query", "texts"]),
-    "TEIPredictRequest": obj({"inputs": {"oneOf": [PAIR, {"type": "array", "items": PAIR}]},
-                              "raw_scores": {"const": False}, "parameters": {"type": "object"}, **TRUNCATION},
-                             ["inputs"]),
+    # pairs for a reranker; a text or a batch of [text] for a fixed-label classifier (raw_scores: its logits)
+    "TEIPredictRequest": obj({"inputs": {"oneOf": [{"type": "string"}, PAIR, {"type": "array", "items": {
+        "oneOf": [{"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 1}, PAIR]}}]},
+                              "raw_scores": BOOL, "parameters": {"type": "object"}, **TRUNCATION}, ["inputs"]),
     "TEISimilarityRequest": obj({"inputs": obj({"source_sentence": {"type": "string"}, "sentences": STRINGS},
                                                ["source_sentence", "sentences"]),
                                  "parameters": obj({**PROMPT, **TRUNCATION})}, ["inputs"]),
@@ -84,6 +85,13 @@ SCHEMAS = {
         "model": {"type": "string"}, "query": {"type": "string"}, "documents": STRINGS,
         "top_n": POSITIVE, "return_documents": BOOL, "raw_scores": {"const": False}},
         ["model", "query", "documents"]),
+    "InfinityClassifyRequest": obj({"model": {"type": "string"}, "input": STRINGS, "raw_scores": BOOL},
+                                   ["model", "input"]),
+    "InfinityClassifyResponse": {"type": "object", "required": ["object", "data", "model", "usage"], "properties": {
+        "object": {"const": "classify"}, "model": {"type": "string"}, "usage": USAGE, "id": {"type": "string"},
+        "created": {"type": "integer"},
+        "data": {"type": "array", "items": {"type": "array", "items": obj(
+            {"score": {"type": "number"}, "label": {"type": "string"}}, ["score", "label"])}}}},
     "InfinityRerankResponse": {"type": "object", "required": ["object", "results", "model", "usage"], "properties": {
         "object": {"const": "rerank"}, "model": {"type": "string"}, "usage": USAGE, "id": {"type": "string"},
         "created": {"type": "integer"},
@@ -127,6 +135,8 @@ def _tei(summary: str, request: str | None, answer: dict | None, errors: tuple[s
 
 
 MATRIX = {"type": "array", "items": NUMBERS}
+PREDICTIONS = {"type": "array", "items": obj({"label": {"type": "string"}, "score": {"type": "number"}},
+                                             ["label", "score"])}  # TEI's Prediction, best first
 TEI_TOKENS = {"type": "array", "items": {"type": "array", "items": {"type": "object", "required": ["id", "text"]}}}
 
 PATHS = {
@@ -139,7 +149,9 @@ PATHS = {
     "/tei/{model}/rerank": {"post": _tei("TEI: rerank, best first", "TEIRerankRequest", {
         "type": "array", "items": obj({"index": {"type": "integer"}, "score": {"type": "number"},
                                        "text": {"type": "string"}})})},
-    "/tei/{model}/predict": {"post": _tei("TEI: score (query, text) pairs", "TEIPredictRequest", {"type": "array"})},
+    "/tei/{model}/predict": {"post": _tei("TEI: score (query, text) pairs, or a classifier's labels of each text",
+                                          "TEIPredictRequest", {"oneOf": [PREDICTIONS, {"type": "array",
+                                                                                        "items": PREDICTIONS}]})},
     "/tei/{model}/similarity": {"post": _tei("TEI: cosine similarity to a source sentence", "TEISimilarityRequest",
                                              NUMBERS)},
     "/tei/{model}/tokenize": {"post": _tei("TEI: the model's tokens", "TEITokenizeRequest", TEI_TOKENS, BODY_ONLY)},
@@ -171,6 +183,8 @@ PATHS = {
                                 "InfinityEmbeddingsRequest")},
     "/rerank": {"post": _op("infinity", "Infinity rerank", ref("InfinityRerankResponse"), "InfinityError",
                             "InfinityRerankRequest")},
+    "/classify": {"post": _op("infinity", "Infinity classify: every label of a fixed-label classifier, best first",
+                              ref("InfinityClassifyResponse"), "InfinityError", "InfinityClassifyRequest")},
     "/models": {"get": _op("infinity", "Infinity's model list", {"type": "object"}, "InfinityError", errors=("401",))},
 }
 

@@ -38,7 +38,8 @@ SCHEMAS = {
     "HFClassifyRequest": obj({"inputs": {"type": "string"}, "parameters": {"oneOf": [
         obj({"candidate_labels": {"type": "array", "items": {"type": "string"}}, "multi_label": {"type": "boolean"},
              "hypothesis_template": {"type": "string"}}, ["candidate_labels"]),
-        obj({"top_k": {"type": "integer", "minimum": 1}, "function_to_apply": {"enum": ["softmax", "sigmoid"]}})]}},
+        obj({"top_k": {"type": "integer", "minimum": 1},
+             "function_to_apply": {"enum": ["softmax", "sigmoid", "none"]}})]}},
         ["inputs"]),
 }
 
@@ -57,7 +58,8 @@ def paths(op) -> dict:
                                  "CohereEmbedRequest")},
         "/hf/{model}": {"post": _with_parameters(op(
             "hf", "Hugging Face InferenceClient: zero_shot_classification (parameters.candidate_labels) -> "
-                  "[{label, score}]; text_classification (labels in the URL) -> [[{label, score}]]",
+                  "[{label, score}]; text_classification (a fixed-label classifier's own labels, or for a "
+                  "zero-shot one the labels in the URL) -> [[{label, score}]]",
             {"oneOf": [LABELLED, {"type": "array", "items": LABELLED}]}, "HFError", "HFClassifyRequest",
             model=True), HF_LABELS)},
     }

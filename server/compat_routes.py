@@ -83,6 +83,7 @@ WEAVIATE = CompatApi("weaviate", "compat_weaviate", "path", prefix="/weaviate/" 
 INFINITY = CompatApi("infinity", "compat_infinity", "body", (
     Route("POST", "/embeddings", "embeddings", "infinity_embeddings"),
     Route("POST", "/rerank", "rerank", "infinity_rerank"),
+    Route("POST", "/classify", "classify", "infinity_classify"),
     Route("GET", "/models", "models", "infinity_models"),
 ))
 

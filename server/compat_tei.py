@@ -12,6 +12,7 @@ Checked field by field against TEI v1.9.3 (router/src/http/types.rs and server.r
 | `POST /embed_all` (per-token vectors) | encode multivector (models with one) |
 | `POST /rerank` `{query, texts, truncate, truncation_direction, raw_scores, return_text}` | score |
 | `POST /predict` `{inputs: [query, text] or a batch of pairs, ...}` | score, pair by pair |
+| `POST /predict` `{inputs: text or a batch of [text], raw_scores, truncate}` (a classifier) | extract, every label |
 | `POST /similarity` `{inputs: {source_sentence, sentences}, parameters}` | encode, cosine |
 | `POST /tokenize` `{inputs, add_special_tokens, prompt_name}` | the model's tokenizer |
 | `GET /info`, `GET /health`, `GET /` | the card, the model's state |
@@ -27,8 +28,11 @@ Fields TEI does not know are ignored, as TEI's serde request structs ignore them
 `deny_unknown_fields`: litellm's huggingface provider sends extra ones). An empty string is
 TEI's `Empty` error (400, "`inputs` cannot be empty": `EncodingInput::is_empty`); a blank one
 (`"   "`) TEI embeds, as SIE does; a rerank pair is empty only when query and text both are.
-`raw_scores` (logits) and `truncation_direction: left` are refused: SIE's rerankers answer
-activated scores and truncate on the right. Token-id inputs are refused: send the text.
+`raw_scores` (logits) is refused for rerankers (they answer activated scores) and served for
+fixed-label classifiers; `truncation_direction: left` is refused: SIE truncates on the right.
+A fixed-label classifier's `/predict` answers every label of each text, best first, as TEI does;
+its scores use the model's own activation (config.json's problem_type: sigmoid for a multi-label
+model), where TEI takes softmax over any model of several labels. Token-id inputs are refused: send the text.
 Errors are TEI's `{"error", "error_type"}` with TEI's statuses (422 validation, 400 empty,
 413, 429 overloaded, 424 backend, 503 unhealthy), and 404 for a model not served here.
 """
@@ -41,9 +45,10 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
+from sie_engine import validation
 from sie_engine.errors import InvalidRequest, PayloadTooLarge, SIEError, UnsupportedTask
 
-from . import compat, compat_pairs
+from . import compat, compat_classify, compat_pairs
 from .compat_routes import TEI
 from .errors import HTTPProblem
 from .handlers import body_of
@@ -256,7 +261,52 @@ async def predict(request: web.Request) -> web.Response:
     return await _predict(request, model, await read(request, "predict", ("inputs",)))
 
 
+def texts_of(inputs: Any, limits) -> tuple[list[str], bool]:
+    """TEI's PredictInput for a classifier -> its single texts and whether it was a batch (of
+    one-element lists, as TEI's schema writes a batch of single texts). A pair is refused: a
+    fixed-label classifier reads one text."""
+    if isinstance(inputs, list) and inputs and all(isinstance(v, list) for v in inputs):
+        texts = []
+        for i, value in enumerate(inputs):
+            if len(value) != 1:
+                raise InvalidRequest(f"inputs[{i}] must be [text]: this model is a fixed-label classifier, which "
+                                     "reads single texts, not pairs", field=f"inputs[{i}]")
+            texts.append(value[0])
+        where = [f"inputs[{i}]" for i in range(len(texts))]
+        batch = True
+    elif isinstance(inputs, list):
+        raise InvalidRequest("inputs must be a text or a batch of [text]: this model is a fixed-label classifier, "
+                             "which reads single texts, not pairs", field="inputs")
+    else:
+        texts, where, batch = [inputs], ["inputs"], False
+    if len(texts) > limits.max_items:
+        raise PayloadTooLarge(f"inputs holds {len(texts)} texts; at most {limits.max_items} per request",
+                              field="inputs")
+    for text, field in zip(texts, where):
+        validation.check_text(text, limits, field)
+        if text == "":
+            raise compat.EmptyInput(EMPTY, field=field)
+    return texts, batch
+
+
+async def _classify(request: web.Request, model: str, body: dict) -> web.Response:
+    texts, batch = texts_of(body["inputs"], request.app[ENGINE].limits)
+    predictions = (await compat_classify.classify(
+        request, model, texts, names={"items": "inputs"}, truncate=truncate(body),
+        raw_scores=compat.check_bool(body, "raw_scores", False) or None)).labels
+    return await compat.answer(request, predictions if batch else predictions[0])
+
+
+def _holds_pairs(inputs: Any) -> bool:
+    return isinstance(inputs, list) and (len(inputs) == 2 and all(isinstance(v, str) for v in inputs) or any(
+        isinstance(v, list) and len(v) == 2 for v in inputs))
+
+
 async def _predict(request: web.Request, model: str, body: dict) -> web.Response:
+    outputs = request.app[ENGINE].model_info(model).outputs
+    # a classifier reads single texts; pairs go to its score head when it has one
+    if compat_classify.CLASSIFIER in outputs and not ("score" in outputs and _holds_pairs(body["inputs"])):
+        return await _classify(request, model, body)
     no_raw_scores(body)
     pairs, batch = pairs_of(body["inputs"])
     limits = request.app[ENGINE].limits
@@ -329,6 +379,8 @@ async def tokenize(request: web.Request) -> web.Response:
 
 
 def _model_type(card, outputs: tuple[str, ...]) -> dict:
+    if compat_classify.CLASSIFIER in outputs:  # its id2label is read when the weights load, not listed here
+        return {"classifier": {"id2label": {}, "label2id": {}}}
     if "score" in outputs:  # a one-label reranker, labelled as config.json's default id2label
         return {"reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}}
     if "dense" in outputs or "multivector" in outputs:
@@ -379,6 +431,9 @@ async def root(request: web.Request) -> web.Response:
     model, alias = path_model(request)
     outputs = request.app[ENGINE].model_info(model).outputs
     body = await body_of(request)
+    if compat_classify.CLASSIFIER in outputs and "query" not in body:  # text-classification's {inputs}
+        compat.require(body, ("inputs",))
+        return await _classify(request, model, body)
     if "score" in outputs:
         if "query" in body:
             compat.require(body, ("query", "texts"))
@@ -394,7 +449,8 @@ async def root(request: web.Request) -> web.Response:
     if "sparse" in outputs:
         compat.require(body, ("inputs",))
         return await _embed_sparse(request, model, alias, body)
-    raise UnsupportedTask(f"model {model!r} serves none of TEI's calls (embed, embed_sparse, rerank)", field="model")
+    raise UnsupportedTask(f"model {model!r} serves none of TEI's calls (embed, embed_sparse, rerank, predict)",
+                          field="model")
 
 
 # TEI's POST routes under /tei/{model} (compat_routes.TEI): `model/embed` names a route, not a model

@@ -81,13 +81,14 @@ SCORE = Task(
 
 EXTRACT = Task(
     name="extract",
-    summary="Zero-shot entity extraction, classification and relation extraction",
+    summary="Zero-shot entity extraction, classification (zero-shot and fixed-label) and relation extraction",
     fields=(
         Field("items", type=ExtractItems, required=True,
               description="texts: strings or {id?, text} objects; for a relation model, {id?, text, entities}"),
-        Field("labels", type=Labels, required=True,
-              description="the entity types to find, the candidate classes of a classification model, or the "
-                          "relation types of a relation model"),
+        Field("labels", type=Labels, positional=True,
+              description="the entity types to find, the candidate classes of a zero-shot classification model, "
+                          "or the relation types of a relation model (required for them); a fixed-label "
+                          "classifier takes none: it answers its own labels (config.json's id2label)"),
         Field("threshold", type=Score,
               description="entities: keep spans scoring at least this (default 0.5); classifications: keep "
                           "labels scoring at least this (default: all labels); relations: keep triples scoring "
@@ -95,13 +96,21 @@ EXTRACT = Task(
         Field("flat", type=bool, description="entity models: no nested entities (default true)"),
         Field("multi_label", type=bool,
               description="entities: a span may carry several labels (default false); classifications: each label "
-                          "scored on its own, else the scores over the labels sum to 1 (default: the model's, false "
-                          "for NLI, true for GLiClass, as their libraries)"),
+                          "scored on its own (sigmoid), else the scores over the labels sum to 1 (softmax) (default: "
+                          "the model's, false for NLI, true for GLiClass, as their libraries; a fixed-label "
+                          "classifier's config.json problem_type, as transformers' pipeline)"),
         Field("hypothesis_template", type=str,
               description="NLI classification models: the hypothesis each label fills ({} is the label; default "
                           "'This example is {}.')"),
-        Field("top_k", type=PositiveInt,
-              description="classifications: keep the k best labels; relations: each entity pair's k best"),
+        Field("top_k", type=PositiveInt, nullable=True,
+              description="classifications: keep the k best labels (fixed-label classifiers: default 1, the "
+                          "best, and null for every label, as transformers' text-classification pipeline); "
+                          "relations: each entity pair's k best"),
+        Field("raw_scores", type=bool,
+              description="fixed-label classifiers: the logits, without the sigmoid or softmax (TEI's raw_scores)"),
+        Field("truncate", type=bool,
+              description="fixed-label classifiers: false makes a text longer than the model's window a 400 "
+                          "instead of being cut"),
         Field("classify", type=Classify,
               description="GLiNER2 models: one classification task answered beside the entities, in the same pass"),
         Field("relation_labels", type=Labels,
@@ -114,7 +123,7 @@ EXTRACT = Task(
         Field("entity_threshold", type=Score,
               description="relation models with entity_model: its threshold (default 0.5)"),
     ),
-    served_by=("extract", "zeroshot", "gliclass", "relations", "gliner2"),
+    served_by=("extract", "zeroshot", "gliclass", "relations", "gliner2", "classifier"),
     implementation="sie_engine.tasks.extract:run",
     answer_type=ExtractAnswer,
 )

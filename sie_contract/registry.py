@@ -29,6 +29,11 @@ def register(task: Task) -> Task:
                                if f.required and any(not g.required for g in task.fields[:i])]
     if required_after_optional:
         raise ValueError(f"task {task.name}: required fields come first ({', '.join(required_after_optional)})")
+    positional_after_keyword = [f.name for i, f in enumerate(task.fields) if f.positional and any(
+        not (g.required or g.positional) for g in task.fields[:i])]
+    if positional_after_keyword:
+        raise ValueError(f"task {task.name}: positional fields come right after the required ones "
+                         f"({', '.join(positional_after_keyword)})")
     _REGISTRY[task.name] = task
     return task
 

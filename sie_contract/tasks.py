@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import msgspec
 
@@ -39,6 +39,10 @@ class Field:
     schema: a JSON Schema of the field's own, for a field typed `Any`; None: the type's.
     wire_type: the type a body is decoded into, where it differs from `type` (None: `type`):
         the same values, taken so that a hostile body builds nothing (shapes.WireEncodeItem).
+    positional: an optional field the Python call still takes positionally, after the required
+        ones (extract's `labels`, which a fixed-label classifier does without).
+    nullable: `null` is a value of its own, not the field left out (extract's `top_k: null`,
+        every label, as transformers' pipeline spells it); it comes through as None in the fields.
     """
 
     name: str
@@ -47,6 +51,17 @@ class Field:
     description: str = ""
     type: Any = Any
     wire_type: Any = None
+    positional: bool = False
+    nullable: bool = False
+
+    def member(self, wire: bool = False) -> tuple[str, Any, Any]:
+        """The request struct's member: `(name, type, default)`. A field not sent is None (UNSET for
+        a nullable one, so that its null survives decoding)."""
+        kind = (self.wire_type or self.type) if wire else self.type
+        if self.nullable:
+            return self.name, Union[kind, None, msgspec.UnsetType], msgspec.UNSET  # noqa: UP007
+        # Optional[], not `| None`: a field declared by a JSON Schema alone has type Any, which `|` refuses on 3.10
+        return self.name, Optional[kind], None  # noqa: UP045
 
 
 @dataclass(frozen=True)
@@ -86,15 +101,20 @@ class Task:
     def optional(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.fields if not f.required)
 
+    @property
+    def positional(self) -> tuple[str, ...]:
+        """The fields the Python call takes positionally: the required ones, then `positional` optional ones."""
+        return tuple(f.name for f in self.fields if f.required or f.positional)
+
     def route(self, model: str = "{model}") -> str:
         return f"/v1/{self.name}/{model}"
 
     # ---- the request struct ------------------------------------------------
     @cached_property
     def request_type(self) -> type[msgspec.Struct]:
-        """`{Name}Request`: every field optional (null is a field not sent), unknown ones refused."""
-        # Optional[], not `| None`: a field declared by a JSON Schema alone has type Any, which `|` refuses on 3.10
-        members = [(f.name, Optional[f.type], None) for f in self.fields]  # noqa: UP045
+        """`{Name}Request`: every field optional (null is a field not sent, but for a nullable one),
+        unknown ones refused."""
+        members = [f.member() for f in self.fields]
         return msgspec.defstruct(f"{self.name.capitalize()}Request", members, forbid_unknown_fields=True,
                                  omit_defaults=True, kw_only=True, module=__name__)
 
@@ -103,7 +123,7 @@ class Task:
         """`request_type` with each field's `wire_type`: what a body is decoded into."""
         if all(f.wire_type is None for f in self.fields):
             return self.request_type
-        members = [(f.name, Optional[f.wire_type or f.type], None) for f in self.fields]  # noqa: UP045
+        members = [f.member(wire=True) for f in self.fields]
         return msgspec.defstruct(f"{self.name.capitalize()}WireRequest", members, forbid_unknown_fields=True,
                                  omit_defaults=True, kw_only=True, module=__name__)
 
@@ -147,11 +167,11 @@ class Task:
         """A Python call's positional and keyword arguments -> the fields given (None: not
         given), not yet validated. FieldError (a TypeError, as a Python call would raise) for
         surplus positional arguments, an unknown keyword or a missing required field."""
-        required = self.required
-        if len(args) > len(required):
-            raise FieldError(f"{self.name}() takes model and {len(required)} positional field(s) "
-                             f"({', '.join(required)}), got {len(args)}")
-        request = dict(zip(required, args))
+        required, positional = self.required, self.positional
+        if len(args) > len(positional):
+            raise FieldError(f"{self.name}() takes model and {len(positional)} positional field(s) "
+                             f"({', '.join(positional)}), got {len(args)}")
+        request = dict(zip(positional, args))
         for name, value in options.items():
             if name not in self.field_names:
                 raise FieldError(f"{self.name}() got an unknown field {name!r} "
@@ -183,7 +203,10 @@ class Task:
         kind = inspect.Parameter
         params = [kind("model", kind.POSITIONAL_OR_KEYWORD)]
         params += [kind(f.name, kind.POSITIONAL_OR_KEYWORD) for f in self.fields if f.required]
-        params += [kind(f.name, kind.KEYWORD_ONLY, default=None) for f in self.fields if not f.required]
+        params += [kind(f.name, kind.POSITIONAL_OR_KEYWORD, default=None) for f in self.fields
+                   if f.positional and not f.required]
+        params += [kind(f.name, kind.KEYWORD_ONLY, default=None) for f in self.fields
+                   if not (f.required or f.positional)]
         return inspect.Signature(params + list(extra))
 
     def doc(self) -> str:

@@ -55,15 +55,18 @@ def encoder_card(name: str, root: Path, config: Mapping[str, Any], *, pooling: s
     mean for an architecture SIE does not know), normalised; `window`: the family's own window
     (default: what its positions allow, else `max_position_embeddings`); query and document
     prompts from `config_sentence_transformers.json`.
-    A sequence classifier serves score (and zero-shot classification when it is an NLI model), a
-    masked LM sparse vectors."""
+    A sequence classifier serves score (and zero-shot classification when it is an NLI model, fixed-label
+    classification when it names several labels of its own), a masked LM sparse vectors."""
     st = read_sentence_transformers_layout(root)
     outputs: tuple[str, ...] = ("dense",)
     architectures = config.get("architectures") or []
     if any(a.endswith("ForSequenceClassification") for a in architectures) and st is None:
         outputs = ("score",)
-        if any(str(label).lower().startswith("entail") for label in (config.get("id2label") or {}).values()):
+        id2label = config.get("id2label") or {}
+        if any(str(label).lower().startswith("entail") for label in id2label.values()):
             outputs = ("score", "zeroshot")  # an NLI model: zero-shot classification (extract) too
+        elif len(id2label) > 1:
+            outputs = ("score", "classifier")  # its own labels: fixed-label classification (extract) too
     elif any(a.endswith("ForMaskedLM") for a in architectures) and st is None:
         outputs = ("sparse",)
     if pooling is None:

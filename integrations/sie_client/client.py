@@ -159,9 +159,10 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
         return cast(ScoreT, self.run("score", model, query, items, top_k=top_k, truncate=truncate,
                                      instruction=instruction, batch_size=batch_size, progress=progress))
 
-    def extract(self, model: str, items: Any, labels: Sequence[str], *, threshold: float | None = None,
+    def extract(self, model: str, items: Any, labels: Sequence[str] | None = None, *, threshold: float | None = None,
                 flat: bool | None = None, multi_label: bool | None = None, hypothesis_template: str | None = None,
-                top_k: int | None = None, entity_model: str | None = None,
+                top_k: int | None = None, raw_scores: bool | None = None, truncate: bool | None = None,
+                entity_model: str | None = None,
                 entity_labels: Sequence[str] | None = None, entity_threshold: float | None = None,
                 classify: Mapping[str, Any] | None = None, relation_labels: Sequence[str] | None = None,
                 batch_size: int | None = None, progress: bool | None = None) -> ExtractT:
@@ -171,10 +172,12 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
         [{start, end, label}]}`) or that `entity_model` (a GLiNER, with `entity_labels`) finds; on a
         GLiNER2 model, `classify={"task", "labels", "multi_label"?}` adds one classification, answered in
         `classifications`, and `relation_labels` relation types, answered in `relations`, beside the
-        entities."""
+        entities. A fixed-label classifier (sentiment, emotions, toxicity, language) takes no labels: it
+        answers its own, the best one per item unless `top_k` asks for more (`raw_scores`: the logits)."""
         return cast(ExtractT, self.run(
             "extract", model, items, labels, threshold=threshold, flat=flat, multi_label=multi_label,
-            hypothesis_template=hypothesis_template, top_k=top_k, entity_model=entity_model,
+            hypothesis_template=hypothesis_template, top_k=top_k, raw_scores=raw_scores, truncate=truncate,
+            entity_model=entity_model,
             entity_labels=entity_labels, entity_threshold=entity_threshold, classify=classify,
             relation_labels=relation_labels, batch_size=batch_size, progress=progress))
 

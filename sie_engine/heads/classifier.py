@@ -124,8 +124,8 @@ def build_classifier(ctx: HeadContext) -> SequenceClassifier:
     arch = next((a for a in architectures if a.endswith("ForSequenceClassification")), None)
     if arch is None:
         raise ValueError(
-            f"card {ctx.card.id}: `score` needs a *ForSequenceClassification checkpoint; "
-            f"config.json names {architectures}"
+            f"card {ctx.card.id}: its outputs ({', '.join(ctx.card.outputs)}) need a *ForSequenceClassification "
+            f"checkpoint; config.json names {architectures}"
         )
     head = ctx.backbone.sequence_classifier(ctx)
     if head is None:

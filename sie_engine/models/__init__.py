@@ -64,7 +64,8 @@ ARCHITECTURES: dict[str, str] = {
     **dict.fromkeys(["NomicBertModel", "NomicBertForPreTraining", "NomicBertForMaskedLM",
                      "NomicBertForSequenceClassification"], "nomic_bert"),
     **dict.fromkeys(["DebertaV2Model", "DebertaV2ForMaskedLM", "DebertaV2ForSequenceClassification"], "deberta-v2"),
-    **dict.fromkeys(["DistilBertModel", "DistilBertForMaskedLM"], "distilbert"),
+    **dict.fromkeys(["DistilBertModel", "DistilBertForMaskedLM", "DistilBertForSequenceClassification"],
+                    "distilbert"),
     **dict.fromkeys(["MPNetModel", "MPNetForMaskedLM"], "mpnet"),
     "StaticModel": "static",
     "CLIPModel": "clip",
@@ -105,6 +106,8 @@ HEADS: dict[str, str] = {
     "relations": f"{_M}.glirel.head:build_relations_head",
     "gliner2": f"{_M}.gliner2.head:build_gliner2_head",
     "gliclass": f"{_M}.gliclass.head:build_gliclass_head",
+    # fixed-label classifiers (sentiment, emotions, toxicity, language): the checkpoint's own id2label
+    "classifier": "sie_engine.heads.fixed_labels:build_classifier_head",
 }
 
 

@@ -12,7 +12,11 @@ and runs it. The built-in modes:
 - `zeroshot`: NLI cross-encoders, zero-shot classification (tasks/zeroshot.py);
 - `gliclass`: GLiClass, all labels and the text in one pass (tasks/gliclass.py);
 - `gliner2`: GLiNER2, entities, relations and a classification in one pass (tasks/gliner2.py);
+- `classifier`: fixed-label classifiers, the model's own labels (tasks/classify.py);
 - `extract`: GLiNER, zero-shot entities (tasks/gliner.py).
+
+`labels` is required by every mode but a fixed-label classifier's (`takes_labels`), which
+refuses them: its labels are its own.
 
 A plug-in adds one with `register(output, "module:MODE")`; the `extract` task is then served
 by cards with that output (sie_contract's registry is told), and its heads are built by the
@@ -39,6 +43,7 @@ TASK = "extract"
 # not a top-level field: the `entities` of a relation model's items ({text, entities})
 ITEM_ENTITIES = "items[].entities"
 ANSWERS = frozenset({"entities", "classifications", "relations"})  # ExtractedItem's answer fields
+LABELS = "labels"  # required by every mode but those that answer their own (`takes_labels`)
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,9 @@ class ExtractMode:
     example: a catalog model of this kind, named when a field of it is sent to another.
     head: `module:function` of the head builder of its output, for a mode whose output no
         built-in head serves (a plug-in's); registered in sie_engine.models.HEADS with the mode.
-    hints: what to send instead, by field it refuses (GLiNER2's `multi_label`: classify.multi_label)."""
+    hints: what to send instead, by field it refuses (GLiNER2's `multi_label`: classify.multi_label).
+    takes_labels: False for a model that answers its own labels (a fixed-label classifier): a request
+        giving labels is refused; True (the others): labels are required."""
 
     kind: str
     family: str
@@ -70,6 +77,14 @@ class ExtractMode:
     example: str | None = None
     head: str | None = None
     hints: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    takes_labels: bool = True
+
+    def described(self, model: str) -> str:
+        """`model 'x' is a GLiNER entity model (it takes its entity types in labels and answers entities)`."""
+        answers = _join(sorted(self.answers))
+        if not self.takes_labels:
+            return f"model {model!r} is {self.kind} (it answers {answers} over its own labels, config.json's id2label)"
+        return f"model {model!r} is {self.kind} (it takes its {self.labels} in labels and answers {answers})"
 
 
 # card output -> `module:attr` of its ExtractMode, imported when first used; the first entry a
@@ -79,6 +94,7 @@ MODES: dict[str, str] = {
     "zeroshot": "sie_engine.tasks.zeroshot:MODE",
     "gliclass": "sie_engine.tasks.gliclass:MODE",
     "gliner2": "sie_engine.tasks.gliner2:MODE",
+    "classifier": "sie_engine.tasks.classify:MODE",
     "extract": "sie_engine.tasks.gliner:MODE",
 }
 _loaded: dict[str, ExtractMode] = {}  # by target
@@ -164,7 +180,7 @@ def sent_fields(fields: Mapping[str, Any]) -> list[str]:
         isinstance(item, dict) and "entities" in item for item in items) else []
     task = task_registry.get(TASK)
     names = task.optional if task is not None else tuple(fields)
-    return sent + [name for name in names if fields.get(name) is not None]
+    return sent + [name for name in names if fields.get(name) is not None and name != LABELS]
 
 
 def refuse_other_fields(card: ModelCard, chosen: ExtractMode, fields: Mapping[str, Any]) -> None:
@@ -175,16 +191,14 @@ def refuse_other_fields(card: ModelCard, chosen: ExtractMode, fields: Mapping[st
             continue
         takers = [(o, mode(o)) for o in MODES if name in mode(o).fields]
         families = _join([m.family for _, m in takers]) or "no served"
-        this = (f"model {card.id!r} is {chosen.kind} (it takes its {chosen.labels} in labels and answers "
-                f"{_join(sorted(chosen.answers))})")
+        this = chosen.described(card.id)
         field = "items" if name == ITEM_ENTITIES else name
         inputs_of = [(o, m) for o, m in takers if name in m.inputs]
         if inputs_of:
             other, taker = inputs_of[0]
             example = f" (e.g. {taker.example})" if taker.example else ""
             raise UnsupportedOutput(f"model {card.id!r} has no {other} output: {name} applies to {families} "
-                                    f"models{example}; it is {chosen.kind} (it takes its {chosen.labels} in labels)",
-                                    field=field)
+                                    f"models{example}; {chosen.described(card.id)}", field=field)
         hint = f"; {chosen.hints[name]}" if name in chosen.hints else ""
         raise InvalidRequest(f"{name} applies to {families} models; {this}{hint}", field=field)
 
@@ -197,7 +211,18 @@ def _join(names: list[str]) -> str:
     return ", ".join(unique[:-1]) + " and " + unique[-1]
 
 
+def check_labels_sent(card: ModelCard, chosen: ExtractMode, fields: Mapping[str, Any]) -> None:
+    """InvalidRequest unless labels are sent to a mode that takes them, and only to one."""
+    sent = fields.get(LABELS) is not None
+    if chosen.takes_labels and not sent:
+        raise InvalidRequest(f"labels is required: {chosen.described(card.id)}", field=LABELS)
+    if not chosen.takes_labels and sent:
+        raise InvalidRequest(f"labels does not apply: {chosen.described(card.id)}; send no labels (for candidate "
+                             "classes of your own, use a zero-shot classifier: an NLI or GLiClass model)", field=LABELS)
+
+
 async def run(engine: TaskContext, call: Call) -> ExtractResult:
     _, chosen = mode_of(call.card)
+    check_labels_sent(call.card, chosen, call.fields)
     refuse_other_fields(call.card, chosen, call.fields)
     return await chosen.run(engine, call)

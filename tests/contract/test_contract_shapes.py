@@ -48,7 +48,7 @@ REFUSED = [
     (EXTRACT, {"items": ["x"], "labels": ["person", ""]}, "labels[1]", "must not be empty"),
     (EXTRACT, {"items": ["x"], "labels": ["person", 7]}, "labels[1]", "must be a string, got int"),
     (EXTRACT, {"items": ["x"], "labels": ["a"], "threshold": 2}, "threshold", "between 0 and 1"),
-    (EXTRACT, {"items": ["x"], "labels": ["a"], "truncate": False}, "truncate", "unknown field"),
+    (EXTRACT, {"items": ["x"], "labels": ["a"], "normalize": False}, "normalize", "unknown field"),
     (EXTRACT, {"items": ["x"], "labels": ["a"], "classify": {"task": "t"}}, "classify.labels", "is required"),
     (EXTRACT, {"items": [{"text": "Ada", "entities": [{"start": 0, "end": "2", "label": "p"}]}], "labels": ["x"]},
      "items[0].entities[0].end", "must be an integer, got str"),
@@ -81,8 +81,23 @@ def test_non_finite_numbers_in_msgpack_are_refused():
 def test_a_missing_required_field_is_named():
     with pytest.raises(FieldError, match="^items is required$"):
         ENCODE.fields_of(ENCODE.decode(b'{"items": null}', False))
-    with pytest.raises(FieldError, match="labels is required"):
-        EXTRACT.request((["x"],), {})
+    with pytest.raises(FieldError, match="items is required"):
+        SCORE.request(("q",), {})
+
+
+def test_labels_stay_positional_though_optional():
+    """A fixed-label classifier takes no labels (the engine checks which models need them), and
+    `extract(model, items, labels)` still binds them positionally."""
+    assert EXTRACT.request((["x"],), {}) == {"items": ["x"]}
+    assert EXTRACT.request((["x"], ["a"]), {}) == {"items": ["x"], "labels": ["a"]}
+    assert list(EXTRACT.signature().parameters)[:3] == ["model", "items", "labels"]
+
+
+def test_a_nullable_field_keeps_its_null():
+    """top_k: null (every label, as transformers' pipeline) is not top_k left out."""
+    sent = EXTRACT.fields_of(EXTRACT.decode(b'{"items": ["x"], "top_k": null, "threshold": null}', False))
+    assert sent == {"items": ["x"], "top_k": None}
+    assert EXTRACT.fields_of(EXTRACT.decode(msgpack.packb({"items": ["x"]}), True)) == {"items": ["x"]}
 
 
 def test_fields_come_back_as_sent():

@@ -58,6 +58,10 @@ def test_card_agrees_with_the_published_configuration(card):
             assert card.normalize == row.normalize, "normalize"
         assert card.dims == row.dims, "dims"
         assert _resolved(card.query_template, card.query_instruction) == row.query, "query prompt"
+    if "classifier" in row.outputs:
+        options = card.options["classifier"]
+        assert options["num_labels"] == row.num_labels, "num_labels"
+        assert options.get("multi_label", False) == row.multi_label, "multi_label"
         assert card.document_template == row.document, "document prompt"
     if "multivector" in row.outputs and row.markers is not None:
         options = card.options["multivector"]
@@ -69,7 +73,8 @@ def test_card_agrees_with_the_published_configuration(card):
 
 # ---- loading the non-dense cards on tiny stand-ins ---------------------------------------------
 
-LOADED = [card for card in CARDS if set(card.outputs) & {"score", "sparse", "multivector", "zeroshot", "extract"}]
+LOADED = [card for card in CARDS
+          if set(card.outputs) & {"score", "sparse", "multivector", "zeroshot", "extract", "classifier"}]
 # Their own modules build the layouts these need (sparse_linear.pt / colbert_linear.pt; a causal LM's
 # yes/no prompt) and check the card end to end.
 ELSEWHERE = {
@@ -118,7 +123,12 @@ def _classifier(model_type: str, id2label, dest):
     )
 
     labels = _labels(id2label)
-    if model_type == "bert":
+    if model_type == "distilbert":
+        from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+        model = DistilBertForSequenceClassification(DistilBertConfig(
+            vocab_size=MINILM_VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64, initializer_range=0.3, **labels))
+    elif model_type == "bert":
         model = BertForSequenceClassification(tiny_bert_config(initializer_range=0.3, **labels))
     elif model_type in ("roberta", "xlm-roberta"):
         model = XLMRobertaForSequenceClassification(tiny_xlmr_config(initializer_range=0.3, **labels))
@@ -197,9 +207,11 @@ def _gliner(dest):
     return dest / "gliner"
 
 
-def _stand_in_kind(card) -> tuple[str, str]:
+def _stand_in_kind(card) -> tuple[str, ...]:
     row = PUBLISHED[card.id]
     output = next(o for o in card.outputs if o != "dense")
+    if output == "classifier":  # a stand-in with the card's number of labels
+        return ("roberta" if row.model_type == "xlm-roberta" else row.model_type), output, str(row.num_labels)
     if output == "multivector":
         return row.model_type, output
     model_type = "roberta" if row.model_type == "xlm-roberta" else row.model_type
@@ -207,8 +219,10 @@ def _stand_in_kind(card) -> tuple[str, str]:
 
 
 def _build(kind, dest):
-    model_type, output = kind
+    model_type, output = kind[:2]
     torch.manual_seed(0)
+    if output == "classifier":
+        return _classifier(model_type, {i: f"class_{i}" for i in range(int(kind[2]))}, dest)
     if output == "score":
         return _classifier(model_type, {0: "LABEL_0"}, dest)
     if output == "zeroshot":
@@ -254,6 +268,10 @@ def test_card_loads_from_itself_on_a_stand_in_and_answers(card, engine):
         labels = ["software", "graphics"]
         item = engine.extract_sync(card.id, DOCS, labels).items[0]
         assert sorted(c.label for c in item.classifications) == sorted(labels)
+    if "classifier" in outputs:  # its own labels, the best one by default
+        every = engine.extract_sync(card.id, DOCS, top_k=64).items[0].classifications
+        assert len(every) == card.options["classifier"]["num_labels"]
+        assert engine.extract_sync(card.id, DOCS).items[0].classifications == every[:1]
     if "extract" in outputs:
         items = engine.extract_sync(card.id, ["Ada Lovelace was born in London."], ["person", "city"],
                                     threshold=0.0).items

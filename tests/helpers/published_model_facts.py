@@ -17,6 +17,8 @@ Fields:
   less (a long-context decoder capped for memory), else None.
 - query / document: the text the model is fed, `{text}` standing for the input, with the default
   prompt or prefix (config_sentence_transformers.json's prompts, or the README's usage).
+- num_labels / multi_label: a fixed-label classifier's number of labels and whether each is scored on
+  its own (problem_type multi_label_classification, or the model card's word), None where not published.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class Published:
     markers: tuple[str, str] | None = None
     # extract: gliner_config.json's span_mode
     span_mode: str | None = None
+    # classifier: its labels, as the model card and config.json's id2label publish them
+    num_labels: int | None = None
+    multi_label: bool | None = None
 
 
 ST = "modules.json + 1_Pooling/config.json + sentence_bert_config.json + config.json on the Hub"
@@ -76,6 +81,17 @@ WEB = "Given a web search query, retrieve relevant passages that answer the quer
 def dense(model_type, pooling, normalize, dims, max_seq_len, source=ST, query="{text}", document="{text}",
           window=None):
     return Published(model_type, ("dense",), source, max_seq_len, pooling, normalize, dims, query, document, window)
+
+
+# Read from the model cards (README on the Hub and its mirrors): the base architecture and the labels
+# (their number); config.json itself was not reachable from here, so its num_labels is checked by the card's
+# options.classifier.num_labels when the real checkpoint loads (a mismatch fails the load, naming both).
+CLASSIFIER = "the model card (README) on the Hub: base architecture and labels; num_labels checked at load"
+MULTI_LABEL = CLASSIFIER + "; the README states multi-label classification (one sigmoid per label)"
+
+
+def classifier(model_type, num_labels, multi_label=False, source=CLASSIFIER):
+    return Published(model_type, ("classifier",), source, 512, num_labels=num_labels, multi_label=multi_label)
 
 
 def e5(model_type, dims):
@@ -238,6 +254,15 @@ PUBLISHED: dict[str, Published] = {
     "cross-encoder/nli-MiniLM2-L6-H768": other("roberta", "zeroshot", 512, NLI),
     "MoritzLaurer/deberta-v3-base-zeroshot-v2.0": other("deberta-v2", "zeroshot", 512, NLI),
     "MoritzLaurer/deberta-v3-large-zeroshot-v2.0": other("deberta-v2", "zeroshot", 512, NLI),
+    # fixed-label classifiers (transformers' text-classification pipeline); windows: max_position_embeddings
+    # 512 (514 for RoBERTa's, with its padding offset of 2)
+    "distilbert/distilbert-base-uncased-finetuned-sst-2-english": classifier("distilbert", 2),
+    "cardiffnlp/twitter-roberta-base-sentiment-latest": classifier("roberta", 3),
+    "j-hartmann/emotion-english-distilroberta-base": classifier("roberta", 7),
+    "SamLowe/roberta-base-go_emotions": classifier("roberta", 28, True, MULTI_LABEL),
+    "unitary/toxic-bert": classifier("bert", 6, True, MULTI_LABEL),
+    "papluca/xlm-roberta-base-language-detection": classifier("xlm-roberta", 20),
+    "ProsusAI/finbert": classifier("bert", 3),
     # SPLADE and other learned sparse encoders
     "naver/splade-cocondenser-ensembledistil": other("bert", "sparse", 512, SPLADE),
     "naver/splade-cocondenser-selfdistil": other("bert", "sparse", 512, SPLADE),

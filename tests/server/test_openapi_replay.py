@@ -23,6 +23,7 @@ import jsonschema
 import pytest
 from test_zeroshot_nli import _bert_nli
 
+import fixed_label_models
 from image_fixtures import make_tiny_clip, sample_images
 from reliability_models import tiny_model_set
 from server_fixtures import start_server
@@ -45,8 +46,9 @@ VALID = {
 def roots(tmp_path_factory):
     roots = tiny_model_set(tmp_path_factory.mktemp("replay-models"))
     roots["nli"] = _bert_nli(tmp_path_factory.mktemp("replay-nli") / "nli")  # Hugging Face's classification route
+    roots["cls"] = fixed_label_models.bert(tmp_path_factory.mktemp("replay-cls") / "cls")  # Infinity's /classify
     broken = {}
-    for name in ("enc", "ce", "gl", "nli"):  # each model's files with its weights damaged: a 503 for each task
+    for name in ("enc", "ce", "gl", "nli", "cls"):  # each model's files with its weights damaged: a 503 for each task
         broken[f"broken-{name}"] = tmp_path_factory.mktemp("replay-broken") / name
         shutil.copytree(roots[name], broken[f"broken-{name}"])
         for weights in [*broken[f"broken-{name}"].glob("*.safetensors"), *broken[f"broken-{name}"].glob("*.bin")]:
@@ -358,6 +360,7 @@ COMPAT_VALID = {
     ("/weaviate/{model}/.well-known/live", "get"): ("enc", None),
     ("/embeddings", "post"): ("enc", {"model": "enc", "input": ["hello world"]}),
     ("/rerank", "post"): ("ce", {"model": "ce", "query": "capital of France", "documents": ["Paris", "x"]}),
+    ("/classify", "post"): ("cls", {"model": "cls", "input": ["hello world"]}),
     ("/models", "get"): ("enc", None),
     ("/v2/embed", "post"): ("enc", {"model": "enc", "input_type": "search_query", "texts": ["hello world"]}),
     ("/hf/{model}", "post"): ("nli", {"inputs": "hello world", "parameters": {"candidate_labels": ["a", "b"]}}),

@@ -14,6 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+from torch import nn
+
 from ...layers.weights import WeightSpec
 from ..base import Family, MaskedLMLayout
 from .model import BertConfig, BertModel
@@ -56,10 +59,17 @@ class DistilBertModel(BertModel):
         ignore=("embeddings.position_ids",),
     )
 
-    def sequence_classifier(self, ctx: Any) -> None:
-        """DistilBertForSequenceClassification's `pre_classifier` + ReLU head is not implemented (BERT's
-        pooler layout, which the class would inherit, is not DistilBERT's)."""
-        return None
+    def sequence_classifier(self, ctx: Any) -> nn.Module:
+        """DistilBertForSequenceClassification's head: `pre_classifier` + ReLU on the first token, then
+        `classifier` (no pooler: BERT's layout, which the class would inherit, is not DistilBERT's)."""
+        from ...heads.classifier import DenseAct, SequenceClassifier
+        from ...heads.common import linear, tensor
+
+        device, dtype, tensors = ctx.device, ctx.dtype, ctx.checkpoint
+        pre = DenseAct(linear(tensor(tensors, "pre_classifier.weight"), tensor(tensors, "pre_classifier.bias"),
+                              device, dtype), torch.relu)
+        classifier = linear(tensor(tensors, "classifier.weight"), tensor(tensors, "classifier.bias"), device, dtype)
+        return SequenceClassifier("cls", pre, classifier)
 
     @classmethod
     def masked_lm_layout(cls, config: Mapping[str, Any]) -> MaskedLMLayout:

@@ -76,6 +76,7 @@ CASES = {
     "Qwen3Model": _qwen, "Qwen3ForCausalLM": _qwen, "Qwen3ForSequenceClassification": _qwen,
     "MistralModel": _mistral, "MistralForCausalLM": _mistral, "Gemma3TextModel": _gemma3,
     "DistilBertModel": _distilbert, "DistilBertForMaskedLM": _distilbert,
+    "DistilBertForSequenceClassification": _distilbert,
     "NomicBertModel": _nomic, "NomicBertForMaskedLM": _nomic, "NomicBertForSequenceClassification": _nomic,
 }
 # Registered strings without a transformers class (Nomic's remote-code pretraining wrapper).

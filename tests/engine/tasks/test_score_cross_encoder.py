@@ -223,16 +223,22 @@ def test_bad_input_is_refused_with_the_field(engine):
         engine.encode_sync("ce/minilm", ["a text"])
 
 
-def test_a_family_without_a_sequence_classifier_is_refused_at_load(tmp_path):
-    """DistilBERT's `pre_classifier` head is not implemented: its family declares no sequence
-    classifier (rather than inheriting BERT's pooler layout), and the card is refused saying so."""
-    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+def test_a_distilbert_cross_encoder_scores_as_transformers(tmp_path):
+    """DistilBertForSequenceClassification's `pre_classifier` + ReLU head (its own layout, not BERT's
+    pooler): one-label scores equal the sigmoid of transformers' logits on the same pairs."""
+    from transformers import AutoTokenizer, DistilBertConfig, DistilBertForSequenceClassification
 
     torch.manual_seed(7)
-    config = DistilBertConfig(vocab_size=30522, dim=32, n_layers=1, n_heads=4, hidden_dim=48, num_labels=1)
-    root = _no_segment_ids(save_tiny(DistilBertForSequenceClassification(config).eval(), tmp_path / "distil"))
+    config = DistilBertConfig(vocab_size=30522, dim=32, n_layers=1, n_heads=4, hidden_dim=48, num_labels=1,
+                              initializer_range=0.3)
+    reference = DistilBertForSequenceClassification(config).eval()
+    root = _no_segment_ids(save_tiny(reference, tmp_path / "distil"))
     card = ModelCard(id="ce/distil", weights=WeightsSource(path=str(root)), outputs=("score",), max_seq_len=120,
                      max_batch_tokens=2048)
+    tokens = AutoTokenizer.from_pretrained(str(root))([QUERY] * len(DOCS), DOCS, padding=True, truncation=True,
+                                                      max_length=120, return_tensors="pt")  # the card's window
+    with torch.no_grad():
+        expected = torch.sigmoid(reference(**tokens).logits[:, 0]).tolist()
     with Engine(Catalog([card]), device="cpu") as engine:
-        with pytest.raises(Exception, match="DistilBertModel declares no sequence classifier"):
-            engine.score_sync(card.id, QUERY, DOCS[:1])
+        scores = {s.index: s.score for s in engine.score_sync(card.id, QUERY, DOCS).scores}
+    np.testing.assert_allclose([scores[i] for i in range(len(DOCS))], expected, atol=1e-5)

@@ -222,7 +222,7 @@ def test_builtin_cards_and_a_card_less_directory_serve_classification(roots):
         cards.append(dataclasses.replace(card, weights=WeightsSource(path=str(stand_in))))
     local = card_from_local_dir("local/nli", roots["xlmr"])
     assert local.outputs == ("score", "zeroshot") and set(local.tasks) == {"score", "extract"}
-    assert card_from_local_dir("local/other", roots["no-entailment"]).outputs == ("score",)
+    assert card_from_local_dir("local/other", roots["no-entailment"]).outputs == ("score", "classifier")
     with Engine(Catalog(cards + [local]), device="cpu") as engine:
         for card in cards + [local]:
             result = engine.extract_sync(card.id, TEXTS[:2], LABELS[:3])
