@@ -1,0 +1,155 @@
+"""The running decode batch's KV cache: one row per running sequence (a beam is a row).
+
+Per decoder layer: self-attention keys/values `[rows, heads, positions, head_dim]`, one position
+written per generated token (a prompt's positions in its first step), and cross-attention
+keys/values `[rows, heads, memory, head_dim]`, projected once from the encoder's states when the
+sequence joins. Buffers are allocated with spare rows and positions and grow by doubling, so a
+step writes in place; a sequence leaving moves the last rows into its place (a copy of the rows
+moved, not of the batch) and a beam taking over another's history copies that row's positions.
+
+A step: `begin_step(q_lens)` (new tokens per row: 1 while decoding, the prompt's length when the
+row joins), the model's layers call `attend_self` / `attend_cross`, then `end_step()`.
+Queries are `[rows, heads, Q, head_dim]` with Q = max(q_lens): rows with fewer new tokens are
+padded at the end, their padding never written to the cache and its outputs never read.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _grown(buffer: torch.Tensor, rows: int, positions: int) -> torch.Tensor:
+    """`buffer` `[R, h, P, d]` copied into one with at least `rows` rows and `positions` positions."""
+    r, h, p, d = buffer.shape
+    if rows <= r and positions <= p:
+        return buffer
+    new = buffer.new_zeros((max(rows, 2 * r if rows > r else r), h, max(positions, 2 * p if positions > p else p), d))
+    new[:r, :, :p] = buffer
+    return new
+
+
+class DecodeCache:
+    def __init__(self, layers: int, heads: int, head_dim: int, device: torch.device, dtype: torch.dtype):
+        self.layers, self.heads, self.head_dim = layers, heads, head_dim
+        self.device, self.dtype = device, dtype
+        empty = torch.zeros((0, heads, 0, head_dim), device=device, dtype=dtype)
+        self.self_k = [empty] * layers
+        self.self_v = [empty] * layers
+        self.cross_k = [empty] * layers
+        self.cross_v = [empty] * layers
+        self.rows = 0
+        self.lengths: list[int] = []  # positions held per row
+        self.memory_lengths: list[int] = []  # encoder positions per row
+        self._step: tuple | None = None
+
+    # --- rows joining, moving and leaving (between steps) ---
+
+    def add_rows(self, cross_kv: list[tuple[torch.Tensor, torch.Tensor]], positions: int) -> range:
+        """Append `m` rows whose cross-attention keys/values are `cross_kv` (per layer, `[m, heads, S, d]`
+        each), with room for `positions` self-attention positions. Returns the new rows' indices."""
+        m, _, s, _ = cross_kv[0][0].shape
+        n = self.rows
+        for i, (k, v) in enumerate(cross_kv):
+            self.cross_k[i] = _grown(self.cross_k[i], n + m, s)
+            self.cross_v[i] = _grown(self.cross_v[i], n + m, s)
+            self.cross_k[i][n:n + m, :, :s] = k
+            self.cross_v[i][n:n + m, :, :s] = v
+            self.self_k[i] = _grown(self.self_k[i], n + m, positions)
+            self.self_v[i] = _grown(self.self_v[i], n + m, positions)
+        self.rows = n + m
+        self.lengths += [0] * m
+        self.memory_lengths += [s] * m
+        return range(n, n + m)
+
+    def copy_history(self, dst: list[int], src: list[int]) -> None:
+        """Rows `dst` take the self-attention history of rows `src` (beams of one request: their
+        memory is the same). All sources are read before any destination is written."""
+        if not dst:
+            return
+        d, s = torch.tensor(dst, device=self.device), torch.tensor(src, device=self.device)
+        used = max(self.lengths[i] for i in src)
+        for i in range(self.layers):
+            self.self_k[i][d, :, :used] = self.self_k[i][s, :, :used]
+            self.self_v[i][d, :, :used] = self.self_v[i][s, :, :used]
+        for a, b in zip(dst, src, strict=True):
+            self.lengths[a] = self.lengths[b]
+
+    def remove_rows(self, removed: set[int]) -> dict[int, int]:
+        """Free `removed` rows at once: the last surviving rows move into the holes. Returns the
+        moves (old row -> new row) so that owners of moved rows can follow them."""
+        keep = self.rows - len(removed)
+        holes = sorted(r for r in removed if r < keep)
+        movers = [r for r in range(keep, self.rows) if r not in removed]
+        if holes:
+            d, s = torch.tensor(holes, device=self.device), torch.tensor(movers, device=self.device)
+            used = max(self.lengths[r] for r in movers)
+            mem = max(self.memory_lengths[r] for r in movers)
+            for i in range(self.layers):
+                self.self_k[i][d, :, :used] = self.self_k[i][s, :, :used]
+                self.self_v[i][d, :, :used] = self.self_v[i][s, :, :used]
+                self.cross_k[i][d, :, :mem] = self.cross_k[i][s, :, :mem]
+                self.cross_v[i][d, :, :mem] = self.cross_v[i][s, :, :mem]
+            for a, b in zip(holes, movers, strict=True):
+                self.lengths[a], self.memory_lengths[a] = self.lengths[b], self.memory_lengths[b]
+        del self.lengths[keep:], self.memory_lengths[keep:]
+        self.rows = keep
+        return dict(zip(movers, holes, strict=True))
+
+    def ensure_positions(self, positions: int) -> None:
+        for i in range(self.layers):
+            self.self_k[i] = _grown(self.self_k[i], self.rows, positions)
+            self.self_v[i] = _grown(self.self_v[i], self.rows, positions)
+
+    # --- one step ---
+
+    def begin_step(self, q_lens: list[int]) -> torch.Tensor:
+        """Start a step with `q_lens[r]` new tokens for row r. Returns their positions `[rows, Q]`."""
+        n, q = self.rows, max(q_lens)
+        lengths = torch.tensor(self.lengths, device=self.device)
+        positions = lengths[:, None] + torch.arange(q, device=self.device)  # [n, Q]
+        kv_len = max(a + b for a, b in zip(self.lengths, q_lens, strict=True))
+        self.ensure_positions(kv_len)
+        valid = torch.arange(q, device=self.device)[None, :] < torch.tensor(q_lens, device=self.device)[:, None]
+        write_rows, write_cols = valid.nonzero(as_tuple=True)
+        self_mask = (torch.arange(kv_len, device=self.device)[None, None, :] <= positions[:, :, None])[:, None]
+        mem = max(self.memory_lengths)
+        cross_mask = None
+        if min(self.memory_lengths) != mem:
+            memory = torch.tensor(self.memory_lengths, device=self.device)
+            cross_mask = (torch.arange(mem, device=self.device)[None, :] < memory[:, None])[:, None, None, :]
+        last = torch.tensor(q_lens, device=self.device) - 1
+        self._step = (q_lens, kv_len, write_rows, write_cols, positions[write_rows, write_cols], self_mask, mem,
+                      cross_mask, n)
+        self.last_index = last  # [rows]: each row's last new token, whose logits the step returns
+        self.step_positions = positions
+        return positions
+
+    def attend_self(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    scale: float | None = None) -> torch.Tensor:
+        """Causal self-attention of this step's queries over the row's history and its new tokens.
+        q, k, v `[rows, heads, Q, d]` -> `[rows, heads, Q, d]`; k, v are written to the cache."""
+        assert self._step is not None
+        _, kv_len, rows, cols, pos, mask, _, _, n = self._step
+        keys, values = self.self_k[layer], self.self_v[layer]
+        keys[rows, :, pos] = k[rows, :, cols]
+        values[rows, :, pos] = v[rows, :, cols]
+        return F.scaled_dot_product_attention(q, keys[:n, :, :kv_len], values[:n, :, :kv_len], attn_mask=mask,
+                                              scale=scale)
+
+    def attend_cross(self, layer: int, q: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+        """Attention of this step's queries `[rows, heads, Q, d]` over each row's encoder memory."""
+        assert self._step is not None
+        mem, mask, n = self._step[6], self._step[7], self._step[8]
+        return F.scaled_dot_product_attention(q, self.cross_k[layer][:n, :, :mem], self.cross_v[layer][:n, :, :mem],
+                                              attn_mask=mask, scale=scale)
+
+    def end_step(self) -> None:
+        assert self._step is not None
+        q_lens = self._step[0]
+        self.lengths = [a + b for a, b in zip(self.lengths, q_lens, strict=True)]
+        self._step = None
+
+    def nbytes(self) -> int:
+        """Bytes the cache's buffers hold now (the pool's charge for a model's decode state)."""
+        return sum(t.numel() * t.element_size() for t in (*self.self_k, *self.self_v, *self.cross_k, *self.cross_v))
