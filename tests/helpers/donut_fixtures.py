@@ -48,3 +48,34 @@ def load_sie_donut(root: Path):
     tensors = load_file(str(Path(root) / "model.safetensors"))
     report = load_checkpoint(model, tensors, model.weight_spec)
     return model, tensors, report
+
+
+# A word-level vocabulary of the tiny decoder's 40 ids: the four specials at Donut's ids (<s> 0,
+# <pad> 1, </s> 2, <unk> 3), the task and field tags Donut's fine-tunes add as tokens, and words.
+SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
+TAGS = ["<s_cord-v2>", "<s_menu>", "</s_menu>", "<s_nm>", "</s_nm>", "<s_price>", "</s_price>", "<sep/>",
+        "<s_docvqa>", "<s_question>", "</s_question>", "<s_answer>", "</s_answer>", "<s_rvlcdip>", "<s_class>",
+        "</s_class>", "<letter/>", "<invoice/>"]
+WORDS = ["coffee", "tea", "cake", "1", "2", "3.50", "what", "is", "the", "total", "?", "a", "b", "c", "d", "e",
+         "f", "g"]
+IMAGE_SIZE = {"height": 64, "width": 48}
+
+
+def tiny_donut_processor(dest: Path):
+    """Save a DonutProcessor (PIL image processor for 64x48 pages, long axis aligned; the word-level
+    tokenizer) under `dest`; returns it."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+    from transformers import DonutImageProcessorPil, DonutProcessor, PreTrainedTokenizerFast
+
+    tokens = SPECIALS + TAGS + WORDS
+    assert len(tokens) == DECODER["vocab_size"]
+    backend = Tokenizer(models.WordLevel({t: i for i, t in enumerate(tokens)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.add_special_tokens([AddedToken(t, special=True) for t in SPECIALS])
+    backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAGS])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>",
+                                        pad_token="<pad>", unk_token="<unk>")
+    images = DonutImageProcessorPil(size=IMAGE_SIZE, do_align_long_axis=True, do_thumbnail=True, do_pad=True)
+    processor = DonutProcessor(image_processor=images, tokenizer=tokenizer)
+    processor.save_pretrained(dest)
+    return processor
