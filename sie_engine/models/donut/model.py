@@ -10,17 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata
+from ...errors import UnsupportedArchitecture
 from ...generation.cache import DecodeCache
 from ...layers.weights import WeightSpec
 from ..base import Backbone, Family
 from .mbart import MBartDecoder, MBartDecoderConfig
 from .swin import SwinConfig, SwinEncoder
+
+if TYPE_CHECKING:
+    from ...card import ModelCard
 
 
 @dataclass(frozen=True)
@@ -88,4 +93,12 @@ class DonutModel(Backbone):
         return self.decoder.decode(tokens, cache.step_positions, cache)
 
 
-FAMILY = Family("donut", DonutConfig.from_hf, DonutModel, "mean")
+def local_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
+    """Donut is not served by a route yet (the model, its decode loop and DonutReader are; extract on
+    page images comes next): a directory of it is refused by name rather than served as an encoder."""
+    raise UnsupportedArchitecture(f"{name}: {root} is a Donut (VisionEncoderDecoder) checkpoint; SIE runs its "
+                                  "forward pass and generation (sie_engine.models.donut.reader) but does not "
+                                  "serve it over a route yet")
+
+
+FAMILY = Family("donut", DonutConfig.from_hf, DonutModel, "mean", local_card=local_card)

@@ -132,3 +132,13 @@ def test_encoder_other_than_donut_swin_is_refused(donut):
 
     with pytest.raises(ValueError, match="encoder model_type 'vit'"):
         DonutConfig.from_hf({"encoder": {"model_type": "vit"}, "decoder": {"model_type": "mbart", "vocab_size": 8}})
+
+
+def test_donut_directory_is_refused_by_name_not_served_as_an_encoder(donut, tmp_path):
+    from donut_fixtures import tiny_donut
+    from sie_engine.errors import UnsupportedArchitecture
+    from sie_engine.local_card import card_from_local_dir
+
+    tiny_donut(tmp_path)
+    with pytest.raises(UnsupportedArchitecture, match="Donut"):
+        card_from_local_dir("tiny-donut", tmp_path)
