@@ -19,13 +19,14 @@ DECODER = dict(vocab_size=40, d_model=32, decoder_layers=2, decoder_attention_he
                tie_word_embeddings=False)
 
 
-def tiny_donut(dest: Path, seed: int = 0, **encoder):
-    """Save a tiny Donut under `dest`; returns the transformers model (eval mode)."""
+def tiny_donut(dest: Path, seed: int = 0, decoder: dict | None = None, **encoder):
+    """Save a tiny Donut under `dest` (`encoder` / `decoder`: config fields laid over the defaults);
+    returns the transformers model (eval mode)."""
     from transformers import DonutSwinConfig, MBartConfig, VisionEncoderDecoderConfig, VisionEncoderDecoderModel
 
     torch.manual_seed(seed)
     config = VisionEncoderDecoderConfig.from_encoder_decoder_configs(DonutSwinConfig(**{**ENCODER, **encoder}),
-                                                                     MBartConfig(**DECODER))
+                                                                     MBartConfig(**{**DECODER, **(decoder or {})}))
     model = VisionEncoderDecoderModel(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():

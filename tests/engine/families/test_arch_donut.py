@@ -142,3 +142,20 @@ def test_donut_directory_is_refused_by_name_not_served_as_an_encoder(donut, tmp_
     tiny_donut(tmp_path)
     with pytest.raises(UnsupportedArchitecture, match="Donut"):
         card_from_local_dir("tiny-donut", tmp_path)
+
+
+def test_memory_projection_where_widths_differ(tmp_path):
+    """A decoder wider than the encoder: transformers' `enc_to_dec_proj` sits between them."""
+    reference = tiny_donut(tmp_path, decoder={"d_model": 48, "decoder_attention_heads": 4})
+    assert reference.enc_to_dec_proj is not None
+    model, tensors, report = load_sie_donut(tmp_path)
+    assert set(tensors) - report.loaded == {n for n in tensors if n.endswith("relative_position_index")}
+    generation = json.loads((tmp_path / "generation_config.json").read_text())
+    settings = GenerationSettings.from_generation_config(generation, max_new_tokens=6, num_beams=2,
+                                                         eos_token_id=EOS)
+    torch.manual_seed(2)
+    pixels = torch.randn(1, 3, 64, 48)
+    with torch.no_grad():
+        memory = model.encode_images(pixels)
+    got = DecodeLoop(model, CPU, torch.float32).run([GenerationRequest(memory[0], PROMPTS[1], settings)])
+    assert got[0].tokens == reference_tokens(reference, pixels[0], PROMPTS[1], settings)
