@@ -26,7 +26,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"))
 from donut_fixtures import load_sie_donut, tiny_donut  # noqa: E402
-
 from sie_engine.generation import DecodeLoop, GenerationRequest, GenerationSettings  # noqa: E402
 
 ENCODER = dict(image_size=[128, 96], patch_size=4, embed_dim=32, depths=[2, 2], num_heads=[2, 4], window_size=4)

@@ -33,11 +33,16 @@ class DecodeCache:
     def __init__(self, layers: int, heads: int, head_dim: int, device: torch.device, dtype: torch.dtype):
         self.layers, self.heads, self.head_dim = layers, heads, head_dim
         self.device, self.dtype = device, dtype
-        empty = torch.zeros((0, heads, 0, head_dim), device=device, dtype=dtype)
-        self.self_k = [empty] * layers
-        self.self_v = [empty] * layers
-        self.cross_k = [empty] * layers
-        self.cross_v = [empty] * layers
+        self.reset()
+
+    def reset(self) -> None:
+        """Drop every row and the buffers with them (the loop calls it when its batch empties, so an
+        idle model holds no cache memory)."""
+        empty = torch.zeros((0, self.heads, 0, self.head_dim), device=self.device, dtype=self.dtype)
+        self.self_k = [empty] * self.layers
+        self.self_v = [empty] * self.layers
+        self.cross_k = [empty] * self.layers
+        self.cross_v = [empty] * self.layers
         self.rows = 0
         self.lengths: list[int] = []  # positions held per row
         self.memory_lengths: list[int] = []  # encoder positions per row

@@ -26,6 +26,7 @@ class EncoderDecoderLM(Protocol):
     decoder_layers: int
     decoder_heads: int
     decoder_head_dim: int
+    decoder_positions: int  # positions the decoder has: prompt plus generated tokens fit in them
 
     def cross_attention_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Encoder states `[B, S, H_enc]` -> per decoder layer, cross-attention (keys, values) `[B, heads, S, d]`."""
@@ -84,6 +85,11 @@ class DecodeLoop:
             raise ValueError(f"num_beams {request.settings.num_beams} exceeds the decode batch's {self.max_rows} rows")
         if not request.prompt:
             raise ValueError("a generation request needs a decoder prompt of at least one token")
+        needed = len(request.prompt) + request.settings.max_new_tokens
+        if needed > self.model.decoder_positions:
+            raise ValueError(f"prompt ({len(request.prompt)} tokens) plus max_new_tokens "
+                             f"({request.settings.max_new_tokens}) exceeds the decoder's "
+                             f"{self.model.decoder_positions} positions")
         handle = next(self._ids)
         self._pending[handle] = request
         return handle
@@ -97,6 +103,8 @@ class DecodeLoop:
 
     def _free(self, rows: set[int]) -> None:
         moves = self.cache.remove_rows(rows)
+        if self.cache.rows == 0:
+            self.cache.reset()
         if moves:
             for running in self._running.values():
                 running.rows = [moves.get(r, r) for r in running.rows]

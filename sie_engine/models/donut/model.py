@@ -76,6 +76,7 @@ class DonutModel(Backbone):
         self.decoder_layers = config.decoder.layers
         self.decoder_heads = config.decoder.heads
         self.decoder_head_dim = config.decoder.head_dim
+        self.decoder_positions = config.decoder.max_position_embeddings
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -81,11 +81,6 @@ class DonutReader:
     def read(self, images: list[Any], prompts: list[str], settings: GenerationSettings) -> list[DonutAnswer]:
         memory = self.model.encode_images(self.pixels(images).to(self.device, self.dtype))
         ids = [self.prompt_ids(p) for p in prompts]
-        limit = self.model.config.max_seq_len
-        for p in ids:
-            if len(p) + settings.max_new_tokens > limit:
-                raise ValueError(f"prompt ({len(p)} tokens) plus max_new_tokens ({settings.max_new_tokens}) exceeds "
-                                 f"the decoder's {limit} positions")
         results = self.loop.run([GenerationRequest(memory[i], p, settings) for i, p in enumerate(ids)])
         answers = []
         for p, result in zip(ids, results, strict=True):

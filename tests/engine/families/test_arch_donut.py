@@ -73,7 +73,7 @@ def test_generate_equals_transformers(donut, beams, early_stopping, length_penal
     assert [g.tokens for g in got] == expected
     # stops differ: some sequences end early on a stop token, others run to the limit (forced EOS)
     assert len({len(t) for t in expected}) > 1 or beams > 1
-    assert loop.idle and loop.cache.rows == 0
+    assert loop.idle and loop.cache.rows == 0 and loop.cache.nbytes() == 0  # an idle loop holds no cache
 
 
 def test_batch_invariance_with_joins_and_leaves(donut):
@@ -159,3 +159,12 @@ def test_memory_projection_where_widths_differ(tmp_path):
         memory = model.encode_images(pixels)
     got = DecodeLoop(model, CPU, torch.float32).run([GenerationRequest(memory[0], PROMPTS[1], settings)])
     assert got[0].tokens == reference_tokens(reference, pixels[0], PROMPTS[1], settings)
+
+
+def test_request_beyond_the_decoder_positions_is_refused(donut):
+    _, model, _, _, _, memory, generation = donut
+    settings = GenerationSettings.from_generation_config(generation, max_new_tokens=63)
+    loop = DecodeLoop(model, CPU, torch.float32)
+    with pytest.raises(ValueError, match="exceeds the decoder's 64 positions"):
+        loop.add(GenerationRequest(memory[0], PROMPTS[1], settings))
+    assert loop.idle
