@@ -15,8 +15,26 @@ padded at the end, their padding never written to the cache and its outputs neve
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
+
+
+@dataclass
+class _Step:
+    """What a step's layers share: its rows `lo..hi`, where the new keys/values go, the masks."""
+
+    lo: int
+    hi: int
+    q_lens: list[int]
+    kv_len: int  # positions attended: the longest row's history plus its new tokens
+    write_rows: torch.Tensor  # [N]: (row, query) pairs of real (not padding) new tokens
+    write_cols: torch.Tensor
+    write_positions: torch.Tensor
+    self_mask: torch.Tensor
+    memory: int
+    cross_mask: torch.Tensor | None
 
 
 def _grown(buffer: torch.Tensor, rows: int, positions: int) -> torch.Tensor:
@@ -46,7 +64,7 @@ class DecodeCache:
         self.rows = 0
         self.lengths: list[int] = []  # positions held per row
         self.memory_lengths: list[int] = []  # encoder positions per row
-        self._step: tuple | None = None
+        self._step: _Step | None = None
 
     # --- rows joining, moving and leaving (between steps) ---
 
@@ -108,25 +126,30 @@ class DecodeCache:
 
     # --- one step ---
 
-    def begin_step(self, q_lens: list[int]) -> torch.Tensor:
-        """Start a step with `q_lens[r]` new tokens for row r. Returns their positions `[rows, Q]`."""
-        n, q = self.rows, max(q_lens)
-        lengths = torch.tensor(self.lengths, device=self.device)
-        positions = lengths[:, None] + torch.arange(q, device=self.device)  # [n, Q]
-        kv_len = max(a + b for a, b in zip(self.lengths, q_lens, strict=True))
+    def begin_step(self, q_lens: list[int], first_row: int = 0) -> torch.Tensor:
+        """Start a step over rows `first_row .. first_row + len(q_lens)` with `q_lens[i]` new tokens for
+        the i-th of them (the loop runs joining rows' prompts apart from the running rows' single
+        tokens, so that no running row is padded to a prompt's length). Returns the new tokens'
+        positions `[len(q_lens), Q]`."""
+        lo, hi = first_row, first_row + len(q_lens)
+        held = self.lengths[lo:hi]
+        q = max(q_lens)
+        positions = torch.tensor(held, device=self.device)[:, None] + torch.arange(q, device=self.device)
+        kv_len = max(a + b for a, b in zip(held, q_lens, strict=True))
         self.ensure_positions(kv_len)
         valid = torch.arange(q, device=self.device)[None, :] < torch.tensor(q_lens, device=self.device)[:, None]
         write_rows, write_cols = valid.nonzero(as_tuple=True)
-        self_mask = (torch.arange(kv_len, device=self.device)[None, None, :] <= positions[:, :, None])[:, None]
-        mem = max(self.memory_lengths)
+        memory = self.memory_lengths[lo:hi]
         cross_mask = None
-        if min(self.memory_lengths) != mem:
-            memory = torch.tensor(self.memory_lengths, device=self.device)
-            cross_mask = (torch.arange(mem, device=self.device)[None, :] < memory[:, None])[:, None, None, :]
-        last = torch.tensor(q_lens, device=self.device) - 1
-        self._step = (q_lens, kv_len, write_rows, write_cols, positions[write_rows, write_cols], self_mask, mem,
-                      cross_mask, n)
-        self.last_index = last  # [rows]: each row's last new token, whose logits the step returns
+        if min(memory) != max(memory):
+            lengths = torch.tensor(memory, device=self.device)
+            cross_mask = (torch.arange(max(memory), device=self.device)[None, :] < lengths[:, None])[:, None, None, :]
+        self._step = _Step(lo=lo, hi=hi, q_lens=q_lens, kv_len=kv_len, write_rows=write_rows, write_cols=write_cols,
+                           write_positions=positions[write_rows, write_cols],
+                           self_mask=(torch.arange(kv_len, device=self.device)[None, None, :]
+                                      <= positions[:, :, None])[:, None],  # [rows, 1, Q, kv_len]
+                           memory=max(memory), cross_mask=cross_mask)
+        self.last_index = torch.tensor(q_lens, device=self.device) - 1  # each row's last new token
         self.step_positions = positions
         return positions
 
@@ -134,25 +157,27 @@ class DecodeCache:
                     scale: float | None = None) -> torch.Tensor:
         """Causal self-attention of this step's queries over the row's history and its new tokens.
         q, k, v `[rows, heads, Q, d]` -> `[rows, heads, Q, d]`; k, v are written to the cache."""
-        assert self._step is not None
-        _, kv_len, rows, cols, pos, mask, _, _, n = self._step
-        keys, values = self.self_k[layer], self.self_v[layer]
-        keys[rows, :, pos] = k[rows, :, cols]
-        values[rows, :, pos] = v[rows, :, cols]
-        return F.scaled_dot_product_attention(q, keys[:n, :, :kv_len], values[:n, :, :kv_len], attn_mask=mask,
-                                              scale=scale)
+        st = self._step
+        assert st is not None
+        keys, values = self.self_k[layer][st.lo:st.hi], self.self_v[layer][st.lo:st.hi]  # views: writes land
+        keys[st.write_rows, :, st.write_positions] = k[st.write_rows, :, st.write_cols]
+        values[st.write_rows, :, st.write_positions] = v[st.write_rows, :, st.write_cols]
+        return F.scaled_dot_product_attention(q, keys[:, :, :st.kv_len], values[:, :, :st.kv_len],
+                                              attn_mask=st.self_mask, scale=scale)
 
     def attend_cross(self, layer: int, q: torch.Tensor, scale: float | None = None) -> torch.Tensor:
         """Attention of this step's queries `[rows, heads, Q, d]` over each row's encoder memory."""
-        assert self._step is not None
-        mem, mask, n = self._step[6], self._step[7], self._step[8]
-        return F.scaled_dot_product_attention(q, self.cross_k[layer][:n, :, :mem], self.cross_v[layer][:n, :, :mem],
-                                              attn_mask=mask, scale=scale)
+        st = self._step
+        assert st is not None
+        return F.scaled_dot_product_attention(q, self.cross_k[layer][st.lo:st.hi, :, :st.memory],
+                                              self.cross_v[layer][st.lo:st.hi, :, :st.memory],
+                                              attn_mask=st.cross_mask, scale=scale)
 
     def end_step(self) -> None:
-        assert self._step is not None
-        q_lens = self._step[0]
-        self.lengths = [a + b for a, b in zip(self.lengths, q_lens, strict=True)]
+        st = self._step
+        assert st is not None
+        for i, added in enumerate(st.q_lens):
+            self.lengths[st.lo + i] += added
         self._step = None
 
     def nbytes(self) -> int:

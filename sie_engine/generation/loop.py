@@ -109,10 +109,11 @@ class DecodeLoop:
             for running in self._running.values():
                 running.rows = [moves.get(r, r) for r in running.rows]
 
-    def _admit(self) -> None:
+    def _admit(self) -> int:
         """Move pending requests into the batch while rows allow, first come first served; the
         cross-attention keys/values of those joining together are projected in one call per
-        memory length."""
+        memory length. Returns the first joined row (the batch's row count before they joined)."""
+        first_joined = self.cache.rows
         joining: list[tuple[int, GenerationRequest]] = []
         rows = self.cache.rows
         for handle, request in list(self._pending.items()):
@@ -137,11 +138,12 @@ class DecodeLoop:
                 running.rows = [next(new_rows) for _ in range(search.rows)]
                 running.feed = [list(request.prompt) for _ in range(search.rows)]
                 self._running[handle] = running
+        return first_joined
 
     def step(self) -> dict[int, GenerationResult]:
         """Admit what fits, run one decoder step over every row, advance each request's search.
         Returns the requests that finished in this step, by handle."""
-        self._admit()
+        first_joined = self._admit()
         if not self._running:
             return {}
         n = self.cache.rows
@@ -149,15 +151,10 @@ class DecodeLoop:
         for running in self._running.values():
             for row, tokens in zip(running.rows, running.feed, strict=True):
                 feeds[row] = tokens
-        q_lens = [len(f) for f in feeds]
-        tokens = torch.zeros((n, max(q_lens)), dtype=torch.long)
-        for row, f in enumerate(feeds):
-            tokens[row, :len(f)] = torch.tensor(f, dtype=torch.long)
-        self.cache.begin_step(q_lens)
-        with torch.inference_mode():
-            logits = self.model.decode(tokens.to(self.device), self.cache).float().cpu()
-        self.cache.end_step()
-
+        # Rows that joined this step (their prompts) sit after the running ones (add_rows appends):
+        # the two groups run as separate calls, so that no running row is padded to a prompt's length.
+        parts = [(lo, hi) for lo, hi in ((0, first_joined), (first_joined, n)) if hi > lo]
+        logits = torch.cat([self._decode(feeds, lo, hi) for lo, hi in parts])
         finished: dict[int, GenerationResult] = {}
         dst: list[int] = []
         src: list[int] = []
@@ -180,6 +177,18 @@ class DecodeLoop:
                 freed.update(self._running.pop(handle).rows)
             self._free(freed)
         return finished
+
+    def _decode(self, feeds: list[list[int]], lo: int, hi: int) -> torch.Tensor:
+        """One decoder call over rows lo..hi -> their float32 logits on the CPU `[hi - lo, V]`."""
+        q_lens = [len(f) for f in feeds[lo:hi]]
+        tokens = torch.zeros((hi - lo, max(q_lens)), dtype=torch.long)
+        for i, f in enumerate(feeds[lo:hi]):
+            tokens[i, :len(f)] = torch.tensor(f, dtype=torch.long)
+        self.cache.begin_step(q_lens, first_row=lo)
+        with torch.inference_mode():
+            logits = self.model.decode(tokens.to(self.device), self.cache).float().cpu()
+        self.cache.end_step()
+        return logits
 
     def run(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         """Generate for `requests` together (all join, each leaves when done); results in order."""

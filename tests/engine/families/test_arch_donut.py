@@ -93,6 +93,8 @@ def test_batch_invariance_with_joins_and_leaves(donut):
         if step == 2:
             handles += [loop.add(requests[2]), loop.add(requests[3])]
         rows_before = loop.cache.rows
+        if step == 2:
+            assert rows_before > 0  # the joiners' prompts run beside running sequences
         finished = loop.step()
         results.update({h: r.tokens for h, r in finished.items()})
         joined = 4 if step in (0, 2) else 0  # each pair of joiners: 1 greedy row + 3 beam rows
