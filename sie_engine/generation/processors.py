@@ -17,7 +17,9 @@ from .settings import GenerationSettings
 
 def _ban_bad_words(settings: GenerationSettings, sequences: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """NoBadWordsLogitsProcessor: a banned sequence's last token gets -inf where the row ends with
-    the rest of it (a single-token one always); a ban equal to an EOS token is dropped."""
+    the rest of it (a single-token one always; a longer one only once the row is at least as long as
+    the whole sequence, as transformers' SequenceBiasLogitsProcessor); a ban equal to an EOS token is
+    dropped."""
     eos = set(settings.eos_token_ids)
     out = scores
     for words in settings.bad_words_ids:
@@ -25,7 +27,7 @@ def _ban_bad_words(settings: GenerationSettings, sequences: torch.Tensor, scores
             continue
         prefix = words[:-1]
         if prefix:
-            if sequences.shape[1] < len(prefix):
+            if sequences.shape[1] < len(words):  # transformers: a sequence longer than the context is ignored
                 continue
             tail = sequences[:, -len(prefix):]
             rows = (tail == torch.tensor(prefix, dtype=tail.dtype)).all(dim=1)
@@ -43,7 +45,9 @@ def apply(settings: GenerationSettings, sequences: torch.Tensor, scores: torch.T
     if settings.bad_words_ids:
         scores = _ban_bad_words(settings, sequences, scores)
     eos = list(settings.eos_token_ids)
-    if eos and (cur_len < settings.min_length or cur_len - prompt_len < settings.min_new_tokens):
+    short = cur_len < settings.min_length or (settings.min_new_tokens > 0
+                                              and cur_len - prompt_len < settings.min_new_tokens)
+    if eos and short:
         scores = scores.clone()
         scores[:, eos] = -math.inf
     if settings.forced_bos_token_id is not None and cur_len == 1:
