@@ -47,6 +47,8 @@ FAMILIES: dict[str, str] = {
     "siglip2": f"{_M}.siglip.siglip2:FAMILY",
     # ColPali (PaliGemma: SigLIP vision tower, projector, Gemma decoder): multi-vector pages and queries
     "colpali": f"{_M}.colpali.model:FAMILY",
+    # Donut (DonutSwin encoder + MBart decoder): generates from page images (sie_engine/generation)
+    "donut": f"{_M}.donut.model:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,
@@ -72,6 +74,8 @@ ARCHITECTURES: dict[str, str] = {
     "SiglipModel": "siglip",
     "Siglip2Model": "siglip2",
     "ColPaliForRetrieval": "colpali",
+    # transformers' generic image-to-text wrapper; DonutConfig refuses an encoder other than DonutSwin by name
+    "VisionEncoderDecoderModel": "donut",
 }
 
 # config.json `model_type` -> family, for checkpoints without `architectures`.
@@ -80,6 +84,7 @@ MODEL_TYPES: dict[str, str] = {
     "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "gemma3_text": "gemma3_text",
     "nomic_bert": "nomic_bert", "deberta-v2": "deberta-v2", "distilbert": "distilbert", "mpnet": "mpnet",
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
+    "vision-encoder-decoder": "donut",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the

@@ -1,0 +1,59 @@
+"""The logits processors GenerationSettings switches on, each equal to its transformers namesake
+and applied in transformers' order (`GenerationMixin._get_logits_processor`): bad words, min
+length, min new tokens, forced BOS, forced EOS.
+
+`apply(settings, sequences, scores, prompt_len, max_length)`: sequences `[R, cur_len]` (the rows
+of one request, prompt included), scores `[R, V]` float32 -> processed scores `[R, V]`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .settings import GenerationSettings
+
+
+def _ban_bad_words(settings: GenerationSettings, sequences: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """NoBadWordsLogitsProcessor: a banned sequence's last token gets -inf where the row ends with
+    the rest of it (a single-token one always; a longer one only once the row is at least as long as
+    the whole sequence, as transformers' SequenceBiasLogitsProcessor); a ban equal to an EOS token is
+    dropped."""
+    eos = set(settings.eos_token_ids)
+    out = scores
+    for words in settings.bad_words_ids:
+        if len(words) == 1 and words[0] in eos:
+            continue
+        prefix = words[:-1]
+        if prefix:
+            if sequences.shape[1] < len(words):  # transformers: a sequence longer than the context is ignored
+                continue
+            tail = sequences[:, -len(prefix):]
+            rows = (tail == torch.tensor(prefix, dtype=tail.dtype)).all(dim=1)
+        else:
+            rows = torch.ones(scores.shape[0], dtype=torch.bool)
+        if bool(rows.any()):
+            out = out.clone() if out is scores else out
+            out[rows, words[-1]] = -math.inf
+    return out
+
+
+def apply(settings: GenerationSettings, sequences: torch.Tensor, scores: torch.Tensor, prompt_len: int,
+          max_length: int) -> torch.Tensor:
+    cur_len = sequences.shape[1]
+    if settings.bad_words_ids:
+        scores = _ban_bad_words(settings, sequences, scores)
+    eos = list(settings.eos_token_ids)
+    short = cur_len < settings.min_length or (settings.min_new_tokens > 0
+                                              and cur_len - prompt_len < settings.min_new_tokens)
+    if eos and short:
+        scores = scores.clone()
+        scores[:, eos] = -math.inf
+    if settings.forced_bos_token_id is not None and cur_len == 1:
+        scores = torch.full_like(scores, -math.inf)
+        scores[:, settings.forced_bos_token_id] = 0
+    if settings.forced_eos_token_id and cur_len == max_length - 1:
+        scores = torch.full_like(scores, -math.inf)
+        scores[:, list(settings.forced_eos_token_id)] = 0
+    return scores

@@ -1,0 +1,105 @@
+"""The Donut family: a `VisionEncoderDecoderModel` checkpoint with a DonutSwin encoder (swin.py) and
+an MBart decoder (mbart.py); between them transformers' `enc_to_dec_proj` where the widths differ.
+
+`encode_images(pixel_values [B, C, H, W]) -> [B, S, d_model]` runs the encoder once per page;
+the decode loop (sie_engine/generation) then asks `cross_attention_kv` once per sequence and
+`decode` once per step: the model is a `generation.EncoderDecoderLM`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from ...attention import AttentionBackend, AttentionMetadata
+from ...errors import UnsupportedArchitecture
+from ...generation.cache import DecodeCache
+from ...layers.weights import WeightSpec
+from ..base import Backbone, Family
+from .mbart import MBartDecoder, MBartDecoderConfig
+from .swin import SwinConfig, SwinEncoder
+
+if TYPE_CHECKING:
+    from ...card import ModelCard
+
+
+@dataclass(frozen=True)
+class DonutConfig:
+    encoder: SwinConfig
+    decoder: MBartDecoderConfig
+    # transformers adds `enc_to_dec_proj` when the widths differ and the decoder names no cross width
+    project_memory: bool
+
+    @classmethod
+    def from_hf(cls, config: Mapping[str, Any]) -> DonutConfig:
+        enc, dec = config.get("encoder"), config.get("decoder")
+        if not isinstance(enc, Mapping) or not isinstance(dec, Mapping):
+            raise ValueError("a Donut checkpoint's config.json nests `encoder` and `decoder` configs "
+                             "(VisionEncoderDecoderConfig)")
+        if enc.get("model_type") not in ("donut-swin", "donut"):
+            raise ValueError(f"encoder model_type {enc.get('model_type')!r}: the Donut family runs a DonutSwin encoder")
+        encoder, decoder = SwinConfig.from_hf(enc), MBartDecoderConfig.from_hf(dec)
+        cross = dec.get("cross_attention_hidden_size")
+        if cross is not None and cross != encoder.hidden_size:
+            raise ValueError(f"decoder cross_attention_hidden_size {cross} != encoder hidden size "
+                             f"{encoder.hidden_size}")
+        return cls(encoder, decoder, project_memory=encoder.hidden_size != decoder.d_model and cross is None)
+
+    @property
+    def max_seq_len(self) -> int:
+        """Decoder positions: prompt plus generated tokens."""
+        return self.decoder.max_position_embeddings
+
+
+class DonutModel(Backbone):
+    """Swin encoder + MBart decoder under transformers' names (`encoder.*`, `decoder.model.decoder.*`
+    renamed to `decoder.*`, `decoder.lm_head` to `decoder.lm_head`)."""
+
+    weight_spec = WeightSpec(
+        anchor="encoder.embeddings.patch_embeddings.projection.weight",
+        renames=(("decoder.model.decoder.", "decoder."),),
+    )
+    supports_images = True
+
+    def __init__(self, config: DonutConfig, backend: AttentionBackend | None = None):
+        super().__init__()
+        self.config = config
+        self.encoder = SwinEncoder(config.encoder)
+        self.decoder = MBartDecoder(config.decoder)
+        self.enc_to_dec_proj = (nn.Linear(config.encoder.hidden_size, config.decoder.d_model)
+                                if config.project_memory else None)
+        self.decoder_layers = config.decoder.layers
+        self.decoder_heads = config.decoder.heads
+        self.decoder_head_dim = config.decoder.head_dim
+        self.decoder_positions = config.decoder.max_position_embeddings
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        raise NotImplementedError("Donut generates from images: it has no packed text forward")
+
+    def encode_images(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """`[B, C, H, W]` (the processor's size) -> encoder states `[B, S, d_model]`."""
+        memory = self.encoder(pixel_values)
+        return self.enc_to_dec_proj(memory) if self.enc_to_dec_proj is not None else memory
+
+    def cross_attention_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return self.decoder.cross_attention_kv(memory)
+
+    def decode(self, tokens: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
+        return self.decoder.decode(tokens, cache.step_positions, cache)
+
+
+def local_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
+    """Donut is not served by a route yet (the model, its decode loop and DonutReader are; extract on
+    page images comes next): a directory of it is refused by name rather than served as an encoder."""
+    raise UnsupportedArchitecture(f"{name}: {root} is a Donut (VisionEncoderDecoder) checkpoint; SIE runs its "
+                                  "forward pass and generation (sie_engine.models.donut.reader) but does not "
+                                  "serve it over a route yet")
+
+
+FAMILY = Family("donut", DonutConfig.from_hf, DonutModel, "mean", local_card=local_card)
