@@ -70,7 +70,7 @@ def embed(ds: Any, *, url: str | None, actors: int, batch_size: int, threads: in
         # taken by actors the read never starts. Torch's threads are set apart from the slots (Ray
         # would set OMP_NUM_THREADS to the actor's num_cpus), so an actor computes on `threads` cores.
         num_cpus=1 if url is None else 0.25,
-        runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}},
+        **({"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(threads)}}} if url is None else {}),
     )
 
 

@@ -1,8 +1,8 @@
 """sie_ray on a real local Ray (`ray.init(num_cpus=2)`, once for the module): Ray Data's
 `map_batches` with SIE actors, their columns typed for vector databases and equal to the
 reference on the same weights: sentence-transformers for MiniLM, SIE's Engine in this process
-for the rest (its own tests hold it to transformers / gliner). The in-process actors run an
-Engine each; the HTTP actors call a real sie-server. An actor killed mid-job is restarted by
+for the rest (its own tests hold it to transformers / gliner). The in-process actor runs an
+Engine of its own; the HTTP actors call a real sie-server. An actor killed mid-job is restarted by
 Ray and the job's output is complete; the bulk-index example runs end to end."""
 
 from __future__ import annotations
@@ -80,44 +80,33 @@ def matrix(column) -> np.ndarray:
     return column.flatten().to_numpy().reshape(len(column), column.type.list_size)
 
 
-def test_engine_actors_match_sentence_transformers_and_the_engine(local_ray, reference):
+def test_engine_actors_match_sentence_transformers(local_ray):
     from sentence_transformers import SentenceTransformer
 
     docs = load_docs(20)
-    ds = ray.data.from_items(docs)
-    # Ray's default numpy batches in, Arrow out; then Arrow batches into the second stage
-    ds = stage(ds, SIEEncoder, batch_format="numpy", model=MINILM, device="cpu",
-               output_columns={"dense": "embedding"})
-    ds = stage(ds, SIEEncoder, model=SPLADE, device="cpu", output_types=["sparse"])
-    table = collect(ds)
+    # Ray's default numpy batches in, an Arrow table out
+    table = collect(stage(ray.data.from_items(docs), SIEEncoder, batch_format="numpy", model=MINILM, device="cpu",
+                          output_columns={"dense": "embedding"}))
 
     assert table.column("id").to_pylist() == [d["id"] for d in docs]
     assert table.schema.field("embedding").type == pa.list_(pa.float32(), 384)
-    assert table.schema.field("sparse_indices").type == pa.list_(pa.int32())
-    assert table.schema.field("sparse_values").type == pa.list_(pa.float32())
-
-    texts = [d["text"] for d in docs]
-    expected = SentenceTransformer(str(MINILM_DIR), device="cpu").encode(texts, convert_to_numpy=True)
+    expected = SentenceTransformer(str(MINILM_DIR), device="cpu").encode([d["text"] for d in docs])
     np.testing.assert_allclose(matrix(table.column("embedding")), expected, atol=2e-5)
 
-    sparse = reference.encode(SPLADE, texts, output_types=["sparse"]).items
-    for row, item in enumerate(sparse):
-        assert table.column("sparse_indices")[row].as_py() == item.sparse.indices.tolist()
-        np.testing.assert_allclose(table.column("sparse_values")[row].as_py(), item.sparse.values, atol=1e-5)
 
-
-def test_http_actors_score_encode_and_extract_like_the_engine(local_ray, server_url, reference):
+def test_http_actors_score_encode_sparse_and_extract_like_the_engine(local_ray, server_url, reference):
     docs = load_docs(12)
     queries = ["text editor", "python library", "network daemon"]  # 4 rows each: grouped into 3 score calls
     rows = [{"id": d["id"], "text": d["text"], "query": queries[i % 3]} for i, d in enumerate(docs)]
     ds = ray.data.from_items(rows)
     ds = stage(ds, SIEScorer, model=CE, query_column="query", url=server_url)
-    ds = stage(ds, SIEEncoder, model=COLBERT, output_types=["multivector"], url=server_url)
+    ds = stage(ds, SIEEncoder, model=SPLADE, output_types=["sparse"], url=server_url)
     ds = stage(ds, SIEExtractor, model=GL, labels=LABELS, url=server_url, extract_options={"threshold": 0.2})
     table = collect(ds)
 
     assert table.schema.field("score").type == pa.float32()
-    assert table.schema.field("multivector").type == pa.list_(pa.list_(pa.float32(), 16))
+    assert table.schema.field("sparse_indices").type == pa.list_(pa.int32())
+    assert table.schema.field("sparse_values").type == pa.list_(pa.float32())
     assert table.schema.field("entities").type.value_type.names == ["text", "label", "score", "start", "end"]
 
     for i, row in enumerate(rows):
@@ -125,8 +114,9 @@ def test_http_actors_score_encode_and_extract_like_the_engine(local_ray, server_
         assert table.column("score")[i].as_py() == pytest.approx(expected, abs=1e-5)
 
     texts = [row["text"] for row in rows]
-    for i, item in enumerate(reference.encode(COLBERT, texts, output_types=["multivector"]).items):
-        np.testing.assert_allclose(np.array(table.column("multivector")[i].as_py()), item.multivector, atol=1e-5)
+    for i, item in enumerate(reference.encode(SPLADE, texts, output_types=["sparse"]).items):
+        assert table.column("sparse_indices")[i].as_py() == item.sparse.indices.tolist()
+        np.testing.assert_allclose(table.column("sparse_values")[i].as_py(), item.sparse.values, atol=1e-5)
 
     extracted = reference.extract(GL, texts, LABELS, threshold=0.2).items
     assert sum(len(item.entities) for item in extracted) > 0, "the tiny GLiNER found nothing: the check is empty"
@@ -151,7 +141,8 @@ class _DiesOnFirstBatch(SIEEncoder):
         return super().__call__(batch)
 
 
-def test_a_killed_actor_is_restarted_and_its_batch_retried_by_ray(local_ray, server_url, reference, tmp_path):
+def test_a_killed_actor_is_restarted_and_its_batch_retried_by_ray(local_ray, server_url, reference,
+                                                                  tmp_path):
     # the class is defined here, not in an installed module: Ray's workers get it by value
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     docs = load_docs(6)
@@ -160,6 +151,7 @@ def test_a_killed_actor_is_restarted_and_its_batch_retried_by_ray(local_ray, ser
     table = collect(ds)
 
     assert (tmp_path / "died").read_text() == "died"
+    assert table.schema.field("multivector").type == pa.list_(pa.list_(pa.float32(), 16))
     assert table.column("id").to_pylist() == [d["id"] for d in docs]
     expected = reference.encode(COLBERT, [d["text"] for d in docs], output_types=["multivector"]).items
     for i, item in enumerate(expected):
@@ -185,7 +177,7 @@ def test_bad_columns_and_options_are_clear_errors_before_any_request(server_url)
     assert scorer(pa.table({"text": pa.array([], pa.string())})).num_rows == 0
 
 
-def test_bulk_index_example_reads_parquet_embeds_indexes_and_queries(local_ray, tmp_path):
+def test_bulk_index_example_reads_parquet_embeds_indexes_and_queries(local_ray, server_url, tmp_path):
     spec = importlib.util.spec_from_file_location("ray_bulk_index", REPO / "examples" / "ray_bulk_index.py")
     assert spec is not None and spec.loader is not None
     example = importlib.util.module_from_spec(spec)
@@ -193,7 +185,8 @@ def test_bulk_index_example_reads_parquet_embeds_indexes_and_queries(local_ray, 
     docs = load_docs(40)
     ids = {d["id"] for d in docs}
     queries = [q for q in load_queries() if q["relevant"] in ids]
-    report = example.run(docs, queries, tmp_path, actors=1, batch_size=16)
+    # against the server (MiniLM is in its built-in catalog): the in-process path is the first test's
+    report = example.run(docs, queries, tmp_path, url=server_url, actors=1, batch_size=16)
 
     assert report["documents"] == 40 and report["queries"] == len(queries) > 0
     assert report["store"] == ("lance" if importlib.util.find_spec("lance") else "qdrant")
