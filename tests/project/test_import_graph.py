@@ -24,6 +24,7 @@ PACKAGES = {
     "sie_langchain": ROOT / "integrations" / "sie_langchain",
     "sie_llamaindex": ROOT / "integrations" / "sie_llamaindex",
     "sie_haystack": ROOT / "integrations" / "sie_haystack",
+    "sie_ray": ROOT / "integrations" / "sie_ray",
 }
 
 
