@@ -521,7 +521,9 @@ class Engine:
                 if old is not None:
                     self._forget(card.id)
                 changed.append(card.id)
-            self.pool.wake_idle()  # pins and idle limits may have changed
+            if changed:  # pins may have changed: loads refused for pinned memory may fit now
+                self.pool.forget_failures("out_of_memory")
+            self.pool.wake_idle()
             return changed
 
         return await self._on_engine_loop(apply)
@@ -536,6 +538,7 @@ class Engine:
             if card is None:
                 return False
             self._forget(model, removed=card)
+            self.pool.forget_failures("out_of_memory")
             return True
 
         return await self._on_engine_loop(remove)

@@ -454,6 +454,12 @@ class ModelPool:
                 del table[m]
         self.wake_idle()
 
+    def forget_failures(self, reason: str) -> None:
+        """Try again at once the loads that failed for `reason` (out_of_memory: a card was unpinned
+        or removed, and the room it held may be there now)."""
+        for model_id in [m for m, failure in self._failures.items() if failure.reason == reason]:
+            del self._failures[model_id]
+
     def wake_idle(self) -> None:
         """`watch_idle` looks again (a model loaded or ended a batch, a card changed)."""
         self._idle_wake.set()
