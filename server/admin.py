@@ -21,33 +21,17 @@ from pathlib import Path
 
 from aiohttp import web
 
-from sie_engine.card import ModelCard
 from sie_engine.errors import ModelNotFound
 
 from . import codec
 from .auth import ApiKeys
 from .errors import HTTPProblem
-from .runtime_cards import RuntimeCards, cards_of_body
+from .runtime_cards import MAX_ADMIN_BODY, PREFIX, RuntimeCards, card_list, cards_of_body, refusal
 from .state import ADMIN, ENGINE, SETTINGS, AdminState
 
 log = logging.getLogger(__name__)
 
 ADMIN_ROUTES = frozenset({"configs_list", "configs_add", "configs_remove"})
-PREFIX = "/v1/configs/models"
-# Admin bodies are cards, not work: a bound of their own, well below --max-body-bytes' default.
-MAX_ADMIN_BODY = 4 * 2**20
-
-
-def refusal(admin_keys: ApiKeys, authorization: str | None, flag: str = "--admin-key-file") -> HTTPProblem | None:
-    """Why an admin call is refused (None: it may pass). Shared by the engine server and the router."""
-    if not admin_keys.enabled:
-        return HTTPProblem("forbidden", f"the admin API is off: start the server with {flag} PATH (a file of admin "
-                                        "keys, one per line; SIE_ADMIN_KEY_FILE) and send `Authorization: Bearer "
-                                        "<admin key>`; the API key never grants it")
-    if not admin_keys.check(authorization):
-        return HTTPProblem("unauthorized", "missing or wrong admin key: send `Authorization: Bearer <admin key>` "
-                                           f"with a key of the {flag} file")
-    return None
 
 
 def setup(app: web.Application, config_dir: Path | None, admin_key_file: Path | None) -> None:
@@ -69,10 +53,6 @@ def admit(request: web.Request) -> None:
     problem = refusal(request.app[ADMIN].keys, request.headers.get("Authorization"))
     if problem is not None:
         raise problem
-
-
-def card_list(cards: list[ModelCard]) -> dict:
-    return {"object": "list", "models": [card.to_dict() for card in cards]}
 
 
 async def list_cards(request: web.Request) -> web.Response:

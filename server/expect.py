@@ -13,9 +13,10 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.web_urldispatcher import ResourceRoute
 
-from .admin import ADMIN_ROUTES, refusal
+from .admin import ADMIN_ROUTES
 from .errors import HTTPProblem, error_body, status_for
 from .parse_errors import SERVER_NAME
+from .runtime_cards import refusal
 from .state import ADMIN, API_KEYS, SETTINGS
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"

@@ -25,9 +25,33 @@ import yaml
 from sie_engine.card import ModelCard, parse_card
 from sie_engine.errors import InvalidRequest
 
+from .auth import ApiKeys
+from .errors import HTTPProblem
+
 FILE_NAME = "models.yaml"
+PREFIX = "/v1/configs/models"
 # Cards one request may add: a bound on what a body makes the server parse and keep.
 MAX_CARDS = 1024
+# Admin bodies are cards, not work: a bound of their own, well below --max-body-bytes' default.
+MAX_ADMIN_BODY = 4 * 2**20
+
+
+def refusal(admin_keys: ApiKeys, authorization: str | None) -> HTTPProblem | None:
+    """Why an admin call is refused (None: it may pass): 403 while no admin key file is configured,
+    401 for a missing or wrong admin key. The engine server's and the router's words."""
+    if not admin_keys.enabled:
+        return HTTPProblem("forbidden", "the admin API is off: start the server with --admin-key-file PATH (a file "
+                                        "of admin keys, one per line, or its environment variable) and send "
+                                        "`Authorization: Bearer <admin key>`; the API key never grants it")
+    if not admin_keys.check(authorization):
+        return HTTPProblem("unauthorized", "missing or wrong admin key: send `Authorization: Bearer <admin key>` "
+                                           "with a key of the --admin-key-file file")
+    return None
+
+
+def card_list(cards: list[ModelCard]) -> dict:
+    """The answer of `GET /v1/configs/models`."""
+    return {"object": "list", "models": [card.to_dict() for card in cards]}
 
 
 def cards_of_body(body: Any) -> list[ModelCard]:

@@ -28,10 +28,9 @@ from aiohttp import web
 from sie_engine.card import ModelCard
 from sie_engine.errors import SIEError
 
-from ..admin import MAX_ADMIN_BODY, PREFIX, card_list, refusal
 from ..auth import ApiKeys
 from ..errors import status_for
-from ..runtime_cards import RuntimeCards, cards_of_body, digest
+from ..runtime_cards import MAX_ADMIN_BODY, PREFIX, RuntimeCards, card_list, cards_of_body, digest, refusal
 from .errors import error_response
 from .registry import WorkerRegistry
 from .worker import Worker
