@@ -259,6 +259,11 @@ def test_models_show_pinned_and_idle_evict_s(url, roots):
     assert shown["idle"] == (False, 0.3)  # the card's own
     assert shown["never"] == (False, None)  # 0: never
     assert model_info(url, "idle")["idle_evict_s"] == 0.3
+    from sie_client import SIEClient  # the typed client's model info carries both
+
+    with SIEClient(url, api_key=API_KEY) as client:
+        typed = {m.id: (m.pinned, m.idle_evict_s) for m in client.models()}
+    assert typed == shown
 
 
 def test_a_model_idle_past_its_idle_evict_s_is_unloaded(url, roots):
