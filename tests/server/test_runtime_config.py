@@ -302,3 +302,15 @@ def test_runtime_cards_are_served_again_after_a_restart(server, setup, url, root
     assert httpx.get(restarted.url + CONFIGS, headers=ADMIN).json() == before
     assert model_info(restarted.url, "idle")["idle_evict_s"] == 0.3
     np.testing.assert_allclose(dense(encode(restarted.url, "idle")), reference(roots["two"]), atol=1e-5)
+
+
+def test_every_catalog_card_survives_the_config_file(tmp_path):
+    """What --config-dir writes reads back to equal cards, for every kind of card SIE ships
+    (sparse, multivector, extract, image-text options and templates)."""
+    from sie_engine import Catalog
+    from sie_server.runtime_cards import RuntimeCards
+
+    cards = list(Catalog.builtin())
+    RuntimeCards(tmp_path).put(cards)
+    assert not [p for p in tmp_path.iterdir() if p.name != "models.yaml"]  # no temporary file left
+    assert RuntimeCards(tmp_path).load() == cards
