@@ -2,7 +2,8 @@
 kept there, sent to every worker in its list, and replayed to a worker that joins later; the
 answer says which workers applied it. Two real workers (`sie-server serve`) and a real router;
 the second worker starts only after the first card was posted (a pod that joins later). The
-model is a tiny random BERT: what is compared here is the router's answer against a worker's own
+card serves the installed all-MiniLM-L6-v2 files under a new id (nothing to build in this process):
+what is compared here is the router's answer against a worker's own
 (tests/server/test_runtime_config.py compares a runtime card's vectors with transformers').
 """
 
@@ -15,7 +16,7 @@ import pytest
 
 from router_fixtures import free_port, start_router, start_workers
 from server_fixtures import start_server
-from tiny_models import make_tiny_bert
+from tiny_models import MINILM_DIR
 
 ADMIN_KEY = "router-admin"
 API_KEY = "router-user"
@@ -29,7 +30,7 @@ ITEMS = {"items": ["the capital of France is Paris", "bananas are yellow"]}
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("router-runtime")
     (tmp / "admin.keys").write_text(ADMIN_KEY + "\n")
-    root = make_tiny_bert(tmp / "tiny", seed=3)
+    root = MINILM_DIR
     late_port = free_port()
     worker_args = ["--no-builtin", "--device", "cpu", "--pool", "cpu", "--api-key", API_KEY,
                    "--admin-key-file", str(tmp / "admin.keys")]
