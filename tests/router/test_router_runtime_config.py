@@ -36,7 +36,7 @@ def cluster(tmp_path_factory):
                    "--admin-key-file", str(tmp / "admin.keys")]
     (first,) = start_workers([worker_args], tmp_path_factory)
     late_url = f"http://127.0.0.1:{late_port}"
-    router_args = [f"--worker={first.url}", f"--worker=cpu={late_url}", "--poll-interval=0.2", "--api-key", API_KEY,
+    router_args = [f"--worker={first.url}", f"--worker=cpu={late_url}", "--poll-interval=0.5", "--api-key", API_KEY,
                    "--admin-key-file", str(tmp / "admin.keys"), "--config-dir", str(tmp / "router-config")]
     (tmp / "router-log0").mkdir()
     router = start_router(router_args, tmp / "router-log0")
@@ -65,6 +65,27 @@ def test_the_router_wants_the_admin_key(cluster):
         assert httpx.get(url + CONFIGS, headers=headers).status_code == 401
         assert httpx.post(url + CONFIGS, json=card(cluster["root"]), headers=headers).status_code == 401
     assert runtime_ids(cluster["workers"][0].url) == []
+
+
+def test_a_router_without_an_admin_key_file_answers_403_saying_how_to_enable_it():
+    """In-process: a router whose one worker is down (nothing is reached), without --admin-key-file."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from sie_server.router.app import create_router_app
+    from sie_server.router.config import RouterConfig, StaticWorker
+
+    async def calls() -> list[tuple[int, dict]]:
+        config = RouterConfig(workers=(StaticWorker(f"http://127.0.0.1:{free_port()}"),), status_timeout_s=0.5)
+        async with TestClient(TestServer(create_router_app(config))) as client:
+            answers = [await client.get(CONFIGS, headers=ADMIN), await client.post(CONFIGS, json={"id": "x"}),
+                       await client.delete(CONFIGS + "/x", headers=ADMIN)]
+            return [(a.status, await a.json()) for a in answers]
+
+    for status, body in asyncio.run(calls()):
+        assert status == 403 and body["error"]["code"] == "forbidden", body
+        assert "--admin-key-file" in body["error"]["message"]
 
 
 def test_an_invalid_card_is_refused_at_the_router_and_reaches_no_worker(cluster):
