@@ -502,7 +502,11 @@ class ModelPool:
         Evicting drops references or hands the copy to the load thread: nothing heavy here."""
         while True:
             self._idle_wake.clear()
-            delay = self.sweep(time.monotonic())
+            try:
+                delay = self.sweep(time.monotonic())
+            except Exception:  # a fault in one sweep must not end idle eviction for good
+                log.exception("idle sweep failed")
+                delay = RECHECK_S
             try:
                 await asyncio.wait_for(self._idle_wake.wait(), delay)
             except asyncio.TimeoutError:

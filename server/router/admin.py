@@ -21,6 +21,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
@@ -30,7 +31,7 @@ from sie_engine.errors import SIEError
 
 from ..auth import ApiKeys
 from ..errors import status_for
-from ..runtime_cards import MAX_ADMIN_BODY, PREFIX, RuntimeCards, card_list, cards_of_body, digest, refusal
+from ..runtime_cards import MAX_ADMIN_BODY, PREFIX, RuntimeCards, card_list, cards_of_body, refusal
 from .errors import error_response
 from .registry import WorkerRegistry
 from .worker import Worker
@@ -154,9 +155,14 @@ async def remove_card(request: web.Request) -> web.Response:
                                   f"model {model!r} is not a runtime card of this router (GET {PREFIX} lists them)")
         await asyncio.to_thread(admin.store.remove, model)
         admin.removed.add(model)
-        result = await _propagate(request, "DELETE", f"{PREFIX}/{model}", gone_is_done=True)
+        result = await _propagate(request, "DELETE", _card_path(model), gone_is_done=True)
     log.info("admin: card %s removed: %s", model, result)
     return web.json_response({"removed": model, **result})
+
+
+def _card_path(model: str) -> str:
+    """The worker's DELETE path of a card: the id quoted (its slashes kept, as the route takes them)."""
+    return f"{PREFIX}/{quote(model, safe='/')}"
 
 
 def mount(app: web.Application, admin: RouterAdmin) -> None:
@@ -171,7 +177,8 @@ def mount(app: web.Application, admin: RouterAdmin) -> None:
 def behind(admin: RouterAdmin, worker: Worker) -> tuple[list[ModelCard], list[str]]:
     """The router's cards a worker does not serve as the router has them, and the removed ones
     it still serves."""
-    stale = [card for card in admin.store.cards() if worker.configs.get(card.id) != digest(card)]
+    digests = admin.store.digests()  # computed once per change, not per poll
+    stale = [card for card in admin.store.cards() if worker.configs.get(card.id) != digests[card.id]]
     removed = sorted(admin.removed & set(worker.configs))
     return stale, removed
 
@@ -197,7 +204,7 @@ def replay_if_behind(app: web.Application, session: aiohttp.ClientSession, worke
                 log.log(logging.INFO if ok else logging.WARNING, "admin: replayed cards %s to %s: %s",
                         [c.id for c in stale], worker.url, "applied" if ok else f"{status} {message}")
             for model in removed:
-                status, message = await _call(session, admin, worker, "DELETE", f"{PREFIX}/{model}")
+                status, message = await _call(session, admin, worker, "DELETE", _card_path(model))
                 ok = ok and (0 < status < 400 or status == 404)
         finally:
             admin.replaying.discard(worker.url)
