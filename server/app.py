@@ -20,13 +20,13 @@ from sie_contract import all_tasks
 from sie_engine import Engine
 from sie_engine.errors import SIEError
 
-from . import compat, compat_routes, cors, expect, handlers
+from . import admin, compat, compat_routes, cors, expect, handlers
 from .auth import ApiKeys
 from .body_budget import BODY_BUDGET, BodyBudget
 from .metrics import ServerMetrics
 from .middleware import PUBLIC_ROUTES, frame
 from .settings import ServerSettings
-from .state import API_KEYS, ENGINE, LIFECYCLE, METRICS, SETTINGS, TASKS, WORK_ROUTES, Lifecycle
+from .state import ADMIN, API_KEYS, ENGINE, LIFECYCLE, METRICS, SETTINGS, TASKS, WORK_ROUTES, Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None,
     app.router.add_get("/readyz", handlers.readyz, name="readyz")
     app.router.add_get("/metrics", handlers.metrics, name="metrics")
     app.router.add_get("/openapi.json", handlers.openapi, name="openapi")
+    admin.setup(app, settings.config_dir, settings.admin_key_file)  # /v1/configs/models, persisted cards read
     for api in compat_routes.APIS:
         compat.mount_api(app, api)
     cors.setup(app, settings.cors_origins)  # aiohttp-cors, on every route above (off without origins)
@@ -121,11 +122,13 @@ async def _warm_up(engine: Engine, model: str) -> None:
 
 async def _watch_key_file(app: web.Application):
     settings = app[SETTINGS]
-    task = None
+    tasks = []
     if settings.api_key_file is not None:
-        task = asyncio.create_task(app[API_KEYS].watch(settings.api_key_poll_s))
+        tasks.append(asyncio.create_task(app[API_KEYS].watch(settings.api_key_poll_s)))
+    if settings.admin_key_file is not None:
+        tasks.append(asyncio.create_task(app[ADMIN].keys.watch(settings.api_key_poll_s)))
     yield
-    if task is not None:
+    for task in tasks:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

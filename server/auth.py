@@ -72,6 +72,11 @@ class ApiKeys:
             await asyncio.sleep(interval_s)
             await asyncio.to_thread(self.refresh)
 
+    def first_key(self) -> str | None:
+        """A key this set accepts (the router calls the workers' admin API with it), or None."""
+        keys = self._static + self._from_file
+        return keys[0].decode() if keys else None
+
     def check(self, authorization: str | None) -> bool:
         """True when the header carries one of the keys. Every key is compared, in
         constant time, so timing reveals neither the key nor which one matched."""

@@ -133,9 +133,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         catalog = build_catalog(args)
     except ValueError as exc:
         return usage_error(str(exc))
-    unknown = [m for m in args.preload if m not in catalog]
-    if unknown:
-        return usage_error(f"--preload {', '.join(unknown)}: not in the catalog (sie-server models lists it)")
+    from .runtime_cards import RuntimeCards
+
+    try:  # read again when the app is made; read here so a bad file is the one line of a usage error
+        runtime = {card.id for card in RuntimeCards(args.config_dir).load()}
+    except ValueError as exc:
+        return usage_error(str(exc))
+    for flag, ids in (("--preload", args.preload), ("--pin", args.pin)):
+        unknown = [m for m in ids if m not in catalog and m not in runtime]
+        if unknown:
+            return usage_error(f"{flag} {', '.join(unknown)}: not in the catalog (sie-server models lists it)")
     values = vars(args)
     settings = ServerSettings(**targets(SERVE, values, "settings"))
     metrics = ServerMetrics()

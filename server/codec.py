@@ -165,6 +165,14 @@ async def read_object(request: web.Request, max_bytes: int, offload_bytes: int, 
     return _decode_object(raw, is_msgpack, max_list)
 
 
+async def read_object_or_list(request: web.Request, max_bytes: int, *, idle_timeout_s: float = 30.0,
+                              total_timeout_s: float = 120.0) -> Any:
+    """A small body that may be an object or a list (the admin API's cards): read within
+    `max_bytes` (413 past it), decoded on a worker thread, 400 for what is not JSON / msgpack."""
+    raw = await _read_raw(request, max_bytes, idle_timeout_s, total_timeout_s)
+    return await asyncio.to_thread(_decode, raw, request_is_msgpack(request))
+
+
 def check_fields(body: dict, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:
     """400 naming unknown fields (typos would otherwise be silently ignored) or missing ones."""
     unknown = [k for k in body if k not in allowed]

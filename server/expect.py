@@ -13,9 +13,11 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.web_urldispatcher import ResourceRoute
 
+from .admin import ADMIN_ROUTES
 from .errors import HTTPProblem, error_body, status_for
 from .parse_errors import SERVER_NAME
-from .state import API_KEYS, SETTINGS
+from .runtime_cards import refusal
+from .state import ADMIN, API_KEYS, SETTINGS
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -41,7 +43,11 @@ def expect_handler(public_routes: frozenset[str]):
                                                            "100-continue)", field="Expect"), status=417)
         keys = request.app[API_KEYS]
         route = request.match_info.route.name or "other"
-        if route not in public_routes and keys.enabled and not keys.check(request.headers.get("Authorization")):
+        if route in ADMIN_ROUTES:  # the admin key, never the API key
+            problem = refusal(request.app[ADMIN].keys, request.headers.get("Authorization"))
+            if problem is not None:
+                return _refusal(problem)
+        elif route not in public_routes and keys.enabled and not keys.check(request.headers.get("Authorization")):
             return _refusal(HTTPProblem("unauthorized", "missing or wrong API key: send `Authorization: Bearer <key>`"))
         limit = request.app[SETTINGS].max_body_bytes
         if (request.content_length or 0) > limit:

@@ -23,7 +23,7 @@ from .deadline_header import deadline_ms
 from .errors import HTTPProblem
 from .openapi import openapi_document
 from .redact import public_text
-from .state import ENGINE, LIFECYCLE, METRICS, MODEL_LABEL, PRE_ADMITTED, SETTINGS, TASKS, TIMINGS
+from .state import ADMIN, ENGINE, LIFECYCLE, METRICS, MODEL_LABEL, PRE_ADMITTED, SETTINGS, TASKS, TIMINGS
 
 
 # ---- shared steps ----------------------------------------------------------
@@ -97,6 +97,7 @@ def model_entry(info: ModelInfo, created: int) -> dict:
         "weights": {"status": info.weights, "source": public_text(info.weights_source),
                     "detail": public_text(info.weights_detail)},
         "modalities": list(info.modalities),
+        "pinned": info.pinned, "idle_evict_s": info.idle_evict_s,
     }
     if info.image_size:
         entry["image_size"] = info.image_size
@@ -127,6 +128,8 @@ async def status(request: web.Request) -> web.Response:
         "ready": lifecycle.ready and not lifecycle.draining, "draining": lifecycle.draining,
         "pool": request.app[SETTINGS].pool, "inflight": lifecycle.inflight,
         "queued_tokens": snapshot.queued_tokens, "queued_items": snapshot.queued_items, "models": models,
+        # the runtime cards' digests: the router replays its cards to a worker whose differ
+        "configs": request.app[ADMIN].store.digests(),
     })
 
 

@@ -18,7 +18,7 @@ from aiohttp import web
 from sie_engine.errors import ModelNotFound, SIEError
 from sie_engine.types import Timings
 
-from . import access_log, codec, cors, slow_clients
+from . import access_log, admin, codec, cors, slow_clients
 from .body_budget import BODY_BUDGET
 from .errors import HTTPProblem, error_body, public, retry_headers, status_for
 from .parse_errors import SERVER_NAME
@@ -99,6 +99,9 @@ def error_response(request: web.Request, error: SIEError, openai_shape: bool) ->
 
 
 def _admit(request: web.Request, route: str) -> None:
+    if route in admin.ADMIN_ROUTES:  # the admin key, never the API key (admin.py)
+        admin.admit(request)
+        return
     keys = request.app[API_KEYS]
     if route not in PUBLIC_ROUTES and keys.enabled and not keys.check(request.headers.get("Authorization")):
         raise HTTPProblem("unauthorized", "missing or wrong API key: send `Authorization: Bearer <key>`")

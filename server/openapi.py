@@ -55,13 +55,44 @@ SCHEMAS = {
         "state": {"enum": ["available", "loading", "loaded", "failed"]}, "memory_bytes": {"type": "integer"},
         "error": {"type": "string"}, "description": {"type": "string"},
         "weights": _obj({"status": {"enum": ["local", "download", "unavailable"]}, "source": {"type": "string"},
-                         "detail": {"type": "string"}})}},
+                         "detail": {"type": "string"}}),
+        "pinned": {"type": "boolean", "description": "never evicted (its card's pinned, or --pin)"},
+        "idle_evict_s": {"type": ["number", "null"],
+                         "description": "unloaded after this many idle seconds; null: never"},
+    }},
+    # the card schema of --models files (sie_engine/card.py; unknown fields are refused there)
+    "Card": {"type": "object", "required": ["id"], "properties": {
+        "id": {"type": "string"}, "weights": {"oneOf": [{"type": "string"}, {"type": "object"}]},
+        "family": {"type": ["string", "null"]}, "outputs": {"type": "array", "items": {"type": "string"}},
+        "pooling": {"type": "string"}, "normalize": {"type": "boolean"}, "max_seq_len": {"type": "integer"},
+        "dims": {"type": ["integer", "null"]}, "matryoshka_dims": {"type": "array", "items": {"type": "integer"}},
+        "query_template": {"type": "string"}, "document_template": {"type": "string"},
+        "query_instruction": {"type": ["string", "null"]}, "dtype": {"type": "string"},
+        "max_batch_tokens": {"type": "integer"}, "trust_remote_code": {"type": "boolean"},
+        "modalities": {"type": "array", "items": {"type": "string"}}, "image_size": {"type": ["integer", "null"]},
+        "query_tower": {"type": "string"}, "options": {"type": "object"}, "description": {"type": "string"},
+        "pinned": {"type": "boolean", "description": "never evicted once loaded"},
+        "idle_evict_s": {"type": ["number", "null"], "minimum": 0,
+                         "description": "unloaded after this many idle seconds (null: the server's --idle-evict-s; "
+                                        "0: never)"}}},
+    "CardList": _obj({"object": {"const": "list"}, "models": {"type": "array", "items": _ref("Card")}},
+                     ["models"]),
+    "CardsApplied": _obj({"models": {"type": "array", "items": {"type": "string"}},
+                          "changed": {"type": "array", "items": {"type": "string"},
+                                      "description": "the ids whose card differs from the one served before"}},
+                         ["models", "changed"]),
+    "CardRemoved": _obj({"removed": {"type": "string"},
+                         "restored": {"type": "boolean",
+                                      "description": "the card it replaced (one the server started with) is "
+                                                     "served again"}}, ["removed", "restored"]),
     "ModelList": _obj({"object": {"const": "list"}, "data": {"type": "array", "items": _ref("Model")}}),
     "Status": {"type": "object", "properties": {
         "ready": {"type": "boolean"}, "draining": {"type": "boolean"}, "pool": {"type": "string"},
         "inflight": {"type": "integer"}, "queued_tokens": {"type": "integer"}, "queued_items": {"type": "integer"},
         "models": {"type": "object", "additionalProperties": {"type": "object", "properties": {
-            "state": {"type": "string"}, "queued_tokens": {"type": "integer"}, "queued_items": {"type": "integer"}}}}}},
+            "state": {"type": "string"}, "queued_tokens": {"type": "integer"}, "queued_items": {"type": "integer"}}}},
+        "configs": {"type": "object", "additionalProperties": {"type": "string"},
+                    "description": "runtime card id -> digest (the router replays its cards where they differ)"}}},
 }
 
 MODEL_PARAM = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"},
@@ -71,7 +102,8 @@ TIMEOUT_PARAM = {"name": "X-SIE-Timeout-Ms", "in": "header", "required": False, 
 BODY_TYPES = ("application/json", "application/msgpack")
 
 
-ERROR_TEXT = {"400": "bad request", "401": "missing or wrong API key", "404": "unknown model",
+ERROR_TEXT = {"400": "bad request", "401": "missing or wrong API key (on the admin API: admin key)",
+              "403": "the admin API is off (no --admin-key-file)", "404": "unknown model",
               "408": "the body stopped arriving or took too long (the connection is closed)",
               "413": "too large (a compressed body: once decompressed)",
               "415": "Content-Encoding other than gzip, deflate or identity", "429": "overloaded (Retry-After)",
@@ -103,6 +135,27 @@ def _get(summary: str, schema: dict | None, content_type: str = "application/jso
                                                       **_errors(codes=errors)}, **extra}}
 
 
+def _admin(summary: str, method: str, schema: str, errors: Sequence[str], **extra) -> dict:
+    """An admin API operation: its own key (`admin` scheme), tagged so the work replay leaves it to
+    tests/server/test_runtime_config.py."""
+    return {method: {"summary": summary, "tags": ["admin"], "security": [{"admin": []}],
+                     "responses": {"200": {"description": "OK", "content": {"application/json": {
+                         "schema": _ref(schema)}}}, **_errors(codes=errors)}, **extra}}
+
+
+ADMIN_PATHS = {
+    "/v1/configs/models": {
+        **_admin("The runtime cards (added with POST)", "get", "CardList", ("401", "403")),
+        **_admin("Add or replace cards: one card, or a list; all checked before any is applied", "post",
+                 "CardsApplied", ("400", "401", "403"), requestBody={"required": True, "content": {
+                     "application/json": {"schema": {"oneOf": [_ref("Card"), {"type": "array", "items": _ref("Card"),
+                                                                              "minItems": 1}]}}}}),
+    },
+    "/v1/configs/models/{model}": _admin("Stop serving a runtime card's model (queued work is still answered)",
+                                         "delete", "CardRemoved", ("401", "403", "404"), parameters=[MODEL_PARAM]),
+}
+
+
 def openapi_document(tasks: Sequence[Task]) -> dict:
     """The document for a server serving these tasks (the registry's, when the app was made)."""
     schemas = {**SCHEMAS, **compat_openapi.SCHEMAS}
@@ -121,7 +174,9 @@ def openapi_document(tasks: Sequence[Task]) -> dict:
                            "description": "the path exists but not with this method; `Allow` lists its methods",
                            "headers": {"Allow": {"schema": {"type": "string"}}},
                            "content": {"application/json": {"schema": _ref("Error")}}}},
-                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"},
+                                           "admin": {"type": "http", "scheme": "bearer",
+                                                     "description": "a key of --admin-key-file"}}},
         "security": [{"bearer": []}],
         "paths": {
             **paths,
@@ -139,6 +194,7 @@ def openapi_document(tasks: Sequence[Task]) -> dict:
                             errors=("503",), security=[]),
             "/metrics": _get("Prometheus metrics", None, "text/plain", security=[]),
             "/openapi.json": _get("This document", {"type": "object"}, security=[]),
+            **ADMIN_PATHS,
             **compat_openapi.PATHS,  # TEI, Cohere/Jina, Weaviate's modules, Infinity (their own shapes)
         },
     }

@@ -204,6 +204,13 @@ def existing_file(text: str) -> Path:
     return path
 
 
+def directory(text: str) -> Path:
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise ValueError("is not a directory (give a directory; it is created if missing)")
+    return path
+
+
 def text(value: str) -> str:
     if not value.strip():
         raise ValueError("expected a non-empty value")
@@ -238,6 +245,17 @@ SERVE: tuple[Option, ...] = (
            env="SIE_API_KEYS", env_adds=True),
     Option("--api-key-file", "file of API keys, one per line; re-read when it changes", existing_file, None,
            "settings", metavar="PATH"),
+    Option("--admin-key-file", "file of admin keys, one per line, for the admin API (/v1/configs/models); re-read "
+           "when it changes; without it the admin API answers 403", existing_file, None, "settings",
+           metavar="PATH"),
+    Option("--config-dir", "where cards added with the admin API persist (read back at start, so a restarted "
+           "pod serves the same models)", directory, None, "settings", metavar="DIR",
+           default_text="none: runtime cards are lost with the process"),
+    Option("--pin", "never evict this model once loaded (a load that needs its memory is refused out_of_memory); "
+           "repeatable", text, (), "engine", "pinned", metavar="ID", repeat=True),
+    Option("--idle-evict-s", "unload a model after this many seconds without a batch (a card's idle_evict_s wins; "
+           "0 there: never)", seconds(), None, "engine", "idle_evict_s", metavar="SECONDS",
+           default_text="off"),
     Option("--pool", "the pool this server belongs to (reported to the router)", text, "default", "settings",
            metavar="NAME"),
     Option("--max-queued-tokens", "tokens a model may have queued before requests get 429", count(), 1 << 20,

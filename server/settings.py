@@ -30,6 +30,11 @@ class ServerSettings:
     # changes, so keys rotate without a restart.
     api_key_file: Path | None = _option("api_key_file")
     api_key_poll_s: float = 1.0
+    # Admin keys (the admin API, admin.py), one per line, re-read as the API key file is. None: the
+    # admin API answers 403. The API keys never grant it.
+    admin_key_file: Path | None = _option("admin_key_file")
+    # Where runtime cards persist (runtime_cards.py); None: in memory only, gone with the process.
+    config_dir: Path | None = _option("config_dir")
     # Models loaded before /readyz turns 200.
     preload: tuple[str, ...] = _option("preload")
     # The pool this server belongs to (reported to the router by /v1/status).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -68,7 +69,19 @@ def _body_arrived(request: web.Request) -> bool:
     return request.content.is_eof()
 
 
+@dataclass
+class AdminState:
+    """The admin API's (admin.py): the runtime cards, the admin keys, the cards the server started
+    with (a DELETE of a runtime card that replaced one brings it back), one change at a time."""
+
+    store: Any  # runtime_cards.RuntimeCards (imported there: this module stays light)
+    keys: ApiKeys
+    started_with: dict = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
 ENGINE = web.AppKey("engine", Engine)
+ADMIN = web.AppKey("admin", AdminState)
 SETTINGS = web.AppKey("settings", ServerSettings)
 METRICS = web.AppKey("metrics", ServerMetrics)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)

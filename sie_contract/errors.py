@@ -10,6 +10,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "unsupported_task": 400,
     "unsupported_output": 400,
     "unauthorized": 401,
+    "forbidden": 403,
     "model_not_found": 404,
     "not_found": 404,
     "method_not_allowed": 405,

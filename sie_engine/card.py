@@ -9,6 +9,7 @@ model in `sie_engine/catalog/` and in user directories (`--models DIR`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,12 @@ class ModelCard:
     # Head-specific settings (sparse, multivector, score, extract heads).
     options: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+    # Never evicted once loaded (a load that would need its memory is refused out_of_memory);
+    # `sie-server serve --pin ID` pins a card without editing it.
+    pinned: bool = False
+    # Unloaded after this many seconds without a batch. None: the server's --idle-evict-s
+    # (off by default); 0: never, whatever the server's default.
+    idle_evict_s: float | None = None
 
     def __post_init__(self) -> None:
         for output in self.outputs:
@@ -109,6 +116,13 @@ class ModelCard:
             raise ValueError(f"card {self.id}: query_tower {self.query_tower!r} is not one of its modalities")
         if self.max_seq_len <= 0 or self.max_batch_tokens < self.max_seq_len:
             raise ValueError(f"card {self.id}: need 0 < max_seq_len <= max_batch_tokens")
+        if not isinstance(self.pinned, bool):
+            raise ValueError(f"card {self.id}: pinned must be true or false, not {self.pinned!r}")
+        idle = self.idle_evict_s
+        if idle is not None and (isinstance(idle, bool) or not isinstance(idle, (int, float))
+                                 or not math.isfinite(idle) or idle < 0):
+            raise ValueError(f"card {self.id}: idle_evict_s must be a number of seconds >= 0 (0: never), "
+                             f"not {idle!r}")
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -127,6 +141,8 @@ class ModelCard:
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> ModelCard:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a card is a mapping of its fields (id, weights, ...), not {type(data).__name__}")
         data = dict(data)
         unknown = set(data) - {f.name for f in dataclasses.fields(ModelCard)}
         if unknown:
@@ -136,6 +152,8 @@ class ModelCard:
         weights = data.get("weights") or {"hub": data["id"]}
         if isinstance(weights, str):
             weights = {"path": weights}
+        if not isinstance(weights, Mapping):
+            raise ValueError(f"card {data['id']}: weights is a path or a mapping (hub, package, path, ...)")
         data["weights"] = WeightsSource(**weights)
         for key in ("outputs", "matryoshka_dims", "modalities"):
             if key in data:
@@ -145,6 +163,24 @@ class ModelCard:
     @staticmethod
     def from_file(path: Path) -> ModelCard:
         return ModelCard.from_dict(yaml.safe_load(Path(path).read_text()))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The card as plain data (lists, not tuples) that `from_dict` reads back to an equal card."""
+        data = dataclasses.asdict(self)
+        data["weights"] = {k: v for k, v in data["weights"].items() if v is not None}
+        for key in ("outputs", "matryoshka_dims", "modalities"):
+            data[key] = list(data[key])
+        data["options"] = dict(self.options)
+        return data
+
+
+def parse_card(data: Any, where: str) -> ModelCard:
+    """A card from its data (a YAML file's, or one of an admin API body's), every problem a
+    ValueError that starts `invalid model card <where>: ` (the same words for both)."""
+    try:
+        return ModelCard.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"invalid model card {where}: {exc}") from exc
 
 
 class Catalog:
@@ -164,7 +200,16 @@ class Catalog:
         return catalog
 
     def add(self, card: ModelCard) -> None:
-        self._cards[card.id] = card
+        # copy on write: other threads (the server's listing, admission) read the catalog while
+        # the admin API changes it on the engine's loop; a reader keeps the dict it started with
+        self._cards = {**self._cards, card.id: card}
+
+    def remove(self, model_id: str) -> ModelCard | None:
+        """Stop knowing a card; returns it (None when it was not there)."""
+        cards = dict(self._cards)
+        removed = cards.pop(model_id, None)
+        self._cards = cards
+        return removed
 
     def add_directory(self, directory: str | Path) -> list[ModelCard]:
         directory = Path(directory)
@@ -173,9 +218,10 @@ class Catalog:
         added = []
         for path in sorted(directory.rglob("*.y*ml")):
             try:
-                card = ModelCard.from_file(path)
-            except (ValueError, TypeError, yaml.YAMLError) as exc:
+                data = yaml.safe_load(path.read_text())
+            except yaml.YAMLError as exc:
                 raise ValueError(f"invalid model card {path}: {exc}") from exc
+            card = parse_card(data, str(path))
             self.add(card)
             added.append(card)
         return added

@@ -116,6 +116,10 @@ class _Tokenizers:
     def loaded(self, model_id: str) -> VocabularyLookup | None:
         return self._loaded.get(self._variants.base_of(model_id))
 
+    def forget(self, model_id: str) -> None:
+        """Its card changed: the next request loads the tokenizer the new card names."""
+        self._loaded.pop(model_id, None)
+
     async def get(self, card: ModelCard) -> VocabularyLookup:
         key = self._variants.base_of(card.id)
         tokenizer = self._loaded.get(key)
@@ -171,7 +175,11 @@ class Engine:
         pool_events: PoolEvents | None = None,
         scheduler_events: SchedulerEvents | None = None,
         load_retry_cooldown_s: float = 30.0,
+        pinned: Sequence[str] = (),
+        idle_evict_s: float | None = None,
     ):
+        """pinned: model ids never evicted (besides cards that say `pinned`); idle_evict_s: seconds
+        without a batch after which a model whose card sets no `idle_evict_s` is unloaded (None: never)."""
         self.catalog = catalog if catalog is not None else Catalog.builtin()
         self.variants = PrecisionVariants()  # the calls' precisions, by (model, precision): no catalog entries
         self.device = resolve_device(device)
@@ -204,8 +212,9 @@ class Engine:
                 has_work=lambda model_id: self.scheduler.has_work(model_id),
                 events=pool_events, retry_cooldown_s=load_retry_cooldown_s, builder=self._build,
                 host_cache_bytes=self.host_cache_bytes, on_load_done=lambda: self.scheduler.wake(),
-                batches_in_flight=self.parallelism.batches,
+                batches_in_flight=self.parallelism.batches, pinned=pinned, idle_evict_s=idle_evict_s,
             )
+            self._idle_timer = asyncio.get_running_loop().create_task(self.pool.watch_idle(), name="sie-idle-evict")
             self.scheduler = Scheduler(
                 self.pool, self._infer_pool, max_queued_tokens=max_queued_tokens,
                 max_total_queued_tokens=max_total_queued_tokens, max_queue_wait_s=max_queue_wait_s,
@@ -486,6 +495,7 @@ class Engine:
         dims = dict(runner.dims) if runner else ({"dense": card.dims} if card.dims and "dense" in card.outputs else {})
         failure = self.pool.failure(model)
         where = self._weights_location(card)
+        pinned = self.pool.is_pinned(model)
         return ModelInfo(
             id=card.id, family=runner.family.name if runner else card.family, tasks=card.tasks, outputs=card.outputs,
             dims=dims, matryoshka_dims=card.matryoshka_dims, max_seq_len=card.max_seq_len,
@@ -493,7 +503,52 @@ class Engine:
             error=failure.message if failure else None, description=card.description,
             weights="local" if runner else where.status, weights_source=where.source, weights_detail=where.detail,
             modalities=card.modalities, image_size=card.image_size,
+            pinned=pinned, idle_evict_s=None if pinned else self.pool.idle_limit(model),  # a pin outranks a limit
         )
+
+    async def set_cards(self, cards: Sequence[ModelCard]) -> list[str]:
+        """Add or replace cards at run time (the admin API). A replaced card's model is unloaded
+        once nothing uses it, and loads again from the new card on its next request; a card equal
+        to the one served changes nothing. Returns the ids whose card changed."""
+
+        async def apply() -> list[str]:
+            changed = []
+            for card in cards:
+                old = self.catalog.get(card.id)
+                if old == card:
+                    continue
+                self.catalog.add(card)
+                if old is not None:
+                    self._forget(card.id)
+                changed.append(card.id)
+            if changed:  # pins may have changed: loads refused for pinned memory may fit now
+                self.pool.forget_failures("out_of_memory")
+            self.pool.wake_idle()
+            return changed
+
+        return await self._on_engine_loop(apply)
+
+    async def remove_card(self, model: str) -> bool:
+        """Stop serving a model (the admin API): new requests get 404 at once, work already queued
+        for it is still answered, and its weights are unloaded once nothing uses them. False when
+        no such card was served."""
+
+        async def remove() -> bool:
+            card = self.catalog.remove(model)
+            if card is None:
+                return False
+            self._forget(model, removed=card)
+            self.pool.forget_failures("out_of_memory")
+            return True
+
+        return await self._on_engine_loop(remove)
+
+    def _forget(self, model: str, removed: ModelCard | None = None) -> None:
+        """Nothing of a replaced or removed card is reused: its weights, load plan, tokenizer and
+        weights location (the new card may name other files)."""
+        self.pool.retire(model, removed=removed)
+        self._tokenizers.forget(model)
+        self._locations.pop(model, None)
 
     def _weights_location(self, card: ModelCard) -> WeightsLocation:
         """Where a card's weights are, looked up at most every WEIGHTS_RECHECK_S per card
@@ -563,6 +618,7 @@ class Engine:
         if self._closed:
             return
         self._closed = True
+        self.loop.call_soon_threadsafe(self._idle_timer.cancel)
         asyncio.run_coroutine_threadsafe(self.scheduler.close(), self.loop).result(timeout=30)
         self._loop_thread.stop()
         for executor in (self._tokenize_pool, self._infer_pool, self._load_pool):

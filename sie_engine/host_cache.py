@@ -39,3 +39,12 @@ class HostCache:
 
     def take(self, model_id: str) -> ModelRunner | None:
         return self._entries.pop(model_id, None)
+
+    def ids(self) -> list[str]:
+        return list(self._entries)
+
+    def drop(self, model_id: str) -> None:
+        """Forget a kept runner (its card was replaced or removed: its weights are stale)."""
+        runner = self._entries.pop(model_id, None)
+        if runner is not None:
+            runner.release()

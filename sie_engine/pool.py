@@ -17,6 +17,14 @@ scheduler re-loads it when its turn comes), so no queued work is lost. A model l
 for queued work is not evicted before a batch has run on it. Concurrent loads of one
 model share one load. A failed load is remembered with its reason and retried after a
 cool-down.
+
+A model *pinned by its card* (`pinned: true`, or `--pin ID`) is never evicted: a load that
+would need the memory pinned models hold is refused out_of_memory at once rather than left
+waiting. A model with an idle limit (its card's `idle_evict_s`, else the server's
+`--idle-evict-s`) is unloaded once no batch has run on it for that long: one timer task
+(`watch_idle`) sleeps until the earliest such moment, so requests pay nothing for it. A model
+whose card is replaced or removed at run time is *retired*: unloaded once no batch runs on it
+and no work waits for it (a removed card keeps serving the work already queued for it).
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +52,10 @@ from .variants import PrecisionVariants
 from .weights import loaded_nbytes
 
 log = logging.getLogger(__name__)
+
+# How often a retired model, or one idle-limited but busy, is looked at again: its work
+# may go away without a batch ending (its clients gone), which wakes nothing.
+RECHECK_S = 0.25
 
 
 @dataclass
@@ -107,13 +119,17 @@ class ModelPool:
         on_load_done: Callable[[], None] = lambda: None,
         batches_in_flight: int = 1,
         variants: PrecisionVariants | None = None,
+        pinned: Collection[str] = (),
+        idle_evict_s: float | None = None,
     ):
         """has_work(model id): whether work waits for the model (the scheduler's view);
         on_load_done(): called after every load attempt, success or failure (the scheduler
         wakes on it); builder(card, layout, device): makes a ModelRunner (on the load thread);
         batches_in_flight: batches that may run at once (two of one model, say), each holding
         its activations; variants: the precision variants the engine made, which the pool loads
-        and keeps by their names (`<id>@<precision>`) beside the catalog's models."""
+        and keeps by their names (`<id>@<precision>`) beside the catalog's models; pinned: model
+        ids never evicted besides those whose card says `pinned`; idle_evict_s: the idle limit of
+        cards that set none (None or 0: off)."""
         self.catalog = catalog
         self.variants = variants if variants is not None else PrecisionVariants()
         self.device = device
@@ -137,10 +153,19 @@ class ModelPool:
         self.batches_in_flight = batches_in_flight
         # evicted models whose weights are still leaving (model id -> bytes still held, the move)
         self._evicting: dict[str, tuple[int, asyncio.Future]] = {}
+        self.pinned_ids = frozenset(pinned)
+        self.default_idle_evict_s = idle_evict_s
+        self._retiring: set[str] = set()  # cards replaced or removed: unload once unused
+        self._removed: dict[str, ModelCard] = {}  # removed cards whose queued work still runs
+        self._stale_offloads: set[str] = set()  # offloads under way of retired weights: not kept
+        self._idle_wake = asyncio.Event()
 
     # ---- state -------------------------------------------------------------
+    def _known_card(self, model_id: str) -> ModelCard | None:
+        return self.catalog.get(model_id) or self.variants.get(model_id) or self._removed.get(model_id)
+
     def card(self, model_id: str) -> ModelCard:
-        card = self.catalog.get(model_id) or self.variants.get(model_id)
+        card = self._known_card(model_id)
         if card is None:
             raise ModelNotFound(f"model {model_id!r} is not in the catalog (GET /v1/models lists the served models)")
         return card
@@ -194,6 +219,21 @@ class ModelPool:
             return plan.weight_bytes / resolve_dtype(self.card(model_id).dtype, self.device).itemsize
         return None
 
+    def is_pinned(self, model_id: str) -> bool:
+        """Pinned by its card or by `--pin` (a precision variant as its model is)."""
+        card = self._known_card(model_id)
+        return self.variants.base_of(model_id) in self.pinned_ids or bool(card is not None and card.pinned)
+
+    def idle_limit(self, model_id: str) -> float | None:
+        """Seconds without a batch after which the model is unloaded; None: never."""
+        card = self._known_card(model_id)
+        limit = card.idle_evict_s if card is not None and card.idle_evict_s is not None else self.default_idle_evict_s
+        return limit or None  # 0: never
+
+    def _pinned_bytes(self, besides: str) -> tuple[int, list[str]]:
+        held = [m for m in self._resident if m != besides and self.is_pinned(m)]
+        return sum(self._resident[m].nbytes for m in held), held
+
     # ---- use ---------------------------------------------------------------
     def touch(self, model_id: str) -> None:
         entry = self._resident.get(model_id)
@@ -210,6 +250,10 @@ class ModelPool:
         self._pins[model_id] -= 1
         if not self._pins[model_id]:
             del self._pins[model_id]
+            entry = self._resident.get(model_id)
+            if entry is not None:  # idle from the end of its last batch, not its start
+                entry.last_used = time.monotonic()
+            self.wake_idle()
             # A load waiting for room gets it now, before the dispatcher can pin this model
             # again for its next batch (a busy model would otherwise keep the room forever
             # and starve the older request behind the load).
@@ -280,6 +324,7 @@ class ModelPool:
         self._failures.pop(card.id, None)
         nbytes = runner.param_bytes + plan.reserve  # what the model measures, not the estimate
         self._resident[card.id] = Resident(runner, nbytes, time.monotonic())
+        self.wake_idle()  # its idle limit, if any, starts now
         seconds = time.monotonic() - started
         self.events.loaded(card.id, nbytes, seconds)
         log.info("loaded %s (%.1f MiB charged) in %.2fs", card.id, nbytes / 2**20, seconds)
@@ -314,6 +359,15 @@ class ModelPool:
                 "raise --memory-budget (Engine(memory_budget=...)) to serve it",
                 retryable=False,  # the budget is fixed for the process: no eviction makes room
             )
+        held, pinned = self._pinned_bytes(besides=model_id)
+        if need > self.budget_bytes - held:  # only unpinning makes room: waiting would be forever
+            raise ModelLoadFailed(
+                model_id, "out_of_memory",
+                f"needs {need / 2**20:.0f} MiB but pinned models ({', '.join(pinned)}) hold {held / 2**20:.0f} MiB "
+                f"of the {self.budget_bytes / 2**20:.0f} MiB memory budget, and pinned models are never evicted; "
+                "unpin one (its card's pinned, --pin) or raise --memory-budget",
+                retryable=False,
+            )
         async with self._room:
             # first come, first served: a load that has waited gets the room before a newer one
             # (say, a reload of the busy model just evicted for it) can take it
@@ -346,21 +400,22 @@ class ModelPool:
         loaded for queued work is not a candidate until a batch has run on it: two loads
         waiting for room would otherwise evict each other's fresh model forever."""
         candidates = [m for m, entry in self._resident.items()
-                      if m not in self._pins and not (entry.fresh and self._has_work(m))]
+                      if m not in self._pins and not self.is_pinned(m) and not (entry.fresh and self._has_work(m))]
         idle = [m for m in candidates if not self._has_work(m)]
         pick = idle or candidates
         return pick[0] if pick else None  # _resident is in LRU order
 
-    def evict(self, model_id: str) -> None:
+    def evict(self, model_id: str, keep_warm: bool = True) -> None:
         """Stop serving a model now. Weights the host cache keeps are offloaded on the load
         thread (a copy of up to gigabytes: never on the event loop) and stay charged until the
-        copy is done; weights it does not keep are dropped at once."""
+        copy is done; weights it does not keep (or `keep_warm=False`: stale weights) are dropped
+        at once."""
         entry = self._resident.pop(model_id, None)
         if entry is None:
             return
         self.events.evicted(model_id)
         log.info("evicted %s", model_id)
-        if not self.host_cache.fits(entry.runner):
+        if not keep_warm or not self.host_cache.fits(entry.runner):
             entry.runner.release()  # drops the tensors' storage: no copy, nothing to wait for
             self._freed()
             return
@@ -370,11 +425,92 @@ class ModelPool:
 
     def _offloaded(self, model_id: str, runner: ModelRunner, move: asyncio.Future) -> None:
         del self._evicting[model_id]
-        if not move.cancelled() and move.exception() is None:
+        stale = model_id in self._stale_offloads
+        self._stale_offloads.discard(model_id)
+        if not stale and not move.cancelled() and move.exception() is None:
             self.host_cache.put(model_id, runner)
         else:
             runner.release()  # the offload failed: the model reloads from its checkpoint
         self._freed()
+
+    # ---- cards changed at run time, idle limits ------------------------------
+    def retire(self, model_id: str, removed: ModelCard | None = None) -> None:
+        """The card of `model_id` was replaced, or removed (`removed`: the card, kept for the
+        work already queued for it): its weights, and its precision variants', are unloaded once
+        no batch runs on them and no work waits, and nothing of the old card is reused (load
+        plan, failure, weights kept warm)."""
+        def of_model(m: str) -> bool:
+            return self.variants.base_of(m) == model_id
+
+        if removed is not None:
+            self._removed[model_id] = removed
+        self._retiring.update(m for m in (*self._resident, *self._loading) if of_model(m))
+        self._stale_offloads.update(m for m in self._evicting if of_model(m))
+        for m in self.host_cache.ids():
+            if of_model(m):
+                self.host_cache.drop(m)
+        for table in (self._plans, self._failures):
+            for m in [m for m in table if of_model(m)]:
+                del table[m]
+        self.wake_idle()
+
+    def forget_failures(self, reason: str) -> None:
+        """Try again at once the loads that failed for `reason` (out_of_memory: a card was unpinned
+        or removed, and the room it held may be there now)."""
+        for model_id in [m for m, failure in self._failures.items() if failure.reason == reason]:
+            del self._failures[model_id]
+
+    def wake_idle(self) -> None:
+        """`watch_idle` looks again (a model loaded or ended a batch, a card changed)."""
+        self._idle_wake.set()
+
+    def _busy(self, model_id: str) -> bool:
+        return model_id in self._pins or model_id in self._loading or self._has_work(model_id)
+
+    def sweep(self, now: float) -> float | None:
+        """Unload retired models nothing uses any more and models idle past their limit;
+        returns the seconds until the next may be due (None: nothing to watch)."""
+        due: list[float] = []
+        for model_id in list(self._retiring):
+            if self._busy(model_id):
+                due.append(RECHECK_S)
+                continue
+            self._retiring.discard(model_id)
+            self.evict(model_id, keep_warm=False)
+        for model_id in list(self._removed):
+            if self._busy(model_id) or model_id in self._resident:
+                due.append(RECHECK_S)
+            else:
+                del self._removed[model_id]
+        for model_id, entry in list(self._resident.items()):
+            limit = self.idle_limit(model_id)
+            if limit is None or self.is_pinned(model_id):
+                continue
+            if self._busy(model_id):  # looked at again when its batch ends, or after its limit
+                due.append(limit)
+                continue
+            left = entry.last_used + limit - now
+            if left <= 0:
+                log.info("unloading %s: idle for %.1fs (idle_evict_s %g)", model_id, now - entry.last_used, limit)
+                self.evict(model_id)
+            else:
+                due.append(left)
+        return min(due) if due else None
+
+    async def watch_idle(self) -> None:
+        """The idle timer: sleeps until the next model may be due (or a wake-up), then sweeps.
+        Evicting drops references or hands the copy to the load thread: nothing heavy here."""
+        while True:
+            self._idle_wake.clear()
+            try:
+                delay = self.sweep(time.monotonic())
+            except Exception:  # a fault in one sweep must not end idle eviction for good
+                log.exception("idle sweep failed")
+                delay = RECHECK_S
+            try:
+                await asyncio.wait_for(self._idle_wake.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
 
     def _freed(self) -> None:
         if self.device.type == "cuda":

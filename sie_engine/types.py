@@ -90,6 +90,9 @@ class ModelInfo:
     # what encode items may carry (text; image too for CLIP and SigLIP) and the image side in pixels
     modalities: tuple[str, ...] = ("text",)
     image_size: int | None = None
+    # never evicted (its card's `pinned`, or --pin); unloaded after this many idle seconds (None: never)
+    pinned: bool = False
+    idle_evict_s: float | None = None
 
 
 @dataclass

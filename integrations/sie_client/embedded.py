@@ -91,6 +91,7 @@ def model_answer(info: Any) -> dict:
         "max_seq_len": info.max_seq_len, "state": info.state, "memory_bytes": info.memory_bytes, "error": info.error,
         "weights": {"status": info.weights, "source": info.weights_source, "detail": info.weights_detail},
         "modalities": list(info.modalities), "image_size": info.image_size,
+        "pinned": info.pinned, "idle_evict_s": info.idle_evict_s,
     }
 
 

@@ -81,3 +81,5 @@ class ModelInfo:
     weights: str = "local"  # local, download (fetched on first load) or unavailable
     modalities: tuple[str, ...] = ("text",)  # what encode items may carry: text, and image for CLIP / SigLIP
     image_size: int | None = None
+    pinned: bool = False  # never evicted (its card's pinned, or the server's --pin)
+    idle_evict_s: float | None = None  # unloaded after this many idle seconds; None: never

@@ -161,6 +161,8 @@ def parse_model(raw: Mapping[str, Any]) -> ModelInfo:
         weights=(raw.get("weights") or {}).get("status", "local"),
         modalities=tuple(raw.get("modalities") or ("text",)),
         image_size=raw.get("image_size"),
+        pinned=bool(raw.get("pinned", False)),
+        idle_evict_s=raw.get("idle_evict_s"),
     )
 
 

@@ -18,6 +18,7 @@ from ..auth import ApiKeys
 from ..body_budget import BODY_BUDGET, BodyBudget
 from ..errors import retry_headers, status_for
 from ..redact import public_text
+from . import admin
 from .bodies import model_in_body, read_forwarded, routing_model
 from .config import RouterConfig
 from .errors import error_response
@@ -38,6 +39,8 @@ API_KEYS = web.AppKey("api_keys", ApiKeys)
 SERVER_NAME = "sie-router"
 # The same open routes as an engine server (health, readiness, metrics, OpenAPI).
 _OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
+# The admin API checks its own key (admin.py), never the API key.
+_ADMIN_PATH = admin.PREFIX
 
 
 @web.middleware
@@ -70,7 +73,8 @@ async def _contract_errors(request: web.Request, handler) -> web.StreamResponse:
 @web.middleware
 async def _api_key(request: web.Request, handler) -> web.StreamResponse:
     keys = request.app[API_KEYS]
-    if keys.enabled and request.path not in _OPEN_PATHS:
+    on_admin = request.path == _ADMIN_PATH or request.path.startswith(_ADMIN_PATH + "/")
+    if keys.enabled and request.path not in _OPEN_PATHS and not on_admin:
         if not keys.check(request.headers.get("Authorization")):
             return error_response(401, "unauthorized",
                                   "missing or wrong API key: send 'Authorization: Bearer <key>'")
@@ -157,6 +161,8 @@ async def _worker_context(app: web.Application) -> AsyncIterator[None]:
         connector=aiohttp.TCPConnector(limit=1024), auto_decompress=False)
     registry = WorkerRegistry(config, app[METRICS], session)
     app[REGISTRY] = registry
+    app[admin.ROUTER_ADMIN].registry = registry
+    registry.after_poll = lambda worker: admin.replay_if_behind(app, session, worker)
     app[FORWARDER] = Forwarder(config, registry, app[METRICS], session)
     # One round before serving, so the first requests see the workers that are up.
     try:
@@ -169,6 +175,8 @@ async def _worker_context(app: web.Application) -> AsyncIterator[None]:
     tasks = [loop_task]
     if config.api_key_file is not None:
         tasks.append(asyncio.create_task(app[API_KEYS].watch(1.0), name="sie-router-key-file"))
+    if config.admin_key_file is not None:
+        tasks.append(asyncio.create_task(app[admin.ROUTER_ADMIN].keys.watch(1.0), name="sie-router-admin-keys"))
     yield
     for task in tasks:
         task.cancel()
@@ -191,6 +199,9 @@ def create_router_app(config: RouterConfig) -> web.Application:
     app[API_KEYS] = ApiKeys(tuple(config.api_keys), config.api_key_file)
     app[METRICS] = RouterMetrics()
     app[STATE] = {}
+    store = admin.RuntimeCards(config.config_dir)
+    store.load()  # ValueError for a bad dir or file (the CLI reports it)
+    admin.mount(app, admin.RouterAdmin(store=store, keys=ApiKeys((), config.admin_key_file)))
     app.cleanup_ctx.append(_worker_context)
     app.on_shutdown.append(_on_shutdown)
     for task in all_tasks():  # the registry's tasks when the app is made, as the workers serve them

@@ -53,6 +53,12 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         raise RouterUsageError("name workers with --worker or --service")
     values = targets(ROUTER, vars(args), "router")
     values["api_keys"] = frozenset(values["api_keys"])
+    from ..runtime_cards import RuntimeCards
+
+    try:  # a bad config dir is a usage error, before anything listens
+        RuntimeCards(values["config_dir"]).load()
+    except ValueError as exc:
+        raise RouterUsageError(str(exc)) from None
     return RouterConfig(**values)
 
 

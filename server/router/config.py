@@ -68,6 +68,10 @@ class RouterConfig:
     api_keys: frozenset[str] = field(default_factory=frozenset)
     # One key per line (or comma-separated); re-read when it changes (keys rotate without a restart).
     api_key_file: Path | None = None
+    # Admin keys for /v1/configs/models (router/admin.py); the router calls the workers with the first.
+    admin_key_file: Path | None = None
+    # Where the router keeps its runtime cards (replayed to workers that lack them); None: in memory.
+    config_dir: Path | None = None
 
     def known_pools(self) -> set[str]:
         pools = set(self.pools)

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..options import Option, choice, count, existing_file, port, positive_size, seconds, text
+from ..options import Option, choice, count, directory, existing_file, port, positive_size, seconds, text
 from .config import PoolService, RouterConfig, StaticWorker
 
 # the defaults RouterConfig declares (each with its reason there)
@@ -97,6 +97,11 @@ ROUTER: tuple[Option, ...] = (
             env_adds=True),
     _option("--api-key-file", "file of accepted keys (one per line), re-read when it changes", existing_file, None,
             "router", metavar="PATH"),
+    _option("--admin-key-file", "file of admin keys (one per line) for /v1/configs/models, re-read when it changes; "
+            "the workers need the same file: the router calls them with its first key", existing_file, None,
+            "router", metavar="PATH"),
+    _option("--config-dir", "where the router keeps the runtime cards it replays to workers that lack them",
+            directory, None, "router", metavar="DIR", default_text="none: in memory"),
     _option("--log-level", "debug, info, warning or error", choice("debug", "info", "warning", "error"), "info",
             metavar="LEVEL"),
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 import aiohttp
 
@@ -32,6 +33,8 @@ class WorkerRegistry:
         # Every model id a worker's /v1/status has listed (kept when a pool scales to zero, so
         # requests held for it still carry its label); bounded by the workers' catalogs.
         self.reported_models: set[str] = set()
+        # called with each worker whose status poll succeeded (the admin API's replay, admin.py)
+        self.after_poll: Callable[[Worker], None] | None = None
 
     # ---- waiting -------------------------------------------------------------------------
 
@@ -103,6 +106,8 @@ class WorkerRegistry:
                         resp.request_info, resp.history, status=resp.status)
                 worker.apply_status(await resp.json(content_type=None))
                 self.reported_models.update(worker.model_states)
+            if self.after_poll is not None:
+                self.after_poll(worker)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             if worker.up:
                 log.warning("worker %s failed its status poll: %r", worker.url, exc)

@@ -27,6 +27,8 @@ class Worker:
     assigned: dict[str, float] = field(default_factory=dict)
     # A 429 makes the worker "overloaded" until this monotonic time.
     busy_until: float = 0.0
+    # model id -> digest of the worker's runtime card (admin.py replays the router's when they differ)
+    configs: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.pool is None:
@@ -61,6 +63,8 @@ class Worker:
         self.model_states = {
             str(mid): str((info or {}).get("state", "")) for mid, info in models.items()
         }
+        configs = status.get("configs")
+        self.configs = {str(k): str(v) for k, v in configs.items()} if isinstance(configs, dict) else {}
 
     def mark_down(self) -> None:
         """The worker failed a poll or a request: unusable until a poll succeeds."""
