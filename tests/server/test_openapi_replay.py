@@ -376,8 +376,9 @@ def compat_request(path: str, method: str, model: str) -> tuple[str, dict | None
 
 
 def broken_model_answer(server, verb: str, path: str, method: str, model: str) -> httpx.Response:
-    if path.endswith("/.well-known/ready"):  # a failed load is remembered for a cool-down only:
-        call(server, "POST", f"/v1/encode/broken-{model}", {"items": ["x"]})  # fail it just now
+    # A failed load is remembered for a cool-down only, and reads (TEI /info, Weaviate's ready)
+    # load nothing: fail it just now.
+    call(server, "POST", f"/v1/encode/broken-{model}", {"items": ["x"]})
     return call(server, verb, *compat_request(path, method, "broken-" + model))
 
 
