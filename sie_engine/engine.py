@@ -2,8 +2,9 @@
 wrappers, on top of the catalog, the model pool and the scheduler.
 
 The engine runs its scheduler on an event loop of its own, in a background
-thread, so it serves callers from any event loop (the server's, a notebook's)
-or from plain threads. Tokenisation runs on a thread pool and inference on
+thread, so it serves callers from any event loop (a notebook's) or from plain
+threads; sie-server builds it on the server's own loop instead (`loop=`), so
+HTTP and scheduling do not take turns across two threads. Tokenisation runs on a thread pool and inference on
 inference threads (on CPU `cpu_batches`, default two, each batch on a share of
 torch's threads; on CUDA `cuda_batches`, default two, each on a stream of its own);
 neither blocks any event loop.
