@@ -137,15 +137,32 @@ class Server:
             self.process.kill()
 
 
-def start_servers(model_dir: Path) -> list[Server]:
+def sie_from_tree(tree: Path) -> list[str]:
+    """argv prefix running `sie-server` from another checkout (`git archive COMMIT | tar -x -C DIR`),
+    not from this environment's editable install, whose finder would win over sys.path."""
+    code = ("import sys; t = sys.argv.pop(1); sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in "
+            "repr(f)]; sys.path.insert(0, t); sys.argv[0] = 'sie-server'; import sie_engine; "
+            "assert sie_engine.__file__.startswith(t), sie_engine.__file__; import sie_server.cli as c; "
+            "sys.exit(c.main())")
+    if not (tree / "sie_server").exists():
+        (tree / "sie_server").symlink_to("server")  # the package's import name (package-dir in pyproject)
+    return [sys.executable, "-c", code, str(tree.resolve())]
+
+
+def start_servers(model_dir: Path, also: Path | None = None) -> list[Server]:
     minimal_port, sie_port = free_port(), free_port()
     sie = Path(sys.executable).with_name("sie-server")
-    return [
+    # no access log: the minimal server writes none either
+    sie_args = ["serve", "--no-builtin", "--model", f"{MODEL}={model_dir}", "--device", "cpu", "--preload", MODEL,
+                "--no-access-log"]
+    extra: list[Server] = []
+    if also is not None:  # an older checkout, side by side in the same run (before / after)
+        port = free_port()
+        extra = [Server("sie@" + also.name, [*sie_from_tree(also), *sie_args, "--port", str(port)], port)]
+    return extra + [
         Server("minimal", [sys.executable, __file__, "--serve-minimal", str(model_dir), "--port", str(minimal_port)],
                minimal_port),
-        # no access log: the minimal server writes none either
-        Server("sie-server", [str(sie), "serve", "--no-builtin", "--model", f"{MODEL}={model_dir}", "--device", "cpu",
-                              "--port", str(sie_port), "--preload", MODEL, "--no-access-log"], sie_port),
+        Server("sie-server", [str(sie), *sie_args, "--port", str(sie_port)], sie_port),
     ]
 
 
@@ -200,7 +217,7 @@ async def run(args) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict[tuple[str, int], list[Pass]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        servers = start_servers(make_free_model(Path(tmp)))
+        servers = start_servers(make_free_model(Path(tmp)), args.also)
         connector = aiohttp.TCPConnector(limit=args.clients)
         try:
             async with aiohttp.ClientSession(connector=connector) as session:
@@ -230,8 +247,9 @@ def report(results: dict[tuple[str, int], list[Pass]], sizes: list[int], args) -
     print("| request | system | req/s | p50 ms | p99 ms | server CPU ms/request |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     summary: dict[tuple[str, int], tuple[float, float, float]] = {}
+    names = ["minimal", "sie-server"] + sorted({name for name, _ in results} - {"minimal", "sie-server"})
     for size in sizes:
-        for name in ("minimal", "sie-server"):
+        for name in names:
             passes = sorted(results[(name, size)], key=lambda p: p.rate)
             mid = passes[len(passes) // 2]
             rate = statistics.median(p.rate for p in passes)
@@ -246,6 +264,10 @@ def report(results: dict[tuple[str, int], list[Pass]], sizes: list[int], args) -
         goal = "1/3" if size == 1 else "0.8"
         print(f"  {size:2} text(s): rate {s_rate / m_rate:.2f}x [>= {goal}], p99 {s_p99 / m_p99:.1f}x [<= 3x], "
               f"CPU {s_cpu:.2f} ms/request{' [<= 0.3]' if size == 1 else ''}")
+        for name in names[2:]:
+            o_rate, o_p99, o_cpu = summary[(name, size)]
+            print(f"  {size:2} text(s), {name}: rate {o_rate / m_rate:.2f}x, p99 {o_p99 / m_p99:.1f}x, "
+                  f"CPU {o_cpu:.2f} ms/request")
 
 
 def main(argv=None) -> int:
@@ -254,6 +276,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds; the systems' order alternates")
     parser.add_argument("--clients", type=int, default=32, help="requests in flight")
     parser.add_argument("--sizes", default="1,16", help="texts per request, comma-separated")
+    parser.add_argument("--also", type=Path, help="another checkout's tree (e.g. `git archive COMMIT | tar -x -C DIR`) "
+                        "whose sie-server runs side by side, as sie@DIR")
     parser.add_argument("--serve-minimal", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -120,6 +120,10 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+class _EngineOptionError(Exception):
+    """An engine option the Engine refused (a usage error, not a crash)."""
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from sie_engine import Engine
     from sie_engine.validation import Limits
@@ -146,19 +150,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
     values = vars(args)
     settings = ServerSettings(**targets(SERVE, values, "settings"))
     metrics = ServerMetrics()
-    try:
-        engine = Engine(catalog, **targets(SERVE, values, "engine"), limits=Limits(**targets(SERVE, values, "limits")),
-                        pool_events=metrics.pool_events, scheduler_events=metrics.scheduler_events)
-    except ValueError as exc:
-        return usage_error(str(exc))
+
+    async def run() -> int:
+        # the engine schedules on the server's own loop (Engine's `loop`: one thread, not two
+        # taking turns on the GIL), so it is built here, on that loop, and closed on it
+        try:
+            engine = Engine(catalog, **targets(SERVE, values, "engine"),
+                            limits=Limits(**targets(SERVE, values, "limits")), pool_events=metrics.pool_events,
+                            scheduler_events=metrics.scheduler_events, loop=asyncio.get_running_loop())
+        except ValueError as exc:
+            raise _EngineOptionError(str(exc)) from None
+        try:
+            return await serve(engine, settings, metrics)
+        finally:
+            await engine.aclose()
+
     served = False
     try:
-        code, served = asyncio.run(serve(engine, settings, metrics)), True
+        code, served = asyncio.run(run()), True
+    except _EngineOptionError as exc:
+        return usage_error(str(exc))
     except CannotListen as exc:
         print(f"sie-server: {exc}", file=sys.stderr)  # the one line: nothing was served
         code = 1
-    finally:
-        engine.close()
     if served:
         logging.getLogger("sie_server").info("engine closed")
     # Every request is answered and the engine is closed. Interpreter teardown of

@@ -66,6 +66,8 @@ class ServerMetrics:
         self.rejected = Counter("sie_rejected_total", "Requests refused by admission (429/503/504)",
                                 ["model", "reason"], registry=r)
         self._lock = threading.Lock()
+        self._request_children: dict[tuple[str, str, int], tuple] = {}
+        self._queue_children: dict[str, tuple] = {}
         self._queues: dict[str, tuple[int, int]] = {}
         self._resident: set[str] = set()
         self.pool_events = _PoolHooks(self)
@@ -73,11 +75,31 @@ class ServerMetrics:
 
     # ---- requests ----------------------------------------------------------
     def observe_request(self, model: str, route: str, status: int, timings: Timings | None, total_s: float) -> None:
-        self.requests.labels(model, route, str(status)).inc()
+        children = self._request_children.get((model, route, status))
+        if children is None:
+            children = self._request_children[(model, route, status)] = self._children_of(model, route, status)
+        count, queue, tokenize, inference, total = children
+        count.inc()
         if timings is not None:
-            for phase in ("queue", "tokenize", "inference"):
-                self.duration.labels(model, route, phase).observe(getattr(timings, phase))
-        self.duration.labels(model, route, "total").observe(total_s)
+            queue.observe(timings.queue)
+            tokenize.observe(timings.tokenize)
+            inference.observe(timings.inference)
+        total.observe(total_s)
+
+    def _children_of(self, model: str, route: str, status: int) -> tuple:
+        """A request's counter and phase histograms, looked up once per (model, route, status):
+        `labels()` takes a lock and builds its key on every call, five times a request (issue 27).
+        The keys are bounded: served model ids (or ""), route names, statuses."""
+        return (self.requests.labels(model, route, str(status)),
+                *(self.duration.labels(model, route, phase) for phase in ("queue", "tokenize", "inference", "total")))
+
+    def queue_children(self, model: str) -> tuple:
+        """A model's queued items, queued tokens and queue wait gauges, looked up once."""
+        children = self._queue_children.get(model)
+        if children is None:
+            children = self._queue_children[model] = (self.queued_items.labels(model),
+                                                      self.queued_tokens.labels(model), self.queue_wait.labels(model))
+        return children
 
     # ---- queue table (for /v1/status) --------------------------------------
     def queues(self) -> dict[str, tuple[int, int]]:
@@ -102,11 +124,12 @@ class _SchedulerHooks(SchedulerEvents):
     def queue_changed(self, model_id: str, items: int, tokens: int) -> None:
         with self.m._lock:
             self.m._queues[model_id] = (items, tokens)
-        self.m.queued_items.labels(model_id).set(items)
-        self.m.queued_tokens.labels(model_id).set(tokens)
+        queued_items, queued_tokens, _ = self.m.queue_children(model_id)
+        queued_items.set(items)
+        queued_tokens.set(tokens)
 
     def queue_wait(self, model_id: str, seconds: float) -> None:
-        self.m.queue_wait.labels(model_id).set(seconds)
+        self.m.queue_children(model_id)[2].set(seconds)
 
 
 class _PoolHooks(PoolEvents):

@@ -2,8 +2,9 @@
 wrappers, on top of the catalog, the model pool and the scheduler.
 
 The engine runs its scheduler on an event loop of its own, in a background
-thread, so it serves callers from any event loop (the server's, a notebook's)
-or from plain threads. Tokenisation runs on a thread pool and inference on
+thread, so it serves callers from any event loop (a notebook's) or from plain
+threads; sie-server builds it on the server's own loop instead (`loop=`), so
+HTTP and scheduling do not take turns across two threads. Tokenisation runs on a thread pool and inference on
 inference threads (on CPU `cpu_batches`, default two, each batch on a share of
 torch's threads; on CUDA `cuda_batches`, default two, each on a stream of its own);
 neither blocks any event loop.
@@ -81,6 +82,37 @@ def default_host_cache(device: torch.device) -> int:
     if device.type == "cuda":
         return min(8 * 2**30, int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.25))
     return 0
+
+
+# Texts this short in all (characters) are tokenised on the engine's loop, not on the tokenizer
+# pool: a short query tokenises in tens of microseconds, less than the pool's two thread
+# hand-offs (a queue put that wakes a worker, a self-pipe write that wakes the loop) and
+# the GIL switches they bring (issue 27, 2026-12-02). Longer inputs go to the pool, whose
+# threads tokenise with the GIL released, beside the loop.
+INLINE_TOKENIZE_CHARS = 1024
+
+
+def _text_chars(args: tuple) -> float:
+    """Characters of the texts among a tokenizer method's arguments (lists of strings or of
+    string pairs); infinite where an argument is anything else (sent to the pool)."""
+    chars = 0
+    for arg in args:
+        if not isinstance(arg, (list, tuple)):
+            return math.inf
+        for text in arg:
+            if not isinstance(text, str):
+                return math.inf
+            chars += len(text)
+            if chars > INLINE_TOKENIZE_CHARS:
+                return chars
+    return chars
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class _LoopThread:
@@ -177,9 +209,19 @@ class Engine:
         load_retry_cooldown_s: float = 30.0,
         pinned: Sequence[str] = (),
         idle_evict_s: float | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ):
         """pinned: model ids never evicted (besides cards that say `pinned`); idle_evict_s: seconds
-        without a batch after which a model whose card sets no `idle_evict_s` is unloaded (None: never)."""
+        without a batch after which a model whose card sets no `idle_evict_s` is unloaded (None: never).
+
+        loop: the event loop to schedule on. None (the default): a loop of its own in a
+        background thread, so any caller's loop or thread can use the engine. A server passes
+        its own loop, and must then build the engine on it (inside a coroutine) and end it with
+        `aclose()`: HTTP and scheduling on one thread save two cross-thread wake-ups per request
+        (issue 27: on one GIL two loops only took turns, and every hand-off between them cost
+        a self-pipe write and a GIL switch)."""
+        if loop is not None and loop is not _running_loop():
+            raise ValueError("an Engine sharing a loop must be built on that loop, while it runs")
         self.catalog = catalog if catalog is not None else Catalog.builtin()
         self.variants = PrecisionVariants()  # the calls' precisions, by (model, precision): no catalog entries
         self.device = resolve_device(device)
@@ -197,14 +239,14 @@ class Engine:
         self._infer_pool = concurrent.futures.ThreadPoolExecutor(self.parallelism.batches,
                                                                  thread_name_prefix="sie-infer")
         self._load_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sie-load")
-        self._loop_thread = _LoopThread("sie-engine")
-        self.loop = self._loop_thread.loop
+        self._loop_thread = _LoopThread("sie-engine") if loop is None else None
+        self.loop = loop if loop is not None else self._loop_thread.loop  # type: ignore[union-attr]
         self._closed = False
         self._locations: dict[str, tuple[float, WeightsLocation]] = {}
         # Models preloaded (`load`): admitted about one batch at a time until measured (_cold_batch).
         self._preloaded: set[str] = set()
 
-        async def setup():
+        def setup():
             # the pool asks the scheduler what work waits and wakes it after loads; the scheduler
             # is made next, so the two calls reach it through the engine
             self.pool = ModelPool(
@@ -224,7 +266,13 @@ class Engine:
             self._tokenizers = _Tokenizers(self._tokenize_pool, self.pool, self.variants)
             self.scheduler.start()
 
-        asyncio.run_coroutine_threadsafe(setup(), self.loop).result()
+        async def setup_there():
+            setup()
+
+        if loop is not None:
+            setup()  # on the loop already (checked above)
+        else:
+            asyncio.run_coroutine_threadsafe(setup_there(), self.loop).result()
 
     # ---- plumbing ----------------------------------------------------------
     def _build(self, card: ModelCard, layout: CheckpointLayout, device: torch.device) -> ModelRunner:
@@ -232,11 +280,7 @@ class Engine:
 
     async def _on_engine_loop(self, fn: Callable[..., Coroutine], *args, **kwargs):
         """Run `fn` on the engine's loop from whichever loop the caller is on."""
-        try:
-            current = asyncio.get_running_loop()
-        except RuntimeError:
-            current = None
-        if current is self.loop:
+        if _running_loop() is self.loop:
             return await fn(*args, **kwargs)
         future = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop))
         # A caller cancelled (client gone) just as its answer arrived never reads it: mark it read,
@@ -245,6 +289,8 @@ class Engine:
         return await future
 
     def _sync(self, fn: Callable[..., Coroutine], *args, **kwargs):
+        if _running_loop() is self.loop:
+            raise RuntimeError("a sync engine call on the engine's own loop would block it; await the async call")
         return asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop).result()
 
     def card(self, model_id: str, precision: str | None = None) -> ModelCard:
@@ -278,7 +324,11 @@ class Engine:
         tokenizer = await self._tokenizers.get(card)
         started = time.monotonic()
         fn = getattr(tokenizer, method)
-        result = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, lambda: fn(*args, **kwargs))
+        if _text_chars(args) <= INLINE_TOKENIZE_CHARS:  # cheaper than the hand-off to the pool and back
+            result = fn(*args, **kwargs)
+        else:
+            result = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool,
+                                                                      lambda: fn(*args, **kwargs))
         return result, time.monotonic() - started
 
     async def with_tokenizer(self, card: ModelCard, fn: Callable[..., Any], *args) -> tuple[Any, float]:
@@ -615,12 +665,29 @@ class Engine:
         return await self._on_engine_loop(abort)
 
     def close(self) -> None:
+        """End the engine from outside its loop (an engine on a shared loop: `await aclose()`)."""
         if self._closed:
             return
+        if self._loop_thread is None:
+            raise RuntimeError("this engine runs on its caller's loop: end it with `await engine.aclose()` there")
         self._closed = True
         self.loop.call_soon_threadsafe(self._idle_timer.cancel)
         asyncio.run_coroutine_threadsafe(self.scheduler.close(), self.loop).result(timeout=30)
         self._loop_thread.stop()
+        self._shutdown_threads()
+
+    async def aclose(self) -> None:
+        """End the engine from any loop (the one it shares, or another)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.loop.call_soon_threadsafe(self._idle_timer.cancel)
+        await self._on_engine_loop(self.scheduler.close)
+        if self._loop_thread is not None:
+            self._loop_thread.stop()
+        self._shutdown_threads()
+
+    def _shutdown_threads(self) -> None:
         for executor in (self._tokenize_pool, self._infer_pool, self._load_pool):
             executor.shutdown(wait=False, cancel_futures=True)
 

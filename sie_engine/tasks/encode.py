@@ -100,7 +100,12 @@ async def _submit_texts(engine: TaskContext, card, work_request, texts: list[str
         method, kwargs = "encode", {}
     tokens = 0
     tokenize_s = 0.0
-    pending = asyncio.ensure_future(engine.tokenize(card, method, texts[:TOKENIZE_CHUNK], **kwargs))
+    if len(texts) <= TOKENIZE_CHUNK:  # one chunk: awaited here, no task of its own to schedule
+        first: asyncio.Future = asyncio.get_running_loop().create_future()
+        first.set_result(await engine.tokenize(card, method, texts, **kwargs))
+    else:
+        first = asyncio.ensure_future(engine.tokenize(card, method, texts[:TOKENIZE_CHUNK], **kwargs))
+    pending = first
     try:
         for start in range(0, len(texts), TOKENIZE_CHUNK):
             tokenized, seconds = await pending
