@@ -107,6 +107,9 @@ def multivector_function(mode, colbert_cards):
         model=COLBERT, url=url, model_dirs=[str(colbert_cards)] if url == "embedded" else None)
 
 
+# over HTTP only: the function's code is the same in both modes, and embedded mode equals HTTP item
+# for item (test_client.py); the README recipe and blank texts below run in both
+@pytest.mark.parametrize("mode", ["http"], indirect=True)
 def test_multivector_function_maxsim_recall(mode, colbert_cards, tmp_path):
     """"sie-multivector" in a MultiVector column: `table.add` of text rows embeds and stores every
     row's token vectors (lancedb 0.40 stored NULL, silently), and LanceDB's multivector search ranks

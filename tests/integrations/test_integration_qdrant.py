@@ -28,6 +28,11 @@ from integration_recall import (  # noqa: E402
 from sie_client import AsyncSIEClient, SIEClient  # noqa: E402
 from sie_qdrant import AsyncSIEQdrant, SIEQdrant, point_id  # noqa: E402
 
+# The sparse, hybrid and multi-vector paths run over HTTP only: the adapter's code is the same in
+# both modes, and embedded mode equals HTTP item for item (test_client.py); dense recall and the
+# point layout still run in both.
+HTTP_ONLY = pytest.mark.parametrize("sie_client", ["http"], indirect=True)
+
 
 @pytest.fixture(scope="module", params=["embedded", "http"])
 def sie_client(request, colbert_cards, reranker_dir):
@@ -68,6 +73,7 @@ def ranked_ids(points_per_query):
     return [[p.payload["id"] for p in points] for points in points_per_query]
 
 
+@HTTP_ONLY
 def test_collection_config_from_models(indexed_hybrid):
     helper, qdrant, _ = indexed_hybrid
     info = qdrant.get_collection("debian").config.params
@@ -94,6 +100,7 @@ def sparse_dicts(vectors):
     return [dict(zip(v.indices, v.values)) for v in vectors]
 
 
+@HTTP_ONLY
 def test_sparse_recall(indexed_hybrid, sie_client):
     helper, qdrant, stored = indexed_hybrid
     docs, queries = sample(SMALL_SAMPLE_DOCS)
@@ -107,6 +114,7 @@ def test_sparse_recall(indexed_hybrid, sie_client):
     assert exact > 15.0, exact
 
 
+@HTTP_ONLY
 def test_sparse_idf_on_request(indexed_hybrid, sie_client):
     """sparse_idf=True: Qdrant weighs query terms by IDF over the stored points (for vectors
     that call for it); brute force with the same IDF formula ranks the same."""
@@ -150,6 +158,7 @@ def rrf(rankings, weights=(1.0, 1.0), k=2):
     return fused
 
 
+@HTTP_ONLY
 def test_hybrid_rrf_recall(indexed_hybrid, sie_client):
     """Prefetch dense + sparse, fuse with RRF in Qdrant; brute force does the same fusion in numpy."""
     helper, qdrant, stored = indexed_hybrid
@@ -212,6 +221,7 @@ def test_upload_points_streams_encoded_points(embedded_client):
     assert [by_id[i].payload["text"] for i in ids] == texts
 
 
+@HTTP_ONLY
 def test_multivector_max_sim_recall(sie_client):
     """A named multi-vector (MAX_SIM) from a late-interaction model: Qdrant's ranking equals
     brute-force MaxSim over the stored token vectors. (The tiny ColBERT has random weights:
@@ -230,6 +240,7 @@ def test_multivector_max_sim_recall(sie_client):
     assert sum(a[:3] == [p.payload["id"] for p in b[:3]] for a, b in zip(exact_ranked, found)) >= 0.95 * len(queries)
 
 
+@HTTP_ONLY
 def test_hybrid_with_sie_rerank(indexed_hybrid, sie_client):
     """rerank=True: the fused candidates come back in the order of SIE's scores for them."""
     helper, qdrant, _ = indexed_hybrid
