@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sie_contract.values import Classification, Entity, Relation, SparseVector
+from sie_contract.values import Classification, Entity, Page, Relation, SparseVector
 
 
 @dataclass
@@ -24,6 +24,7 @@ class EncodedItem:
     dense: Any = None  # np.ndarray [dims] (or Quantized / packed bits per output_dtype)
     sparse: SparseVector | None = None
     multivector: Any = None  # np.ndarray [tokens, dims]
+    page: Page | None = None  # a document item's page (the item's id is the document's)
 
 
 @dataclass

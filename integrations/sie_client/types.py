@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from sie_contract.values import Classification, Entity, Quantized, Relation, SparseVector
+from sie_contract.values import Classification, Entity, Page, Quantized, Relation, SparseVector
 
 
 @dataclass
@@ -17,6 +17,7 @@ class EncodedItem:
     dense: Any = None  # np.ndarray [dims] (float32/float16; uint8 packed bits for binary; Quantized for int8)
     sparse: SparseVector | None = None
     multivector: Any = None  # np.ndarray [tokens, dims]
+    page: Page | None = None  # a document item's page (the item's id is the document's)
 
 
 @dataclass
