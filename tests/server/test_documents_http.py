@@ -237,3 +237,20 @@ def test_admission_counts_a_document_as_its_pages():
     text_alone = upper_bound_tokens({"items": ["ab"]}, 77, image_tokens=5, document_pages=64)
     assert upper_bound_tokens({"items": [{**document, "pages": [1, 2]}, "ab"]}, 77, image_tokens=5,
                               document_pages=64) == 2 * 5 + text_alone
+
+
+def test_openapi_documents_the_document_item_and_the_page_answer(server, document):
+    import jsonschema
+
+    spec = httpx.get(f"{server.url}/openapi.json", timeout=30).json()
+    operation = spec["paths"]["/v1/encode/{model}"]["post"]
+    request_schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    answer_schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    body = {"items": [{"document": base64.b64encode(document).decode(), "pages": [2], "dpi": 72}, "x"]}
+    answer = encode_json(server, body["items"]).json()
+    for schema, value in ((request_schema, body), (answer_schema, answer)):
+        jsonschema.validate(value, {**schema, "components": spec["components"]}, cls=jsonschema.Draft202012Validator)
+    with pytest.raises(jsonschema.ValidationError):  # the page's shape is documented, not free-form
+        broken = {**answer, "items": [{**answer["items"][0], "page": {"number": "two"}}]}
+        jsonschema.validate(broken, {**answer_schema, "components": spec["components"]},
+                            cls=jsonschema.Draft202012Validator)
