@@ -74,6 +74,11 @@ PageNumber = Annotated[int, Meta(ge=1)]
 PageNumbers = Annotated[list[PageNumber], Meta(min_length=1, max_length=MAX_WIRE_ITEMS,
                                                description="1-based page numbers to render, in the order "
                                                            "given (default: every page)")]
+# ranges as a printing dialog takes them: "1-3,7,10-" (10- runs to the last page)
+PAGE_RANGES = r"^\s*\d+\s*(-\s*\d*\s*)?(,\s*\d+\s*(-\s*\d*\s*)?)*$"
+PageRanges = Annotated[str, Meta(pattern=PAGE_RANGES, max_length=1024,
+                                 description="1-based page ranges to render, e.g. \"1-3,7,10-\" (\"10-\": to the "
+                                             "last page)")]
 # Vectors in an answer: JSON lists (numpy arrays written by orjson) or msgpack tensor objects.
 Tensor = Annotated[Any, Meta(extra_json_schema={"$ref": "#/components/schemas/Tensor"})]
 
@@ -106,7 +111,7 @@ class EncodeItem(_Shape):
     text: Text | None = None
     image: Image = None
     document: Document = None
-    pages: PageNumbers | None = None
+    pages: PageNumbers | PageRanges | None = None
     dpi: Dpi | None = None
     id: ItemId | None = None
 

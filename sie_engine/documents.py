@@ -138,22 +138,38 @@ def page_scale(width: float, height: float, dpi: int, max_pixels: int, field: st
     return scale
 
 
-def _page_numbers(pages: list[int] | None, count: int, limits: Limits, field: str) -> list[int]:
-    """The 1-based page numbers to render: those asked for, else all; 413 beyond the limit."""
+def _page_numbers(pages: list[int] | str | None, count: int, limits: Limits, field: str) -> list[int]:
+    """The 1-based page numbers to render: those asked for (numbers, or ranges), else all; 413
+    beyond the limit, decided before a range is expanded."""
     most = limits.max_document_pages
     if pages is None:
         if count > most:
             raise PayloadTooLarge(f"{field} has {count} pages; at most {most} are rendered per document: send "
-                                  f"`pages` (e.g. [1, 2, 3]) to choose up to {most}, or split it", field=field)
+                                  f"`pages` (e.g. [1, 2, 3] or \"1-3\") to choose up to {most}, or split it",
+                                  field=field)
         return list(range(1, count + 1))
-    if len(pages) > most:
-        raise PayloadTooLarge(f"{field}.pages names {len(pages)} pages; at most {most} per document",
-                              field=f"{field}.pages")
-    beyond = [number for number in pages if not 1 <= number <= count]
-    if beyond:
-        raise InvalidRequest(f"{field}.pages names page {beyond[0]}, but the document has {count} page(s) "
-                             "(pages are numbered from 1)", field=f"{field}.pages")
-    return list(pages)
+    where = f"{field}.pages"
+    spans = _spans(pages, count) if isinstance(pages, str) else [(number, number) for number in pages]
+    asked = sum(max(0, last - first + 1) for first, last in spans)
+    if asked > most:
+        raise PayloadTooLarge(f"{where} names {asked} pages; at most {most} per document", field=where)
+    for first, last in spans:
+        if first > last:
+            raise InvalidRequest(f"{where} has the range {first}-{last}, which runs backwards", field=where)
+        for number in (first, last):
+            if not 1 <= number <= count:
+                raise InvalidRequest(f"{where} names page {number}, but the document has {count} page(s) "
+                                     "(pages are numbered from 1)", field=where)
+    return [number for first, last in spans for number in range(first, last + 1)]
+
+
+def _spans(ranges: str, count: int) -> list[tuple[int, int]]:
+    """"1-3,7,10-" (the contract's PAGE_RANGES) -> [(1, 3), (7, 7), (10, count)]."""
+    spans = []
+    for part in ranges.split(","):
+        first, dash, last = (piece.strip() for piece in part.partition("-"))
+        spans.append((int(first), (int(last) if last else count) if dash else int(first)))
+    return spans
 
 
 def _unreadable(exc: pypdfium2.PdfiumError, field: str) -> InvalidRequest:

@@ -28,7 +28,7 @@ class DocumentItem:
     request struct checked their types), rendered into pages later (documents.py)."""
 
     data: str | bytes | bytearray
-    pages: list[int] | None = None
+    pages: list[int] | str | None = None  # page numbers, or ranges ("1-3,7,10-")
     dpi: int | None = None
 
 

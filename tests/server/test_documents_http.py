@@ -19,6 +19,7 @@ import msgpack
 import numpy as np
 import pytest
 
+from colpali_fixtures import make_tiny_colpali
 from image_fixtures import assert_cosine, make_tiny_clip, reference_features
 from pdf_fixtures import (
     encrypted_pdf,
@@ -45,8 +46,14 @@ def clip(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(clip, tmp_path_factory):
-    process = start_server("--model", f"clip={clip}", "--preload", "clip", "--max-image-pixels", "4000000",
+def colpali(tmp_path_factory) -> Path:
+    return make_tiny_colpali(tmp_path_factory.mktemp("document-models") / "colpali")
+
+
+@pytest.fixture(scope="module")
+def server(clip, colpali, tmp_path_factory):
+    process = start_server("--model", f"clip={clip}", "--model", f"colpali={colpali}", "--preload", "clip",
+                           "--max-image-pixels", "4000000",
                            "--max-page-pixels", str(MAX_PAGE_PIXELS), log_dir=tmp_path_factory.mktemp("sie-server"))
     try:
         yield process
@@ -118,10 +125,26 @@ def test_msgpack_raw_bytes_with_chosen_pages_in_the_order_given(server, document
     assert np.allclose(dense(response.json())[1:], dense(as_images.json()), atol=1e-6)
 
 
+def test_colpali_page_multivectors_equal_the_pages_sent_as_images_and_score_refuses_documents(server, document):
+    def encode(items: list) -> list[np.ndarray]:
+        response = httpx.post(f"{server.url}/v1/encode/colpali", json={"items": items, "output_types": ["multivector"]},
+                              timeout=60)
+        assert response.status_code == 200, response.text
+        return [np.asarray(item["multivector"], dtype=np.float32) for item in response.json()["items"]]
+
+    pages = encode([{"document": base64.b64encode(document).decode(), "dpi": 72}])
+    renders = [png(reference_render(document, n, 1.0)) for n in (1, 2, 3)]
+    images = encode([{"image": base64.b64encode(data).decode()} for data in renders])
+    assert len(pages) == 3 and all(np.allclose(a, b, atol=1e-5) for a, b in zip(pages, images))
+    score = httpx.post(f"{server.url}/v1/score/colpali", timeout=60, json={
+        "query": "revenue", "items": [{"document": base64.b64encode(document).decode()}]})
+    assert score.status_code == 400 and "encode the document" in score.json()["error"]["message"]
+
+
 def test_clients_sync_async_and_embedded_keep_pages_apart(server, clip, document, tmp_path):
     path = tmp_path / "doc.pdf"
     path.write_bytes(document)
-    items = [{"id": "d", "document": path, "pages": [2, 3], "dpi": 72}, "x"]
+    items = [{"id": "d", "document": path, "pages": "2-", "dpi": 72}, "x"]  # a range: page 2 to the last
     with SIEClient(server.url, encoding="msgpack") as client:
         sync = client.encode("clip", items, normalize=False)
 
@@ -181,6 +204,7 @@ def test_hostile_documents_get_a_4xx_and_the_server_keeps_serving(server, name):
     ({"text": "x", "pages": [1]}, 400, "applies to a document item only"),
     ({"document": "JVBERi0=", "dpi": 5000}, 400, "dpi"),
     ({"document": "JVBERi0=", "pages": [0]}, 400, "pages"),
+    ({"document": "JVBERi0=", "pages": "one to three"}, 400, "pages"),
 ])
 def test_bad_document_fields_are_400s(server, item, status, fragment):
     response = encode_json(server, [item])
@@ -189,8 +213,13 @@ def test_bad_document_fields_are_400s(server, item, status, fragment):
 
 
 def test_pages_beyond_the_document_and_too_many_items_are_refused(server, document):
-    beyond = encode_json(server, [{"document": base64.b64encode(document).decode(), "pages": [2, 9]}])
+    encoded = base64.b64encode(document).decode()
+    beyond = encode_json(server, [{"document": encoded, "pages": [2, 9]}])
     assert beyond.status_code == 400 and "names page 9, but the document has 3" in beyond.json()["error"]["message"]
+    backwards = encode_json(server, [{"document": encoded, "pages": "1, 3-2"}])
+    assert backwards.status_code == 400 and "3-2, which runs backwards" in backwards.json()["error"]["message"]
+    many = encode_json(server, [{"document": encoded, "pages": "1-100000"}])  # refused before it is expanded
+    assert many.status_code == 413 and "names 100000 pages; at most 64" in many.json()["error"]["message"]
     over = encode_msgpack(server, [{"document": b"%PDF-" + bytes(21 * 2**20)}])
     assert over.status_code == 413 and "per document" in over.json()["error"]["message"]
 
