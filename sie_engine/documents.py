@@ -65,9 +65,10 @@ class PdfPage(PictureSource):
     def size(self) -> tuple[int, int]:
         return self.page.width_px, self.page.height_px
 
-    def picture(self):
+    def picture(self, field: str):
         """The page rendered as pypdfium2 renders it (`PdfPage.render(scale)`, white background,
-        annotations drawn, no form fields) -> an RGB PIL image of `size`."""
+        annotations drawn, no form fields) -> an RGB PIL image of `size`. InvalidRequest naming
+        `field` for a page pdfium cannot load (a page tree that parsed but a page that does not)."""
         import pypdfium2
 
         with _PDFIUM:
@@ -84,6 +85,8 @@ class PdfPage(PictureSource):
                         bitmap.close()
                 finally:
                     page.close()
+            except pypdfium2.PdfiumError as exc:
+                raise InvalidRequest(f"{field} could not be rendered: a malformed page ({exc})", field=field) from None
             finally:
                 document.close()
         return image

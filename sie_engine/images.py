@@ -78,8 +78,8 @@ class PictureSource(ABC):
         """(width, height) in pixels of the picture `picture` makes."""
 
     @abstractmethod
-    def picture(self):
-        """The RGB PIL image."""
+    def picture(self, field: str):
+        """The RGB PIL image (InvalidRequest naming `field` where it cannot be made)."""
 
 
 # The most pixels a checkpoint's resize may make of one image (2048 x 2048). A shortest-edge
@@ -218,7 +218,7 @@ def prepare_images(processor, values: Sequence[Any], fields: Sequence[str], limi
 
         if isinstance(value, PictureSource):  # a document's page: its size is known before it is rendered
             check(*value.size)
-            picture = value.picture()
+            picture = value.picture(field)
         else:
             picture = decode_image(image_bytes(value, limits, field), limits, field, check)
         pixels.append(take(processor(images=[picture], return_tensors="np")).astype(np.float32))

@@ -126,3 +126,9 @@ def page_box_pdf(width: float, height: float) -> bytes:
     box = b"0 0 %g %g" % (width, height)
     return hand_written_pdf(_page_objects(b"0 0 0 rg %g %g %g %g re f" % (width / 4, height / 4, width / 2, height / 2),
                                           box=box))
+
+
+def broken_page_pdf() -> bytes:
+    """A well-formed file whose page tree names a page that is not a page object (the integer 42)."""
+    return hand_written_pdf([b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+                             b"42"])

@@ -22,6 +22,7 @@ import pytest
 from colpali_fixtures import make_tiny_colpali
 from image_fixtures import assert_cosine, make_tiny_clip, reference_features
 from pdf_fixtures import (
+    broken_page_pdf,
     encrypted_pdf,
     external_file_pdf,
     image_bomb_pdf,
@@ -91,7 +92,7 @@ def test_rendered_pages_equal_pypdfium2_at_the_same_scale(document):
         pages = plan_document(DocumentItem(document, None, dpi), Limits(), "items[0].document", 0)
         assert [p.page.number for p in pages] == [1, 2, 3]
         for page, (width, height) in zip(pages, SIZES):
-            ours = page.picture()
+            ours = page.picture("d")
             reference = reference_render(document, page.page.number, dpi / 72)
             assert ours.size == reference.size == (page.page.width_px, page.page.height_px) == \
                 (width * dpi // 72, height * dpi // 72)
@@ -180,6 +181,7 @@ HOSTILE = {  # name: (the document, its status, what the message says)
     "not a PDF": (lambda: b"GIF89a not a document", 400, "is not a PDF"),
     "malformed": (lambda: b"%PDF-1.7\n1 0 obj << /Type /Catalog >> garbage", 400, "malformed or truncated PDF"),
     "truncated": (lambda: make_pdf([(100, 100)])[:300], 400, "malformed or truncated PDF"),
+    "a page that is not a page": (broken_page_pdf, 400, "malformed PDF"),
     "encrypted": (encrypted_pdf, 400, "encrypted PDF that needs a password"),
     "thousands of pages": (_thousand_pages, 413, "has 3000 pages; at most 64"),
     "a page too thin for the model": (lambda: page_box_pdf(1, 14400), 413,
@@ -243,12 +245,12 @@ def test_javascript_forms_links_and_file_references_are_inert(monkeypatch, tmp_p
     scripted = javascript_form_pdf()
     (page,) = plan_document(DocumentItem(scripted, None, 72), Limits(), "d", 0)
     # only the content stream's black square is drawn: no widget, no script, no link followed
-    assert np.array_equal(np.asarray(page.picture()), np.asarray(reference_render(scripted, 1, 1.0)))
-    assert np.asarray(page.picture()).mean() == pytest.approx(255 * 0.75)
+    assert np.array_equal(np.asarray(page.picture("d")), np.asarray(reference_render(scripted, 1, 1.0)))
+    assert np.asarray(page.picture("d")).mean() == pytest.approx(255 * 0.75)
     black = tmp_path / "black.raw"
     black.write_bytes(b"\x00")
     (external,) = plan_document(DocumentItem(external_file_pdf(str(black)), None, 72), Limits(), "d", 0)
-    assert np.asarray(external.picture()).min() == 255  # the image's external file was not read
+    assert np.asarray(external.picture("d")).min() == 255  # the image's external file was not read
 
 
 def test_a_compression_bomb_costs_only_its_rendered_pixels(server):
