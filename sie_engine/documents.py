@@ -12,9 +12,12 @@ never on an event loop:
 2. render (`PdfPage.picture`): one page at a time, as the image chunks are prepared, so a
    request holds one rendered page per image thread, never the whole document.
 
-What a page costs is bounded by its pixels: pdfium draws images through a scanline stretcher
-sized to the output, so an image XObject that inflates to gigabytes (a compression bomb) is
-streamed, not held. A document never runs code or reaches anything outside its bytes: forms are
+What a page costs is bounded by its pixels and by what its streams inflate to: pdfium draws
+images through a scanline stretcher sized to the output, so an image XObject that inflates to
+gigabytes is streamed, not held; content, font and object streams it inflates whole, so those are
+inflated first, up to `Limits.max_document_inflated_bytes` (pdf_inflation.py).
+
+A document never runs code or reaches anything outside its bytes: forms are
 never initialised (no form-fill environment: widgets, their JavaScript and XFA stay inert; the
 pypdfium2 wheels are built without V8), actions and links are never followed (rendering runs
 none), and the document is opened from memory, so external streams and file specifications
@@ -38,6 +41,7 @@ from sie_contract.values import Page
 from .errors import InvalidRequest, PayloadTooLarge
 from .image_pool import on_image_threads
 from .images import PictureSource, file_bytes
+from .pdf_inflation import check_inflation
 from .validation import DocumentItem
 
 if TYPE_CHECKING:
@@ -100,6 +104,7 @@ def plan_document(item: DocumentItem, limits: Limits, field: str, position: int)
     data = file_bytes(item.data, limits.max_document_bytes, field, "document", "data:application/pdf;base64,...")
     if b"%PDF-" not in data[:HEADER_WINDOW]:
         raise InvalidRequest(f"{field} is not a PDF (no %PDF- header); document items take PDF files", field=field)
+    check_inflation(data, limits.max_document_inflated_bytes, field)  # before pdfium inflates anything
     dpi = item.dpi or DEFAULT_DPI
     with _PDFIUM:
         try:

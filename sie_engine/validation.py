@@ -50,6 +50,9 @@ class Limits:
     max_document_bytes: int = 20 * 2**20
     max_document_pages: int = 64
     max_page_pixels: int = 1 << 23
+    # what a document's content, font and object streams inflate to (pdf_inflation.py; images are
+    # streamed by pdfium and not counted), checked before pdfium parses a page
+    max_document_inflated_bytes: int = 32 * 2**20
 
 
 def parse_items(items: Any, limits: Limits, field: str = "items") -> tuple[list[str], list[str]]:

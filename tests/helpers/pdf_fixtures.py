@@ -132,3 +132,14 @@ def broken_page_pdf() -> bytes:
     """A well-formed file whose page tree names a page that is not a page object (the integer 42)."""
     return hand_written_pdf([b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
                              b"42"])
+
+
+def content_bomb_pdf(megabytes: int = 5) -> bytes:
+    """A page whose content stream, compressed twice ([/FlateDecode /FlateDecode]), inflates to
+    `megabytes` MB of path operators (pdfium would inflate and parse them all) from under 1 KB."""
+    block = b"0 0 m 200 200 l S\n" * (2**20 // 18)
+    compressor = zlib.compressobj(9)
+    once = b"".join(compressor.compress(block) for _ in range(megabytes)) + compressor.flush()
+    objects = _page_objects(b"")
+    objects[3] = stream(b"/Filter [/FlateDecode /FlateDecode]", zlib.compress(once, 9))
+    return hand_written_pdf(objects)

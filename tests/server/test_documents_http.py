@@ -12,6 +12,7 @@ import asyncio
 import base64
 import io
 import time
+import zlib
 from pathlib import Path
 
 import httpx
@@ -23,6 +24,7 @@ from colpali_fixtures import make_tiny_colpali
 from image_fixtures import assert_cosine, make_tiny_clip, reference_features
 from pdf_fixtures import (
     broken_page_pdf,
+    content_bomb_pdf,
     encrypted_pdf,
     external_file_pdf,
     image_bomb_pdf,
@@ -55,7 +57,8 @@ def colpali(tmp_path_factory) -> Path:
 def server(clip, colpali, tmp_path_factory):
     process = start_server("--model", f"clip={clip}", "--model", f"colpali={colpali}", "--preload", "clip",
                            "--max-image-pixels", "4000000",
-                           "--max-page-pixels", str(MAX_PAGE_PIXELS), log_dir=tmp_path_factory.mktemp("sie-server"))
+                           "--max-page-pixels", str(MAX_PAGE_PIXELS), "--max-document-inflated-bytes", "4MiB",
+                           log_dir=tmp_path_factory.mktemp("sie-server"))
     try:
         yield process
     finally:
@@ -182,6 +185,7 @@ HOSTILE = {  # name: (the document, its status, what the message says)
     "malformed": (lambda: b"%PDF-1.7\n1 0 obj << /Type /Catalog >> garbage", 400, "malformed or truncated PDF"),
     "truncated": (lambda: make_pdf([(100, 100)])[:300], 400, "malformed or truncated PDF"),
     "a page that is not a page": (broken_page_pdf, 400, "malformed PDF"),
+    "a content stream that inflates to 5 MB": (content_bomb_pdf, 413, "inflate to more than 4194304 bytes"),
     "encrypted": (encrypted_pdf, 400, "encrypted PDF that needs a password"),
     "thousands of pages": (_thousand_pages, 413, "has 3000 pages; at most 64"),
     "a page too thin for the model": (lambda: page_box_pdf(1, 14400), 413,
@@ -285,3 +289,19 @@ def test_openapi_documents_the_document_item_and_the_page_answer(server, documen
         broken = {**answer, "items": [{**answer["items"][0], "page": {"number": "two"}}]}
         jsonschema.validate(broken, {**answer_schema, "components": spec["components"]},
                             cls=jsonschema.Draft202012Validator)
+
+
+def test_the_inflation_bound_sees_a_content_bomb_behind_an_image():
+    from pdf_fixtures import hand_written_pdf, stream
+    from sie_engine.errors import PayloadTooLarge
+    from sie_engine.pdf_inflation import check_inflation
+
+    bomb = content_bomb_pdf(5)
+    content = bomb[bomb.index(b"4 0 obj\n") + 8:bomb.index(b"\nendobj\n", bomb.index(b"4 0 obj\n"))]
+    image = stream(b"/Type /XObject /Subtype /Image /Width 1 /Height 1 /ColorSpace /DeviceGray "
+                   b"/BitsPerComponent 8 /Filter /FlateDecode", zlib.compress(b"\x00"))
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] /Contents 5 0 R >>", image, content]
+    with pytest.raises(PayloadTooLarge, match="inflate to more than"):
+        check_inflation(hand_written_pdf(objects), 4 * 2**20, "d")
+    assert check_inflation(image_bomb_pdf(), 4 * 2**20, "d") == 0  # images are streamed by pdfium: not counted
