@@ -17,11 +17,11 @@ images through a scanline stretcher sized to the output, so an image XObject tha
 gigabytes is streamed, not held; content, font and object streams it inflates whole, so those are
 inflated first, up to `Limits.max_document_inflated_bytes` (pdf_inflation.py).
 
-A document never runs code or reaches anything outside its bytes: forms are
-never initialised (no form-fill environment: widgets, their JavaScript and XFA stay inert; the
-pypdfium2 wheels are built without V8), actions and links are never followed (rendering runs
-none), and the document is opened from memory, so external streams and file specifications
-(`/F`) point at nothing pdfium reads.
+A document never runs code or reaches anything outside its bytes: forms are never initialised
+(no form-fill environment: widgets, their JavaScript and XFA stay inert; pdfium runs scripts only
+through that environment, and pypdfium2's wheels have no V8 at all), actions and links are never
+followed (rendering runs none), and the document is opened from memory, so external streams and
+file specifications (`/F`) point at nothing pdfium reads.
 
 pdfium is not thread-safe (pypdfium2's docs: one thread at a time, across all documents), so
 every call into it holds `_PDFIUM`; pages render one at a time server-wide.

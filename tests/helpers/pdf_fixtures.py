@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def make_pdf(sizes: Sequence[tuple[float, float]], seed: int = 0) -> bytes:
+def make_pdf(sizes: Sequence[tuple[float, float]], seed: int = 0, rotation: int = 0) -> bytes:
     """A PDF with one page per (width, height) in points, each with a random 8 x 8 picture drawn
-    over its middle quarter (so every page embeds differently)."""
+    over its middle quarter (so every page embeds differently), shown rotated by `rotation`."""
     import pypdfium2 as pdfium
     from PIL import Image
 
@@ -27,6 +27,7 @@ def make_pdf(sizes: Sequence[tuple[float, float]], seed: int = 0) -> bytes:
         picture.set_matrix(pdfium.PdfMatrix().scale(width / 2, height / 2).translate(width / 4, height / 4))
         page.insert_obj(picture)
         page.gen_content()
+        page.set_rotation(rotation)
     buffer = io.BytesIO()
     pdf.save(buffer)
     return buffer.getvalue()

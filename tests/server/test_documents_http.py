@@ -100,6 +100,10 @@ def test_rendered_pages_equal_pypdfium2_at_the_same_scale(document):
             assert ours.size == reference.size == (page.page.width_px, page.page.height_px) == \
                 (width * dpi // 72, height * dpi // 72)
             assert np.array_equal(np.asarray(ours), np.asarray(reference))
+    rotated = make_pdf([(200, 300)], rotation=90)  # a page shown in landscape: its size as displayed
+    (page,) = plan_document(DocumentItem(rotated, None, 72), Limits(), "d", 0)
+    assert (page.page.width, page.page.height, *page.size) == (300, 200, 300, 200)
+    assert np.array_equal(np.asarray(page.picture("d")), np.asarray(reference_render(rotated, 1, 1.0)))
 
 
 def test_pages_over_json_equal_their_renderings_sent_as_images(server, clip, document):
@@ -246,6 +250,9 @@ def test_javascript_forms_links_and_file_references_are_inert(monkeypatch, tmp_p
         raise AssertionError("forms were initialised")
 
     monkeypatch.setattr(pypdfium2.PdfDocument, "init_forms", refuse)
+    # this pdfium has no JavaScript engine (nor XFA); one that had would run scripts only through
+    # the form-fill environment, which SIE never creates
+    assert not {"V8", "XFA"} & set(pypdfium2.PDFIUM_INFO.flags)
     scripted = javascript_form_pdf()
     (page,) = plan_document(DocumentItem(scripted, None, 72), Limits(), "d", 0)
     # only the content stream's black square is drawn: no widget, no script, no link followed
