@@ -43,16 +43,6 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
                              f"{card.id!r} takes {' and '.join(card.modalities)} items only; use an image model "
                              f"(CLIP, SigLIP, ColPali) for {kind}s",
                              field=f"items[{first}].{kind}")
-    pages: list[Page | None] | None = None  # each item's page of a document (None: no documents sent)
-    fields: list[str] | None = None
-    prepare_s = 0.0
-    if any(isinstance(image, v.DocumentItem) for image in images):  # each page becomes an image item
-        expanded = await expand_documents(ids, texts, images, engine.limits)
-        ids, texts, images, pages, fields = expanded.ids, expanded.texts, expanded.images, expanded.pages, \
-            expanded.fields
-        prepare_s = expanded.seconds
-        image_positions = [i for i, image in enumerate(images) if image is not None]
-    text_positions = [i for i, text in enumerate(texts) if text is not None]
     outputs = v.check_output_types(request.get("output_types"), card)
     # the fields are of their declared types (the request struct checked them); what the deployment's
     # limits and the model bound is checked here
@@ -64,6 +54,17 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     if sparse_labels and "sparse" not in outputs:
         raise InvalidRequest("sparse_labels names the tokens of sparse outputs: ask for output_types ['sparse'] too",
                              field="sparse_labels")
+    pages: list[Page | None] | None = None  # each item's page of a document (None: no documents sent)
+    fields: list[str] | None = None
+    prepare_s = 0.0
+    # documents are planned (parsed, bounded) once the cheap checks passed; each page becomes an image item
+    if any(isinstance(image, v.DocumentItem) for image in images):
+        expanded = await expand_documents(ids, texts, images, engine.limits)
+        ids, texts, images, pages, fields = expanded.ids, expanded.texts, expanded.images, expanded.pages, \
+            expanded.fields
+        prepare_s = expanded.seconds
+        image_positions = [i for i, image in enumerate(images) if image is not None]
+    text_positions = [i for i, text in enumerate(texts) if text is not None]
     templated = [text for text in texts if text is not None]  # the texts at text_positions
     if request.get("template", True):
         templated = apply_template(templated, *card.template_for(is_query, instruction))
