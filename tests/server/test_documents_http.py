@@ -298,7 +298,7 @@ def test_openapi_documents_the_document_item_and_the_page_answer(server, documen
                             cls=jsonschema.Draft202012Validator)
 
 
-def test_the_inflation_bound_sees_a_content_bomb_behind_an_image():
+def test_the_inflation_bound_sees_a_content_bomb_behind_an_image_or_disguised_as_one():
     from pdf_fixtures import hand_written_pdf, stream
     from sie_engine.errors import PayloadTooLarge
     from sie_engine.pdf_inflation import check_inflation
@@ -311,4 +311,9 @@ def test_the_inflation_bound_sees_a_content_bomb_behind_an_image():
                b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] /Contents 5 0 R >>", image, content]
     with pytest.raises(PayloadTooLarge, match="inflate to more than"):
         check_inflation(hand_written_pdf(objects), 4 * 2**20, "d")
+    # the page's content calling itself an image: pdfium parses it as content all the same
+    disguised = content.replace(b"<< /Filter", b"<< /Subtype /Image /Width 1 /Height 1 /Filter", 1)
+    assert disguised != content
+    with pytest.raises(PayloadTooLarge, match="inflate to more than"):
+        check_inflation(hand_written_pdf(objects[:4] + [disguised]), 4 * 2**20, "d")
     assert check_inflation(image_bomb_pdf(), 4 * 2**20, "d") == 0  # images are streamed by pdfium: not counted
