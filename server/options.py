@@ -276,6 +276,14 @@ SERVE: tuple[Option, ...] = (
            metavar="SIZE"),
     Option("--max-image-pixels", "width x height per image, read from its header before decoding (more: 413)",
            count(), 50_000_000, "limits", metavar="N"),
+    Option("--max-document-bytes", "encoded bytes per document (PDF) item (more: 413)", positive_size, 20 * 2**20,
+           "limits", metavar="SIZE"),
+    Option("--max-document-pages", "pages rendered per document item, read from its page count before rendering "
+           "(more: 413)", count(), 64, "limits", metavar="N"),
+    Option("--max-page-pixels", "width x height of a rendered document page, from its page box before rendering "
+           "(a larger page is rendered at a lower scale)", count(), 1 << 23, "limits", metavar="N"),
+    Option("--max-document-inflated-bytes", "bytes a document's compressed streams (images aside) may inflate to, "
+           "checked before rendering (more: 413)", positive_size, 32 * 2**20, "limits", metavar="SIZE"),
     Option("--image-formats", "comma-separated image formats Pillow may decode (others: 400)", image_formats,
            ("PNG", "JPEG", "WEBP", "GIF", "BMP"), "limits", metavar="LIST"),
     Option("--max-connections", "client connections served at once; more get 503 with Retry-After", count(),

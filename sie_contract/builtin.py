@@ -38,7 +38,9 @@ ENCODE = Task(
     summary="Dense, sparse and multi-vector embeddings",
     fields=(
         Field("items", type=EncodeItems, wire_type=WireEncodeItems, required=True,
-              description="texts and images: strings, {id?, text} or {id?, image} objects (image models only)"),
+              description="texts, images and PDF documents: strings, {id?, text}, {id?, image} or {id?, document, "
+                          "pages?, dpi?} objects (images and documents: image models only; a document answers one "
+                          "item per page)"),
         Field("output_types", type=OutputType | list[OutputType],
               description="which outputs (default: the model's first)"),
         Field("is_query", type=bool, description="query mode: the card's query template or instruction"),

@@ -59,6 +59,27 @@ _IMAGE_SCHEMA = {
     "description": "the image file's bytes (PNG, JPEG, WebP, GIF, BMP): base64 or a data: URI in JSON, "
                    "raw bytes in msgpack; URLs are not fetched"}
 Image = Annotated[Any, Meta(extra_json_schema=_IMAGE_SCHEMA)]
+# A document item's file bytes (PDF), carried as an image's are. Its pages are rendered server-side,
+# each one image input; the deployment bounds its bytes, pages and pixels (`Limits.max_document_*`).
+_DOCUMENT_SCHEMA = {
+    "type": "string", "format": "byte",
+    "description": "the PDF file's bytes: base64 or a data:application/pdf;base64, URI in JSON, raw bytes in "
+                   "msgpack; rendered server-side, one image input per page; links and file references are "
+                   "never followed"}
+Document = Annotated[Any, Meta(extra_json_schema=_DOCUMENT_SCHEMA)]
+# Fixed bounds of a document's options: what no deployment would raise (its own bounds are Limits').
+MIN_DPI, MAX_DPI, DEFAULT_DPI = 18, 600, 144
+Dpi = Annotated[int, Meta(ge=MIN_DPI, le=MAX_DPI, description="render resolution in dots per inch "
+                                                              f"(default {DEFAULT_DPI})")]
+PageNumber = Annotated[int, Meta(ge=1)]
+PageNumbers = Annotated[list[PageNumber], Meta(min_length=1, max_length=MAX_WIRE_ITEMS,
+                                               description="1-based page numbers to render, in the order "
+                                                           "given (default: every page)")]
+# ranges as a printing dialog takes them: "1-3,7,10-" (10- runs to the last page)
+PAGE_RANGES = r"^\s*\d+\s*(-\s*\d*\s*)?(,\s*\d+\s*(-\s*\d*\s*)?)*$"
+PageRanges = Annotated[str, Meta(pattern=PAGE_RANGES, max_length=1024,
+                                 description="1-based page ranges to render, e.g. \"1-3,7,10-\" (\"10-\": to the "
+                                             "last page)")]
 # Vectors in an answer: JSON lists (numpy arrays written by orjson) or msgpack tensor objects.
 Tensor = Annotated[Any, Meta(extra_json_schema={"$ref": "#/components/schemas/Tensor"})]
 
@@ -85,21 +106,28 @@ class TextItem(_Shape):
 
 
 class EncodeItem(_Shape):
-    """`{id?, text}` or `{id?, image}` (image models only): one of the two."""
+    """`{id?, text}`, `{id?, image}` or `{id?, document, pages?, dpi?}` (image models only): one of
+    text, image and document. A document answers one item per page rendered (`PageOut`)."""
 
     text: Text | None = None
     image: Image = None
+    document: Document = None
+    pages: PageNumbers | PageRanges | None = None
+    dpi: Dpi | None = None
     id: ItemId | None = None
 
     def __post_init__(self) -> None:
-        if self.image is not None:
-            if self.text is not None:
-                raise Refusal("", "has both text and image; an item carries one of them")
-            if not isinstance(self.image, (str, bytes, bytearray)):
-                raise Refusal("image", "must be bytes (msgpack) or a base64 string (JSON), got "
-                                       f"{type(self.image).__name__}")
-        elif self.text is None:
-            raise Refusal("text", "is required (or, for an image model, image)")
+        sent = [name for name in ("text", "image", "document") if getattr(self, name) is not None]
+        if len(sent) > 1:
+            raise Refusal("", f"has both {sent[0]} and {sent[1]}; an item carries one of text, image and document")
+        if self.document is None and (self.pages is not None or self.dpi is not None):
+            raise Refusal("pages" if self.pages is not None else "dpi", "applies to a document item only")
+        for name in ("image", "document"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (str, bytes, bytearray)):
+                raise Refusal(name, f"must be bytes (msgpack) or a base64 string (JSON), got {type(value).__name__}")
+        if not sent:
+            raise Refusal("text", "is required (or, for an image model, image or document)")
 
 
 # MUVERA's bounds: 2**k_sim partitions per repetition; the encoding has r_reps * 2**k_sim * dim_proj
@@ -171,7 +199,7 @@ _JSON_KINDS = {ord("["): "array", ord("{"): "object", ord("t"): "bool", ord("f")
 _GOT = re.compile(r"got `(?P<got>[^`]+)`")
 
 
-def _image_value(raw: msgspec.Raw) -> Any:
+def _image_value(raw: msgspec.Raw, field: str = "image") -> Any:
     """An image member as the wire sent it (`raw`: its JSON or msgpack bytes, not yet decoded)
     -> str, bytes or None. Refusal for any other value, without decoding it (a list of a million
     empty maps would otherwise be built first: issue #30.3)."""
@@ -192,7 +220,7 @@ def _image_value(raw: msgspec.Raw) -> Any:
                 return msgspec.msgpack.decode(raw, type=str)
         except msgspec.DecodeError:
             got = "a number"  # a JSON number is not msgpack
-    raise Refusal("image", f"must be bytes (msgpack) or a base64 string (JSON), got {got}")
+    raise Refusal(field, f"must be bytes (msgpack) or a base64 string (JSON), got {got}")
 
 
 class WireEncodeItem(EncodeItem):
@@ -201,10 +229,13 @@ class WireEncodeItem(EncodeItem):
     keeps `Any`: msgspec cannot convert bytes into a Raw.)"""
 
     image: Annotated[msgspec.Raw, Meta(extra_json_schema=_IMAGE_SCHEMA)] = None  # type: ignore[assignment]
+    document: Annotated[msgspec.Raw, Meta(extra_json_schema=_DOCUMENT_SCHEMA)] = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if isinstance(self.image, msgspec.Raw):
             self.image = _image_value(self.image)
+        if isinstance(self.document, msgspec.Raw):
+            self.document = _image_value(self.document, "document")
         super().__post_init__()
 
 
@@ -232,12 +263,26 @@ class SparseOut(_Answer):
     labels: list[str] | None = None
 
 
+class PageOut(_Answer):
+    """The page of a document item an encoded item is: `item` is the document's index in the
+    request's items, `number` the page's (1-based); its size in points (1/72 inch, the page box
+    as rotated for display) and in the pixels it was rendered to."""
+
+    item: int
+    number: int
+    width: float
+    height: float
+    width_px: int
+    height_px: int
+
+
 class EncodedItemOut(_Answer):
     id: str
     dense: Tensor = None
     sparse: SparseOut | None = None
     multivector: Tensor = None
     muvera: Tensor = None
+    page: PageOut | None = None  # a document's page (its id is the document's)
 
 
 class ScoredOut(_Answer):

@@ -62,3 +62,17 @@ class Relation:
     relation: str
     tail: Entity
     score: float
+
+
+@dataclass
+class Page:
+    """The page of a document item an encoded item is (the wire's `PageOut`): `item` is the
+    document's index in the request's items, `number` the page's (1-based); its size in points
+    (1/72 inch) and in the pixels it was rendered to."""
+
+    item: int
+    number: int
+    width: float
+    height: float
+    width_px: int
+    height_px: int

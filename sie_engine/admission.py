@@ -88,7 +88,7 @@ def cold_allowance(batch: int) -> int:
 
 
 def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int = 0,
-                       image_tokens: int | None = None) -> int:
+                       image_tokens: int | None = None, document_pages: int = 0) -> int:
     """Tokens a request will queue, at most, from its text lengths alone (before tokenising).
 
     A token covers at least one byte of UTF-8 (byte-level vocabularies one byte at worst), so
@@ -98,7 +98,8 @@ def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int
     truncates every sequence. An image item counts `image_tokens` (the positions its vision tower
     runs: ColPali's 448-px page is ~1,030, far beyond its 512-token text window); any other
     item counts nothing: validation refuses it (a non-text item counted a whole window let
-    invalid requests hold the queue, issue #30).
+    invalid requests hold the queue, issue #30). A document item counts as its pages: those its
+    `pages` names, else `document_pages` (the most a document may render), each an image.
     GLiNER cuts a text longer than the window into several windows; the real count replaces
     this bound as soon as the text is tokenised."""
     items = fields.get("items")
@@ -113,6 +114,9 @@ def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int
             total += min(_text_bytes(text) + shared, window)
         elif image_tokens is not None and isinstance(item, dict) and item.get("image") is not None:
             total += image_tokens
+        elif image_tokens is not None and isinstance(item, dict) and item.get("document") is not None:
+            pages = item.get("pages")
+            total += image_tokens * (len(pages) if isinstance(pages, list) else document_pages)
     return total
 
 

@@ -405,7 +405,8 @@ class Engine:
         prompt = max(len(card.query_template), len(card.document_template)) + len(card.query_instruction or "")
         try:
             reservation = self.scheduler.admit(
-                card.id, upper_bound_tokens(request, card.max_seq_len, prompt, self._image_tokens(card)),
+                card.id, upper_bound_tokens(request, card.max_seq_len, prompt, self._image_tokens(card),
+                                            self.limits.max_document_pages),
                 cold_batch=self._cold_batch(card))
         finally:
             if pre_admitted is not None:  # decided: its reservation (or refusal) stands for it now

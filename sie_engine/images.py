@@ -17,6 +17,7 @@ import base64
 import binascii
 import io
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,34 +31,55 @@ from .validation import Limits
 def image_bytes(value: Any, limits: Limits, field: str) -> bytes:
     """An item's `image` as bytes: raw bytes (msgpack), or a base64 string, bare or as a
     `data:image/...;base64,` URI (JSON)."""
+    return file_bytes(value, limits.max_image_bytes, field, "image", "data:image/png;base64,...")
+
+
+def file_bytes(value: Any, max_bytes: int, field: str, what: str, data_uri: str) -> bytes:
+    """A file an item carries (an image, a document) as bytes: raw bytes (msgpack), or a base64
+    string, bare or as a data: URI (JSON); at most `max_bytes` (413), refused before decoding."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         data = bytes(value)
     elif isinstance(value, str):
         if value.startswith(("http://", "https://", "file:", "ftp:")):
-            raise InvalidRequest(f"{field} is a URL; SIE does not fetch URLs: send the image's bytes "
+            raise InvalidRequest(f"{field} is a URL; SIE does not fetch URLs: send the {what}'s bytes "
                                  "(base64 in JSON, raw bytes in msgpack)", field=field)
         text = value
         if text.startswith("data:"):
             header, comma, text = text.partition(",")
             if not comma or not header.endswith(";base64"):
-                raise InvalidRequest(f"{field}: a data: URI must be base64 (data:image/png;base64,...)", field=field)
-        if len(text) * 3 // 4 > limits.max_image_bytes + 3:
-            raise PayloadTooLarge(f"{field} has about {len(text) * 3 // 4} bytes; at most {limits.max_image_bytes} "
-                                  "per image", field=field)
+                raise InvalidRequest(f"{field}: a data: URI must be base64 ({data_uri})", field=field)
+        if len(text) * 3 // 4 > max_bytes + 3:
+            raise PayloadTooLarge(f"{field} has about {len(text) * 3 // 4} bytes; at most {max_bytes} "
+                                  f"per {what}", field=field)
         try:
             data = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
-            raise InvalidRequest(f"{field} is not valid base64 (JSON carries an image as base64 or a data: URI; "
+            raise InvalidRequest(f"{field} is not valid base64 (JSON carries an {what} as base64 or a data: URI; "
                                  "msgpack as raw bytes)", field=field) from None
     else:
         raise InvalidRequest(f"{field} must be bytes (msgpack) or a base64 string (JSON), got {type(value).__name__}",
                              field=field)
     if not data:
         raise InvalidRequest(f"{field} is empty", field=field)
-    if len(data) > limits.max_image_bytes:
-        raise PayloadTooLarge(f"{field} has {len(data)} bytes; at most {limits.max_image_bytes} per image "
-                              "(downscale or recompress it)", field=field)
+    if len(data) > max_bytes:
+        raise PayloadTooLarge(f"{field} has {len(data)} bytes; at most {max_bytes} per {what} "
+                              f"({'split or compress it' if what == 'document' else 'downscale or recompress it'})",
+                              field=field)
     return data
+
+
+class PictureSource(ABC):
+    """An image input made on the server rather than sent as a file (a document's page): its size
+    is known before a pixel is made, so the model's resize bound is checked first."""
+
+    @property
+    @abstractmethod
+    def size(self) -> tuple[int, int]:
+        """(width, height) in pixels of the picture `picture` makes."""
+
+    @abstractmethod
+    def picture(self, field: str):
+        """The RGB PIL image (InvalidRequest naming `field` where it cannot be made)."""
 
 
 # The most pixels a checkpoint's resize may make of one image (2048 x 2048). A shortest-edge
@@ -194,7 +216,11 @@ def prepare_images(processor, values: Sequence[Any], fields: Sequence[str], limi
         def check(width: int, height: int, field: str = field) -> None:
             check_resize(processor, width, height, field)
 
-        picture = decode_image(image_bytes(value, limits, field), limits, field, check)
+        if isinstance(value, PictureSource):  # a document's page: its size is known before it is rendered
+            check(*value.size)
+            picture = value.picture(field)
+        else:
+            picture = decode_image(image_bytes(value, limits, field), limits, field, check)
         pixels.append(take(processor(images=[picture], return_tensors="np")).astype(np.float32))
     return pixels
 

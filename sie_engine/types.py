@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sie_contract.values import Classification, Entity, Relation, SparseVector
+from sie_contract.values import Classification, Entity, Page, Relation, SparseVector
 
 
 @dataclass
@@ -25,6 +25,7 @@ class EncodedItem:
     sparse: SparseVector | None = None
     multivector: Any = None  # np.ndarray [tokens, dims]
     muvera: Any = None  # np.ndarray [r_reps * 2**k_sim * dim_proj]: the multivector's MUVERA encoding
+    page: Page | None = None  # a document item's page (the item's id is the document's)
 
 
 @dataclass

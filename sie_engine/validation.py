@@ -23,6 +23,16 @@ from .errors import InvalidRequest, PayloadTooLarge, UnsupportedOutput
 
 
 @dataclass(frozen=True)
+class DocumentItem:
+    """A document item as sent (its file's bytes or base64, the page numbers and DPI asked for; the
+    request struct checked their types), rendered into pages later (documents.py)."""
+
+    data: str | bytes | bytearray
+    pages: list[int] | str | None = None  # page numbers, or ranges ("1-3,7,10-")
+    dpi: int | None = None
+
+
+@dataclass(frozen=True)
 class Limits:
     max_items: int = 4096
     max_text_chars: int = 262_144
@@ -34,6 +44,15 @@ class Limits:
     max_image_bytes: int = 20 * 2**20
     max_image_pixels: int = 50_000_000
     image_formats: tuple[str, ...] = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
+    # document items (documents.py): encoded bytes, pages (read from the page count before any
+    # page is rendered; admission counts a document as this many images unless it names its pages)
+    # and pixels per rendered page (from the page box: a larger page is rendered at a lower scale)
+    max_document_bytes: int = 20 * 2**20
+    max_document_pages: int = 64
+    max_page_pixels: int = 1 << 23
+    # what a document's content, font and object streams inflate to (pdf_inflation.py; images are
+    # streamed by pdfium and not counted), checked before pdfium parses a page
+    max_document_inflated_bytes: int = 32 * 2**20
 
 
 def parse_items(items: Any, limits: Limits, field: str = "items") -> tuple[list[str], list[str]]:
@@ -51,7 +70,7 @@ def parse_encode_items(items: Any, limits: Limits,
 
 
 _ITEM_FIELDS = frozenset({"id", "text"})
-_ENCODE_ITEM_FIELDS = frozenset({"id", "text", "image"})
+_ENCODE_ITEM_FIELDS = frozenset({"id", "text", "image", "document", "pages", "dpi"})
 
 
 def _parse_items(items: Any, limits: Limits, field: str, images: bool):
@@ -119,6 +138,14 @@ def _object_item(item: dict[str, Any], where: str, default_id: str, allowed: fro
         if not isinstance(image, (str, bytes, bytearray)):
             raise InvalidRequest(f"{where}.image must be bytes (msgpack) or a base64 string (JSON), "
                                  f"got {type(image).__name__}", field=f"{where}.image")
+    elif images and item.get("document") is not None:
+        if text is not None:
+            raise InvalidRequest(f"{where} has both text and document; an item carries one of them", field=where)
+        document = item["document"]
+        if not isinstance(document, (str, bytes, bytearray)):
+            raise InvalidRequest(f"{where}.document must be bytes (msgpack) or a base64 string (JSON), "
+                                 f"got {type(document).__name__}", field=f"{where}.document")
+        image = DocumentItem(document, item.get("pages"), item.get("dpi"))  # rendered off the event loop
     return item_id, text, image
 
 

@@ -14,6 +14,7 @@ from .types import (
     ExtractedItem,
     ExtractResult,
     ModelInfo,
+    Page,
     Quantized,
     Relation,
     ScoredItem,
@@ -23,7 +24,7 @@ from .types import (
 
 __all__ = [
     "AsyncSIEClient", "Classification", "Clients", "DEFAULT_MODEL", "EMBEDDED", "EncodedItem", "EncodeResult", "Entity",
-    "ExtractedItem", "ExtractResult", "ModelInfo", "Quantized", "Relation", "RetryPolicy", "SIEClient",
+    "ExtractedItem", "ExtractResult", "ModelInfo", "Page", "Quantized", "Relation", "RetryPolicy", "SIEClient",
     "SIEConnectionError", "SIEError", "SIETimeoutError", "ScoredItem", "ScoreResult", "SparseVector", "Timeouts",
     "connect", "connect_async", "resolve_url",
 ]

@@ -30,7 +30,13 @@ def split(items: Sequence[dict], size: int) -> list[tuple[int, list[dict]]]:
     return [(start, list(items[start:start + size])) for start in range(0, len(items), size)]
 
 
-def merge_encode(model: str, parts: Sequence[EncodeResult]) -> EncodeResult:
+def merge_encode(model: str, parts: Sequence[EncodeResult], offsets: Sequence[int] = ()) -> EncodeResult:
+    """The chunks' items end to end; a document page's `item` (its document's index in the chunk)
+    becomes the index in the whole request."""
+    for offset, part in zip(offsets, parts):
+        for item in part.items:
+            if item.page is not None:
+                item.page.item += offset
     items = [item for part in parts for item in part.items]
     return EncodeResult(parts[0].model if parts else model, items, sum(p.tokens for p in parts))
 
@@ -60,7 +66,7 @@ def merge(task: Task, model: str, offsets: Sequence[int], parts: Sequence[Any], 
     if len(parts) == 1 and task.name != "score":
         return parts[0]
     if task.name == "encode":
-        return merge_encode(model, parts)
+        return merge_encode(model, parts, offsets)
     if task.name == "extract":
         return merge_extract(model, parts)
     if task.name == "score":

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from sie_contract.values import Classification, Entity, Quantized, Relation, SparseVector
+from sie_contract.values import Classification, Entity, Page, Quantized, Relation, SparseVector
 
 
 @dataclass
@@ -18,6 +18,7 @@ class EncodedItem:
     sparse: SparseVector | None = None
     multivector: Any = None  # np.ndarray [tokens, dims]
     muvera: Any = None  # np.ndarray [r_reps * 2**k_sim * dim_proj]: the multivector's MUVERA encoding
+    page: Page | None = None  # a document item's page (the item's id is the document's)
 
 
 @dataclass

@@ -30,6 +30,7 @@ from .types import (
     ExtractedItem,
     ExtractResult,
     ModelInfo,
+    Page,
     Quantized,
     Relation,
     ScoredItem,
@@ -111,6 +112,9 @@ def parse_encode(answer: Mapping[str, Any], output_dtype: str | None = None) -> 
             item.multivector = as_array(raw.multivector, dtype)
         if raw.muvera is not None:
             item.muvera = as_array(raw.muvera, dtype)
+        if raw.page is not None:
+            page = raw.page
+            item.page = Page(page.item, page.number, page.width, page.height, page.width_px, page.height_px)
         items.append(item)
     return EncodeResult(shaped.model, items, shaped.usage.tokens)
 
@@ -184,6 +188,9 @@ def normalize_items(items: Any) -> list[dict]:
             item = dict(item)
             if item.get("image") is not None:
                 item["image"] = image_value(item["image"])
+            if isinstance(item.get("document"), (PurePath, bytearray, memoryview)):  # a PDF file's path or bytes
+                document = item["document"]
+                item["document"] = Path(document).read_bytes() if isinstance(document, PurePath) else bytes(document)
             result.append(item)
         elif is_image(item):
             result.append({"image": image_value(item)})

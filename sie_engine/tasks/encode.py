@@ -18,8 +18,10 @@ import msgspec
 import numpy as np
 
 from sie_contract.shapes import Muvera
+from sie_contract.values import Page
 
 from .. import validation as v
+from ..documents import expand_documents
 from ..errors import InvalidRequest
 from ..heads.colbert import marked_encode_args, uses_markers
 from ..image_pool import on_image_threads
@@ -41,9 +43,11 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     image_positions = [i for i, image in enumerate(images) if image is not None]
     if image_positions and "image" not in card.modalities:
         first = image_positions[0]
-        raise InvalidRequest(f"items[{first}] is an image, but model {card.id!r} takes {' and '.join(card.modalities)} "
-                             "items only; use an image model (CLIP, SigLIP) for images", field=f"items[{first}].image")
-    text_positions = [i for i, text in enumerate(texts) if text is not None]
+        kind = "document" if isinstance(images[first], v.DocumentItem) else "image"
+        raise InvalidRequest(f"items[{first}] is {'a document' if kind == 'document' else 'an image'}, but model "
+                             f"{card.id!r} takes {' and '.join(card.modalities)} items only; use an image model "
+                             f"(CLIP, SigLIP, ColPali) for {kind}s",
+                             field=f"items[{first}].{kind}")
     outputs = v.check_output_types(request.get("output_types"), card)
     # the fields are of their declared types (the request struct checked them); what the deployment's
     # limits and the model bound is checked here
@@ -56,6 +60,17 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     if sparse_labels and "sparse" not in outputs:
         raise InvalidRequest("sparse_labels names the tokens of sparse outputs: ask for output_types ['sparse'] too",
                              field="sparse_labels")
+    pages: list[Page | None] | None = None  # each item's page of a document (None: no documents sent)
+    fields: list[str] | None = None
+    prepare_s = 0.0
+    # documents are planned (parsed, bounded) once the cheap checks passed; each page becomes an image item
+    if any(isinstance(image, v.DocumentItem) for image in images):
+        expanded = await expand_documents(ids, texts, images, engine.limits)
+        ids, texts, images, pages, fields = expanded.ids, expanded.texts, expanded.images, expanded.pages, \
+            expanded.fields
+        prepare_s = expanded.seconds
+        image_positions = [i for i, image in enumerate(images) if image is not None]
+    text_positions = [i for i, text in enumerate(texts) if text is not None]
     templated = [text for text in texts if text is not None]  # the texts at text_positions
     if request.get("template", True):
         templated = apply_template(templated, *card.template_for(is_query, instruction))
@@ -65,8 +80,10 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     try:
         tokens, tokenize_s = await _submit_texts(engine, card, work_request, templated, text_positions, wanted,
                                                truncate, is_query)
+        tokenize_s += prepare_s
         if image_positions:
-            image_tokens, seconds = await submit_images(engine, card, work_request, images, image_positions, wanted)
+            image_tokens, seconds = await submit_images(engine, card, work_request, images, image_positions, wanted,
+                                                        fields=fields)
             tokens, tokenize_s = tokens + image_tokens, tokenize_s + seconds
     except BaseException as exc:
         work_request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
@@ -79,6 +96,9 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     else:  # milliseconds per item: off the event loop
         items = await asyncio.get_running_loop().run_in_executor(
             None, lambda: assemble(ids, raw, outputs, dims, normalize, output_dtype, muvera, is_query))
+    if pages is not None:
+        for item, page in zip(items, pages):
+            item.page = page
     if sparse_labels:
         vectors = [item.sparse for item in items if item.sparse is not None]  # every item's: sparse was asked for
         labels, seconds = await engine.tokenize(card, "tokens_of", [vector.indices for vector in vectors])
@@ -135,10 +155,12 @@ NO_IDS: np.ndarray = np.zeros(0, dtype=np.int32)
 
 
 async def submit_images(engine: TaskContext, card, work_request, images: list, positions: list[int],
-                        wanted: frozenset, queue: str | None = None, extra: Any = None) -> tuple[int, float]:
+                        wanted: frozenset, queue: str | None = None, extra: Any = None,
+                        fields: Sequence[str] | None = None) -> tuple[int, float]:
     """Decode, check and preprocess the image items on the tokenizer pool and queue them (apart from
     texts: the scheduler batches them by patches for the vision tower); returns (positions the vision
-    tower runs, seconds spent preparing). `queue` and `extra`: the score task's (MaxSim against a query)."""
+    tower runs, seconds spent preparing). `queue` and `extra`: the score task's (MaxSim against a query);
+    `fields`: the path each item's refusal names (default `items[i].image`)."""
     limits = engine.limits
 
     def prepare(inputs, values, fields):
@@ -153,7 +175,8 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
     for start in range(0, len(positions), IMAGE_CHUNK):
         chunk = positions[start:start + IMAGE_CHUNK]
         (pixels, counts), spent = await on_image_threads(
-            prepare, inputs, [images[i] for i in chunk], [f"items[{i}].image" for i in chunk])
+            prepare, inputs, [images[i] for i in chunk],
+            [fields[i] if fields is not None else f"items[{i}].image" for i in chunk])
         seconds += spent
         tokens += sum(counts)
         engine.submit(card, queue or IMAGE_QUEUE, [

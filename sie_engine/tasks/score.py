@@ -54,6 +54,11 @@ async def run(engine: TaskContext, call: Call) -> ScoreResult:
     else:
         (ids, maybe_texts), images = v.parse_items(fields["items"], engine.limits), []
     image_positions = [i for i, image in enumerate(images) if image is not None]
+    documents = [i for i in image_positions if isinstance(images[i], v.DocumentItem)]
+    if documents:  # a score answers per item, and a document is many pages
+        raise InvalidRequest(f"items[{documents[0]}] is a document; score ranks page images: encode the document "
+                             "(one multivector per page) and score those, or send each page as {\"image\": ...}",
+                             field=f"items[{documents[0]}].document")
     text_positions = [i for i, text in enumerate(maybe_texts) if text is not None]
     texts = [text for text in maybe_texts if text is not None]  # the texts at text_positions
     if text_positions and (card.options or {}).get("multivector", {}).get("kind") == "colpali":
