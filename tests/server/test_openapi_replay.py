@@ -160,7 +160,9 @@ def work_request(path: str, model: str) -> tuple[str, dict]:
 def flood_until_429(server, url: str, body: dict) -> httpx.Response:
     """Concurrent requests until one is refused for the queue's expected wait (`--max-queue-wait`
     is 1 ms here, so a request that arrives while another is queued is refused)."""
-    def bigger(value):  # more work per request: lists 8 times as long, texts 16 times
+    def bigger(value):  # more work per request: lists 8 times as long, texts 16 times (in objects too)
+        if isinstance(value, dict):
+            return {name: bigger(inner) for name, inner in value.items()}
         return value * 8 if isinstance(value, list) else value * 16 if isinstance(value, str) else value
 
     big = {name: value if name == "model" else bigger(value) for name, value in body.items()}
