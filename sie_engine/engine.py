@@ -84,30 +84,6 @@ def default_host_cache(device: torch.device) -> int:
     return 0
 
 
-# Texts this short in all (characters) are tokenised on the engine's loop, not on the tokenizer
-# pool: a short query tokenises in tens of microseconds, less than the pool's two thread
-# hand-offs (a queue put that wakes a worker, a self-pipe write that wakes the loop) and
-# the GIL switches they bring (issue 27, 2026-12-02). Longer inputs go to the pool, whose
-# threads tokenise with the GIL released, beside the loop.
-INLINE_TOKENIZE_CHARS = 1024
-
-
-def _text_chars(args: tuple) -> float:
-    """Characters of the texts among a tokenizer method's arguments (lists of strings or of
-    string pairs); infinite where an argument is anything else (sent to the pool)."""
-    chars = 0
-    for arg in args:
-        if not isinstance(arg, (list, tuple)):
-            return math.inf
-        for text in arg:
-            if not isinstance(text, str):
-                return math.inf
-            chars += len(text)
-            if chars > INLINE_TOKENIZE_CHARS:
-                return chars
-    return chars
-
-
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
@@ -324,11 +300,9 @@ class Engine:
         tokenizer = await self._tokenizers.get(card)
         started = time.monotonic()
         fn = getattr(tokenizer, method)
-        if _text_chars(args) <= INLINE_TOKENIZE_CHARS:  # cheaper than the hand-off to the pool and back
-            result = fn(*args, **kwargs)
-        else:
-            result = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool,
-                                                                      lambda: fn(*args, **kwargs))
+        # Always on the pool, even a short query (tens of microseconds, less than the two thread
+        # hand-offs): tokenising never runs on the loop, so no input can stall it.
+        result = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, lambda: fn(*args, **kwargs))
         return result, time.monotonic() - started
 
     async def with_tokenizer(self, card: ModelCard, fn: Callable[..., Any], *args) -> tuple[Any, float]:

@@ -1,6 +1,6 @@
 """An Engine on its caller's loop (`Engine(loop=...)`, as sie-server runs it, issue 27) answers
-exactly as one on a loop of its own, for texts tokenised on the loop (short) and on the
-tokenizer pool (long); calls that would block its loop are refused with a message saying what
+exactly as one on a loop of its own, for short queries and for longer
+documents; calls that would block its loop are refused with a message saying what
 to do instead, and `aclose()` ends it."""
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 from engine_fixtures import Recorder, make_engine, tiny_cards
-from sie_engine import engine as engine_module
 
 SHORT = ["a short query", "another one"]
-# longer in all than INLINE_TOKENIZE_CHARS: tokenised on the pool
+# longer documents, several to a request
 LONG = [f"document {i} about shared event loops and the tokenizer pool " * 3 for i in range(12)]
 
 
@@ -30,10 +29,6 @@ def expected(cards):
         return {tuple(texts): engine.encode_sync("tiny/a", texts) for texts in (SHORT, LONG)}
     finally:
         engine.close()
-
-
-def test_the_texts_take_both_tokenising_paths():
-    assert sum(map(len, SHORT)) <= engine_module.INLINE_TOKENIZE_CHARS < sum(map(len, LONG))
 
 
 async def test_an_engine_on_the_callers_loop_answers_as_one_on_its_own(cards, expected):
