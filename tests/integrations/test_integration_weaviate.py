@@ -166,6 +166,9 @@ def test_rerank_follows_sie_scores(indexed, sie_client):
         assert hybrid_scores == sorted(hybrid_scores, reverse=True)
 
 
+# over HTTP only: the helper's code is the same in both modes, and embedded mode equals HTTP item
+# for item (test_client.py); dense recall and reranking run in both
+@pytest.mark.parametrize("sie_client", ["http"], indirect=True)
 def test_multivector_near_text_ranks_by_maxsim(sie_client, weaviate_client):
     """A self-provided multi-vector from a late-interaction model: near-vector search ranks as
     brute-force MaxSim over the token vectors Weaviate returns (tiny random ColBERT)."""
