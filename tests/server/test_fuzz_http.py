@@ -236,7 +236,10 @@ def test_thousands_of_generated_requests_get_no_5xx_and_no_hang(server, http, do
     statuses: dict[int, int] = {}
     transport = httpx.Client(base_url=server.url, timeout=30)
 
-    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    # derandomize: the same requests every run (a random draw once gave a route 35 of its 40), so a
+    # failure here is the code's, reproducible, not the draw's
+    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+              derandomize=True)
     @given(request=requests(document))
     def send(request):
         method, url, headers, body = request
