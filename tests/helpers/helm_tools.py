@@ -86,15 +86,18 @@ CHECKOV_VERSION = "3.3.30"
 
 
 def checkov_binary() -> Path:
-    """checkov in its own venv under `.tools/` (made once, then reused): its pins (packaging,
-    networkx, boto3 ...) conflict with the project's, so it cannot share the test venv."""
+    """checkov in its own venv in the test cache (`$SIE_TEST_CACHE` or `~/.cache/sie-tests`, made once
+    per machine, then reused by every checkout): its pins (packaging, networkx, boto3 ...) conflict with
+    the project's, so it cannot share the test venv, and building it takes most of a minute."""
     import fcntl
     import venv
 
-    home = CACHE_DIR / f"checkov-{CHECKOV_VERSION}"
+    from real_checkpoints import cache_root
+
+    home = cache_root() / f"checkov-{CHECKOV_VERSION}"
     binary = home / "bin" / "checkov"
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    with open(CACHE_DIR / "checkov.lock", "w") as lock:
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.parent / "checkov.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test runs build it once
         if not binary.exists():
             venv.EnvBuilder(with_pip=True, clear=True).create(home)

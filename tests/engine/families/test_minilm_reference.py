@@ -12,6 +12,9 @@ from sie_engine import Engine
 from tiny_models import MINILM_DIR
 
 SAMPLE = 400
+# bfloat16 matmuls on a CPU without bf16 units run about 8x slower than float32: its cosine bound is
+# checked on every fourth document of the sample (100), which still spans the corpus
+BF16_STRIDE = 4
 
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -52,6 +55,8 @@ def test_minilm_matches_sentence_transformers(docs, reference, expected):
 
 @pytest.mark.parametrize("precision, bound", [("bfloat16", 0.9999), ("int8", 0.95)])
 def test_reduced_precision_modes_stay_within_their_stated_cosine(docs, expected, precision, bound):
+    stride = BF16_STRIDE if precision == "bfloat16" else 1
+    docs, expected = docs[::stride], expected[::stride]
     with Engine(device="cpu") as engine:
         result = engine.encode_sync(MINILM, docs, precision=precision)
         variant = engine.model_info(f"{MINILM}@{precision}")
