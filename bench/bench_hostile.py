@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import struct
 import subprocess
@@ -32,6 +31,8 @@ from bench_host import sie_from_tree  # noqa: E402
 from common import MINILM_DIR, MINILM_ID  # noqa: E402
 
 MODEL = "enc"
+# junk model ids sent one request each (the issue's 5,000 took ~12 min on a loaded 2-core box)
+JUNK_IDS = 1000
 
 
 def free_port() -> int:
@@ -181,8 +182,15 @@ def gzip_bomb(mib: int) -> bytes:
     return first + block * (mib - 1) + end + struct.pack("<II", crc, (mib * 2**20) & 0xFFFFFFFF)
 
 
-def router_rows(router: str) -> list[tuple[str, str]]:
-    rows = []
+class Rows(list):
+    """Rows printed as they are measured (a long run keeps what it measured)."""
+
+    def append(self, row) -> None:
+        super().append(row)
+        print(f"| {row[0]} | {row[1]} |", flush=True)
+
+
+def router_rows(router: str, rows: list) -> None:
     json_headers = {"Content-Type": "application/json"}
     nested = b'{"model": "' + MODEL.encode() + b'", "input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     answer = httpx.post(router + "/v1/embeddings", content=nested, headers=json_headers, timeout=30)
@@ -219,14 +227,14 @@ def router_rows(router: str) -> list[tuple[str, str]]:
         sock.close()
     rows.append(("300 slowloris sockets: still open after 15 s (6)", f"{still}"))
     before = len(httpx.get(router + "/metrics", timeout=30).content)
-    for i in range(5000):
+    for i in range(JUNK_IDS):
         httpx.post(router + f"/v1/encode/junk-{i}", content=b'{"items": ["x"]}', headers=json_headers, timeout=30)
     after = len(httpx.get(router + "/metrics", timeout=30).content)
-    rows.append(("5,000 junk model ids: `/metrics` size (6)", f"{before / 1024:.0f} KB -> {after / 1024:.0f} KB"))
+    rows.append((f"{JUNK_IDS:,} junk model ids: `/metrics` size (6)",
+                 f"{before / 1024:.0f} KB -> {after / 1024:.0f} KB"))
     statuses = [httpx.post(router + f"/v1/encode/{MODEL}", json={"items": ["x"]}, timeout=30,
                            headers={"X-SIE-Timeout-Ms": value}).status_code for value in ("NaN", "0", "-5")]
     rows.append(("`X-SIE-Timeout-Ms` NaN, 0, -5 (6)", ", ".join(map(str, statuses))))
-    return rows
 
 
 def main() -> None:
@@ -240,23 +248,22 @@ def main() -> None:
         server, url = launch(prefix, ["serve", "--no-builtin", "--model", f"{MODEL}={MINILM_DIR}", "--device", "cpu",
                                       "--preload", MODEL, "--max-connections", str(cap), "--no-access-log"],
                              logs / "server.log")
-        router = router_process = None
+        router_process = None
+        side = f"tree {args.tree}" if args.tree else "this checkout"
+        print(f"| attack ({side}, {MINILM_ID} as {MODEL!r}) | result |\n| --- | --- |", flush=True)
+        rows = Rows()
         try:
-            rows = [("idle sockets re-opened in a loop at the connection cap (5)", idle_sockets(url, cap)),
-                    ("clients that never read large answers (5)", unread_answers(url, server)),
-                    ("40 uploads of 8 MiB held 1,000 bytes short (5)", held_uploads(url, server))]
+            rows.append(("idle sockets re-opened in a loop at the connection cap (5)", idle_sockets(url, cap)))
+            rows.append(("clients that never read large answers (5)", unread_answers(url, server)))
+            rows.append(("40 uploads of 8 MiB held 1,000 bytes short (5)", held_uploads(url, server)))
             router_process, router = launch(prefix, ["router", f"--worker={url}", "--poll-interval=0.2"],
                                             logs / "router.log")
-            rows += router_rows(router)
+            router_rows(router, rows)
         finally:
             for process in (router_process, server):
                 if process is not None:
                     process.terminate()
                     process.wait(30)
-    side = f"tree {args.tree}" if args.tree else "this checkout"
-    print(f"| attack ({side}, {MINILM_ID} as {MODEL!r}, pid {os.getpid()}) | result |\n| --- | --- |")
-    for name, result in rows:
-        print(f"| {name} | {result} |")
 
 
 if __name__ == "__main__":
