@@ -401,8 +401,8 @@ class Engine:
         """The request's image items admitted by their pixels (decode_admission.py), read from their
         headers off this loop (about 0.1 ms an image); None when it sends no image."""
         items = request.get("items")
-        if not card.image_size or not isinstance(items, (list, tuple)):
-            return None
+        if not card.image_size or not isinstance(items, (list, tuple)) or not self.scheduler.admission.bounded:
+            return None  # no wait bound (an in-process engine by default): nothing to refuse by
         images = [item["image"] for item in items if isinstance(item, dict) and item.get("image") is not None]
         if not images:
             return None
