@@ -47,7 +47,7 @@ from .errors import HTTPProblem, error_body
 from .parse_errors import ContractErrors
 from .quiet_errors import ClientErrorLogger, limit_accept_errors
 from .settings import ServerSettings
-from .slow_clients import HeadTimeout
+from .slow_clients import HeadTimeout, bounded_request_factory
 from .state import LIFECYCLE, SETTINGS
 
 log = logging.getLogger(__name__)
@@ -134,6 +134,8 @@ class _BeyondTheCap(asyncio.Protocol):
 class _LimitedFactory:
     def __init__(self, server: web.Server, app: web.Application | None, max_connections: int,
                  settings: ServerSettings):
+        if not getattr(server.request_factory, "bounded", False):  # once per server (a site per address)
+            server.request_factory = bounded_request_factory(server.request_factory)
         self._server = server
         self.app = app
         self._max = max_connections

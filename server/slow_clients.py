@@ -14,6 +14,14 @@ held 369 MiB for minutes, issue #30.5). The transport pauses the writer when its
 passes the high-water mark; a write still paused `send_timeout_s` later aborts the
 connection, which frees the buffer at once.
 
+The write-buffer bound (`WRITE_BUFFER_BYTES`): asyncio's transport copies whatever the socket does
+not take into a buffer of its own (Python 3.11: a bytearray it also shifts on every partial send),
+so an answer of 17 MB that is not read was held twice, once by the handler and once by the
+transport. `BoundedWrites` hands the transport at most the bound and keeps the rest as a view of
+the handler's own bytes, fed on as the client reads; aiohttp's writer sees the connection paused
+until all of it is handed on, so the handler's drain waits, and the send timeout runs from the last
+time the client read anything.
+
 `idle`: no request in progress, none arriving, nothing left to send; connections.py closes
 such connections first when the server is full.
 """
@@ -21,13 +29,128 @@ such connections first when the server is full.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable
 from typing import cast
 
 from aiohttp import web
+from aiohttp.http_writer import StreamWriter
 
 log = logging.getLogger(__name__)
+
+# The most bytes of answers one connection's transport buffers (what the kernel's socket buffer does
+# not take); the rest of an answer stays a view of the handler's bytes until the client reads.
+WRITE_BUFFER_BYTES = 1 << 20
+HIGH_WATER = 1 << 16
+
+
+class UncoalescedWriter(StreamWriter):
+    """aiohttp's writer, except that an answer of `WRITE_BUFFER_BYTES` or more is handed to the
+    transport as its own bytes: aiohttp joins the head and the body into one new bytes object
+    (on Python before 3.12.9, where it avoids `writelines`), a copy of every large answer that
+    `BoundedWrites` would then have to hold. Small answers are still joined (one send)."""
+
+    def _writelines(self, chunks) -> None:
+        chunks = list(chunks)
+        if sum(len(chunk) for chunk in chunks) < WRITE_BUFFER_BYTES:
+            super()._writelines(chunks)
+            return
+        for chunk in chunks:
+            self._write(chunk)
+
+
+def bounded_request_factory(factory: Callable[..., web.BaseRequest]) -> Callable[..., web.BaseRequest]:
+    """`web.Server.request_factory` whose requests write through `UncoalescedWriter`."""
+    def make(message, payload, protocol, writer, task, *args, **kwargs):
+        return factory(message, payload, protocol, UncoalescedWriter(protocol, asyncio.get_running_loop()), task,
+                       *args, **kwargs)
+
+    make.bounded = True  # type: ignore[attr-defined]
+    return make
+
+
+class BoundedWrites:
+    """A connection's transport as aiohttp's writer sees it: at most `bound` bytes buffered in the
+    real transport, the rest of what is written held as views (no copy) until `feed` hands it on."""
+
+    def __init__(self, transport: asyncio.Transport, bound: int, on_held: Callable[[], None]):
+        self._transport = transport
+        self._bound = bound
+        self._on_held = on_held  # called when the held bytes start or stop
+        self._held: collections.deque[memoryview] = collections.deque()
+        self._close_when_sent = False
+        # asyncio's default marks (64 KiB, 16 KiB), well below the bound: holding bytes (the buffer
+        # filled to the bound) always means the transport has paused, so its resume_writing comes to
+        # feed the rest, and an answer left mostly unread pauses (and is timed) as it did before
+        transport.set_write_buffer_limits(high=min(HIGH_WATER, bound // 2))
+
+    def __getattr__(self, name: str):  # the rest of the transport's interface, unchanged
+        return getattr(self._transport, name)
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._held)
+
+    def held_bytes(self) -> int:
+        return sum(len(view) for view in self._held)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + self.held_bytes()
+
+    def write(self, data) -> None:
+        view = memoryview(data if isinstance(data, bytes) else bytes(data))  # a bytearray may change later
+        if not view:
+            return
+        was_holding = self.holding
+        self._held.append(view)
+        self.feed()
+        if self.holding != was_holding:
+            self._on_held()
+
+    def writelines(self, chunks) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def feed(self) -> None:
+        """Hand the real transport what fits under the bound."""
+        transport = self._transport
+        while self._held and not transport.is_closing():
+            room = self._bound - transport.get_write_buffer_size()
+            if room <= 0:
+                return
+            view = self._held[0]
+            if len(view) <= room:
+                transport.write(self._held.popleft())
+            else:
+                transport.write(view[:room])
+                self._held[0] = view[room:]
+        if not self._held and self._close_when_sent:
+            transport.close()
+
+    def resumed(self) -> None:
+        """The real transport's buffer drained below its low-water mark: feed on."""
+        was_holding = self.holding
+        self.feed()
+        if self.holding != was_holding:
+            self._on_held()
+
+    def is_closing(self) -> bool:
+        return self._close_when_sent or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self._held:  # what is held is sent first, as the transport's own close sends its buffer
+            self._close_when_sent = True
+        else:
+            self._transport.close()
+
+    def abort(self) -> None:
+        self.drop()
+        self._transport.abort()
+
+    def drop(self) -> None:
+        """Let go of the held views (the connection is gone)."""
+        self._held.clear()
 
 
 class HeadTimeout(asyncio.Protocol):
@@ -47,6 +170,9 @@ class HeadTimeout(asyncio.Protocol):
         self._blocked: asyncio.TimerHandle | None = None  # the send timer, while writing is paused
         self._busy = 0  # requests of this connection whose handler is running
         self._transport: asyncio.Transport | None = None
+        self._writes: BoundedWrites | None = None
+        self._real_paused = False  # the transport's buffer is over its high-water mark
+        self._inner_paused = False  # what aiohttp's writer was told: that, or bytes still held
         # bytes of the current request's first line so far (parse_errors.py tells a request line
         # over aiohttp's limit, 414, from a header over it, 431)
         self.first_line_bytes = 0
@@ -58,7 +184,7 @@ class HeadTimeout(asyncio.Protocol):
         inner = self.inner
         waiter = getattr(inner, "_waiter", None)  # aiohttp's own test for its keep-alive close
         return (self._transport is not None and not self._transport.is_closing() and not self._busy
-                and self._timer is None and self._blocked is None and self._transport.get_write_buffer_size() == 0
+                and self._timer is None and self._blocked is None and self._buffered() == 0
                 and (waiter is None or not waiter.done()) and not getattr(inner, "_messages", ())
                 and not getattr(inner, "_request_in_progress", False))
 
@@ -67,7 +193,9 @@ class HeadTimeout(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
-        self.inner.connection_made(transport)
+        self._writes = BoundedWrites(self._transport, WRITE_BUFFER_BYTES, self._update_paused)
+        # aiohttp's handler writes through the bound; the writes object passes the rest of the transport's API on
+        self.inner.connection_made(cast(asyncio.Transport, self._writes))
         # a connection that never sends a byte (recent aiohttp closes it after its keep-alive
         # timeout too; older releases never do)
         self._silence = asyncio.get_running_loop().call_later(self._first_byte_timeout, self.inner.force_close)
@@ -97,27 +225,58 @@ class HeadTimeout(asyncio.Protocol):
             self._blocked.cancel()
             self._blocked = None
         self._transport = None
+        if self._writes is not None:
+            self._writes.drop()
         if self._on_lost is not None:
             self._on_lost(self)
         self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
-        if self._blocked is None and self._send_timeout != float("inf"):
-            self._blocked = asyncio.get_running_loop().call_later(self._send_timeout, self._send_expired)
-        self.inner.pause_writing()
+        self._real_paused = True
+        self._update_paused()
 
     def resume_writing(self) -> None:
-        if self._blocked is not None:  # the client read: the next pause starts a new timer
+        self._real_paused = False
+        self._stop_send_timer()  # the client read: a send still blocked starts a new timer
+        if self._writes is not None:
+            self._writes.resumed()
+        self._update_paused()
+        if self._inner_paused and self._blocked is None:
+            self._start_send_timer()
+
+    def _update_paused(self) -> None:
+        """Tell aiohttp's writer it is paused while the transport's buffer is full or bytes are held."""
+        paused = self._real_paused or (self._writes is not None and self._writes.holding)
+        if paused and not self._inner_paused:
+            self._inner_paused = True
+            self._start_send_timer()
+            self.inner.pause_writing()
+        elif not paused and self._inner_paused:
+            self._inner_paused = False
+            self._stop_send_timer()
+            self.inner.resume_writing()
+
+    def _start_send_timer(self) -> None:
+        if self._blocked is None and self._send_timeout != float("inf"):
+            self._blocked = asyncio.get_running_loop().call_later(self._send_timeout, self._send_expired)
+
+    def _stop_send_timer(self) -> None:
+        if self._blocked is not None:
             self._blocked.cancel()
             self._blocked = None
-        self.inner.resume_writing()
+
+    def _buffered(self) -> int:
+        return self._writes.get_write_buffer_size() if self._writes is not None else 0
 
     def _send_expired(self) -> None:
         self._blocked = None
         if self._transport is not None:
             log.info("closing a connection that read none of its answer for %gs (%d bytes unsent)",
-                     self._send_timeout, self._transport.get_write_buffer_size())
-            self._transport.abort()  # close() would wait for the buffer to drain
+                     self._send_timeout, self._buffered())
+            if self._writes is not None:
+                self._writes.abort()  # close() would wait for the buffer to drain
+            else:
+                self._transport.abort()
 
     def request_started(self) -> None:
         self._busy += 1

@@ -47,6 +47,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .decode_admission import DecodeTicket
 from .errors import Overloaded
 
 # Effective FLOP/s assumed before a model's first batch is measured: about what these devices
@@ -178,6 +179,8 @@ class Reservation:
         # set when the request is refused but is tokenised first: it may be too large to queue
         # at all, a 413 whatever the load (the scheduler raises this once it knows it is not)
         self.refusal = refusal
+        # the request's image decoding, admitted by pixels (decode_admission.py; None: no images)
+        self.decoding: DecodeTicket | None = None
 
     def settle(self, fraction: float, tokens: int = 0) -> None:
         """`fraction` of the request's items are queued now, `tokens` real tokens."""
@@ -188,6 +191,8 @@ class Reservation:
         """The request is queued in full, or ended before it was; idempotent. What it queued
         (validated work only: nothing for a request refused or invalid) feeds the average."""
         self._owner._take(self, self.tokens)
+        if self.decoding is not None:
+            self.decoding.release()
         if not self._released:
             self._released = True
             if self.queued:

@@ -34,7 +34,10 @@ from .admission import PendingCall, image_positions_bound, upper_bound_tokens
 from .card import Catalog, ModelCard
 from .checkpoints import CheckpointLayout
 from .checkpoints import resolve as resolve_checkpoint
+from .decode_admission import DecodeAdmission, DecodeTicket
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
+from .image_pool import IMAGE_THREADS
+from .images import header_pixels
 from .models.base import CPU_FLOAT32_BATCH_TOKENS
 from .parallelism import BatchParallelism
 from .pool import ModelPool, PoolEvents
@@ -240,6 +243,8 @@ class Engine:
                 parallelism=self.parallelism,
             )
             self._tokenizers = _Tokenizers(self._tokenize_pool, self.pool, self.variants)
+            # image decoding, admitted by pixels against the same wait bound (the image threads' own queue)
+            self.decoding = DecodeAdmission(max_queue_wait_s, IMAGE_THREADS)
             self.scheduler.start()
 
         async def setup_there():
@@ -387,9 +392,24 @@ class Engine:
                 pre_admitted.release()
         call = Call(task, card, request, deadline=deadline, reservation=reservation, precision=precision)
         try:
+            reservation.decoding = await self._admit_decoding(card, request)
             return await implementation(self, call)
         finally:
             reservation.release()
+
+    async def _admit_decoding(self, card: ModelCard, request: dict[str, Any]) -> DecodeTicket | None:
+        """The request's image items admitted by their pixels (decode_admission.py), read from their
+        headers off this loop (about 0.1 ms an image); None when it sends no image."""
+        items = request.get("items")
+        if not card.image_size or not isinstance(items, (list, tuple)) or not self.scheduler.admission.bounded:
+            return None  # no wait bound (an in-process engine by default): nothing to refuse by
+        images = [item["image"] for item in items if isinstance(item, dict) and item.get("image") is not None]
+        if not images:
+            return None
+        limits = self.limits
+        pixels = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: sum(header_pixels(image, limits) for image in images))
+        return self.decoding.admit(pixels)
 
     def scores_pairs(self, model: str) -> bool:
         """Whether `score_pairs` serves `model` (a plain cross-encoder; tasks/score_pairs.py)."""

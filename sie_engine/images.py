@@ -68,6 +68,49 @@ def file_bytes(value: Any, max_bytes: int, field: str, what: str, data_uri: str)
     return data
 
 
+# How much of an image's file is read for its header at admission: PNG, GIF, BMP and WebP give
+# their size in the first bytes; a JPEG's frame header follows its EXIF and ICC segments, so a
+# file whose size is not found in the first 4 KiB is read again up to 64 KiB.
+HEADER_PREFIXES = (4096, 65536)
+
+
+def header_pixels(value: Any, limits: Limits) -> int:
+    """Pixels an image item will decode to, from its header only (Pillow's `open` reads the size
+    lazily), for admission before any pixel is decoded: a prefix of the file is base64-decoded
+    and opened. 0 for what decoding refuses at once (not an image, over the pixel limit: those
+    cost nothing to refuse); `Limits.max_image_pixels` where the size is not in the prefix."""
+    from PIL import Image
+
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        whole = len(value)
+
+        def prefix(n: int) -> bytes:
+            return bytes(value[:n])
+    elif isinstance(value, str):
+        text = value.partition(",")[2] if value.startswith("data:") else value
+        whole = len(text) * 3 // 4
+
+        def prefix(n: int) -> bytes:
+            try:
+                return base64.b64decode(text[:n * 4 // 3 // 4 * 4])
+            except (binascii.Error, ValueError):
+                return b""
+    else:
+        return 0
+    for size in HEADER_PREFIXES:
+        try:
+            width, height = Image.open(io.BytesIO(prefix(size)), formats=list(limits.image_formats)).size
+        except Image.DecompressionBombError:
+            return 0  # refused before decoding
+        except Exception:  # a header Pillow cannot read in this prefix (its plugins raise many kinds)
+            if size >= whole:
+                return 0  # the whole file: decoding refuses it at once
+            continue
+        pixels = width * height
+        return pixels if pixels <= limits.max_image_pixels else 0
+    return limits.max_image_pixels
+
+
 class PictureSource(ABC):
     """An image input made on the server rather than sent as a file (a document's page): its size
     is known before a pixel is made, so the model's resize bound is checked first."""

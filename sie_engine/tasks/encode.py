@@ -25,6 +25,7 @@ from ..documents import expand_documents
 from ..errors import InvalidRequest
 from ..heads.colbert import marked_encode_args, uses_markers
 from ..image_pool import on_image_threads
+from ..images import PictureSource
 from ..muvera import MuveraEncoder, muvera_encoder
 from ..postprocess import convert_dtype, truncate_and_normalize
 from ..types import EncodedItem, EncodeResult
@@ -179,6 +180,10 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
             [fields[i] if fields is not None else f"items[{i}].image" for i in chunk])
         seconds += spent
         tokens += sum(counts)
+        ticket = work_request.reservation.decoding if work_request.reservation is not None else None
+        if ticket is not None:  # its pixels are decoded: admission's backlog shrinks, the rate is measured
+            ticket.decoded(len(chunk) / len(positions), spent,
+                           measured=not any(isinstance(images[i], PictureSource) for i in chunk))
         engine.submit(card, queue or IMAGE_QUEUE, [
             WorkItem(work_request, position, NO_IDS, outputs=wanted, pixels=values, image_tokens=count, extra=extra)
             for position, values, count in zip(chunk, pixels, counts)

@@ -144,3 +144,82 @@ def content_bomb_pdf(megabytes: int = 5) -> bytes:
     objects = _page_objects(b"")
     objects[3] = stream(b"/Filter [/FlateDecode /FlateDecode]", zlib.compress(once, 9))
     return hand_written_pdf(objects)
+
+
+def lzw_encode(data: bytes) -> bytes:
+    """PDF's LZWDecode encoding (early change 1): 9- to 12-bit codes, a clear code when the table
+    nears 4,096 entries, the end code last."""
+    out = bytearray()
+    state = {"buffer": 0, "bits": 0, "width": 9}
+
+    def emit(code: int) -> None:
+        state["buffer"] = (state["buffer"] << state["width"]) | code
+        state["bits"] += state["width"]
+        while state["bits"] >= 8:
+            state["bits"] -= 8
+            out.append((state["buffer"] >> state["bits"]) & 0xFF)
+        state["buffer"] &= (1 << state["bits"]) - 1
+
+    table = {bytes([i]): i for i in range(256)}
+    emit(256)
+    word = b""
+    for value in data:
+        longer = word + bytes([value])
+        if longer in table:
+            word = longer
+            continue
+        emit(table[word])
+        table[longer] = len(table) + 2  # codes 256 and 257 are not in the dict
+        word = bytes([value])
+        size = len(table) + 2
+        if size >= 4000:  # start a new table before the 12-bit codes run out
+            emit(256)
+            table = {bytes([i]): i for i in range(256)}
+            state["width"] = 9
+        elif size >= 1 << state["width"]:  # the decoder widens one code early
+            state["width"] += 1
+    if word:
+        emit(table[word])
+    emit(257)
+    if state["bits"]:
+        out.append((state["buffer"] << (8 - state["bits"])) & 0xFF)
+    return bytes(out)
+
+
+def run_length_encode(data: bytes) -> bytes:
+    """PDF's RunLengthDecode encoding: runs of up to 128 equal bytes as 2 bytes, the rest literal."""
+    out = bytearray()
+    position = 0
+    while position < len(data):
+        run = 1
+        while run < 128 and position + run < len(data) and data[position + run] == data[position]:
+            run += 1
+        if run > 1:
+            out += bytes([257 - run, data[position]])
+        else:
+            out += bytes([0, data[position]])
+        position += run
+    return bytes(out + b"\x80")
+
+
+def encode_chain(data: bytes, chain: Sequence[str]) -> bytes:
+    """`data` encoded so that decoding it through `chain` (PDF's order: the first filter is
+    decoded first) gives it back."""
+    import base64
+
+    encoders = {"FlateDecode": lambda d: zlib.compress(d, 9), "LZWDecode": lzw_encode,
+                "RunLengthDecode": run_length_encode, "ASCIIHexDecode": lambda d: d.hex().encode() + b">",
+                "ASCII85Decode": lambda d: base64.a85encode(d, wrapcol=76) + b"~>"}
+    for name in reversed(chain):
+        data = encoders[name](data)
+    return data
+
+
+def filtered_content_pdf(content: bytes, chain: Sequence[str], filter_entry: bytes | None = None) -> bytes:
+    """A one-page document whose content stream is `content` encoded through `chain`
+    (`filter_entry`: the dictionary's /Filter entry as written, default the chain's names)."""
+    names = b" ".join(b"/" + name.encode() for name in chain)
+    objects = _page_objects(b"")
+    objects[3] = stream(filter_entry if filter_entry is not None else b"/Filter [%s]" % names,
+                        encode_chain(content, chain))
+    return hand_written_pdf(objects)

@@ -27,6 +27,7 @@ from pdf_fixtures import (
     content_bomb_pdf,
     encrypted_pdf,
     external_file_pdf,
+    filtered_content_pdf,
     image_bomb_pdf,
     javascript_form_pdf,
     make_pdf,
@@ -190,6 +191,8 @@ HOSTILE = {  # name: (the document, its status, what the message says)
     "truncated": (lambda: make_pdf([(100, 100)])[:300], 400, "malformed or truncated PDF"),
     "a page that is not a page": (broken_page_pdf, 400, "malformed PDF"),
     "a content stream that inflates to 5 MB": (content_bomb_pdf, 413, "inflate to more than 4194304 bytes"),
+    "a RunLength content stream that decodes to 5 MB": (
+        lambda: filtered_content_pdf(b" " * (5 << 20), ["RunLengthDecode"]), 413, "inflate to more than 4194304 bytes"),
     "encrypted": (encrypted_pdf, 400, "encrypted PDF that needs a password"),
     "thousands of pages": (_thousand_pages, 413, "has 3000 pages; at most 64"),
     "a page too thin for the model": (lambda: page_box_pdf(1, 14400), 413,
