@@ -58,6 +58,10 @@ class _Child:
     process: asyncio.subprocess.Process
 
     @property
+    def name(self) -> str:
+        return "engine core" if self.role == "core" else f"frontend {self.index}"
+
+    @property
     def identity(self) -> bytes:
         return f"frontend-{self.process.pid}".encode()
 
@@ -114,7 +118,7 @@ class Supervisor:
             await process.wait()
             raise NotStarted(f"the {role} process exited before it was ready (exit {process.returncode})",
                              process.returncode)
-        log.info("%s %d started (pid %d)", role, index, process.pid)
+        log.info("%s started (pid %d)", child.name, process.pid)
         return child
 
     async def run(self) -> int:
@@ -160,7 +164,7 @@ class Supervisor:
     async def _replace(self, child: _Child) -> None:
         from prometheus_client import multiprocess
 
-        log.error("%s %d (pid %d) died (exit %s); starting another", child.role, child.index, child.process.pid,
+        log.error("%s (pid %d) died (exit %s); starting another", child.name, child.process.pid,
                   child.process.returncode)
         multiprocess.mark_process_dead(child.process.pid, str(self.paths.metrics))
         try:
