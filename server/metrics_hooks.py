@@ -4,17 +4,16 @@ classes' modules import torch, which a split server's frontends never load."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from sie_engine.pool import PoolEvents
 from sie_engine.scheduler import SchedulerEvents
 
-if TYPE_CHECKING:
-    from .metrics import ServerMetrics
+# `metrics` below is a metrics.ServerMetrics (not imported: metrics.py imports this module)
 
 
 class SchedulerHooks(SchedulerEvents):
-    def __init__(self, metrics: ServerMetrics):
+    def __init__(self, metrics: Any):
         self.m = metrics
 
     def batch(self, model_id: str, items: int, tokens: int, padded: int, seconds: float) -> None:
@@ -35,7 +34,7 @@ class SchedulerHooks(SchedulerEvents):
 
 
 class PoolHooks(PoolEvents):
-    def __init__(self, metrics: ServerMetrics):
+    def __init__(self, metrics: Any):
         self.m = metrics
 
     def loaded(self, model_id: str, nbytes: int, seconds: float) -> None:

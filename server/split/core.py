@@ -73,22 +73,23 @@ class EngineCore:
                 log.warning("engine core: dropped an undecodable message from %r", identity)
                 continue
             if isinstance(message, protocol.Call):
-                key = (identity, message.id)
-                task = asyncio.create_task(self._answer(identity, message))
-                self.calls[key] = task
-                task.add_done_callback(lambda _, key=key: self.calls.pop(key, None))
+                self._start(identity, message)
             elif isinstance(message, protocol.Cancel):
-                self._cancel(lambda key, ident=identity, call=message.id: key == (ident, call))
+                call = self.calls.get((identity, message.id))
+                if call is not None:
+                    call.cancel()
             else:
-                gone = message.identity
-                cancelled = self._cancel(lambda key, ident=gone: key[0] == ident)
-                log.warning("engine core: frontend %s is gone; %d of its call(s) cancelled", gone.decode(), cancelled)
+                gone = [task for (ident, _), task in self.calls.items() if ident == message.identity]
+                for task in gone:
+                    task.cancel()
+                log.warning("engine core: frontend %s is gone; %d of its call(s) cancelled",
+                            message.identity.decode(), len(gone))
 
-    def _cancel(self, match) -> int:
-        found = [task for key, task in self.calls.items() if match(key)]
-        for task in found:
-            task.cancel()
-        return len(found)
+    def _start(self, identity: bytes, call: protocol.Call) -> None:
+        key = (identity, call.id)
+        task = asyncio.create_task(self._answer(identity, call))
+        self.calls[key] = task
+        task.add_done_callback(lambda _: self.calls.pop(key, None))
 
     async def _answer(self, identity: bytes, call: protocol.Call) -> None:
         try:

@@ -14,21 +14,19 @@ import asyncio
 import dataclasses
 import logging
 import os
-import signal
 import sys
 from typing import TYPE_CHECKING, Any, cast
 
 from ..metrics import ServerMetrics
 from ..settings import ServerSettings
 from .client import EngineClient
-from .paths import INDEX, PORT, READY_FD, SplitPaths, die_with_parent
+from .paths import ENGINE_LOST, INDEX, PORT, READY_FD, SplitPaths, die_with_parent
 
 if TYPE_CHECKING:
     from sie_engine import Engine
 
 log = logging.getLogger(__name__)
 
-ENGINE_LOST = signal.SIGUSR1  # from the supervisor: the engine core died
 
 
 async def run_frontend(args: Any, paths: SplitPaths) -> int:

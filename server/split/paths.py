@@ -15,6 +15,7 @@ ENV = "SIE_SPLIT_DIR"
 READY_FD = "SIE_SPLIT_READY_FD"  # a pipe: one byte once the child listens (a frontend) or is bound (the core)
 PORT = "SIE_SPLIT_PORT"  # the port every frontend binds with SO_REUSEPORT
 INDEX = "SIE_SPLIT_INDEX"  # a frontend's place (kept by its replacement)
+ENGINE_LOST = signal.SIGUSR1  # to the frontends: the engine core died (client.py's engine_lost)
 USAGE_ERROR = 2  # a child's exit code for a mistake in the options: the supervisor exits with it too
 
 

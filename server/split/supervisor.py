@@ -35,8 +35,7 @@ import zmq.asyncio
 
 from ..serve import LISTENING, SHUTDOWN_EXTRA_S, STOP_SIGNALS
 from . import protocol
-from .frontend import ENGINE_LOST
-from .paths import ENV, INDEX, PORT, READY_FD, USAGE_ERROR, SplitPaths
+from .paths import ENGINE_LOST, ENV, INDEX, PORT, READY_FD, USAGE_ERROR, SplitPaths
 from .wait_board import WaitBoard
 
 log = logging.getLogger(__name__)
