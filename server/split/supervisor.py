@@ -26,6 +26,7 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,7 @@ class Supervisor:
     async def _start(self, role: str, index: int) -> _Child:
         """Start a child and wait until it says it is ready (a core: bound; a frontend: listening)."""
         read_end, write_end = os.pipe()
+        began = time.monotonic()
         module = "sie_server.split.core" if role == "core" else "sie_server.split.frontend"
         env = {**self.env, READY_FD: str(write_end), INDEX: str(index)}
         process = await asyncio.create_subprocess_exec(sys.executable, "-m", module, *self.argv, env=env,
@@ -117,7 +119,7 @@ class Supervisor:
             await process.wait()
             raise NotStarted(f"the {role} process exited before it was ready (exit {process.returncode})",
                              process.returncode)
-        log.info("%s started (pid %d)", child.name, process.pid)
+        log.info("%s started (pid %d) in %.1fs", child.name, process.pid, time.monotonic() - began)
         return child
 
     async def run(self) -> int:

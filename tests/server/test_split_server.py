@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import aiohttp
 import httpx
@@ -154,6 +155,56 @@ async def _in_flight(server, count: int):
     while metric_value(await asyncio.to_thread(metrics, server), "sie_inflight_requests") < count:
         await asyncio.sleep(0.02)
     return session, tasks
+
+
+def split_dir(pid: int) -> Path:
+    """The run directory the supervisor gave its children (their SIE_SPLIT_DIR)."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return Path(next(v for v in environ if v.startswith(b"SIE_SPLIT_DIR=")).split(b"=", 1)[1].decode())
+
+
+def test_every_frontend_refuses_on_the_engines_published_wait(server):
+    """One admission: the wait the engine core computes is what each frontend refuses on before
+    reading a body (429 with Retry-After, answered with the core stopped: no message to it)."""
+    from sie_server.split.wait_board import WaitBoard
+
+    core = latest_pids(server.log_text())["core"]
+    board = WaitBoard(split_dir(core) / "wait_board")
+    wait, bound = board.read()
+    assert wait < bound  # the tiny model's queue is empty; the bound is --max-queue-wait's
+    os.kill(core, signal.SIGSTOP)
+    try:
+        board.publish(bound + 41.5, bound)  # as the core's scheduler publishes a queue past its bound
+        answers = [encode_fresh(server) for _ in range(12)]
+    finally:
+        board.publish(wait, bound)
+        os.kill(core, signal.SIGCONT)
+    assert {a.status_code for a in answers} == {429}
+    assert {int(a.headers["Retry-After"]) for a in answers} == {42}
+    log = server.log_containing("frontend-0 sie_server.access: 127.0.0.1 \"POST /v1/encode/enc HTTP/1.1\" 429",
+                                "frontend-1 sie_server.access: 127.0.0.1 \"POST /v1/encode/enc HTTP/1.1\" 429")
+    assert "frontend-0" in log and "frontend-1" in log
+    assert encode_fresh(server).status_code == 200
+
+
+async def test_a_client_gone_cancels_its_work_in_the_engine(server):
+    """A client that disconnects cancels its frontend's handler, and the engine core drops the
+    call before it runs: no token of it is computed."""
+    core = latest_pids(server.log_text())["core"]
+    before = metric_value(metrics(server), "sie_tokens_processed_total", model="enc")
+    os.kill(core, signal.SIGSTOP)
+    try:
+        session, tasks = await _in_flight(server, 1)
+        tasks[0].cancel()
+        await session.close()  # the connection ends: the frontend's handler is cancelled
+        while metric_value(await asyncio.to_thread(metrics, server), "sie_inflight_requests") > 0:
+            await asyncio.sleep(0.02)
+    finally:
+        os.kill(core, signal.SIGCONT)
+    after = encode_fresh(server, ["one more text"])
+    assert after.status_code == 200
+    tokens = metric_value(metrics(server), "sie_tokens_processed_total", model="enc")
+    assert tokens == before + after.json()["usage"]["tokens"]
 
 
 async def test_a_killed_engine_core_answers_its_requests_503_and_is_replaced(server):
