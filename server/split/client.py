@@ -164,7 +164,9 @@ class EngineClient:
         return await self._call("abort", message, retry_after)
 
     async def drain(self) -> None:
-        await self._call("drain")
+        """Nothing to do here: this frontend has answered what it accepted, but its siblings may
+        still wait for the engine, so the engine is not drained from one frontend; the supervisor
+        stops the core once every frontend has drained (supervisor.py)."""
 
     async def load(self, model: str) -> None:
         await self._call("load", model)
