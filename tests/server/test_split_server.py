@@ -76,6 +76,15 @@ def wait_for(condition, what: str, timeout: float = WAIT_S):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def gone(pid: int) -> bool:
+    """The process has exited (its sockets closed): no /proc entry, or a zombie not yet reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
 def metrics(server) -> str:
     return httpx.get(server.url + "/metrics", timeout=30).text
 
@@ -136,7 +145,8 @@ def test_metrics_sum_over_frontends_and_frontends_load_no_torch(server):
 def test_a_killed_frontend_is_replaced_and_its_sibling_keeps_answering(server):
     old = latest_pids(server.log_text())
     os.kill(old["frontend 0"], signal.SIGKILL)
-    answers = [encode_fresh(server).status_code for _ in range(10)]  # the dead one's socket is closed
+    wait_for(lambda: gone(old["frontend 0"]), "the killed frontend to exit")  # its listening socket closed
+    answers = [encode_fresh(server).status_code for _ in range(10)]
     assert answers == [200] * 10
     wait_for(lambda: latest_pids(server.log_text())["frontend 0"] != old["frontend 0"], "a new frontend 0")
     wait_for(lambda: f"frontend-{old['frontend 0']} is gone" in server.log_text(), "the core told of it")
