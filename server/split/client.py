@@ -62,12 +62,13 @@ class EngineClient:
         self._facts: dict[str, Any] = {}
         self._up = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
         self._background: set[asyncio.Task] = set()
 
     # ---- lifecycle ---------------------------------------------------------
     async def start(self) -> None:
         """Start reading replies and wait for the engine core's hello."""
-        self._loop = asyncio.get_running_loop()
+        self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
         self._spawn(self._read())
         await self._hello()
 
@@ -146,7 +147,7 @@ class EngineClient:
         return asyncio.run_coroutine_threadsafe(self._call(method, *args), self._loop).result()
 
     def _on_loop(self) -> bool:
-        return self._loop is not None and threading.get_ident() == getattr(self._loop, "_thread_id", None)
+        return threading.get_ident() == self._loop_thread
 
     # ---- the Engine's methods the server uses ------------------------------
     async def run(self, task: str, model: str, *args: Any, timeout: float | None = None,
