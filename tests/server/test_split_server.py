@@ -94,6 +94,27 @@ def encode_fresh(server, texts=("hello world",)) -> httpx.Response:
     return httpx.post(server.url + ENCODE, json={"items": list(texts)}, headers={"Connection": "close"}, timeout=60)
 
 
+def test_engine_errors_cross_as_themselves():
+    """Every engine error a frontend gets back is rebuilt as the same class with the same
+    attributes, so its HTTP answer (status, code, field, Retry-After, retryable) is one process's."""
+    import msgspec
+
+    from sie_engine import errors
+    from sie_server.errors import HTTPProblem, error_body, retry_headers, status_for
+    from sie_server.split import protocol
+
+    sent = [errors.InvalidRequest("dims must be at most 32", field="dims"), errors.ModelNotFound("no model 'x'"),
+            errors.Overloaded("queue full", retry_after=7.0), errors.Draining(),
+            errors.ModelLoadFailed("m", "not_found", "no files"), errors.DeadlineExceeded("too late"),
+            HTTPProblem("not_ready", "restarting", retry_after=5.0)]
+    for error in sent:
+        wire = msgspec.msgpack.encode(protocol.Reply(1, failure=protocol.failure_of(error)))
+        back = protocol.error_of(protocol.REPLIES.decode(wire).failure)
+        assert type(back) is type(error) and back.message == error.message
+        assert (status_for(back), error_body(back, False), retry_headers(back)) == \
+            (status_for(error), error_body(error, False), retry_headers(error))
+
+
 def test_answers_equal_the_engines_own(server, engine):
     """encode, score and extract through a frontend and the engine core equal the Engine's
     answers in one process on the same weights (batch invariance's tolerance)."""
