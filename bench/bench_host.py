@@ -2,6 +2,7 @@
 
     python bench/bench_host.py                  # 2 rounds x (1 text, 16 texts) x 10 s per system
     python bench/bench_host.py --seconds 5 --rounds 1 --clients 32
+    python bench/bench_host.py --frontends 1,2   # also the split server (sie-split-N: N frontends + engine core)
 
 The model is a 1-layer, 32-wide BERT with random weights and the real MiniLM tokenizer, so its
 forward costs next to nothing and what is measured is the host work around it: HTTP, body
@@ -100,6 +101,35 @@ def serve_minimal(model_dir: Path, port: int) -> None:
 
 # ----------------------------------------------------------------------------- servers as processes
 
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _cpu_of(pid: int) -> float:
+    try:
+        fields = _stat(pid)
+    except OSError:  # ended meanwhile
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _tree(root: int) -> list[int]:
+    """`root` and its descendants (from /proc's parent pids)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                children.setdefault(int(_stat(int(entry.name))[1]), []).append(int(entry.name))
+            except OSError:
+                continue
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
 class Server:
     def __init__(self, name: str, argv: list[str], port: int):
         self.name, self.port = name, port
@@ -111,9 +141,9 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def cpu_seconds(self) -> float:
-        """User + system time of the server process so far (every thread)."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        """User + system time so far of the server process and every process under it (a split
+        server's supervisor, frontends and engine core), every thread."""
+        return sum(_cpu_of(pid) for pid in _tree(self.process.pid))
 
     async def wait_ready(self, session, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -149,7 +179,7 @@ def sie_from_tree(tree: Path) -> list[str]:
     return [sys.executable, "-c", code, str(tree.resolve())]
 
 
-def start_servers(model_dir: Path, also: Path | None = None) -> list[Server]:
+def start_servers(model_dir: Path, also: Path | None = None, frontends: tuple[int, ...] = ()) -> list[Server]:
     minimal_port, sie_port = free_port(), free_port()
     sie = Path(sys.executable).with_name("sie-server")
     # no access log: the minimal server writes none either
@@ -159,6 +189,10 @@ def start_servers(model_dir: Path, also: Path | None = None) -> list[Server]:
     if also is not None:  # an older checkout, side by side in the same run (before / after)
         port = free_port()
         extra = [Server("sie@" + also.name, [*sie_from_tree(also), *sie_args, "--port", str(port)], port)]
+    for count in frontends:  # the split server (server/split/): N frontends and one engine core
+        port = free_port()
+        extra.append(Server(f"sie-split-{count}", [str(sie), *sie_args, "--frontends", str(count), "--port", str(port)],
+                            port))
     return extra + [
         Server("minimal", [sys.executable, __file__, "--serve-minimal", str(model_dir), "--port", str(minimal_port)],
                minimal_port),
@@ -217,7 +251,8 @@ async def run(args) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict[tuple[str, int], list[Pass]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        servers = start_servers(make_free_model(Path(tmp)), args.also)
+        frontends = tuple(int(n) for n in args.frontends.split(",")) if args.frontends else ()
+        servers = start_servers(make_free_model(Path(tmp)), args.also, frontends)
         connector = aiohttp.TCPConnector(limit=args.clients)
         try:
             async with aiohttp.ClientSession(connector=connector) as session:
@@ -233,7 +268,7 @@ async def run(args) -> int:
                         for server in order:
                             measured = await drive(session, server, bodies, args.clients, args.seconds)
                             results.setdefault((server.name, size), []).append(measured)
-                            print(f"round {round_ + 1} {server.name:10} {size:2} text(s): {measured.rate:8.0f} req/s",
+                            print(f"round {round_ + 1} {server.name:12} {size:2} text(s): {measured.rate:8.0f} req/s",
                                   file=sys.stderr, flush=True)
         finally:
             for server in servers:
@@ -278,6 +313,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", default="1,16", help="texts per request, comma-separated")
     parser.add_argument("--also", type=Path, help="another checkout's tree (e.g. `git archive COMMIT | tar -x -C DIR`) "
                         "whose sie-server runs side by side, as sie@DIR")
+    parser.add_argument("--frontends", default="", help="also run the split server with each of these frontend "
+                        "counts (comma-separated, e.g. 1,2), as sie-split-N")
     parser.add_argument("--serve-minimal", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -13,11 +13,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from sie_contract import all_tasks
-from sie_engine import Engine
 from sie_engine.errors import SIEError
 
 from . import admin, compat, compat_routes, cors, expect, handlers
@@ -27,6 +27,9 @@ from .metrics import ServerMetrics
 from .middleware import PUBLIC_ROUTES, frame
 from .settings import ServerSettings
 from .state import ADMIN, API_KEYS, ENGINE, LIFECYCLE, METRICS, SETTINGS, TASKS, WORK_ROUTES, Lifecycle
+
+if TYPE_CHECKING:  # torch: a split server's frontends never load the engine
+    from sie_engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +119,7 @@ async def _warm_up(engine: Engine, model: str) -> None:
     except Exception:  # a fault in a task's warm-up must not keep the server unready
         log.exception("warm-up of %s failed (admitted about one batch at a time until measured)", model)
         return
-    log.info("warmed up %s in %.1fs (%.0f tokens/s)", model, seconds,
-             engine.scheduler.admission.throughput.rate(model))
+    log.info("warmed up %s in %.1fs", model, seconds)
 
 
 async def _watch_key_file(app: web.Application):

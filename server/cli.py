@@ -124,29 +124,37 @@ class _EngineOptionError(Exception):
     """An engine option the Engine refused (a usage error, not a crash)."""
 
 
+def serve_catalog(args: argparse.Namespace):
+    """The catalog `serve` serves, with `--preload` / `--pin` checked against it and the
+    runtime cards; ValueError: the one line of a usage error."""
+    from .runtime_cards import RuntimeCards
+
+    catalog = build_catalog(args)
+    # read again when the app is made; read here so a bad file is the one line of a usage error
+    runtime = {card.id for card in RuntimeCards(args.config_dir).load()}
+    for flag, ids in (("--preload", args.preload), ("--pin", args.pin)):
+        unknown = [m for m in ids if m not in catalog and m not in runtime]
+        if unknown:
+            raise ValueError(f"{flag} {', '.join(unknown)}: not in the catalog (sie-server models lists it)")
+    return catalog
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    from .settings import ServerSettings
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.frontends:  # the engine core checks the catalog options (a mistake: its one line, exit 2)
+        return _serve_split(args, ServerSettings(**targets(SERVE, vars(args), "settings")))
     from sie_engine import Engine
     from sie_engine.validation import Limits
 
     from .metrics import ServerMetrics
     from .serve import CannotListen, serve
-    from .settings import ServerSettings
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        catalog = build_catalog(args)
+        catalog = serve_catalog(args)
     except ValueError as exc:
         return usage_error(str(exc))
-    from .runtime_cards import RuntimeCards
-
-    try:  # read again when the app is made; read here so a bad file is the one line of a usage error
-        runtime = {card.id for card in RuntimeCards(args.config_dir).load()}
-    except ValueError as exc:
-        return usage_error(str(exc))
-    for flag, ids in (("--preload", args.preload), ("--pin", args.pin)):
-        unknown = [m for m in ids if m not in catalog and m not in runtime]
-        if unknown:
-            return usage_error(f"{flag} {', '.join(unknown)}: not in the catalog (sie-server models lists it)")
     values = vars(args)
     settings = ServerSettings(**targets(SERVE, values, "settings"))
     metrics = ServerMetrics()
@@ -184,6 +192,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     os._exit(code)
 
 
+def _serve_split(args: argparse.Namespace, settings) -> int:
+    """`--frontends N`: a supervisor of N frontends and one engine core (server/split/), each
+    started with the same serve options, so every process resolves them as this one did."""
+    from .split.supervisor import serve_split
+
+    argv = list(args.argv)
+    options = argv[argv.index("serve") + 1:]
+    try:
+        code = serve_split(options, args.frontends, settings.host, settings.port, settings.drain_timeout_s)
+    except OSError as exc:
+        print(f"sie-server: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
+        code = 1
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="sie-server", description="SIE: the search inference engine server.")
     subparsers = parser.add_subparsers(dest="command", required=True)
@@ -202,6 +227,7 @@ def parse(argv: list[str] | None = None, environ: Any = os.environ) -> argparse.
     """The command line with every option resolved (flag > environment > default) and checked;
     a mistake exits with one line and code 2 (argparse's own code for a bad command line)."""
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # a split server's children parse them again
     try:
         resolve(args, getattr(args, "options", ()), environ)
     except OptionError as exc:

@@ -10,6 +10,7 @@ queue table kept here for /v1/status is guarded by a lock.
 
 from __future__ import annotations
 
+import os
 import threading
 
 from prometheus_client import (
@@ -20,10 +21,9 @@ from prometheus_client import (
     Histogram,
     ProcessCollector,
     generate_latest,
+    multiprocess,
 )
 
-from sie_engine.pool import PoolEvents
-from sie_engine.scheduler import SchedulerEvents
 from sie_engine.types import Timings
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -36,28 +36,34 @@ class ServerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        ProcessCollector(registry=r)
+        if not _multiprocess():  # a split server's processes: the collector reads one process only
+            ProcessCollector(registry=r)
         self.requests = Counter("sie_requests_total", "Answered requests", ["model", "route", "status"], registry=r)
         self.duration = Histogram("sie_request_duration_seconds", "Request latency by phase",
                                   ["model", "route", "phase"], buckets=LATENCY_BUCKETS, registry=r)
-        self.queued_items = Gauge("sie_queued_items", "Items waiting for a batch", ["model"], registry=r)
+        self.queued_items = Gauge("sie_queued_items", "Items waiting for a batch", ["model"], registry=r,
+                                  multiprocess_mode="livesum")
         self.queued_tokens = Gauge("sie_queued_tokens", "Tokens waiting for a batch (autoscaling signal)",
-                                   ["model"], registry=r)
+                                   ["model"], registry=r, multiprocess_mode="livesum")
         # admission's estimate (sie_engine/admission.py): the model's queued work in seconds at its
         # measured throughput; summed over a server's models, the wait a new request would see
         self.queue_wait = Gauge("sie_queue_wait_seconds",
                                 "Seconds of work queued for the model at its measured throughput (autoscaling signal)",
-                                ["model"], registry=r)
-        self.inflight = Gauge("sie_inflight_requests", "Requests accepted and not yet answered", registry=r)
+                                ["model"], registry=r, multiprocess_mode="livesum")
+        self.inflight = Gauge("sie_inflight_requests", "Requests accepted and not yet answered", registry=r,
+                              multiprocess_mode="livesum")
         self.batch_tokens = Histogram("sie_batch_tokens", "Real tokens per batch", ["model"],
                                       buckets=BATCH_TOKEN_BUCKETS, registry=r)
         self.batch_items = Histogram("sie_batch_items", "Sequences per batch", ["model"],
                                      buckets=BATCH_ITEM_BUCKETS, registry=r)
         self.batches = Counter("sie_batches_total", "Batches run", ["model"], registry=r)
         self.tokens = Counter("sie_tokens_processed_total", "Real tokens computed", ["model"], registry=r)
-        self.models_loaded = Gauge("sie_models_loaded", "Resident models", registry=r)
-        self.model_memory = Gauge("sie_model_memory_bytes", "Memory charged to a resident model", ["model"], registry=r)
-        self.memory_budget = Gauge("sie_memory_budget_bytes", "The model pool's memory budget", registry=r)
+        self.models_loaded = Gauge("sie_models_loaded", "Resident models", registry=r, multiprocess_mode="livesum")
+        self.model_memory = Gauge("sie_model_memory_bytes", "Memory charged to a resident model", ["model"], registry=r,
+                                  multiprocess_mode="livesum")
+        # every process of a split server sets it to the engine's one budget: the max, not the sum
+        self.memory_budget = Gauge("sie_memory_budget_bytes", "The model pool's memory budget", registry=r,
+                                   multiprocess_mode="livemax")
         self.loads = Counter("sie_model_loads_total", "Model loads", ["model"], registry=r)
         self.load_failures = Counter("sie_model_load_failures_total", "Failed model loads", ["model"], registry=r)
         self.evictions = Counter("sie_model_evictions_total", "Model evictions", ["model"], registry=r)
@@ -70,8 +76,25 @@ class ServerMetrics:
         self._queue_children: dict[str, tuple] = {}
         self._queues: dict[str, tuple[int, int]] = {}
         self._resident: set[str] = set()
-        self.pool_events = _PoolHooks(self)
-        self.scheduler_events = _SchedulerHooks(self)
+        self._hooks: tuple | None = None
+
+    # ---- the engine's hooks ------------------------------------------------
+    # Built on first use: they subclass the engine's event classes, whose modules import torch,
+    # and a frontend process of the split server (server/split/) counts requests without an engine.
+    @property
+    def pool_events(self):
+        return self._engine_hooks()[0]
+
+    @property
+    def scheduler_events(self):
+        return self._engine_hooks()[1]
+
+    def _engine_hooks(self) -> tuple:
+        if self._hooks is None:
+            from .metrics_hooks import PoolHooks, SchedulerHooks
+
+            self._hooks = (PoolHooks(self), SchedulerHooks(self))
+        return self._hooks
 
     # ---- requests ----------------------------------------------------------
     def observe_request(self, model: str, route: str, status: int, timings: Timings | None, total_s: float) -> None:
@@ -108,48 +131,14 @@ class ServerMetrics:
             return dict(self._queues)
 
     def exposition(self) -> tuple[bytes, str]:
+        if _multiprocess():  # every process's values, summed (gauges as each declares)
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-class _SchedulerHooks(SchedulerEvents):
-    def __init__(self, metrics: ServerMetrics):
-        self.m = metrics
-
-    def batch(self, model_id: str, items: int, tokens: int, padded: int, seconds: float) -> None:
-        self.m.batch_tokens.labels(model_id).observe(tokens)
-        self.m.batch_items.labels(model_id).observe(items)
-        self.m.batches.labels(model_id).inc()
-        self.m.tokens.labels(model_id).inc(tokens)
-
-    def queue_changed(self, model_id: str, items: int, tokens: int) -> None:
-        with self.m._lock:
-            self.m._queues[model_id] = (items, tokens)
-        queued_items, queued_tokens, _ = self.m.queue_children(model_id)
-        queued_items.set(items)
-        queued_tokens.set(tokens)
-
-    def queue_wait(self, model_id: str, seconds: float) -> None:
-        self.m.queue_children(model_id)[2].set(seconds)
-
-
-class _PoolHooks(PoolEvents):
-    def __init__(self, metrics: ServerMetrics):
-        self.m = metrics
-
-    def loaded(self, model_id: str, nbytes: int, seconds: float) -> None:
-        self.m.loads.labels(model_id).inc()
-        self.m.load_seconds.labels(model_id).observe(seconds)
-        self.m.model_memory.labels(model_id).set(nbytes)
-        with self.m._lock:
-            self.m._resident.add(model_id)
-            self.m.models_loaded.set(len(self.m._resident))
-
-    def load_failed(self, model_id: str, reason: str) -> None:
-        self.m.load_failures.labels(model_id).inc()
-
-    def evicted(self, model_id: str) -> None:
-        self.m.evictions.labels(model_id).inc()
-        self.m.model_memory.labels(model_id).set(0)
-        with self.m._lock:
-            self.m._resident.discard(model_id)
-            self.m.models_loaded.set(len(self.m._resident))
+def _multiprocess() -> bool:
+    """prometheus_client's multiprocess mode: a split server (server/split/) names the directory
+    where every process writes its values before any of them imports prometheus_client."""
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))

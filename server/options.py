@@ -316,6 +316,9 @@ SERVE: tuple[Option, ...] = (
            "engine", metavar="N", default_text="2"),
     Option("--cuda-batches", "batches in flight on a GPU, each on a CUDA stream of its own, so one batch's host "
            "work overlaps another's kernels", count(), None, "engine", metavar="N", default_text="2"),
+    Option("--frontends", "HTTP frontend processes beside one engine-core process (server/split/: HTTP, body "
+           "decoding and answer encoding scale over cores; the engine owns pool, admission and batches); 0 serves "
+           "everything in one process", count(minimum=0), 0, metavar="N", default_text="0 (one process)"),
     Option("--log-level", "debug, info, warning or error", choice("debug", "info", "warning", "error"), "info",
            metavar="LEVEL"),
 )

@@ -17,10 +17,10 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
-
-from sie_engine import Engine
 
 from . import access_log
 from .app import ANSWER_GRACE_S, create_app, drain
@@ -28,6 +28,9 @@ from .connections import ConnectionLimitedRunner
 from .metrics import ServerMetrics
 from .settings import ServerSettings
 from .state import LIFECYCLE
+
+if TYPE_CHECKING:  # torch: a split server's frontends never load the engine
+    from sie_engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +66,11 @@ def startup_summary(engine: Engine, settings: ServerSettings) -> str:
             f"host cache {host_cache}; {len(engine.catalog)} models in the catalog; preloading {preload}")
 
 
-async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics | None = None) -> int:
-    """Serve until a stop signal, drain, and return the process exit code."""
+async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics | None = None, *,
+                announce: Callable[[str, int], None] | None = None, reuse_port: bool = False) -> int:
+    """Serve until a stop signal, drain, and return the process exit code. A split server's
+    frontend (server/split/frontend.py) shares the port (`reuse_port`) and tells its supervisor
+    it listens (`announce`) instead of printing the address and the engine's summary."""
     app = create_app(engine, settings, metrics)
     # handler_cancellation: a client that disconnects cancels its handler, and
     # with it the engine work queued for it.
@@ -73,10 +79,13 @@ async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics
                                      access_log=logger, access_log_format=access_log.FORMAT,
                                      shutdown_timeout=CLOSE_TIMEOUT_S)
     await runner.setup()
-    await _listen(runner, settings)
+    await _listen(runner, settings, reuse_port)
     host, port = runner.addresses[0][:2]
-    print(LISTENING.format(host=host, port=port), file=sys.stderr, flush=True)
-    log.info("%s", startup_summary(engine, settings))
+    if announce is not None:
+        announce(host, port)
+    else:
+        print(LISTENING.format(host=host, port=port), file=sys.stderr, flush=True)
+        log.info("%s", startup_summary(engine, settings))
     max_wait = engine.max_queue_wait_s
     if settings.drain_timeout_s < max_wait:
         log.warning("--drain-timeout %gs is shorter than --max-queue-wait %gs: a drain may answer admitted work "
@@ -102,8 +111,8 @@ async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics
     return 0
 
 
-async def _listen(runner: web.AppRunner, settings: ServerSettings) -> None:
-    site = web.TCPSite(runner, settings.host, settings.port, backlog=2048)
+async def _listen(runner: web.AppRunner, settings: ServerSettings, reuse_port: bool = False) -> None:
+    site = web.TCPSite(runner, settings.host, settings.port, backlog=2048, reuse_port=reuse_port or None)
     try:
         await site.start()
     except OSError as exc:

@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from sie_engine import Engine
-from sie_engine.engine import PreAdmitted
 from sie_engine.types import Timings
 
 from .auth import ApiKeys
 from .metrics import ServerMetrics
 from .settings import ServerSettings
+
+if TYPE_CHECKING:  # the engine's modules import torch; a split server's frontends never load them
+    from sie_engine import Engine
 
 # How often a drain looks again at the requests it waits for (a body finishing arrives
 # without an event to wait on).
@@ -80,7 +81,8 @@ class AdminState:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-ENGINE = web.AppKey("engine", Engine)
+# an Engine, or in a split server's frontend its EngineClient (server/split/client.py)
+ENGINE: web.AppKey[Engine] = web.AppKey("engine")
 ADMIN = web.AppKey("admin", AdminState)
 SETTINGS = web.AppKey("settings", ServerSettings)
 METRICS = web.AppKey("metrics", ServerMetrics)
@@ -98,4 +100,4 @@ MODEL_LABEL = _RequestKey("sie_model", str) if _RequestKey else "sie_model"  # m
 TIMINGS = _RequestKey("sie_timings", Timings) if _RequestKey else "sie_timings"  # the engine's phase timings
 ERROR_CODE = _RequestKey("sie_error", str) if _RequestKey else "sie_error"  # the error code answered
 # the engine's handle of a work request let in before its body was read (Engine.refuse_if_overloaded)
-PRE_ADMITTED = _RequestKey("sie_pre_admitted", PreAdmitted) if _RequestKey else "sie_pre_admitted"
+PRE_ADMITTED = _RequestKey("sie_pre_admitted", object) if _RequestKey else "sie_pre_admitted"  # a PreAdmitted
