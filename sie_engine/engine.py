@@ -35,10 +35,12 @@ from .card import Catalog, ModelCard
 from .checkpoints import CheckpointLayout
 from .checkpoints import resolve as resolve_checkpoint
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
+from .layers.lora import LoRAAdapter
 from .models.base import CPU_FLOAT32_BATCH_TOKENS
 from .parallelism import BatchParallelism
 from .pool import ModelPool, PoolEvents
 from .postprocess import Quantized
+from .profiles import with_profile
 from .runner import ModelRunner, build_runner, load_tokenizer
 from .scheduler import Request, Scheduler, SchedulerEvents
 from .sizes import parse_bytes
@@ -343,6 +345,13 @@ class Engine:
         """Queue work items for a request (a task may submit in several steps)."""
         self.scheduler.submit(card.id, task, items, request)
 
+    async def acquire_adapter(self, card: ModelCard, name: str) -> LoRAAdapter:
+        """The card's LoRA adapter `name`, loaded if needed and held until `release_adapter`."""
+        return await self.pool.acquire_adapter(card.id, name)
+
+    def release_adapter(self, card: ModelCard, name: str) -> None:
+        self.pool.release_adapter(card.id, name)
+
     def timings(self, request: Request, started: float, tokenize_s: float) -> Timings:
         total = time.monotonic() - started
         queue = (request.started_at - request.enqueued_at) if request.started_at else 0.0
@@ -364,6 +373,7 @@ class Engine:
             raise InvalidRequest(str(exc), field=exc.field) from None
         card = self.card(model)
         self._require_task(card, task)
+        request = with_profile(card, request)  # the card's profile under the request's fields; its adapter checked
         deadline = time.monotonic() + timeout if timeout is not None else None
         return await self._on_engine_loop(self._admitted, implementation, task, card, request, deadline,
                                           pre_admitted)
