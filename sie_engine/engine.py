@@ -539,6 +539,7 @@ class Engine:
             weights="local" if runner else where.status, weights_source=where.source, weights_detail=where.detail,
             modalities=card.modalities, image_size=card.image_size,
             pinned=pinned, idle_evict_s=None if pinned else self.pool.idle_limit(model),  # a pin outranks a limit
+            adapters=tuple(card.adapters), profiles=tuple(card.profiles),
         )
 
     async def set_cards(self, cards: Sequence[ModelCard]) -> list[str]:

@@ -87,6 +87,11 @@ def test_an_unknown_adapter_or_profile_is_a_400_naming_the_close_one(server, bod
     assert error["code"] == "invalid_request" and message in error["message"], error
 
 
+def test_the_model_lists_its_adapters_and_profiles(server):
+    entry = httpx.get(f"{server.url}/v1/models/{MODEL}", timeout=60).json()
+    assert entry["adapters"] == ["qv", "all"] and entry["profiles"] == ["short-all"]
+
+
 def test_the_openapi_document_declares_lora_id_and_profile(server):
     document = httpx.get(server.url + "/openapi.json", timeout=60).json()
     fields = document["components"]["schemas"]["EncodeRequest"]["properties"]
