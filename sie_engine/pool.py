@@ -466,7 +466,7 @@ class ModelPool:
                 if task is None:
                     task = asyncio.get_running_loop().create_task(self._load_adapter(key))
                     self._adapter_loads[key] = task
-                    task.add_done_callback(lambda _task: self._adapter_loads.pop(key, None))
+                    task.add_done_callback(lambda done: self._adapter_loaded(key, done))
                 await asyncio.shield(task)
             entry = self._adapters[key]
         except BaseException:
@@ -475,6 +475,11 @@ class ModelPool:
         entry.last_used = time.monotonic()
         self._adapters.move_to_end(key)
         return entry.adapter
+
+    def _adapter_loaded(self, key: AdapterKey, done: asyncio.Task) -> None:
+        self._adapter_loads.pop(key, None)
+        if not done.cancelled():
+            done.exception()  # read: a load whose requesters all left logs no "never retrieved" traceback
 
     def release_adapter(self, model_id: str, name: str) -> None:
         """A request no longer needs the adapter: it may be evicted (least recently used first)."""

@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from engine_fixtures import Recorder, make_engine
+from engine_fixtures import Recorder, make_engine, patch_run
 from lora_models import TEXTS, make_lora_models, peft_reference
 from sie_engine import ModelCard, WeightsSource
 from sie_engine.errors import InvalidRequest, ModelLoadFailed
@@ -80,6 +83,36 @@ def test_one_batch_of_two_adapters_and_the_base_model_equals_peft_merged(engine,
     # the adapters matter: each is far from the base model and from the other
     assert np.abs(reference["qv"] - reference[None]).max() > 0.05
     assert np.abs(reference["all"] - reference["qv"]).max() > 0.05
+
+
+def test_requests_for_two_adapters_and_the_base_model_share_one_batch(models, reference):
+    recorder = Recorder()
+    # one inference thread, held by a first batch until the three requests are queued behind it
+    with make_engine([lora_card(models)], recorder, cpu_batches=1) as engine:
+        entered, gate = threading.Event(), threading.Event()
+
+        def held(run, items):
+            if not entered.is_set():
+                entered.set()
+                gate.wait(60)
+            return run(items)
+
+        patch_run(engine, MODEL, held)
+        with ThreadPoolExecutor(4) as pool:
+            first = pool.submit(engine.encode_sync, MODEL, ["the batch that holds the thread"])
+            assert entered.wait(60)
+            calls = {name: pool.submit(engine.encode_sync, MODEL, TEXTS, **({"lora_id": name} if name else {}))
+                     for name in (None, "qv", "all")}
+            deadline = time.monotonic() + 60
+            while engine.queued(MODEL)[0] < 3 * len(TEXTS) and time.monotonic() < deadline:
+                time.sleep(0.005)  # the engine's own queue count decides, not a guess at the machine's speed
+            gate.set()
+            first.result(60)
+            results = {name: call.result(60) for name, call in calls.items()}
+    assert [items for _, items, _ in recorder.batches[-1:]] == [3 * len(TEXTS)]  # all three in one batch
+    for name, result in results.items():
+        np.testing.assert_allclose(np.stack([it.dense for it in result.items]), reference[name], atol=ATOL,
+                                   err_msg=str(name))
 
 
 def test_encode_lora_id_and_profile(engine, reference):
