@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tiny_models import make_tiny_bert
+from tiny_models import MINILM_VOCAB, make_tiny_bert, save_tiny
 
 TEXTS = ["a tiny sentence", "the second text is somewhat longer than the first one", "short",
          "LoRA adapters change every layer's projections", "banking intent: transfer money", "x y z"]
@@ -43,14 +43,32 @@ def make_lora_models(root: Path) -> tuple[Path, dict[str, Path]]:
     return base, adapters
 
 
+def make_distilbert_lora(root: Path) -> tuple[Path, Path]:
+    """A tiny random DistilBERT and a random adapter on every one of its linear layers (peft's
+    names for them: q_lin, k_lin, v_lin, out_lin, lin1, lin2)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import DistilBertConfig, DistilBertModel
+
+    torch.manual_seed(3)
+    base = save_tiny(DistilBertModel(DistilBertConfig(vocab_size=MINILM_VOCAB, dim=32, n_layers=2, n_heads=4,
+                                                      hidden_dim=64, max_position_embeddings=128)).eval(),
+                     root / "distilbert")
+    model = get_peft_model(DistilBertModel.from_pretrained(str(base)).eval(), LoraConfig(
+        r=4, lora_alpha=8, init_lora_weights=False,
+        target_modules=["q_lin", "k_lin", "v_lin", "out_lin", "lin1", "lin2"]))
+    model.save_pretrained(str(root / "distilbert-lora"))
+    return base, root / "distilbert-lora"
+
+
 def peft_reference(base: Path, adapter: Path | None, texts: list[str]) -> np.ndarray:
     """Mean-pooled, L2-normalised last hidden states of peft's merged model (the base model alone
     for None): `[len(texts), H]` float32."""
     import torch
     from peft import PeftModel
-    from transformers import AutoTokenizer, BertModel
+    from transformers import AutoModel, AutoTokenizer
 
-    model = BertModel.from_pretrained(str(base)).eval()
+    model = AutoModel.from_pretrained(str(base)).eval()
     if adapter is not None:
         model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload().eval()
     tokenizer = AutoTokenizer.from_pretrained(str(base))

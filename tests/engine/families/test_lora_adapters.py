@@ -2,7 +2,8 @@
 mixes two adapters and the base model equals peft's merged model per adapter (and the base model
 alone for the rest), through the runner and through `encode`'s `lora_id` and `profile`; unknown
 names are 400s that suggest the close ones; the pool charges adapters their bytes and evicts them
-least recently used, never one a request holds; adapters SIE cannot apply are refused at load."""
+least recently used, never one a request holds; adapters SIE cannot apply are refused at load;
+DistilBERT's adapters (peft's q_lin ... lin2) map through its own checkpoint names."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 from engine_fixtures import Recorder, make_engine, patch_run
-from lora_models import TEXTS, make_lora_models, peft_reference
+from lora_models import TEXTS, make_distilbert_lora, make_lora_models, peft_reference
 from sie_engine import ModelCard, WeightsSource
 from sie_engine.errors import InvalidRequest, ModelLoadFailed
 from sie_engine.work import WorkItem
@@ -179,6 +180,17 @@ def test_an_adapter_sie_cannot_apply_is_refused_at_load_naming_why(models, tmp_p
             engine.encode_sync(MODEL, ["x"], lora_id="dora")
         assert exc.value.reason == "invalid_weights"
         assert engine.encode_sync(MODEL, ["x"]).items[0].dense is not None  # the model itself still serves
+
+
+def test_distilbert_takes_peft_adapters_by_its_own_module_names(tmp_path):
+    base, adapter = make_distilbert_lora(tmp_path)
+    card = ModelCard(id="tiny/distil", weights=WeightsSource(path=str(base)), max_seq_len=120,
+                     adapters={"all": WeightsSource(path=str(adapter))})
+    with make_engine([card], Recorder()) as engine:
+        for name, path in (("all", adapter), (None, None)):
+            got = engine.encode_sync("tiny/distil", TEXTS, **({"lora_id": name} if name else {}))
+            np.testing.assert_allclose(np.stack([it.dense for it in got.items]), peft_reference(base, path, TEXTS),
+                                       atol=ATOL, err_msg=str(name))
 
 
 def test_cards_check_their_profiles():
