@@ -99,6 +99,8 @@ def model_entry(info: ModelInfo, created: int) -> dict:
         "modalities": list(info.modalities),
         "pinned": info.pinned, "idle_evict_s": info.idle_evict_s,
     }
+    if info.adapters or info.profiles:  # the names lora_id and profile take
+        entry["adapters"], entry["profiles"] = list(info.adapters), list(info.profiles)
     if info.image_size:
         entry["image_size"] = info.image_size
     if info.error:

@@ -59,6 +59,10 @@ SCHEMAS = {
         "pinned": {"type": "boolean", "description": "never evicted (its card's pinned, or --pin)"},
         "idle_evict_s": {"type": ["number", "null"],
                          "description": "unloaded after this many idle seconds; null: never"},
+        "adapters": {"type": "array", "items": {"type": "string"},
+                     "description": "the LoRA adapters encode's lora_id names (absent: none)"},
+        "profiles": {"type": "array", "items": {"type": "string"},
+                     "description": "the profiles encode's profile names (absent: none)"},
     }},
     # the card schema of --models files (sie_engine/card.py; unknown fields are refused there)
     "Card": {"type": "object", "required": ["id"], "properties": {
@@ -74,7 +78,14 @@ SCHEMAS = {
         "pinned": {"type": "boolean", "description": "never evicted once loaded"},
         "idle_evict_s": {"type": ["number", "null"], "minimum": 0,
                          "description": "unloaded after this many idle seconds (null: the server's --idle-evict-s; "
-                                        "0: never)"}}},
+                                        "0: never)"},
+        "adapters": {"type": "object", "additionalProperties": {"oneOf": [{"type": "string"}, {"type": "object"}]},
+                     "description": "PEFT LoRA adapters by the name encode's lora_id takes: a directory, or a "
+                                    "source like weights (hub, package, path) holding adapter_config.json and "
+                                    "adapter_model.safetensors"},
+        "profiles": {"type": "object", "additionalProperties": {"type": "object"},
+                     "description": "named presets of encode fields (lora_id among them) that encode's profile "
+                                    "selects; the request's own fields win"}}},
     "CardList": _obj({"object": {"const": "list"}, "models": {"type": "array", "items": _ref("Card")}},
                      ["models"]),
     "CardsApplied": _obj({"models": {"type": "array", "items": {"type": "string"}},

@@ -59,6 +59,12 @@ ENCODE = Task(
         TRUNCATE,
         Field("precision", type=Precision,
               description="compute precision (default: the card's dtype); bfloat16 is the fast CPU mode"),
+        Field("lora_id", type=str,
+              description="a PEFT LoRA adapter of the model's card (its `adapters`) applied to these items; "
+                          "requests for different adapters of one model batch together"),
+        Field("profile", type=str,
+              description="a named profile of the model's card (its `profiles`): an adapter and defaults for "
+                          "the other fields, which the request's own fields override"),
     ),
     served_by=OUTPUT_TYPES,
     implementation="sie_engine.tasks.encode:run",

@@ -99,6 +99,13 @@ class ModelCard:
     # Unloaded after this many seconds without a batch. None: the server's --idle-evict-s
     # (off by default); 0: never, whatever the server's default.
     idle_evict_s: float | None = None
+    # PEFT LoRA adapters over this model, by the name a request's `lora_id` gives (sie_engine/lora.py):
+    # each a source as `weights` is (hub, path or package) holding adapter_config.json and
+    # adapter_model.safetensors. Requests for different adapters batch together.
+    adapters: Mapping[str, WeightsSource] = field(default_factory=dict)
+    # Named presets a request's `profile` selects: each a mapping of encode fields (`lora_id`,
+    # `instruction`, `is_query`, `output_types`, `normalize`, ...) used where the request sends none.
+    profiles: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for output in self.outputs:
@@ -123,6 +130,7 @@ class ModelCard:
                                  or not math.isfinite(idle) or idle < 0):
             raise ValueError(f"card {self.id}: idle_evict_s must be a number of seconds >= 0 (0: never), "
                              f"not {idle!r}")
+        check_adapters_and_profiles(self)
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -155,6 +163,8 @@ class ModelCard:
         if not isinstance(weights, Mapping):
             raise ValueError(f"card {data['id']}: weights is a path or a mapping (hub, package, path, ...)")
         data["weights"] = WeightsSource(**weights)
+        if "adapters" in data:
+            data["adapters"] = _adapter_sources(data["id"], data["adapters"])
         for key in ("outputs", "matryoshka_dims", "modalities"):
             if key in data:
                 data[key] = tuple(data[key])
@@ -171,7 +181,61 @@ class ModelCard:
         for key in ("outputs", "matryoshka_dims", "modalities"):
             data[key] = list(data[key])
         data["options"] = dict(self.options)
+        data["adapters"] = {name: {k: v for k, v in dataclasses.asdict(source).items() if v is not None}
+                            for name, source in self.adapters.items()}
+        data["profiles"] = {name: dict(profile) for name, profile in self.profiles.items()}
         return data
+
+
+# profile keys that are no defaults: what a request is about, and the profile's own selector
+NOT_PROFILE_FIELDS = ("items", "profile")
+
+
+def _adapter_sources(card_id: str, adapters: Any) -> dict[str, WeightsSource]:
+    """`adapters` as a card file writes it: name -> a path, or a mapping like `weights`."""
+    if not isinstance(adapters, Mapping):
+        raise ValueError(f"card {card_id}: adapters maps names to sources (a path, or hub/path/package)")
+    sources = {}
+    for name, source in adapters.items():
+        if isinstance(source, str):
+            source = {"path": source}
+        if not isinstance(source, Mapping):
+            raise ValueError(f"card {card_id}: adapter {name!r} is a path or a mapping (hub, package, path, ...)")
+        sources[name] = source if isinstance(source, WeightsSource) else WeightsSource(**source)
+    return sources
+
+
+def check_adapters_and_profiles(card: ModelCard) -> None:
+    """Adapter names and sources, and profiles: encode fields that encode's own types accept,
+    whose `lora_id` is one of the card's adapters (ValueError naming what is wrong)."""
+    from sie_contract import registry
+
+    for name, source in card.adapters.items():
+        if not isinstance(name, str) or not name or not isinstance(source, WeightsSource):
+            raise ValueError(f"card {card.id}: adapters maps non-empty names to sources, not {name!r}: {source!r}")
+        if sum(bool(x) for x in (source.hub, source.package, source.path)) == 0:
+            raise ValueError(f"card {card.id}: adapter {name!r} names no hub, package or path")
+    if card.profiles and "encode" not in card.tasks:
+        raise ValueError(f"card {card.id}: profiles preset encode fields, and the model does not encode")
+    encode = registry.get("encode")
+    presettable = [f for f in encode.field_names if f not in NOT_PROFILE_FIELDS] if encode is not None else []
+    for name, profile in card.profiles.items():
+        where = f"card {card.id}: profile {name!r}"
+        if not isinstance(name, str) or not name or not isinstance(profile, Mapping):
+            raise ValueError(f"card {card.id}: profiles maps non-empty names to mappings of encode fields")
+        bad = [str(key) for key in profile if key not in presettable]
+        if bad:
+            raise ValueError(f"{where}: {', '.join(bad)} cannot be preset (a profile presets encode's fields: "
+                             f"{', '.join(presettable)})")
+        lora_id = profile.get("lora_id")
+        if lora_id is not None and lora_id not in card.adapters:
+            raise ValueError(f"{where}: lora_id {lora_id!r} is not one of the card's adapters "
+                             f"({', '.join(card.adapters) or 'none'})")
+        try:
+            if encode is not None:
+                encode.validate({"items": ["x"], **profile})
+        except Exception as exc:  # FieldError: the value's type or bounds
+            raise ValueError(f"{where}: {exc}") from None
 
 
 def parse_card(data: Any, where: str) -> ModelCard:

@@ -38,10 +38,12 @@ from .decode_admission import DecodeAdmission, DecodeTicket
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
 from .image_pool import IMAGE_THREADS
 from .images import header_pixels
+from .layers.lora import LoRAAdapter
 from .models.base import CPU_FLOAT32_BATCH_TOKENS
 from .parallelism import BatchParallelism
 from .pool import ModelPool, PoolEvents
 from .postprocess import Quantized
+from .profiles import with_profile
 from .runner import ModelRunner, build_runner, load_tokenizer
 from .scheduler import Request, Scheduler, SchedulerEvents
 from .sizes import parse_bytes
@@ -348,6 +350,13 @@ class Engine:
         """Queue work items for a request (a task may submit in several steps)."""
         self.scheduler.submit(card.id, task, items, request)
 
+    async def acquire_adapter(self, card: ModelCard, name: str) -> LoRAAdapter:
+        """The card's LoRA adapter `name`, loaded if needed and held until `release_adapter`."""
+        return await self.pool.acquire_adapter(card.id, name)
+
+    def release_adapter(self, card: ModelCard, name: str) -> None:
+        self.pool.release_adapter(card.id, name)
+
     def timings(self, request: Request, started: float, tokenize_s: float) -> Timings:
         total = time.monotonic() - started
         queue = (request.started_at - request.enqueued_at) if request.started_at else 0.0
@@ -369,6 +378,7 @@ class Engine:
             raise InvalidRequest(str(exc), field=exc.field) from None
         card = self.card(model)
         self._require_task(card, task)
+        request = with_profile(card, request)  # the card's profile under the request's fields; its adapter checked
         deadline = time.monotonic() + timeout if timeout is not None else None
         return await self._on_engine_loop(self._admitted, implementation, task, card, request, deadline,
                                           pre_admitted)
@@ -549,6 +559,7 @@ class Engine:
             weights="local" if runner else where.status, weights_source=where.source, weights_detail=where.detail,
             modalities=card.modalities, image_size=card.image_size,
             pinned=pinned, idle_evict_s=None if pinned else self.pool.idle_limit(model),  # a pin outranks a limit
+            adapters=tuple(card.adapters), profiles=tuple(card.profiles),
         )
 
     async def set_cards(self, cards: Sequence[ModelCard]) -> list[str]:

@@ -25,6 +25,12 @@ waiting. A model with an idle limit (its card's `idle_evict_s`, else the server'
 (`watch_idle`) sleeps until the earliest such moment, so requests pay nothing for it. A model
 whose card is replaced or removed at run time is *retired*: unloaded once no batch runs on it
 and no work waits for it (a removed card keeps serving the work already queued for it).
+
+A card's LoRA adapters (sie_engine/lora.py) are residents too: loaded on a request's first use
+(on the load thread, over the loaded base model), charged the bytes their tensors measure, held
+while a request uses them (`acquire_adapter` .. `release_adapter`) and otherwise evicted as models
+are, least recently used first, against the same budget. Evicting a base model keeps its
+adapters (they are tensors of their own, valid for its reload); retiring its card drops them.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ from .checkpoints import CheckpointLayout
 from .checkpoints import resolve as resolve_checkpoint
 from .errors import ModelLoadFailed, ModelNotFound, SIEError, UnsupportedArchitecture, WeightsNotFound
 from .host_cache import HostCache
+from .layers.lora import LoRAAdapter
+from .lora import adapter_dir, load_adapter
 from .models import family_for
 from .models.base import Family
 from .runner import ModelRunner, batch_budget, build_runner, resolve_dtype
@@ -64,6 +72,22 @@ class Resident:
     nbytes: int
     last_used: float
     fresh: bool = True  # loaded, and no batch has run on it yet
+
+
+@dataclass
+class ResidentAdapter:
+    adapter: LoRAAdapter
+    nbytes: int
+    last_used: float
+
+
+# an adapter's key in the pool: (the model it adapts, as the pool knows it, the adapter's name)
+AdapterKey = tuple[str, str]
+
+
+def adapter_label(key: AdapterKey) -> str:
+    """How logs, reservations and errors name an adapter: `<model>+lora:<name>`."""
+    return f"{key[0]}+lora:{key[1]}"
 
 
 @dataclass
@@ -159,6 +183,9 @@ class ModelPool:
         self._removed: dict[str, ModelCard] = {}  # removed cards whose queued work still runs
         self._stale_offloads: set[str] = set()  # offloads under way of retired weights: not kept
         self._idle_wake = asyncio.Event()
+        self._adapters: OrderedDict[AdapterKey, ResidentAdapter] = OrderedDict()  # LRU first
+        self._adapter_loads: dict[AdapterKey, asyncio.Task] = {}
+        self._adapter_users: dict[AdapterKey, int] = {}  # requests holding an adapter
 
     # ---- state -------------------------------------------------------------
     def _known_card(self, model_id: str) -> ModelCard | None:
@@ -199,7 +226,15 @@ class ModelPool:
     @property
     def used_bytes(self) -> int:
         return (sum(r.nbytes for r in self._resident.values()) + sum(self._reserved.values())
-                + self.evicting_bytes)
+                + self.evicting_bytes + self.adapter_bytes)
+
+    @property
+    def adapter_bytes(self) -> int:
+        return sum(entry.nbytes for entry in self._adapters.values())
+
+    def adapter_ids(self) -> list[AdapterKey]:
+        """Resident adapters, least recently used first."""
+        return list(self._adapters)
 
     @property
     def evicting_bytes(self) -> int:
@@ -259,7 +294,7 @@ class ModelPool:
             # and starve the older request behind the load).
             victim = self._victim() if self._room_waiters else None
             if victim is not None:
-                self.evict(victim)  # wakes the waiters
+                self._evict_victim(victim)  # wakes the waiters
             else:
                 self.wake_room_waiters()
 
@@ -389,21 +424,112 @@ class ModelPool:
                         finally:
                             self._room_waiters -= 1
                         continue
-                    self.evict(victim)
+                    self._evict_victim(victim)
                 self._reserved[model_id] = need
             finally:
                 self._room_queue.remove(ticket)
                 self._room.notify_all()  # the next in line looks again
 
-    def _victim(self) -> str | None:
-        """Least recently used unpinned model, preferring models with no queued work. A model
-        loaded for queued work is not a candidate until a batch has run on it: two loads
-        waiting for room would otherwise evict each other's fresh model forever."""
+    def _victim(self) -> str | AdapterKey | None:
+        """Least recently used unpinned model, preferring models with no queued work, or an
+        adapter no request holds, whichever was used longer ago (an idle adapter goes before a
+        model with queued work). A model loaded for queued work is not a candidate until a batch
+        has run on it: two loads waiting for room would otherwise evict each other's fresh model
+        forever."""
         candidates = [m for m, entry in self._resident.items()
                       if m not in self._pins and not self.is_pinned(m) and not (entry.fresh and self._has_work(m))]
         idle = [m for m in candidates if not self._has_work(m)]
         pick = idle or candidates
-        return pick[0] if pick else None  # _resident is in LRU order
+        model = pick[0] if pick else None  # _resident is in LRU order
+        adapter = next((key for key in self._adapters if not self._adapter_users.get(key)), None)
+        if adapter is not None and (model is None or not idle
+                                    or self._adapters[adapter].last_used <= self._resident[model].last_used):
+            return adapter
+        return model
+
+    def _evict_victim(self, victim: str | AdapterKey) -> None:
+        if isinstance(victim, tuple):
+            self.evict_adapter(victim)
+        else:
+            self.evict(victim)
+
+    # ---- LoRA adapters -------------------------------------------------------
+    async def acquire_adapter(self, model_id: str, name: str) -> LoRAAdapter:
+        """The adapter `name` of `model_id`'s card, loaded (once, shared by concurrent first uses)
+        if needed, and held (never evicted) until `release_adapter(model_id, name)`. Loading it
+        loads the base model first: the adapter's modules and shapes are the backbone's."""
+        key = (model_id, name)
+        self._adapter_users[key] = self._adapter_users.get(key, 0) + 1
+        try:
+            if key not in self._adapters:
+                task = self._adapter_loads.get(key)
+                if task is None:
+                    task = asyncio.get_running_loop().create_task(self._load_adapter(key))
+                    self._adapter_loads[key] = task
+                    task.add_done_callback(lambda done: self._adapter_loaded(key, done))
+                await asyncio.shield(task)
+            entry = self._adapters[key]
+        except BaseException:
+            self.release_adapter(model_id, name)
+            raise
+        entry.last_used = time.monotonic()
+        self._adapters.move_to_end(key)
+        return entry.adapter
+
+    def _adapter_loaded(self, key: AdapterKey, done: asyncio.Task) -> None:
+        self._adapter_loads.pop(key, None)
+        if not done.cancelled():
+            done.exception()  # read: a load whose requesters all left logs no "never retrieved" traceback
+
+    def release_adapter(self, model_id: str, name: str) -> None:
+        """A request no longer needs the adapter: it may be evicted (least recently used first)."""
+        key = (model_id, name)
+        users = self._adapter_users.get(key, 0) - 1
+        if users > 0:
+            self._adapter_users[key] = users
+            return
+        self._adapter_users.pop(key, None)
+        entry = self._adapters.get(key)
+        if entry is not None:
+            entry.last_used = time.monotonic()
+        self.wake_room_waiters()
+
+    async def _load_adapter(self, key: AdapterKey) -> None:
+        model_id, name = key
+        label = adapter_label(key)
+        source = self.card(model_id).adapters[name]
+        runner = await self.get(model_id)
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        log.info("loading LoRA adapter %s from %s", label, source.describe())
+        try:
+            root = await loop.run_in_executor(self._executor, adapter_dir, source, label)
+            # read to host memory first: its bytes, measured, are what room is made for
+            adapter = await loop.run_in_executor(self._executor, load_adapter, name, root, runner.backbone,
+                                                 torch.device("cpu"), runner.dtype)
+            await self._make_room(label, adapter.nbytes)
+            try:
+                if self.device.type != "cpu":
+                    adapter = await loop.run_in_executor(self._executor, adapter.to, self.device)
+            finally:
+                self._reserved.pop(label, None)
+                self.wake_room_waiters()
+        except ModelLoadFailed:
+            raise
+        except Exception as exc:
+            failure = _classify(exc)
+            log.warning("load of LoRA adapter %s failed (%s): %s", label, failure.reason, failure.detail)
+            raise ModelLoadFailed(model_id, failure.reason, f"LoRA adapter {name!r}: {failure.detail}",
+                                  retryable=failure.retryable) from exc
+        self._adapters[key] = ResidentAdapter(adapter, adapter.nbytes, time.monotonic())
+        log.info("loaded LoRA adapter %s (%.2f MiB charged) in %.2fs", label, adapter.nbytes / 2**20,
+                 time.monotonic() - started)
+
+    def evict_adapter(self, key: AdapterKey) -> None:
+        """Drop an adapter's tensors (a batch still running on them keeps its own references)."""
+        if self._adapters.pop(key, None) is not None:
+            log.info("evicted LoRA adapter %s", adapter_label(key))
+            self._freed()
 
     def evict(self, model_id: str, keep_warm: bool = True) -> None:
         """Stop serving a model now. Weights the host cache keeps are offloaded on the load
@@ -452,6 +578,8 @@ class ModelPool:
         for table in (self._plans, self._failures):
             for m in [m for m in table if of_model(m)]:
                 del table[m]
+        for key in [key for key in self._adapters if of_model(key[0])]:  # the new card may name other files
+            self.evict_adapter(key)
         self.wake_idle()
 
     def forget_failures(self, reason: str) -> None:

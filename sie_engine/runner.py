@@ -28,6 +28,7 @@ from .checkpoints import CheckpointLayout, describe
 from .errors import UnsupportedArchitecture
 from .heads.base import Head
 from .heads.context import HeadContext
+from .layers.lora import LoRAAdapter, lora_batch
 from .layers.weights import WeightLoadError, load_checkpoint, materialize
 from .models import HEADS, family_for, head_builder, resolve
 from .models.base import Backbone, Family
@@ -168,6 +169,24 @@ class ModelRunner:
     def _run(self, items: Sequence[WorkItem]) -> list[dict[str, Any]]:
         if items[0].pixels is not None:  # an image batch (the scheduler queues images apart from texts)
             return self._run_images(items)
+        if any(it.adapter is not None for it in items):
+            return self._run_adapters(items)
+        return self._run_texts(items)
+
+    def _run_adapters(self, items: Sequence[WorkItem]) -> list[dict[str, Any]]:
+        """A batch whose sequences use LoRA adapters (several, and the base model, may share it):
+        run sorted by adapter, so each adapter's sequences are one run of rows (one segment of the
+        segmented LoRA matmul, layers/lora.py), and answered in the items' own order."""
+        order = sorted(range(len(items)), key=lambda i: _adapter_key(items[i]))
+        ordered = [items[i] for i in order]
+        results = self._run_texts(ordered, lora_of=[it.adapter for it in ordered])
+        answered: list[dict[str, Any]] = [{}] * len(items)
+        for position, result in zip(order, results):
+            answered[position] = result
+        return answered
+
+    def _run_texts(self, items: Sequence[WorkItem],
+                   lora_of: Sequence[LoRAAdapter | None] | None = None) -> list[dict[str, Any]]:
         limited = any(it.key_len is not None for it in items)
         # a batch's items all carry segment ids or none do (the task that made them decides)
         type_ids = [it.type_ids for it in items if it.type_ids is not None] if items[0].type_ids is not None else None
@@ -179,8 +198,13 @@ class ModelRunner:
         wanted = set().union(*(it.outputs for it in items))
         # a head may read the batch itself (a static embedder's fused table mean): no hidden states then
         reads_hidden = any(self.heads[name].reads_hidden for name in wanted)
-        hidden = self.backbone(batch.input_ids, batch.positions, batch.attn, batch.token_type_ids) if reads_hidden \
-            else None
+        lora = lora_batch(lora_of, batch.seq_lens) if lora_of is not None else None
+        if not reads_hidden:
+            hidden = None
+        elif lora is not None:
+            hidden = self.backbone(batch.input_ids, batch.positions, batch.attn, batch.token_type_ids, lora=lora)
+        else:
+            hidden = self.backbone(batch.input_ids, batch.positions, batch.attn, batch.token_type_ids)
         per_head = {name: self.heads[name](hidden, batch, items) for name in wanted}
         return [{name: per_head[name][i] for name in it.outputs} for i, it in enumerate(items)]
 
@@ -218,6 +242,11 @@ class ModelRunner:
             self._move(lambda t: t.to(self.device, non_blocking=True))
             torch.cuda.synchronize(self.device)
         return self
+
+
+def _adapter_key(item: WorkItem) -> str:
+    """Sequences of one adapter next to each other; the base model's first."""
+    return "" if item.adapter is None else "+" + item.adapter.name
 
 
 def tokenizer_window(card: ModelCard, layout: CheckpointLayout, family: Family) -> int:

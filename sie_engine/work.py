@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .layers.lora import LoRAAdapter
 
 # What a kind of work hands its head beside the ids (`WorkItem.extra`), one type per kind,
 # declared beside the head that reads it: `encode`'s items carry whether the text is a query
@@ -37,6 +40,9 @@ class WorkItem(Generic[Payload]):
     # runs for it (patches, plus a class token), which the batcher counts as its tokens
     pixels: np.ndarray | None = None
     image_tokens: int = 0
+    # the LoRA adapter applied to this sequence's rows (None: the base model); resolved once per
+    # request, so a batch of several adapters needs no lookups (layers/lora.py)
+    adapter: LoRAAdapter | None = None
     # tokens the batcher counts: the text's, or the positions the vision tower runs for an image
     num_tokens: int = field(init=False)
 

@@ -141,16 +141,19 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
                instruction: str | None = None, dims: int | None = None, normalize: bool | None = None,
                output_dtype: str | None = None, truncate: bool | None = None, sparse_labels: bool | None = None,
                precision: str | None = None, template: bool | None = None, muvera: Mapping[str, int] | None = None,
+               lora_id: str | None = None, profile: str | None = None,
                batch_size: int | None = None, progress: bool | None = None) -> EncodeT:
         """Encode texts (a string, strings, or `{id?, text}` dicts) into dense / sparse / multivector outputs
         (an `EncodeResult`; awaited on the async client); `output_types=["muvera"]` adds each multivector's
         MUVERA encoding (`item.muvera`), with FastEmbed's parameters in `muvera` (k_sim, dim_proj, r_reps,
-        random_seed)."""
+        random_seed); `lora_id` applies one of the card's LoRA adapters, `profile` one of its named profiles
+        (an adapter and defaults for the other fields)."""
         return cast(EncodeT, self.run(
             "encode", model, items, output_types=output_types, is_query=is_query, instruction=instruction,
             dims=dims, normalize=normalize, output_dtype=output_dtype, truncate=truncate,
             sparse_labels=sparse_labels, precision=precision, template=template,
-            muvera=dict(muvera) if muvera is not None else None, batch_size=batch_size, progress=progress))
+            muvera=dict(muvera) if muvera is not None else None, lora_id=lora_id, profile=profile,
+            batch_size=batch_size, progress=progress))
 
     def score(self, model: str, query: Any, items: Any, *, top_k: int | None = None, truncate: bool | None = None,
               instruction: str | None = None, batch_size: int | None = None, progress: bool | None = None) -> ScoreT:

@@ -72,6 +72,10 @@ class Backbone(nn.Module):
     # The dense head may call `mean_of_rows` (a table lookup fused with mean pooling) instead of
     # pooling hidden states.
     fuses_mean_pool: ClassVar[bool] = False
+    # The linear layers whose LoRA deltas the forward applies (module-name suffixes, e.g.
+    # `attention.qkv`): the forward takes `lora=` (a layers.lora.LoRABatch) and adds each
+    # sequence's adapter delta to its rows. Empty: the family applies no adapters (refused at load).
+    lora_targets: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def attention_backend(cls, device: torch.device, dtype: torch.dtype) -> AttentionBackend | None:

@@ -19,6 +19,7 @@ import torch
 
 from ..admission import Reservation
 from ..card import ModelCard
+from ..layers.lora import LoRAAdapter
 from ..types import Timings
 from ..validation import Limits
 from ..work import WorkItem
@@ -80,6 +81,13 @@ class TaskContext(Protocol):
 
     async def run_items(self, card: ModelCard, task: str, items: list[WorkItem], request: Any) -> list:
         """Queue work items and wait for every result of the request (in item order)."""
+
+    async def acquire_adapter(self, card: ModelCard, name: str) -> LoRAAdapter:
+        """The card's LoRA adapter `name` (its `adapters`), loaded if needed and held resident for the
+        caller until `release_adapter(card, name)`; raises ModelLoadFailed when it cannot load."""
+
+    def release_adapter(self, card: ModelCard, name: str) -> None:
+        """The caller no longer needs the adapter (it may be evicted)."""
 
     def timings(self, request: Any, started: float, tokenize_s: float) -> Timings:
         """Where the request's time went."""

@@ -26,6 +26,7 @@ from ..errors import InvalidRequest
 from ..heads.colbert import marked_encode_args, uses_markers
 from ..image_pool import on_image_threads
 from ..images import PictureSource
+from ..layers.lora import LoRAAdapter
 from ..muvera import MuveraEncoder, muvera_encoder
 from ..postprocess import convert_dtype, truncate_and_normalize
 from ..types import EncodedItem, EncodeResult
@@ -76,21 +77,19 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     if request.get("template", True):
         templated = apply_template(templated, *card.template_for(is_query, instruction))
 
-    work_request = engine.new_request(call, "encode", len(ids))
     wanted = frozenset("multivector" if output == "muvera" else output for output in outputs)  # the heads run
+    lora_id = request.get("lora_id")  # one of the card's adapters (the engine checked the name)
+    # held until the answer is in: an adapter in use is never evicted
+    adapter = await engine.acquire_adapter(card, lora_id) if lora_id is not None else None
     try:
-        tokens, tokenize_s = await _submit_texts(engine, card, work_request, templated, text_positions, wanted,
-                                               truncate, is_query)
-        tokenize_s += prepare_s
-        if image_positions:
-            image_tokens, seconds = await submit_images(engine, card, work_request, images, image_positions, wanted,
-                                                        fields=fields)
-            tokens, tokenize_s = tokens + image_tokens, tokenize_s + seconds
-    except BaseException as exc:
-        work_request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
-        work_request.future.exception()  # raised below, not awaited: marked read so asyncio logs no traceback
-        raise
-    raw = await work_request.future
+        work_request = engine.new_request(call, "encode", len(ids))
+        tokens, tokenize_s = await _submit(engine, card, work_request, templated, text_positions, images,
+                                           image_positions, wanted, fields, truncate, is_query, adapter)
+        raw = await work_request.future
+    finally:
+        if adapter is not None:
+            engine.release_adapter(card, adapter.name)
+    tokenize_s += prepare_s
     normalize = card.normalize if normalize is None else normalize
     if muvera is None:
         items = assemble(ids, raw, outputs, dims, normalize, output_dtype)
@@ -109,10 +108,31 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     return EncodeResult(card.id, items, tokens, engine.timings(work_request, call.started, tokenize_s))
 
 
+async def _submit(engine: TaskContext, card, work_request, templated: list[str], text_positions: list[int],
+                  images: list, image_positions: list[int], wanted: frozenset, fields: list[str] | None,
+                  truncate: bool | None, is_query: bool, adapter: LoRAAdapter | None) -> tuple[int, float]:
+    """Queue the texts, then the images, of a request; returns (tokens, seconds spent preparing).
+    A failure fails the request's work (what was queued is dropped) and is raised."""
+    try:
+        tokens, tokenize_s = await _submit_texts(engine, card, work_request, templated, text_positions, wanted,
+                                                 truncate, is_query, adapter)
+        if image_positions:
+            image_tokens, seconds = await submit_images(engine, card, work_request, images, image_positions, wanted,
+                                                        fields=fields)
+            tokens, tokenize_s = tokens + image_tokens, tokenize_s + seconds
+    except BaseException as exc:
+        work_request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+        work_request.future.exception()  # raised here, not awaited: marked read so asyncio logs no traceback
+        raise
+    return tokens, tokenize_s
+
+
 async def _submit_texts(engine: TaskContext, card, work_request, texts: list[str], positions: list[int],
-                        wanted: frozenset, truncate: bool | None, is_query: bool) -> tuple[int, float]:
+                        wanted: frozenset, truncate: bool | None, is_query: bool,
+                        adapter: LoRAAdapter | None = None) -> tuple[int, float]:
     """Tokenise the texts chunk by chunk, queueing each chunk as soon as it is ready; returns
-    (tokens, seconds spent tokenising). `positions`: each text's place among the request's items."""
+    (tokens, seconds spent tokenising). `positions`: each text's place among the request's items;
+    `adapter`: the LoRA adapter their rows run with (None: the base model)."""
     if not texts:
         return 0, 0.0
     if "multivector" in card.outputs and uses_markers(card):  # ColBERT: markers, query expansion
@@ -139,7 +159,7 @@ async def _submit_texts(engine: TaskContext, card, work_request, texts: list[str
             key_lens: Sequence[int | None] = tokenized.key_lens or [None] * len(tokenized.ids)
             engine.submit(card, "encode", [  # extra: whether the text is a query (inference-free sparse heads)
                 WorkItem(work_request, positions[start + i], tokenized.ids[i], outputs=wanted, key_len=key_lens[i],
-                         extra=is_query)
+                         extra=is_query, adapter=adapter)
                 for i in longest_first(tokenized.ids)
             ], work_request)
     finally:

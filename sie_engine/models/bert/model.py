@@ -19,6 +19,7 @@ from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata, default_scale
 from ...layers.blocks import activation, residual_linear_
+from ...layers.lora import LoRABatch
 from ...layers.weights import WeightSpec
 from ..base import Backbone, Family, MaskedLMLayout
 
@@ -106,12 +107,17 @@ class BertAttention(nn.Module):
         self.backend = backend
         self.scale = default_scale(self.head_dim)
 
-    def forward(self, x: torch.Tensor, attn: AttentionMetadata) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn: AttentionMetadata, lora: LoRABatch | None = None) -> torch.Tensor:
         T, H = x.shape
-        qkv = self.qkv(x).view(T, 3, self.num_heads, self.head_dim)  # [T, 3, heads, head_dim]
-        q, k, v = qkv.unbind(1)
+        qkv = self.qkv(x)  # [T, 3H]
+        if lora is not None:
+            lora.add_(qkv, x, "attention.qkv")
+        q, k, v = qkv.view(T, 3, self.num_heads, self.head_dim).unbind(1)  # [T, heads, head_dim] each
         context = self.backend(q, k, v, attn, scale=self.scale).reshape(T, H)
-        return self.output.LayerNorm(residual_linear_(x, self.output.dense, context))
+        out = residual_linear_(x, self.output.dense, context)
+        if lora is not None:
+            lora.add_(out, context, "attention.output.dense")
+        return self.output.LayerNorm(out)
 
 
 class BertIntermediate(nn.Module):
@@ -136,11 +142,17 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config.hidden_size, config.intermediate_size, config.hidden_act)
         self.output = BertOutput(config.intermediate_size, config.hidden_size, eps)
 
-    def forward(self, x: torch.Tensor, attn: AttentionMetadata) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn: AttentionMetadata, lora: LoRABatch | None = None) -> torch.Tensor:
         # both sublayers overwrite their input x in place (it is not used again)
-        x = self.attention(x, attn)
-        h = self.intermediate.act(self.intermediate.dense(x))
-        return self.output.LayerNorm(residual_linear_(x, self.output.dense, h))
+        x = self.attention(x, attn, lora)
+        h = self.intermediate.dense(x)
+        if lora is not None:  # the delta goes in before the activation, as peft's LoRA linear adds it
+            lora.add_(h, x, "intermediate.dense")
+        h = self.intermediate.act(h)
+        out = residual_linear_(x, self.output.dense, h)
+        if lora is not None:
+            lora.add_(out, h, "output.dense")
+        return self.output.LayerNorm(out)
 
 
 class BertEncoder(nn.Module):
@@ -148,9 +160,9 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config, backend) for _ in range(config.num_hidden_layers))
 
-    def forward(self, x: torch.Tensor, attn: AttentionMetadata) -> torch.Tensor:
-        for layer in self.layer:
-            x = layer(x, attn)
+    def forward(self, x: torch.Tensor, attn: AttentionMetadata, lora: LoRABatch | None = None) -> torch.Tensor:
+        for i, layer in enumerate(self.layer):
+            x = layer(x, attn, lora.scope(f"encoder.layer.{i}.") if lora is not None else None)
         return x
 
 
@@ -170,6 +182,8 @@ class BertModel(Backbone):
 
     # linear layers kept float32 under int8 quantisation (see runner.quantize_linear_int8)
     int8_sensitive = ("output.dense",)
+    # every linear layer of a layer takes a LoRA delta (peft's query/key/value/dense targets)
+    lora_targets = ("attention.qkv", "attention.output.dense", "intermediate.dense", "output.dense")
 
     def input_embeddings(self) -> nn.Embedding:
         return self.embeddings.word_embeddings
@@ -207,9 +221,10 @@ class BertModel(Backbone):
         self.encoder = BertEncoder(config, backend)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None, lora: LoRABatch | None = None) -> torch.Tensor:
+        """`lora`: each sequence's LoRA adapter over its rows (None: the base model alone)."""
         x = self.embeddings(input_ids, positions, token_type_ids)
-        return self.encoder(x, attn)
+        return self.encoder(x, attn, lora)
 
 
 FAMILY = Family("bert", BertConfig.from_hf, BertModel, "mean")
