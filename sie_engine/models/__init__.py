@@ -113,6 +113,8 @@ HEADS: dict[str, str] = {
     "gliclass": f"{_M}.gliclass.head:build_gliclass_head",
     # fixed-label classifiers (sentiment, emotions, toxicity, language): the checkpoint's own id2label
     "classifier": "sie_engine.heads.fixed_labels:build_classifier_head",
+    # document models that generate (Donut): a family brings its own builder; the shared one refuses
+    "generate": "sie_engine.generation.head:build",
 }
 
 

@@ -17,7 +17,6 @@ import torch
 from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata
-from ...errors import UnsupportedArchitecture
 from ...generation.cache import DecodeCache
 from ...layers.weights import WeightSpec
 from ..base import Backbone, Family
@@ -26,6 +25,10 @@ from .swin import SwinConfig, SwinEncoder
 
 if TYPE_CHECKING:
     from ...card import ModelCard
+
+
+# Pages the encoder runs together when they join the decode batch (generation/worker.py).
+ENCODE_BATCH = 2
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,18 @@ class DonutModel(Backbone):
         renames=(("decoder.model.decoder.", "decoder."),),
     )
     supports_images = True
+    # no packed text batches: the decode worker runs it (generation/worker.py), pages a few at a time
+    cpu_float32_batch_tokens = None
+
+    @classmethod
+    def activation_bytes(cls, batch_tokens: int, config: Any, dtype: torch.dtype) -> int | None:
+        """The encoder's activations for ENCODE_BATCH pages (Donut's first stage dominates: a
+        2560 x 1920 page is 307,200 patches of 128 wide), about a dozen tensors of each stage's
+        states held at once; the decoder's cache is charged apart, while it runs."""
+        swin = config.encoder
+        size = torch.empty((), dtype=dtype).element_size()
+        per_page = sum(h * w * swin.embed_dim * 2 ** i for i, (h, w) in enumerate(swin.stage_resolutions()))
+        return ENCODE_BATCH * per_page * 12 * size
 
     def __init__(self, config: DonutConfig, backend: AttentionBackend | None = None):
         super().__init__()
@@ -95,11 +110,18 @@ class DonutModel(Backbone):
 
 
 def local_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
-    """Donut is not served by a route yet (the model, its decode loop and DonutReader are; extract on
-    page images comes next): a directory of it is refused by name rather than served as an encoder."""
-    raise UnsupportedArchitecture(f"{name}: {root} is a Donut (VisionEncoderDecoder) checkpoint; SIE runs its "
-                                  "forward pass and generation (sie_engine.models.donut.reader) but does not "
-                                  "serve it over a route yet")
+    """A card-less Donut directory is served by extract (serving.py), its prompt sent whole."""
+    from .serving import local_card as serving_card
+
+    return serving_card(name, root, config)
 
 
-FAMILY = Family("donut", DonutConfig.from_hf, DonutModel, "mean", local_card=local_card)
+def inputs(layout: Any, max_length: int, trust_remote_code: bool = False) -> Any:
+    """The family's input preparation (serving.DonutInputs), imported when a Donut model loads."""
+    from .serving import DonutInputs
+
+    return DonutInputs(layout, max_length, trust_remote_code=trust_remote_code)
+
+
+FAMILY = Family("donut", DonutConfig.from_hf, DonutModel, "mean", tokenizer=inputs, local_card=local_card,
+                heads=(("generate", "sie_engine.models.donut.serving:build_generation_head"),))
