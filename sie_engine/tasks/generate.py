@@ -56,8 +56,9 @@ def generated_tokens(card: ModelCard, fields: Mapping[str, Any]) -> int:
     return len(task_prompt) + (len(prompt.encode()) if isinstance(prompt, str) else 0) + new
 
 
-def _check_fields(card: ModelCard, fields: Mapping[str, Any]) -> tuple[str, int]:
-    """The decoder prompt (text) and max_new_tokens of the request, or a 400 saying what to send."""
+def _check_fields(card: ModelCard, fields: Mapping[str, Any]) -> tuple[str, int | None]:
+    """The decoder prompt (text) and max_new_tokens asked for (None: not asked), or a 400 saying
+    what to send."""
     task_prompt, bound = card_generation(card)
     prompt = fields.get("prompt")
     takes_prompt = "{prompt}" in task_prompt
@@ -69,8 +70,8 @@ def _check_fields(card: ModelCard, fields: Mapping[str, Any]) -> tuple[str, int]
         what = "the question" if task_prompt != "{prompt}" else "the task prompt"
         raise InvalidRequest(f"prompt is required: model {card.id!r} is prompted with {what} "
                              f"({task_prompt!r})", field="prompt")
-    max_new = fields.get("max_new_tokens", bound)
-    if max_new > bound:
+    max_new = fields.get("max_new_tokens")
+    if max_new is not None and max_new > bound:
         raise InvalidRequest(f"max_new_tokens must be at most {bound} for model {card.id!r} (its card's bound)",
                              field="max_new_tokens")
     return task_prompt.replace("{prompt}", prompt or ""), max_new
@@ -98,11 +99,13 @@ async def run(engine: TaskContext, call: Call) -> ExtractResult:
     worker = await engine.decode_worker(card)
     head = worker.head
     prompt, tokenize_s = await engine.with_tokenizer(card, _prompt_ids, prompt_text)
-    if len(prompt) + max_new > head.model.decoder_positions:
-        raise InvalidRequest(f"the prompt ({len(prompt)} tokens) plus max_new_tokens ({max_new}) exceed model "
+    room = head.model.decoder_positions - len(prompt)  # the decoder's positions hold prompt and answer
+    if room < 1 or (max_new is not None and max_new > room):
+        raise InvalidRequest(f"the prompt ({len(prompt)} tokens) plus max_new_tokens ({max_new or 1}) exceed model "
                              f"{card.id!r}'s {head.model.decoder_positions} decoder positions; shorten the prompt "
                              "or lower max_new_tokens", field="prompt")
-    settings = head.settings(max_new)
+    # not asked for: the card's bound, within what the prompt leaves (a DocVQA question takes some)
+    settings = head.settings(max_new if max_new is not None else min(head.max_new_tokens, room))
     inputs, _ = await engine.with_tokenizer(card, _itself)
     limits = engine.limits
     pending: list[asyncio.Future[list[Done]]] = []

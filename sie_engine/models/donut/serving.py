@@ -73,7 +73,7 @@ class DonutGeneration(GenerationHead):
         self.default = GenerationSettings.from_generation_config(self.generation, max_new_tokens=self.max_new_tokens)
         self.element_size = torch.empty((), dtype=dtype).element_size()
         needed = len(tokenizer(self.task_prompt.replace("{prompt}", ""), add_special_tokens=False)["input_ids"])
-        if needed + self.max_new_tokens > model.decoder_positions:
+        if needed + self.max_new_tokens > model.decoder_positions:  # a request's prompt is checked per request
             raise ValueError(f"card {card_id}: options.generate.max_new_tokens {self.max_new_tokens} plus the task "
                              f"prompt's {needed} tokens exceed the decoder's {model.decoder_positions} positions")
 
