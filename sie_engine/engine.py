@@ -358,7 +358,8 @@ class Engine:
                 self.pool.unpin(model_id)
 
         made = DecodeWorker(head, self._infer_pool, runner.device, runner.dtype, observe,
-                            lambda nbytes: self.pool.charge_cache(model_id, nbytes), busy)
+                            lambda nbytes: self.pool.charge_cache(model_id, nbytes), busy,
+                            threads=self.parallelism.threads_for(running_alone=False))
         self._decode_workers[card.id] = _Decoding(runner, made)
         return made
 

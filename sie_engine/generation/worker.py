@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..parallelism import on_threads
 from .head import Answer, GenerationHead
 from .loop import DecodeLoop, GenerationRequest, GenerationResult
 from .settings import GenerationSettings
@@ -60,10 +61,13 @@ class DecodeWorker:
 
     def __init__(self, head: GenerationHead, executor: Executor, device: torch.device, dtype: torch.dtype,
                  observe: Callable[[int, float], None], charge: Callable[[int], None],
-                 busy: Callable[[bool], None], max_rows: int = 64):
+                 busy: Callable[[bool], None], max_rows: int = 64, threads: int | None = None):
+        """threads: torch threads a step runs on (None: untouched); a step shares the CPU with the
+        scheduler's batches, and a small decode step loses more to thread fan-out than it gains."""
         self.head = head
         self.decode = DecodeLoop(head.model, device, dtype, max_rows=max_rows)
         self._executor = executor
+        self._step_on_threads = on_threads(threads, self._step)
         self._observe, self._charge, self._busy = observe, charge, busy
         self._waiting: list[Job] = []  # not yet handed to the DecodeLoop
         self._running: dict[int, Job] = {}  # by handle
@@ -112,7 +116,7 @@ class DecodeWorker:
                     del self._running[handle]
                 running = dict(self._running)  # the step's own view: the loop may change ours meanwhile
                 try:
-                    joined, finished = await loop.run_in_executor(self._executor, self._step, joining, cancelled,
+                    joined, finished = await loop.run_in_executor(self._executor, self._step_on_threads, joining, cancelled,
                                                                   running)
                 except Exception as exc:  # a failed step fails every job in it; the batch starts afresh
                     for job in [*joining, *self._running.values()]:
