@@ -116,8 +116,8 @@ class DecodeWorker:
                     del self._running[handle]
                 running = dict(self._running)  # the step's own view: the loop may change ours meanwhile
                 try:
-                    joined, finished = await loop.run_in_executor(self._executor, self._step_on_threads, joining, cancelled,
-                                                                  running)
+                    joined, finished = await loop.run_in_executor(self._executor, self._step_on_threads, joining,
+                                                                  cancelled, running)
                 except Exception as exc:  # a failed step fails every job in it; the batch starts afresh
                     for job in [*joining, *self._running.values()]:
                         if not job.future.done():
