@@ -9,7 +9,7 @@ sends it no work items); the worker calls these methods on an inference thread.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -55,12 +55,19 @@ class GenerationHead(Head):
         """The decoding settings of a request asking for `max_new_tokens` (already within the card's)."""
         raise NotImplementedError
 
-    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Pages `[B, C, H, W]` (float32, the processor's) -> encoder states `[B, S, H]`."""
+    def encode(self, pixels: torch.Tensor, prompts: list[list[int]]) -> Sequence[torch.Tensor]:
+        """Pages `[B, C, H, W]` (the processor's) and their prompts -> each page's encoder states
+        `[S_i, H]` (a `[B, S, H]` tensor where all have one length). Donut's encoder reads the pixels
+        only; a model whose encoder reads the prompt beside the image (Florence-2) uses `prompts`."""
         raise NotImplementedError
 
+    def decoder_prompt(self, prompt: list[int]) -> list[int]:
+        """The decoder's first tokens for a page prompted with `prompt` (Donut: the prompt itself;
+        a model whose prompt went to the encoder: its decoder start tokens)."""
+        return prompt
+
     def answer(self, prompt: list[int], generated: list[int]) -> Answer:
-        """The generated tokens of one page -> its answer."""
+        """The generated tokens of one page (after `decoder_prompt(prompt)`) -> its answer."""
         raise NotImplementedError
 
     def kv_bytes(self, rows: int, positions: int, memory: int) -> int:

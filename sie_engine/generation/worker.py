@@ -37,7 +37,8 @@ from .settings import GenerationSettings
 
 @dataclass
 class Job:
-    """One page to read: its pixels `[C, H, W]`, decoder prompt and settings."""
+    """One page to read: its pixels `[C, H, W]`, its prompt (token ids: the decoder's for Donut; a
+    model whose encoder reads the prompt too, as Florence-2's, takes it there) and settings."""
 
     pixels: np.ndarray | None  # None once encoded
     prompt: list[int]
@@ -47,6 +48,8 @@ class Job:
     @property
     def charge_positions(self) -> int:
         return len(self.prompt) + self.settings.max_new_tokens
+
+    memory_length: int = 0  # encoder positions, once encoded
 
 
 @dataclass
@@ -72,7 +75,6 @@ class DecodeWorker:
         self._waiting: list[Job] = []  # not yet handed to the DecodeLoop
         self._running: dict[int, Job] = {}  # by handle
         self._driver: asyncio.Task | None = None
-        self.memory_length = 0  # encoder positions per page, learnt at the first step
 
     @property
     def idle(self) -> bool:
@@ -139,7 +141,7 @@ class DecodeWorker:
 
     def _cache_bytes(self) -> int:
         """The pool's charge: every running job's rows at the positions it may reach."""
-        return sum(self.head.kv_bytes(job.settings.num_beams, job.charge_positions, self.memory_length)
+        return sum(self.head.kv_bytes(job.settings.num_beams, job.charge_positions, job.memory_length)
                    for job in self._running.values())
 
     def _step(self, joining: list[Job], cancelled: list[int],
@@ -158,12 +160,14 @@ class DecodeWorker:
                 group = joining[lo:lo + step]
                 pixels = torch.from_numpy(np.stack([job.pixels for job in group]))
                 with torch.inference_mode():
-                    memory = self.head.encode(pixels.to(self.decode.device, self.decode.dtype))
-                self.memory_length = int(memory.shape[1])
-                for i, job in enumerate(group):
-                    joined[self.decode.add(GenerationRequest(memory[i], job.prompt, job.settings))] = job
+                    memory = self.head.encode(pixels.to(self.decode.device, self.decode.dtype),
+                                              [job.prompt for job in group])
+                for states, job in zip(memory, group, strict=True):
+                    request = GenerationRequest(states, self.head.decoder_prompt(job.prompt), job.settings)
+                    joined[self.decode.add(request)] = job
                     job.pixels = None  # encoded: the page's pixels are no longer held
-                    tokens += self.memory_length + len(job.prompt)
+                    job.memory_length = int(states.shape[0])
+                    tokens += job.memory_length + len(job.prompt)
         results = self.decode.step()
         tokens += self.decode.cache.rows + sum(len(r.tokens) > 0 for r in results.values())
         everyone = {**running, **joined}

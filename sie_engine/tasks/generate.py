@@ -99,7 +99,7 @@ async def run(engine: TaskContext, call: Call) -> ExtractResult:
     worker = await engine.decode_worker(card)
     head = worker.head
     prompt, tokenize_s = await engine.with_tokenizer(card, _prompt_ids, prompt_text)
-    room = head.model.decoder_positions - len(prompt)  # the decoder's positions hold prompt and answer
+    room = head.model.decoder_positions - len(head.decoder_prompt(prompt))  # they hold prompt and answer
     if room < 1 or (max_new is not None and max_new > room):
         raise InvalidRequest(f"the prompt ({len(prompt)} tokens) plus max_new_tokens ({max_new or 1}) exceed model "
                              f"{card.id!r}'s {head.model.decoder_positions} decoder positions; shorten the prompt "

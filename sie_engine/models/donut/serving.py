@@ -80,9 +80,9 @@ class DonutGeneration(GenerationHead):
     def settings(self, max_new_tokens: int) -> GenerationSettings:
         return self.default.with_overrides(max_new_tokens=max_new_tokens)
 
-    def encode(self, pixels: torch.Tensor) -> torch.Tensor:
+    def encode(self, pixels: torch.Tensor, prompts: list[list[int]]) -> torch.Tensor:
         model: DonutModel = self.model  # type: ignore[assignment]
-        return model.encode_images(pixels)
+        return model.encode_images(pixels)  # the prompt is the decoder's
 
     def answer(self, prompt: list[int], generated: list[int]) -> Answer:
         text = postprocess_sequence(self.tokenizer, prompt, generated)
