@@ -215,6 +215,20 @@ def test_a_pdf_answers_per_page(server, donut):
     assert answers(items) == [reference(donut, p, "<s_cord-v2>", max_new_tokens=NEW)
                               for p in [PAGES[2], *rendered]]
 
+    # the OpenAPI document describes the image and document items and the answer's text, data and page
+    import jsonschema
+
+    spec = httpx.get(f"{server.url}/openapi.json", timeout=30).json()
+    operation = spec["paths"]["/v1/extract/{model}"]["post"]
+    request_schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    answer_schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    for schema, value in ((request_schema, body), (answer_schema, response.json())):
+        jsonschema.validate(value, {**schema, "components": spec["components"]}, cls=jsonschema.Draft202012Validator)
+    with pytest.raises(jsonschema.ValidationError):  # regions are documented, not free-form
+        broken = {**response.json(), "items": [{**items[0], "regions": [{"box": "x"}]}]}
+        jsonschema.validate(broken, {**answer_schema, "components": spec["components"]},
+                            cls=jsonschema.Draft202012Validator)
+
 
 IMAGE = {"image": base64.b64encode(PNGS[0]).decode()}
 
