@@ -90,3 +90,10 @@ def test_cancelled_call_leaves_the_batch_and_frees_its_cache(engine):
     assert answer.items[0] == alone  # the same answer as alone
     assert worker.decode.cache.rows == 0 and worker.decode.cache.nbytes() == 0 and worker.jobs == 0
     assert engine.model_info(ENDLESS).memory_bytes == weights
+
+
+def test_warm_up_runs_a_document_model_on_blank_pages(engine):
+    """A preloaded document model is warmed up before readiness (server/app.py) like any other: the
+    warm-up's fields are pages and a few tokens, not texts and labels it would refuse."""
+    assert asyncio.run(engine.warm_up(ENDLESS)) > 0
+    assert engine.scheduler.admission.throughput.measured(ENDLESS)
