@@ -24,7 +24,7 @@ from sie_contract.values import Page, Region
 from .. import validation as v
 from ..card import ModelCard
 from ..documents import expand_documents
-from ..errors import InvalidRequest
+from ..errors import DeadlineExceeded, InvalidRequest
 from ..generation.head import generate_options
 from ..generation.worker import Done, Job
 from ..image_pool import on_image_threads
@@ -115,6 +115,8 @@ async def run(engine: TaskContext, call: Call) -> ExtractResult:
             pixels, seconds = await on_image_threads(inputs.images.encode_images, [images[i] for i in chunk],
                                                      [paths[i] for i in chunk], limits)
             prepare_s += seconds
+            if call.deadline is not None and call.remaining() == 0:  # as the scheduler drops queued work
+                raise DeadlineExceeded("the request's deadline passed before its work ran")
             jobs = [Job(values, prompt, settings) for values in pixels]
             pending.append(asyncio.ensure_future(worker.generate(jobs)))
         done = [d for part in await asyncio.gather(*pending) for d in part]

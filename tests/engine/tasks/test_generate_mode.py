@@ -17,7 +17,7 @@ from PIL import Image
 from donut_fixtures import tiny_donut, tiny_donut_processor
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
 from sie_engine.admission import upper_bound_tokens
-from sie_engine.errors import InvalidRequest
+from sie_engine.errors import DeadlineExceeded, InvalidRequest
 from sie_engine.tasks.extract import refuse_images
 from sie_engine.tasks.generate import generated_tokens
 
@@ -97,3 +97,8 @@ def test_warm_up_runs_a_document_model_on_blank_pages(engine):
     warm-up's fields are pages and a few tokens, not texts and labels it would refuse."""
     assert asyncio.run(engine.warm_up(ENDLESS)) > 0
     assert engine.scheduler.admission.throughput.measured(ENDLESS)
+
+
+def test_pages_whose_deadline_passed_are_not_decoded(engine):
+    with pytest.raises(DeadlineExceeded, match="deadline passed"):
+        engine.extract_sync(ENDLESS, [{"image": _png(2)}], max_new_tokens=5, timeout=1e-9)
