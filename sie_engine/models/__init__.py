@@ -48,7 +48,7 @@ FAMILIES: dict[str, str] = {
     # ColPali (PaliGemma: SigLIP vision tower, projector, Gemma decoder): multi-vector pages and queries
     "colpali": f"{_M}.colpali.model:FAMILY",
     # Donut (DonutSwin encoder + MBart decoder): generates from page images (sie_engine/generation)
-    "donut": f"{_M}.donut.model:FAMILY",
+    "donut": f"{_M}.donut.family:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,

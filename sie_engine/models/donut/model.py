@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -19,13 +18,9 @@ from torch import nn
 from ...attention import AttentionBackend, AttentionMetadata
 from ...generation.cache import DecodeCache
 from ...layers.weights import WeightSpec
-from ..base import Backbone, Family
+from ..base import Backbone
 from .mbart import MBartDecoder, MBartDecoderConfig
 from .swin import SwinConfig, SwinEncoder
-
-if TYPE_CHECKING:
-    from ...card import ModelCard
-
 
 # Pages the encoder runs together when they join the decode batch (generation/worker.py).
 ENCODE_BATCH = 2
@@ -107,21 +102,3 @@ class DonutModel(Backbone):
 
     def decode(self, tokens: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
         return self.decoder.decode(tokens, cache.step_positions, cache)
-
-
-def local_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
-    """A card-less Donut directory is served by extract (serving.py), its prompt sent whole."""
-    from .serving import local_card as serving_card
-
-    return serving_card(name, root, config)
-
-
-def inputs(layout: Any, max_length: int, trust_remote_code: bool = False) -> Any:
-    """The family's input preparation (serving.DonutInputs), imported when a Donut model loads."""
-    from .serving import DonutInputs
-
-    return DonutInputs(layout, max_length, trust_remote_code=trust_remote_code)
-
-
-FAMILY = Family("donut", DonutConfig.from_hf, DonutModel, "mean", tokenizer=inputs, local_card=local_card,
-                heads=(("generate", "sie_engine.models.donut.serving:build_generation_head"),))
