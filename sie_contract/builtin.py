@@ -21,10 +21,12 @@ from .shapes import (
     OutputType,
     PositiveInt,
     Precision,
+    Prompt,
     QueryText,
     Score,
     ScoreAnswer,
     WireEncodeItems,
+    WireExtractItems,
 )
 from .tasks import Field, Task
 
@@ -89,10 +91,13 @@ SCORE = Task(
 
 EXTRACT = Task(
     name="extract",
-    summary="Zero-shot entity extraction, classification (zero-shot and fixed-label) and relation extraction",
+    summary="Zero-shot entity extraction, classification (zero-shot and fixed-label), relation extraction and "
+            "document reading (text and JSON from page images and PDFs)",
     fields=(
-        Field("items", type=ExtractItems, required=True,
-              description="texts: strings or {id?, text} objects; for a relation model, {id?, text, entities}"),
+        Field("items", type=ExtractItems, wire_type=WireExtractItems, required=True,
+              description="texts: strings or {id?, text} objects; for a relation model, {id?, text, entities}; "
+                          "for a document model (Donut), page images {id?, image} and PDFs {id?, document, "
+                          "pages?, dpi?} (one answer per page, with its page)"),
         Field("labels", type=Labels, positional=True,
               description="the entity types to find, the candidate classes of a zero-shot classification model, "
                           "or the relation types of a relation model (required for them); a fixed-label "
@@ -130,8 +135,14 @@ EXTRACT = Task(
               description="relation models with entity_model: the entity types it finds"),
         Field("entity_threshold", type=Score,
               description="relation models with entity_model: its threshold (default 0.5)"),
+        Field("prompt", type=Prompt,
+              description="document models whose card takes one: the text the model is prompted with (Donut "
+                          "DocVQA: the question, placed in its task prompt)"),
+        Field("max_new_tokens", type=PositiveInt,
+              description="document models: the most tokens generated per item or page (default and most: "
+                          "the card's)"),
     ),
-    served_by=("extract", "zeroshot", "gliclass", "relations", "gliner2", "classifier"),
+    served_by=("extract", "zeroshot", "gliclass", "relations", "gliner2", "classifier", "generate"),
     implementation="sie_engine.tasks.extract:run",
     answer_type=ExtractAnswer,
 )

@@ -117,17 +117,22 @@ class EncodeItem(_Shape):
     id: ItemId | None = None
 
     def __post_init__(self) -> None:
-        sent = [name for name in ("text", "image", "document") if getattr(self, name) is not None]
-        if len(sent) > 1:
-            raise Refusal("", f"has both {sent[0]} and {sent[1]}; an item carries one of text, image and document")
-        if self.document is None and (self.pages is not None or self.dpi is not None):
-            raise Refusal("pages" if self.pages is not None else "dpi", "applies to a document item only")
-        for name in ("image", "document"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, (str, bytes, bytearray)):
-                raise Refusal(name, f"must be bytes (msgpack) or a base64 string (JSON), got {type(value).__name__}")
-        if not sent:
-            raise Refusal("text", "is required (or, for an image model, image or document)")
+        _check_one_input(self)
+
+
+def _check_one_input(item: EncodeItem | ExtractItem) -> None:
+    """An item carries one of text, image and document; pages and dpi only with a document."""
+    sent = [name for name in ("text", "image", "document") if getattr(item, name) is not None]
+    if len(sent) > 1:
+        raise Refusal("", f"has both {sent[0]} and {sent[1]}; an item carries one of text, image and document")
+    if item.document is None and (item.pages is not None or item.dpi is not None):
+        raise Refusal("pages" if item.pages is not None else "dpi", "applies to a document item only")
+    for name in ("image", "document"):
+        value = getattr(item, name)
+        if value is not None and not isinstance(value, (str, bytes, bytearray)):
+            raise Refusal(name, f"must be bytes (msgpack) or a base64 string (JSON), got {type(value).__name__}")
+    if not sent:
+        raise Refusal("text", "is required (or, for an image model, image or document)")
 
 
 # MUVERA's bounds: 2**k_sim partitions per repetition; the encoding has r_reps * 2**k_sim * dim_proj
@@ -176,11 +181,22 @@ class EntitySpan(_Shape):
 
 
 class ExtractItem(_Shape):
-    """`{id?, text}`; for a relation model `{id?, text, entities}`."""
+    """`{id?, text}`; for a relation model `{id?, text, entities}`; for a document model (Donut) a page
+    image `{id?, image}` or a PDF `{id?, document, pages?, dpi?}`, answered per page. One of text,
+    image and document; which a model takes is the engine's to say (its card's modalities)."""
 
-    text: Text
+    text: Text | None = None
     id: ItemId | None = None
     entities: Annotated[list[EntitySpan], Meta(max_length=MAX_WIRE_LABELS)] | None = None
+    image: Image = None
+    document: Document = None
+    pages: PageNumbers | PageRanges | None = None
+    dpi: Dpi | None = None
+
+    def __post_init__(self) -> None:
+        _check_one_input(self)
+        if self.entities is not None and self.text is None:
+            raise Refusal("entities", "applies to a text item only (a relation model's {text, entities})")
 
 
 class Query(_Shape):
@@ -239,10 +255,27 @@ class WireEncodeItem(EncodeItem):
         super().__post_init__()
 
 
+class WireExtractItem(ExtractItem):
+    """ExtractItem as the server decodes it (image and document taken raw, as WireEncodeItem's)."""
+
+    image: Annotated[msgspec.Raw, Meta(extra_json_schema=_IMAGE_SCHEMA)] = None  # type: ignore[assignment]
+    document: Annotated[msgspec.Raw, Meta(extra_json_schema=_DOCUMENT_SCHEMA)] = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.image, msgspec.Raw):
+            self.image = _image_value(self.image)
+        if isinstance(self.document, msgspec.Raw):
+            self.document = _image_value(self.document, "document")
+        super().__post_init__()
+
+
 Items = Annotated[list[Text | TextItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
 EncodeItems = Annotated[list[Text | EncodeItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
 WireEncodeItems = Annotated[list[Text | WireEncodeItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
 ExtractItems = Annotated[list[Text | ExtractItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
+WireExtractItems = Annotated[list[Text | WireExtractItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
+# A document model's prompt (DocVQA's question) and its generated tokens' bound (the card's is the most).
+Prompt = Annotated[str, Meta(min_length=1, max_length=4096)]
 QueryText = Text | Query
 
 
@@ -312,11 +345,27 @@ class RelationOut(_Answer):
     score: float
 
 
+class RegionOut(_Answer):
+    """A region of an image item: its label (a detector's class or query label, a layout class),
+    score, box `[x0, y0, x1, y1]` in the image's pixels and, where the model reads one, its text."""
+
+    label: str
+    box: list[float]
+    score: float | None = None
+    text: str | None = None
+
+
 class ExtractedItemOut(_Answer):
     id: str
     entities: list[EntityOut] | None = None
     classifications: list[ClassificationOut] | None = None
     relations: list[RelationOut] | None = None
+    # document models (Donut): the text as the model emits it, its parsed JSON (Donut's token2json;
+    # RVL-CDIP's class as {"class": ...}), regions where the model gives boxes, and the page of a document
+    text: str | None = None
+    data: Any = None
+    regions: list[RegionOut] | None = None
+    page: PageOut | None = None  # a document's page (its id is the document's)
 
 
 class EncodeAnswer(_Answer):

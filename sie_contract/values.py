@@ -65,6 +65,17 @@ class Relation:
 
 
 @dataclass
+class Region:
+    """A region of an image item (the wire's `RegionOut`): a label, a box `[x0, y0, x1, y1]` in the
+    image's pixels, a score where the model gives one and a text where it reads one."""
+
+    label: str
+    box: list[float]
+    score: float | None = None
+    text: str | None = None
+
+
+@dataclass
 class Page:
     """The page of a document item an encoded item is (the wire's `PageOut`): `item` is the
     document's index in the request's items, `number` the page's (1-based); its size in points

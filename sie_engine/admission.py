@@ -89,7 +89,8 @@ def cold_allowance(batch: int) -> int:
 
 
 def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int = 0,
-                       image_tokens: int | None = None, document_pages: int = 0) -> int:
+                       image_tokens: int | None = None, document_pages: int = 0,
+                       generated_tokens: int = 0) -> int:
     """Tokens a request will queue, at most, from its text lengths alone (before tokenising).
 
     A token covers at least one byte of UTF-8 (byte-level vocabularies one byte at worst), so
@@ -102,7 +103,9 @@ def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int
     invalid requests hold the queue, issue #30). A document item counts as its pages: those its
     `pages` names, else `document_pages` (the most a document may render), each an image.
     GLiNER cuts a text longer than the window into several windows; the real count replaces
-    this bound as soon as the text is tokenised."""
+    this bound as soon as the text is tokenised. A generative model's image or page also counts
+    `generated_tokens`: its decoder prompt plus the max_new_tokens it may generate (the charge
+    stays reserved while it decodes: its work never sits in the scheduler's queues)."""
     items = fields.get("items")
     if not isinstance(items, (list, tuple)):
         return 0
@@ -114,10 +117,10 @@ def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int
         if isinstance(text, str):
             total += min(_text_bytes(text) + shared, window)
         elif image_tokens is not None and isinstance(item, dict) and item.get("image") is not None:
-            total += image_tokens
+            total += image_tokens + generated_tokens
         elif image_tokens is not None and isinstance(item, dict) and item.get("document") is not None:
             pages = item.get("pages")
-            total += image_tokens * (len(pages) if isinstance(pages, list) else document_pages)
+            total += (image_tokens + generated_tokens) * (len(pages) if isinstance(pages, list) else document_pages)
     return total
 
 

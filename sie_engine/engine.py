@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -39,6 +40,8 @@ from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
 from .image_pool import IMAGE_THREADS
 from .images import header_pixels
 from .layers.lora import LoRAAdapter
+from .generation.head import GenerationHead
+from .generation.worker import DecodeWorker
 from .models.base import CPU_FLOAT32_BATCH_TOKENS
 from .parallelism import BatchParallelism
 from .pool import ModelPool, PoolEvents
@@ -51,6 +54,7 @@ from .tasks import TaskRun
 from .tasks import implementation as task_implementation
 from .tasks.context import Call
 from .tasks.encode import apply_template
+from .tasks.generate import generated_tokens
 from .tasks.score_pairs import run_pairs, scores_pairs
 from .tokenizer import VocabularyLookup
 from .types import EngineStatus, ModelInfo, ModelStatus, ScoreResult, SparseVector, Timings
@@ -159,6 +163,12 @@ class _Tokenizers:
         return load_tokenizer(card, resolve_checkpoint(card))
 
 
+@dataclass
+class _Decoding:
+    runner: ModelRunner
+    worker: DecodeWorker
+
+
 class Engine:
     """Serves the models of a catalog on one device.
 
@@ -226,6 +236,8 @@ class Engine:
         self._locations: dict[str, tuple[float, WeightsLocation]] = {}
         # Models preloaded (`load`): admitted about one batch at a time until measured (_cold_batch).
         self._preloaded: set[str] = set()
+        # generative models' decode workers, by model id (with the runner each was made for)
+        self._decode_workers: dict[str, _Decoding] = {}
 
         def setup():
             # the pool asks the scheduler what work waits and wakes it after loads; the scheduler
@@ -324,6 +336,40 @@ class Engine:
         result = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, lambda: fn(tokenizer, *args))
         return result, time.monotonic() - started
 
+    async def decode_worker(self, card: ModelCard) -> DecodeWorker:
+        """The decode worker of a generative model (its `generate` head), loading the model if
+        needed; one per loaded model, made again when the model was reloaded."""
+        return await self._on_engine_loop(self._decode_worker, card)
+
+    async def _decode_worker(self, card: ModelCard) -> DecodeWorker:
+        await self._tokenizers.get(card)  # the runner is built with the loaded input preparation
+        runner = await self.pool.get(card.id)
+        worker = self._decode_workers.get(card.id)
+        if worker is not None and worker.runner is runner:
+            return worker.worker
+        head = runner.heads["generate"]
+        if not isinstance(head, GenerationHead):
+            raise UnsupportedTask(f"model {card.id!r} does not generate", field="model")
+        loop = asyncio.get_running_loop()
+        throughput = self.scheduler.admission.throughput
+        model_id = card.id
+
+        def observe(tokens: int, seconds: float) -> None:  # on the inference thread: the loop records it
+            loop.call_soon_threadsafe(lambda: throughput.observe(model_id, tokens, seconds, full=False))
+
+        def busy(on: bool) -> None:
+            if on:
+                self.pool.pin(model_id)
+            else:
+                self.pool.touch(model_id)
+                self.pool.unpin(model_id)
+
+        made = DecodeWorker(head, self._infer_pool, runner.device, runner.dtype, observe,
+                            lambda nbytes: self.pool.charge_cache(model_id, nbytes), busy,
+                            threads=self.parallelism.threads_for(running_alone=False))
+        self._decode_workers[card.id] = _Decoding(runner, made)
+        return made
+
     async def run_items(self, card: ModelCard, task: str, items: list[WorkItem], request: Request) -> list:
         """Queue work items and wait for their results (in item order)."""
         self.scheduler.submit(card.id, task, items, request)
@@ -395,7 +441,7 @@ class Engine:
         try:
             reservation = self.scheduler.admit(
                 card.id, upper_bound_tokens(request, card.max_seq_len, prompt, self._image_tokens(card),
-                                            self.limits.max_document_pages),
+                                            self.limits.max_document_pages, generated_tokens(card, request)),
                 cold_batch=self._cold_batch(card))
         finally:
             if pre_admitted is not None:  # decided: its reservation (or refusal) stands for it now

@@ -72,6 +72,13 @@ class Resident:
     nbytes: int
     last_used: float
     fresh: bool = True  # loaded, and no batch has run on it yet
+    # a generative model's KV cache for the sequences it runs now (generation/worker.py), beside
+    # its weights: charged while they run, 0 once its decode batch is empty
+    cache_bytes: int = 0
+
+    @property
+    def charged(self) -> int:
+        return self.nbytes + self.cache_bytes
 
 
 @dataclass
@@ -220,12 +227,20 @@ class ModelPool:
         return entry.runner if entry else None
 
     def memory_bytes(self, model_id: str) -> int:
+        """Bytes charged to a resident model: its weights and reserve, and its decode cache."""
         entry = self._resident.get(model_id)
-        return entry.nbytes if entry else 0
+        return entry.charged if entry else 0
+
+    def charge_cache(self, model_id: str, nbytes: int) -> None:
+        """A generative model's decode cache holds `nbytes` now (its worker says so each step).
+        Loads that need room count it; it is not evicted meanwhile (its worker pins it)."""
+        entry = self._resident.get(model_id)
+        if entry is not None:
+            entry.cache_bytes = nbytes
 
     @property
     def used_bytes(self) -> int:
-        return (sum(r.nbytes for r in self._resident.values()) + sum(self._reserved.values())
+        return (sum(r.charged for r in self._resident.values()) + sum(self._reserved.values())
                 + self.evicting_bytes + self.adapter_bytes)
 
     @property

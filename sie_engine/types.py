@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sie_contract.values import Classification, Entity, Page, Relation, SparseVector
+from sie_contract.values import Classification, Entity, Page, Region, Relation, SparseVector
 
 
 @dataclass
@@ -55,11 +55,17 @@ class ScoreResult:
 @dataclass
 class ExtractedItem:
     id: str
-    entities: list[Entity]
+    entities: list[Entity] | None  # None: a document model's answer (text and data instead)
     # zero-shot classification models: the labels with their scores, best first (None: an entity model)
     classifications: list[Classification] | None = None
     # relation models: triples between the item's entities (None: not a relation model)
     relations: list[Relation] | None = None
+    # document models (Donut): the generated text, its parsed JSON, regions where the model gives
+    # boxes, and the page of a document item this answer is (None: not a document model / not a page)
+    text: str | None = None
+    data: Any = None
+    regions: list[Region] | None = None
+    page: Page | None = None
 
 
 @dataclass

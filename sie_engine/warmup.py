@@ -23,6 +23,21 @@ WORD = "warm "
 LABELS = ("person", "place")
 
 
+# Tokens a document model's warm-up pages generate: enough steps to measure its decoding rate.
+WARM_NEW_TOKENS = 8
+
+
+def _blank_page() -> bytes:
+    """A white 64 x 64 PNG (the processor resizes it to the model's page size)."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), "white").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def warm_up_fields(card: ModelCard, task: str, batch_tokens: int) -> dict[str, Any]:
     """The fields of a `task` call on `card` that fill about half of `batch_tokens` or more."""
     window = card.max_seq_len
@@ -30,6 +45,10 @@ def warm_up_fields(card: ModelCard, task: str, batch_tokens: int) -> dict[str, A
     texts = [WORD * window] * count
     if task == "score":
         return {"query": "warm", "items": texts}
+    if task == "extract" and "generate" in card.outputs:  # a document model: a blank page, a few tokens
+        prompt = (card.options.get("generate") or {}).get("task_prompt", "")
+        return {"items": [{"image": _blank_page()}] * 2, "max_new_tokens": WARM_NEW_TOKENS,
+                **({"prompt": "warm"} if "{prompt}" in prompt else {})}
     if task == "extract":
         return {"items": texts, "labels": list(LABELS)}
     return {"items": texts}

@@ -41,7 +41,12 @@ def merge_encode(model: str, parts: Sequence[EncodeResult], offsets: Sequence[in
     return EncodeResult(parts[0].model if parts else model, items, sum(p.tokens for p in parts))
 
 
-def merge_extract(model: str, parts: Sequence[ExtractResult]) -> ExtractResult:
+def merge_extract(model: str, parts: Sequence[ExtractResult], offsets: Sequence[int] = ()) -> ExtractResult:
+    """The chunks' items end to end (a document page's `item` made the index in the whole request)."""
+    for offset, part in zip(offsets, parts):
+        for item in part.items:
+            if item.page is not None:
+                item.page.item += offset
     items = [item for part in parts for item in part.items]
     return ExtractResult(parts[0].model if parts else model, items, sum(p.tokens for p in parts))
 
@@ -68,7 +73,7 @@ def merge(task: Task, model: str, offsets: Sequence[int], parts: Sequence[Any], 
     if task.name == "encode":
         return merge_encode(model, parts, offsets)
     if task.name == "extract":
-        return merge_extract(model, parts)
+        return merge_extract(model, parts, offsets)
     if task.name == "score":
         return merge_score(model, list(zip(offsets, parts)), request.get("top_k"))
     # a plug-in task's decoded answers: their payload lists end to end, their tokens summed

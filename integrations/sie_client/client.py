@@ -168,6 +168,7 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
                 entity_model: str | None = None,
                 entity_labels: Sequence[str] | None = None, entity_threshold: float | None = None,
                 classify: Mapping[str, Any] | None = None, relation_labels: Sequence[str] | None = None,
+                prompt: str | None = None, max_new_tokens: int | None = None,
                 batch_size: int | None = None, progress: bool | None = None) -> ExtractT:
         """Zero-shot entities with the given labels, per item (an `ExtractResult`; awaited on the async
         client); on a classification model (NLI or GLiClass), `classifications` per item, best first; on a
@@ -176,13 +177,18 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
         GLiNER2 model, `classify={"task", "labels", "multi_label"?}` adds one classification, answered in
         `classifications`, and `relation_labels` relation types, answered in `relations`, beside the
         entities. A fixed-label classifier (sentiment, emotions, toxicity, language) takes no labels: it
-        answers its own, the best one per item unless `top_k` asks for more (`raw_scores`: the logits)."""
+        answers its own, the best one per item unless `top_k` asks for more (`raw_scores`: the logits). A
+        document model (Donut) reads image items (`{"image": ...}`: bytes, a path or a PIL image) and PDFs
+        (`{"document": <bytes or path>, "pages"?, "dpi"?}`, one answer per page with its `page`): each item's
+        `text`, `data` (its parsed JSON) and, where the model gives boxes, `regions`; `prompt` is DocVQA's
+        question, `max_new_tokens` bounds the generated tokens (the card's bound at most)."""
         return cast(ExtractT, self.run(
             "extract", model, items, labels, threshold=threshold, flat=flat, multi_label=multi_label,
             hypothesis_template=hypothesis_template, top_k=top_k, raw_scores=raw_scores, truncate=truncate,
             entity_model=entity_model,
             entity_labels=entity_labels, entity_threshold=entity_threshold, classify=classify,
-            relation_labels=relation_labels, batch_size=batch_size, progress=progress))
+            relation_labels=relation_labels, prompt=prompt, max_new_tokens=max_new_tokens, batch_size=batch_size,
+            progress=progress))
 
     # each client's own: a method (SIEClient) or a coroutine function (AsyncSIEClient)
     run: Callable[..., Any]

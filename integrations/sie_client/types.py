@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from sie_contract.values import Classification, Entity, Page, Quantized, Relation, SparseVector
+from sie_contract.values import Classification, Entity, Page, Quantized, Region, Relation, SparseVector
 
 
 @dataclass
@@ -58,6 +58,12 @@ class ExtractedItem:
     classifications: list[Classification] | None = None
     # relation models (GLiREL): triples between the item's entities; None for other models
     relations: list[Relation] | None = None
+    # document models (Donut): the text as the model emits it, its parsed JSON (token2json), regions
+    # where the model gives boxes, and the page of a document item (the item's id is the document's)
+    text: str | None = None
+    data: Any = None
+    regions: list[Region] | None = None
+    page: Page | None = None
 
 
 @dataclass

@@ -20,7 +20,7 @@ import msgpack
 import msgspec
 import numpy as np
 
-from sie_contract.shapes import EncodeAnswer, EntityOut, ExtractAnswer, ScoreAnswer
+from sie_contract.shapes import EncodeAnswer, EntityOut, ExtractAnswer, PageOut, ScoreAnswer
 
 from .types import (
     Classification,
@@ -32,6 +32,7 @@ from .types import (
     ModelInfo,
     Page,
     Quantized,
+    Region,
     Relation,
     ScoredItem,
     ScoreResult,
@@ -113,10 +114,13 @@ def parse_encode(answer: Mapping[str, Any], output_dtype: str | None = None) -> 
         if raw.muvera is not None:
             item.muvera = as_array(raw.muvera, dtype)
         if raw.page is not None:
-            page = raw.page
-            item.page = Page(page.item, page.number, page.width, page.height, page.width_px, page.height_px)
+            item.page = _page(raw.page)
         items.append(item)
     return EncodeResult(shaped.model, items, shaped.usage.tokens)
+
+
+def _page(page: PageOut) -> Page:
+    return Page(page.item, page.number, page.width, page.height, page.width_px, page.height_px)
 
 
 def parse_score(answer: Mapping[str, Any]) -> ScoreResult:
@@ -144,6 +148,12 @@ def parse_extract(answer: Mapping[str, Any]) -> ExtractResult:
                 Relation(head=parse_entity(r.head), relation=r.relation, tail=parse_entity(r.tail), score=r.score)
                 for r in item.relations
             ],
+            text=item.text,
+            data=item.data,
+            regions=None if item.regions is None else [
+                Region(label=r.label, box=list(r.box), score=r.score, text=r.text) for r in item.regions
+            ],
+            page=None if item.page is None else _page(item.page),
         )
         for item in shaped.items
     ]

@@ -48,7 +48,7 @@ FAMILIES: dict[str, str] = {
     # ColPali (PaliGemma: SigLIP vision tower, projector, Gemma decoder): multi-vector pages and queries
     "colpali": f"{_M}.colpali.model:FAMILY",
     # Donut (DonutSwin encoder + MBart decoder): generates from page images (sie_engine/generation)
-    "donut": f"{_M}.donut.model:FAMILY",
+    "donut": f"{_M}.donut.family:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,
@@ -113,6 +113,8 @@ HEADS: dict[str, str] = {
     "gliclass": f"{_M}.gliclass.head:build_gliclass_head",
     # fixed-label classifiers (sentiment, emotions, toxicity, language): the checkpoint's own id2label
     "classifier": "sie_engine.heads.fixed_labels:build_classifier_head",
+    # document models that generate (Donut): a family brings its own builder; the shared one refuses
+    "generate": "sie_engine.generation.head:build",
 }
 
 

@@ -20,6 +20,7 @@ import torch
 from ..admission import Reservation
 from ..card import ModelCard
 from ..layers.lora import LoRAAdapter
+from ..generation.worker import DecodeWorker
 from ..types import Timings
 from ..validation import Limits
 from ..work import WorkItem
@@ -91,6 +92,9 @@ class TaskContext(Protocol):
 
     def timings(self, request: Any, started: float, tokenize_s: float) -> Timings:
         """Where the request's time went."""
+
+    async def decode_worker(self, card: ModelCard) -> DecodeWorker:
+        """The decode worker of a generative model (its `generate` head), loading the model if needed."""
 
     async def run_within(self, parent: Call, task: str, model: str, fields: Mapping[str, Any]) -> Any:
         """Run `task` on another model as part of `parent` (GLiREL's `entity_model`): the model id is

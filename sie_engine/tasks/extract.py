@@ -13,7 +13,8 @@ and runs it. The built-in modes:
 - `gliclass`: GLiClass, all labels and the text in one pass (tasks/gliclass.py);
 - `gliner2`: GLiNER2, entities, relations and a classification in one pass (tasks/gliner2.py);
 - `classifier`: fixed-label classifiers, the model's own labels (tasks/classify.py);
-- `extract`: GLiNER, zero-shot entities (tasks/gliner.py).
+- `extract`: GLiNER, zero-shot entities (tasks/gliner.py);
+- `generate`: document models (Donut), text and JSON read from page images and PDFs (tasks/generate.py).
 
 `labels` is required by every mode but a fixed-label classifier's (`takes_labels`), which
 refuses them: its labels are its own.
@@ -42,7 +43,8 @@ from .context import Call, TaskContext
 TASK = "extract"
 # not a top-level field: the `entities` of a relation model's items ({text, entities})
 ITEM_ENTITIES = "items[].entities"
-ANSWERS = frozenset({"entities", "classifications", "relations"})  # ExtractedItem's answer fields
+# ExtractedItem's answer fields
+ANSWERS = frozenset({"entities", "classifications", "relations", "text", "data", "regions"})
 LABELS = "labels"  # required by every mode but those that answer their own (`takes_labels`)
 
 
@@ -78,12 +80,14 @@ class ExtractMode:
     head: str | None = None
     hints: Mapping[str, str] = dataclasses.field(default_factory=dict)
     takes_labels: bool = True
+    # what it answers over when it takes no labels (`takes_labels` False)
+    own_labels: str = "its own labels, config.json's id2label"
 
     def described(self, model: str) -> str:
         """`model 'x' is a GLiNER entity model (it takes its entity types in labels and answers entities)`."""
         answers = _join(sorted(self.answers))
         if not self.takes_labels:
-            return f"model {model!r} is {self.kind} (it answers {answers} over its own labels, config.json's id2label)"
+            return f"model {model!r} is {self.kind} (it answers {answers} over {self.own_labels})"
         return f"model {model!r} is {self.kind} (it takes its {self.labels} in labels and answers {answers})"
 
 
@@ -96,6 +100,7 @@ MODES: dict[str, str] = {
     "gliner2": "sie_engine.tasks.gliner2:MODE",
     "classifier": "sie_engine.tasks.classify:MODE",
     "extract": "sie_engine.tasks.gliner:MODE",
+    "generate": "sie_engine.tasks.generate:MODE",
 }
 _loaded: dict[str, ExtractMode] = {}  # by target
 
@@ -221,8 +226,22 @@ def check_labels_sent(card: ModelCard, chosen: ExtractMode, fields: Mapping[str,
                              "classes of your own, use a zero-shot classifier: an NLI or GLiClass model)", field=LABELS)
 
 
+def refuse_images(card: ModelCard, fields: Mapping[str, Any]) -> None:
+    """InvalidRequest for an image or document item sent to a model that reads texts only."""
+    if "image" in card.modalities:
+        return
+    items = fields.get("items")
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        kind = next((k for k in ("image", "document") if isinstance(item, dict) and item.get(k) is not None), None)
+        if kind is not None:
+            raise InvalidRequest(f"items[{i}] is {'a document' if kind == 'document' else 'an image'}, but model "
+                                 f"{card.id!r} takes text items only; use a document model (Donut) for "
+                                 f"{kind}s", field=f"items[{i}].{kind}")
+
+
 async def run(engine: TaskContext, call: Call) -> ExtractResult:
     _, chosen = mode_of(call.card)
+    refuse_images(call.card, call.fields)
     check_labels_sent(call.card, chosen, call.fields)
     refuse_other_fields(call.card, chosen, call.fields)
     return await chosen.run(engine, call)

@@ -67,6 +67,11 @@ def test_card_agrees_with_the_published_configuration(card):
         options = card.options["multivector"]
         assert (options.get("query_marker"), options.get("document_marker")) == row.markers
         assert options.get("query_length") == row.query_length
+    if "generate" in row.outputs:  # the decoder's positions are max_seq_len (checked above)
+        assert card.image_size == max(row.image_size), "image_size (the long side)"
+        options = card.options["generate"]
+        assert options["task_prompt"] == row.task_prompt, "task prompt"
+        assert 1 <= options["max_new_tokens"] < row.max_seq_len, "max_new_tokens leaves the prompt a position"
     if row.span_mode is not None:
         assert row.span_mode in SPAN_MODES, f"{row.span_mode}: a GLiNER span mode SIE does not implement"
 

@@ -46,6 +46,9 @@ class Published:
     # classifier: its labels, as the model card and config.json's id2label publish them
     num_labels: int | None = None
     multi_label: bool | None = None
+    # document models (generate): the encoder's (height, width) and the task prompt (`{prompt}`: the request's)
+    image_size: tuple[int, int] | None = None
+    task_prompt: str | None = None
 
 
 ST = "modules.json + 1_Pooling/config.json + sentence_bert_config.json + config.json on the Hub"
@@ -57,6 +60,9 @@ SPLADE = ("config.json (*ForMaskedLM) + tokenizer_config.json (model_max_length)
           "sentence-transformers SparseEncoder's 1_SpladePooling/config.json (max, relu) where present")
 INFERENCE_FREE = ("config.json (*ForMaskedLM) + idf.json + the README's recipe (documents: max of log(1 + relu) "
                   "over the MLM logits, special tokens zeroed; queries: the IDF of their tokens, no model)")
+DONUT = ("clovaai/donut config/train_%s.yaml (input_size, max_length: donut-python's max_position_embeddings) + "
+         "transformers' convert_donut_to_pytorch.py (get_configs: image_size=input_size, max_position_embeddings; "
+         "the task prompts)")
 GLINER = "gliner_config.json (model_name: the DeBERTa backbone, span_mode) on the Hub"
 GLINER2 = ("config.json (model_type extractor) + encoder_config/config.json (DeBERTa-v3-base) on the Hub; "
            "microsoft/deberta-v3-base's tokenizer_config.json gives model_max_length 512")
@@ -298,6 +304,14 @@ PUBLISHED: dict[str, Published] = {
                                     "ColPaliForRetrieval, embedding_dim 128, vlm_config paligemma) + "
                                     "preprocessor_config.json (448 x 448, image_seq_length 1024) + ColPaliProcessor's "
                                     "prompts on the Hub"),
+    # document models (Donut): what the fine-tunes were converted with
+    "naver-clova-ix/donut-base-finetuned-cord-v2": other("vision-encoder-decoder", "generate", 768, DONUT % "cord",
+                                                         image_size=(1280, 960), task_prompt="<s_cord-v2>"),
+    "naver-clova-ix/donut-base-finetuned-docvqa": other(
+        "vision-encoder-decoder", "generate", 128, DONUT % "docvqa", image_size=(2560, 1920),
+        task_prompt="<s_docvqa><s_question>{prompt}</s_question><s_answer>"),
+    "naver-clova-ix/donut-base-finetuned-rvlcdip": other("vision-encoder-decoder", "generate", 8, DONUT % "rvlcdip",
+                                                         image_size=(2560, 1920), task_prompt="<s_rvlcdip>"),
     # image-text (CLIP and SigLIP; the text tower pools at the end-of-text token, or SigLIP's last position)
     "openai/clip-vit-base-patch32": dense("clip", "last", None, 512, 77, CLIP),
     "openai/clip-vit-large-patch14": dense("clip", "last", None, 768, 77, CLIP),

@@ -10,22 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata
-from ...errors import UnsupportedArchitecture
 from ...generation.cache import DecodeCache
 from ...layers.weights import WeightSpec
-from ..base import Backbone, Family
+from ..base import Backbone
 from .mbart import MBartDecoder, MBartDecoderConfig
 from .swin import SwinConfig, SwinEncoder
 
-if TYPE_CHECKING:
-    from ...card import ModelCard
+# Pages the encoder runs together when they join the decode batch (generation/worker.py).
+ENCODE_BATCH = 2
 
 
 @dataclass(frozen=True)
@@ -65,6 +63,18 @@ class DonutModel(Backbone):
         renames=(("decoder.model.decoder.", "decoder."),),
     )
     supports_images = True
+    # no packed text batches: the decode worker runs it (generation/worker.py), pages a few at a time
+    cpu_float32_batch_tokens = None
+
+    @classmethod
+    def activation_bytes(cls, batch_tokens: int, config: Any, dtype: torch.dtype) -> int | None:
+        """The encoder's activations for ENCODE_BATCH pages (Donut's first stage dominates: a
+        2560 x 1920 page is 307,200 patches of 128 wide), about a dozen tensors of each stage's
+        states held at once; the decoder's cache is charged apart, while it runs."""
+        swin = config.encoder
+        size = torch.empty((), dtype=dtype).element_size()
+        per_page = sum(h * w * swin.embed_dim * 2 ** i for i, (h, w) in enumerate(swin.stage_resolutions()))
+        return ENCODE_BATCH * per_page * 12 * size
 
     def __init__(self, config: DonutConfig, backend: AttentionBackend | None = None):
         super().__init__()
@@ -92,14 +102,3 @@ class DonutModel(Backbone):
 
     def decode(self, tokens: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
         return self.decoder.decode(tokens, cache.step_positions, cache)
-
-
-def local_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
-    """Donut is not served by a route yet (the model, its decode loop and DonutReader are; extract on
-    page images comes next): a directory of it is refused by name rather than served as an encoder."""
-    raise UnsupportedArchitecture(f"{name}: {root} is a Donut (VisionEncoderDecoder) checkpoint; SIE runs its "
-                                  "forward pass and generation (sie_engine.models.donut.reader) but does not "
-                                  "serve it over a route yet")
-
-
-FAMILY = Family("donut", DonutConfig.from_hf, DonutModel, "mean", local_card=local_card)

@@ -42,6 +42,16 @@ def generation_config(root: Path) -> dict[str, Any]:
             if decoder.get(k) is not None}
 
 
+def postprocess_sequence(tokenizer: Any, prompt: list[int], generated: list[int]) -> str:
+    """Donut's documented post-processing: the decoded sequence without EOS and padding, its first
+    tag (the task start token) removed."""
+    sequence = tokenizer.decode(prompt + generated)
+    for special in (tokenizer.eos_token, tokenizer.pad_token):
+        if special:
+            sequence = sequence.replace(special, "")
+    return re.sub(r"<.*?>", "", sequence, count=1).strip()
+
+
 class DonutReader:
     def __init__(self, model: DonutModel, root: Path, device: torch.device, dtype: torch.dtype,
                  max_rows: int = 64):
@@ -71,11 +81,7 @@ class DonutReader:
         return torch.from_numpy(np.stack(arrays).astype(np.float32))
 
     def postprocess(self, prompt: list[int], generated: list[int]) -> str:
-        sequence = self.tokenizer.decode(prompt + generated)
-        for special in (self.tokenizer.eos_token, self.tokenizer.pad_token):
-            if special:
-                sequence = sequence.replace(special, "")
-        return re.sub(r"<.*?>", "", sequence, count=1).strip()
+        return postprocess_sequence(self.tokenizer, prompt, generated)
 
     @torch.inference_mode()
     def read(self, images: list[Any], prompts: list[str], settings: GenerationSettings) -> list[DonutAnswer]:

@@ -120,15 +120,20 @@ class SwinSelfAttention(nn.Module):
         self.key = nn.Linear(dim, dim, bias=qkv_bias)
         self.value = nn.Linear(dim, dim, bias=qkv_bias)
         self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * window - 1) ** 2, heads))
-        # rebuilt, not loaded: the checkpoint's copy of this buffer is the same arithmetic
-        self.register_buffer("relative_position_index", relative_position_index(window), persistent=False)
+        # Rebuilt, not loaded (the checkpoint's copy is the same arithmetic), and no module buffer: the
+        # engine builds backbones on the meta device and materialises them with `to_empty`, which would
+        # leave a buffer uninitialised (layers/rotary.py does the same). Made per device on first use.
+        self._index: dict[torch.device, torch.Tensor] = {}
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """x `[B * windows, N, C]` (N = window²); mask `[windows, N, N]` or None -> `[B * windows, N, C]`."""
         bw, n, c = x.shape
         d = c // self.heads
         q, k, v = (proj(x).view(bw, n, self.heads, d).transpose(1, 2) for proj in (self.query, self.key, self.value))
-        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)].view(n, n, -1)
+        index = self._index.get(x.device)
+        if index is None:
+            index = self._index[x.device] = relative_position_index(self.window).view(-1).to(x.device)
+        bias = self.relative_position_bias_table[index].view(n, n, -1)
         bias = bias.permute(2, 0, 1)[None]  # [1, heads, N, N]
         if mask is not None:
             windows = mask.shape[0]

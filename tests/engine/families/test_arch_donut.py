@@ -136,14 +136,17 @@ def test_encoder_other_than_donut_swin_is_refused(donut):
         DonutConfig.from_hf({"encoder": {"model_type": "vit"}, "decoder": {"model_type": "mbart", "vocab_size": 8}})
 
 
-def test_donut_directory_is_refused_by_name_not_served_as_an_encoder(donut, tmp_path):
+def test_donut_directory_is_served_by_extract_not_as_an_encoder(donut, tmp_path):
     from donut_fixtures import tiny_donut
-    from sie_engine.errors import UnsupportedArchitecture
     from sie_engine.local_card import card_from_local_dir
 
     tiny_donut(tmp_path)
-    with pytest.raises(UnsupportedArchitecture, match="Donut"):
-        card_from_local_dir("tiny-donut", tmp_path)
+    card = card_from_local_dir("tiny-donut", tmp_path)
+    # image items only, answered by extract (tests/server/test_docextract_http.py); its task prompt is the request's
+    assert (card.family, card.outputs, card.tasks, card.modalities) == ("donut", ("generate",), ("extract",),
+                                                                        ("image",))
+    assert card.options["generate"]["task_prompt"] == "{prompt}"
+    assert card.options["generate"]["max_new_tokens"] < card.max_seq_len == 64
 
 
 def test_memory_projection_where_widths_differ(tmp_path):

@@ -1,0 +1,287 @@
+"""Donut through `POST /v1/extract` on a real `sie-server serve`: the built-in Donut cards (cord-v2,
+docvqa, rvlcdip) served on one tiny random Donut (tests/helpers/donut_fixtures.py), plus a beam card
+and a card that never stops early. Every answer (text and token2json data) equals transformers'
+`generate` + Donut's post-processing + `DonutProcessor.token2json` on the same weights, over JSON,
+msgpack and the client (sync, async, embedded); pages of one request and of concurrent requests
+share the running decode batch and each equals its page decoded alone; a PDF answers per page;
+unsupported combinations are 400s; a flood of long generations is refused with 429 while one runs,
+and a client that disconnects takes its sequences out of the decode batch and frees their cache."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import io
+import json
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+import msgpack
+import numpy as np
+import pytest
+import torch
+import yaml
+from PIL import Image
+
+from donut_fixtures import tiny_donut, tiny_donut_processor
+from pdf_fixtures import make_pdf, reference_render
+from sie_client import AsyncSIEClient, SIEClient
+from sie_engine import Catalog, Engine, WeightsSource
+from sie_server.launch import start_server
+
+CORD, DOCVQA, RVLCDIP = (f"naver-clova-ix/donut-base-finetuned-{t}" for t in ("cord-v2", "docvqa", "rvlcdip"))
+BEAMS, ENDLESS = "tiny/donut-beams", "tiny/donut-endless"
+UNK = 3  # the tiny tokenizer's <unk> (Donut's cards ban it, as its documented generate call does)
+POSITIONS = 1024  # the tiny decoder's positions: room for the endless card's long generations
+NEW = 12  # max_new_tokens of the equality checks (the tiny decoder rarely stops before)
+QUESTION = "what is the total ?"
+
+
+def _page(width: int, height: int, seed: int) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+
+
+def _png(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+# wide (rotated by align_long_axis), tall (resized, thumbnailed), small (padded only)
+PAGES = [_page(90, 40, 0), _page(50, 120, 1), _page(20, 30, 2)]
+PNGS = [_png(p) for p in PAGES]
+
+
+def _cards(root: Path) -> list[dict]:
+    """The built-in Donut cards on the tiny weights, a beam-search variant and one whose EOS is banned."""
+    builtin = Catalog.builtin()
+    cards = [dataclasses.replace(builtin.get(i), weights=WeightsSource(path=str(root))).to_dict()
+             for i in (CORD, DOCVQA, RVLCDIP)]
+    beams = {**cards[0], "id": BEAMS, "options": {"generate": {**cards[0]["options"]["generate"],
+                                                               "generation": {"ban_unk": True, "num_beams": 3}}}}
+    endless = {**cards[0], "id": ENDLESS, "max_seq_len": POSITIONS,
+               "options": {"generate": {"task_prompt": "<s_cord-v2>", "max_new_tokens": 1000,
+                                        "generation": {"bad_words_ids": [[2], [UNK]]}}}}
+    return [*cards, beams, endless]
+
+
+@pytest.fixture(scope="module")
+def donut(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-donut")
+    reference = tiny_donut(root, decoder={"max_position_embeddings": POSITIONS})
+    processor = tiny_donut_processor(root)
+    cards = tmp_path_factory.mktemp("donut-cards")
+    for i, card in enumerate(_cards(root)):
+        (cards / f"card{i}.yaml").write_text(yaml.safe_dump(card))
+    return root, reference, processor, cards
+
+
+@pytest.fixture(scope="module")
+def server(donut, tmp_path_factory):
+    # a short wait bound: the flood test's long generation holds far more than 5 s of work
+    process = start_server("--models", str(donut[3]), "--max-queue-wait", "5",
+                           log_dir=tmp_path_factory.mktemp("sie-server"))
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+_references: dict[tuple, tuple[str, object]] = {}
+
+
+def reference(donut, page: Image.Image, prompt: str, **generate) -> tuple[str, object]:
+    """transformers' generate on the page alone, then Donut's documented post-processing and token2json
+    (one torch thread: a tiny model's generate on a busy 2-core box spends 15x the CPU on two)."""
+    key = (page.tobytes(), page.size, prompt, tuple(sorted(generate.items())))
+    if key not in _references:
+        _references[key] = _reference(donut, page, prompt, **generate)
+    return _references[key]
+
+
+def _reference(donut, page: Image.Image, prompt: str, **generate) -> tuple[str, object]:
+    _, model, processor, _ = donut
+    pixels = processor(images=page, return_tensors="pt").pixel_values
+    ids = processor.tokenizer(prompt, add_special_tokens=False, return_tensors="pt").input_ids
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            out = model.generate(pixel_values=pixels, decoder_input_ids=ids, bad_words_ids=[[UNK]], **generate)
+    finally:
+        torch.set_num_threads(threads)
+    sequence = processor.batch_decode(out)[0]
+    sequence = sequence.replace(processor.tokenizer.eos_token, "").replace(processor.tokenizer.pad_token, "")
+    sequence = re.sub(r"<.*?>", "", sequence, count=1).strip()
+    return sequence, processor.token2json(sequence)
+
+
+def answers(items: list[dict]) -> list[tuple[str, object]]:
+    return [(item["text"], item["data"]) for item in items]
+
+
+def test_pages_in_one_json_request_equal_transformers_each_alone(server, donut):
+    body = {"items": [{"image": base64.b64encode(p).decode()} for p in PNGS], "max_new_tokens": NEW}
+    response = httpx.post(f"{server.url}/v1/extract/{CORD}", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert [item["id"] for item in answer["items"]] == ["0", "1", "2"]
+    assert answers(answer["items"]) == [reference(donut, p, "<s_cord-v2>", max_new_tokens=NEW) for p in PAGES]
+    assert all("entities" not in item and "regions" not in item for item in answer["items"])
+    assert answer["usage"]["tokens"] > 0
+
+
+def test_docvqa_question_over_msgpack_and_beam_search(server, donut):
+    body = msgpack.packb({"items": [{"image": p, "id": f"p{i}"} for i, p in enumerate(PNGS[:2])],
+                          "prompt": QUESTION, "max_new_tokens": NEW}, use_bin_type=True)
+    response = httpx.post(f"{server.url}/v1/extract/{DOCVQA}", content=body, timeout=60,
+                          headers={"Content-Type": "application/msgpack", "Accept": "application/msgpack"})
+    assert response.status_code == 200, response.text
+    items = msgpack.unpackb(response.content, raw=False)["items"]
+    prompt = f"<s_docvqa><s_question>{QUESTION}</s_question><s_answer>"
+    assert answers(items) == [reference(donut, p, prompt, max_new_tokens=NEW) for p in PAGES[:2]]
+    assert [item["id"] for item in items] == ["p0", "p1"]
+
+    beamed = httpx.post(f"{server.url}/v1/extract/{BEAMS}", timeout=60,
+                        json={"items": [{"image": base64.b64encode(p).decode()} for p in PNGS], "max_new_tokens": NEW})
+    assert beamed.status_code == 200, beamed.text
+    expected = [reference(donut, p, "<s_cord-v2>", max_new_tokens=NEW, num_beams=3) for p in PAGES]
+    assert answers(beamed.json()["items"]) == expected
+
+
+def test_concurrent_requests_share_the_batch_and_each_equals_its_page_alone(server, donut):
+    jobs = [(CORD, 0, NEW), (CORD, 1, NEW), (CORD, 2, NEW), (CORD, 0, 8), (CORD, 1, 5), (CORD, 2, 8)]  # all at once
+    results: dict[int, list] = {}
+
+    def send(k: int, model: str, page: int, new: int) -> None:
+        body = {"items": [{"image": base64.b64encode(PNGS[page]).decode()}], "max_new_tokens": new}
+        results[k] = httpx.post(f"{server.url}/v1/extract/{model}", json=body, timeout=60).json()["items"]
+
+    threads = [threading.Thread(target=send, args=(k, *job)) for k, job in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k, (_, page, new) in enumerate(jobs):
+        assert answers(results[k]) == [reference(donut, PAGES[page], "<s_cord-v2>", max_new_tokens=new)]
+
+
+def test_client_sync_async_and_embedded(server, donut, tmp_path):
+    path = tmp_path / "page.png"
+    path.write_bytes(PNGS[0])
+    items = [{"image": path}, {"image": PAGES[1], "id": "pil"}, PNGS[2]]
+    expected = [reference(donut, p, "<s_rvlcdip>", max_new_tokens=7) for p in PAGES]  # the card's bound
+    for encoding in ("json", "msgpack"):
+        with SIEClient(server.url, encoding=encoding) as client:
+            result = client.extract(RVLCDIP, items)
+        assert [(item.text, item.data) for item in result.items] == expected
+        assert result.items[1].id == "pil" and result.items[0].entities == []
+
+    async def run_async():
+        async with AsyncSIEClient(server.url) as client:
+            return await client.extract(DOCVQA, [PNGS[0]], prompt=QUESTION, max_new_tokens=NEW)
+
+    got = asyncio.run(run_async())
+    prompt = f"<s_docvqa><s_question>{QUESTION}</s_question><s_answer>"
+    assert [(item.text, item.data) for item in got.items] == [reference(donut, PAGES[0], prompt, max_new_tokens=NEW)]
+
+    catalog = Catalog.builtin()
+    with Engine(Catalog([dataclasses.replace(catalog.get(CORD), weights=WeightsSource(path=str(donut[0])))]),
+                device="cpu") as engine, SIEClient(engine=engine) as embedded:
+        result = embedded.extract(CORD, [PNGS[1]], max_new_tokens=NEW)
+    assert [(item.text, item.data) for item in result.items] == [reference(donut, PAGES[1], "<s_cord-v2>",
+                                                                           max_new_tokens=NEW)]
+
+
+def test_a_pdf_answers_per_page(server, donut):
+    pdf = make_pdf([(200, 300), (300, 200)], seed=4)
+    body = {"items": [{"image": base64.b64encode(PNGS[2]).decode()},
+                      {"id": "doc", "document": base64.b64encode(pdf).decode(), "dpi": 72}], "max_new_tokens": NEW}
+    response = httpx.post(f"{server.url}/v1/extract/{CORD}", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    items = response.json()["items"]
+    assert [item["id"] for item in items] == ["0", "doc", "doc"]
+    assert "page" not in items[0]
+    assert [(item["page"]["item"], item["page"]["number"], item["page"]["width_px"]) for item in items[1:]] == [
+        (1, 1, 200), (1, 2, 300)]
+    rendered = [reference_render(pdf, n, 1.0) for n in (1, 2)]  # 72 dpi: one pixel per point
+    assert answers(items) == [reference(donut, p, "<s_cord-v2>", max_new_tokens=NEW)
+                              for p in [PAGES[2], *rendered]]
+
+    # the OpenAPI document describes the image and document items and the answer's text, data and page
+    import jsonschema
+
+    spec = httpx.get(f"{server.url}/openapi.json", timeout=30).json()
+    operation = spec["paths"]["/v1/extract/{model}"]["post"]
+    request_schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    answer_schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    for schema, value in ((request_schema, body), (answer_schema, response.json())):
+        jsonschema.validate(value, {**schema, "components": spec["components"]}, cls=jsonschema.Draft202012Validator)
+    with pytest.raises(jsonschema.ValidationError):  # regions are documented, not free-form
+        broken = {**response.json(), "items": [{**items[0], "regions": [{"box": "x"}]}]}
+        jsonschema.validate(broken, {**answer_schema, "components": spec["components"]},
+                            cls=jsonschema.Draft202012Validator)
+
+
+IMAGE = {"image": base64.b64encode(PNGS[0]).decode()}
+
+
+@pytest.mark.parametrize("model, body, field, words", [
+    (CORD, {"items": [IMAGE], "labels": ["total"]}, "labels", "labels does not apply"),
+    (CORD, {"items": ["a text"]}, "items[0].text", "reads page images"),
+    (CORD, {"items": [IMAGE], "prompt": "hello"}, "prompt", "prompt does not apply"),
+    (DOCVQA, {"items": [IMAGE]}, "prompt", "prompt is required"),
+    (CORD, {"items": [IMAGE], "max_new_tokens": 768}, "max_new_tokens", "at most 767"),
+    (CORD, {"items": [IMAGE], "threshold": 0.5}, "threshold", "applies to"),
+    (CORD, {"items": [{"image": "bm90IGFuIGltYWdl"}]}, "items[0].image", "not an image"),
+])
+def test_unsupported_combinations_are_400s(server, model, body, field, words):
+    response = httpx.post(f"{server.url}/v1/extract/{model}", json=body, timeout=60)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert words in error["message"] and error.get("field", field) == field, error
+
+
+def _memory(server, model: str) -> int:
+    return int(httpx.get(f"{server.url}/v1/models/{model}", timeout=10).json()["memory_bytes"])
+
+
+def _until(condition, what: str, seconds: float = 60.0) -> None:
+    """Wait for the server's own state (polled), never a fixed sleep."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_flood_is_refused_and_a_disconnected_client_frees_its_cache(server):
+    warm = httpx.post(f"{server.url}/v1/extract/{ENDLESS}", json={"items": [IMAGE], "max_new_tokens": 20}, timeout=60)
+    assert warm.status_code == 200, warm.text  # loaded, and its decode rate measured
+    assert len(warm.json()["items"][0]["text"].split()) >= 10  # EOS banned: it runs to its length
+    weights = _memory(server, ENDLESS)
+
+    # 256 pages of up to 1,000 tokens each: far more than 5 s of work at any rate this model decodes
+    body = json.dumps({"items": [IMAGE] * 256, "max_new_tokens": 1000}).encode()
+    where = urlparse(server.url)
+    flood = socket.create_connection((where.hostname, where.port))
+    try:
+        flood.sendall(b"POST /v1/extract/" + ENDLESS.encode() + b" HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+                      + body)
+        _until(lambda: _memory(server, ENDLESS) > weights, "the flood's sequences to hold cache")
+        refused = httpx.post(f"{server.url}/v1/extract/{ENDLESS}", json={"items": [IMAGE], "max_new_tokens": 1000},
+                             timeout=60)
+        assert refused.status_code == 429, refused.text
+        assert float(refused.headers["Retry-After"]) >= 1
+    finally:
+        flood.close()  # the client goes away mid-generation
+    _until(lambda: _memory(server, ENDLESS) == weights, "the disconnected client's cache to be freed")
+    again = httpx.post(f"{server.url}/v1/extract/{ENDLESS}", json={"items": [IMAGE], "max_new_tokens": 20}, timeout=60)
+    assert again.status_code == 200 and again.json()["items"] == warm.json()["items"]
