@@ -25,6 +25,7 @@ from .shapes import (
     Score,
     ScoreAnswer,
     WireEncodeItems,
+    WireExtractItems,
 )
 from .tasks import Field, Task
 
@@ -83,18 +84,22 @@ SCORE = Task(
 
 EXTRACT = Task(
     name="extract",
-    summary="Zero-shot entity extraction, classification (zero-shot and fixed-label) and relation extraction",
+    summary="Zero-shot entity extraction, classification (zero-shot and fixed-label), relation extraction and "
+            "open-vocabulary object detection",
     fields=(
-        Field("items", type=ExtractItems, required=True,
-              description="texts: strings or {id?, text} objects; for a relation model, {id?, text, entities}"),
+        Field("items", type=ExtractItems, wire_type=WireExtractItems, required=True,
+              description="texts: strings or {id?, text} objects; for a relation model, {id?, text, entities}; "
+                          "for an open-vocabulary detector (OWLv2), images: {id?, image} objects"),
         Field("labels", type=Labels, positional=True,
               description="the entity types to find, the candidate classes of a zero-shot classification model, "
-                          "or the relation types of a relation model (required for them); a fixed-label "
+                          "the relation types of a relation model or the objects a detector boxes (required for "
+                          "them); a fixed-label "
                           "classifier takes none: it answers its own labels (config.json's id2label)"),
         Field("threshold", type=Score,
               description="entities: keep spans scoring at least this (default 0.5); classifications: keep "
                           "labels scoring at least this (default: all labels); relations: keep triples scoring "
-                          "above this (default: the card's, 0.5)"),
+                          "above this (default: the card's, 0.5); regions: keep boxes scoring above this (default "
+                          "0.1, as transformers' post-processing)"),
         Field("flat", type=bool, description="entity models: no nested entities (default true)"),
         Field("multi_label", type=bool,
               description="entities: a span may carry several labels (default false); classifications: each label "
@@ -125,7 +130,7 @@ EXTRACT = Task(
         Field("entity_threshold", type=Score,
               description="relation models with entity_model: its threshold (default 0.5)"),
     ),
-    served_by=("extract", "zeroshot", "gliclass", "relations", "gliner2", "classifier"),
+    served_by=("extract", "zeroshot", "gliclass", "relations", "gliner2", "classifier", "detect"),
     implementation="sie_engine.tasks.extract:run",
     answer_type=ExtractAnswer,
 )

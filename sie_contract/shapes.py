@@ -176,11 +176,24 @@ class EntitySpan(_Shape):
 
 
 class ExtractItem(_Shape):
-    """`{id?, text}`; for a relation model `{id?, text, entities}`."""
+    """`{id?, text}`; for a relation model `{id?, text, entities}`; for a detector `{id?, image}`."""
 
-    text: Text
+    text: Text | None = None
+    image: Image = None
     id: ItemId | None = None
     entities: Annotated[list[EntitySpan], Meta(max_length=MAX_WIRE_LABELS)] | None = None
+
+    def __post_init__(self) -> None:
+        if self.image is not None:
+            if self.text is not None:
+                raise Refusal("", "has both text and image; an item carries one of them")
+            if self.entities is not None:
+                raise Refusal("entities", "applies to a text item (a relation model's), not an image")
+            if not isinstance(self.image, (str, bytes, bytearray)):
+                raise Refusal("image", f"must be bytes (msgpack) or a base64 string (JSON), got "
+                                       f"{type(self.image).__name__}")
+        elif self.text is None:
+            raise Refusal("text", "is required (or, for a detector, image)")
 
 
 class Query(_Shape):
@@ -239,10 +252,22 @@ class WireEncodeItem(EncodeItem):
         super().__post_init__()
 
 
+class WireExtractItem(ExtractItem):
+    """ExtractItem as the server decodes it from a body: `image` taken raw, as WireEncodeItem's."""
+
+    image: Annotated[msgspec.Raw, Meta(extra_json_schema=_IMAGE_SCHEMA)] = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.image, msgspec.Raw):
+            self.image = _image_value(self.image)
+        super().__post_init__()
+
+
 Items = Annotated[list[Text | TextItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
 EncodeItems = Annotated[list[Text | EncodeItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
 WireEncodeItems = Annotated[list[Text | WireEncodeItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
 ExtractItems = Annotated[list[Text | ExtractItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
+WireExtractItems = Annotated[list[Text | WireExtractItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
 QueryText = Text | Query
 
 
@@ -312,11 +337,20 @@ class RelationOut(_Answer):
     score: float
 
 
+class RegionOut(_Answer):
+    """A detector's box: `[x0, y0, x1, y1]` in the image's pixels (top-left origin)."""
+
+    label: str
+    score: float
+    box: Annotated[list[float], Meta(min_length=4, max_length=4)]
+
+
 class ExtractedItemOut(_Answer):
     id: str
     entities: list[EntityOut] | None = None
     classifications: list[ClassificationOut] | None = None
     relations: list[RelationOut] | None = None
+    regions: list[RegionOut] | None = None  # detectors (OWLv2): the boxes found for the labels
 
 
 class EncodeAnswer(_Answer):

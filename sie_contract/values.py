@@ -1,5 +1,5 @@
 """Values that cross the wire besides plain numbers and arrays: int8 vectors with
-their scale, sparse vectors, and what extraction finds (entities, classes, relations).
+their scale, sparse vectors, and what extraction finds (entities, classes, relations, regions).
 The engine produces them, the server writes them (vectors as tensor objects in msgpack),
 the client reads them back into the same types."""
 
@@ -62,6 +62,16 @@ class Relation:
     relation: str
     tail: Entity
     score: float
+
+
+@dataclass
+class Region:
+    """A detector's box (extract's `regions`): the label it found, its score and the box as
+    `[x0, y0, x1, y1]` in the image's pixels (top-left origin; x0 < x1, y0 < y1)."""
+
+    label: str
+    score: float
+    box: list[float]
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sie_contract.values import Classification, Entity, Page, Relation, SparseVector
+from sie_contract.values import Classification, Entity, Page, Region, Relation, SparseVector
 
 
 @dataclass
@@ -60,6 +60,8 @@ class ExtractedItem:
     classifications: list[Classification] | None = None
     # relation models: triples between the item's entities (None: not a relation model)
     relations: list[Relation] | None = None
+    # detectors (OWLv2): the boxes found in the item's image for the labels (None: not a detector)
+    regions: list[Region] | None = None
 
 
 @dataclass

@@ -16,6 +16,7 @@ from .types import (
     ModelInfo,
     Page,
     Quantized,
+    Region,
     Relation,
     ScoredItem,
     ScoreResult,
@@ -24,7 +25,7 @@ from .types import (
 
 __all__ = [
     "AsyncSIEClient", "Classification", "Clients", "DEFAULT_MODEL", "EMBEDDED", "EncodedItem", "EncodeResult", "Entity",
-    "ExtractedItem", "ExtractResult", "ModelInfo", "Page", "Quantized", "Relation", "RetryPolicy", "SIEClient",
+    "ExtractedItem", "ExtractResult", "ModelInfo", "Page", "Quantized", "Region", "Relation", "RetryPolicy", "SIEClient",
     "SIEConnectionError", "SIEError", "SIETimeoutError", "ScoredItem", "ScoreResult", "SparseVector", "Timeouts",
     "connect", "connect_async", "resolve_url",
 ]

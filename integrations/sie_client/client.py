@@ -173,7 +173,10 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
         GLiNER2 model, `classify={"task", "labels", "multi_label"?}` adds one classification, answered in
         `classifications`, and `relation_labels` relation types, answered in `relations`, beside the
         entities. A fixed-label classifier (sentiment, emotions, toxicity, language) takes no labels: it
-        answers its own, the best one per item unless `top_k` asks for more (`raw_scores`: the logits)."""
+        answers its own, the best one per item unless `top_k` asks for more (`raw_scores`: the logits). On an
+        open-vocabulary detector (OWLv2), items are images (`{"image": bytes, a path or a PIL image}`) and
+        each answers `regions`: the boxes found for the labels, in the image's pixels, scoring above
+        `threshold` (default 0.1)."""
         return cast(ExtractT, self.run(
             "extract", model, items, labels, threshold=threshold, flat=flat, multi_label=multi_label,
             hypothesis_template=hypothesis_template, top_k=top_k, raw_scores=raw_scores, truncate=truncate,

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from sie_contract.values import Classification, Entity, Page, Quantized, Relation, SparseVector
+from sie_contract.values import Classification, Entity, Page, Quantized, Region, Relation, SparseVector
 
 
 @dataclass
@@ -58,6 +58,8 @@ class ExtractedItem:
     classifications: list[Classification] | None = None
     # relation models (GLiREL): triples between the item's entities; None for other models
     relations: list[Relation] | None = None
+    # detectors (OWLv2): boxes `[x0, y0, x1, y1]` in the image's pixels for the labels; None for other models
+    regions: list[Region] | None = None
 
 
 @dataclass

@@ -32,6 +32,7 @@ from .types import (
     ModelInfo,
     Page,
     Quantized,
+    Region,
     Relation,
     ScoredItem,
     ScoreResult,
@@ -143,6 +144,9 @@ def parse_extract(answer: Mapping[str, Any]) -> ExtractResult:
             relations=None if item.relations is None else [
                 Relation(head=parse_entity(r.head), relation=r.relation, tail=parse_entity(r.tail), score=r.score)
                 for r in item.relations
+            ],
+            regions=None if item.regions is None else [
+                Region(label=r.label, score=r.score, box=list(r.box)) for r in item.regions
             ],
         )
         for item in shaped.items

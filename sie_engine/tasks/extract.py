@@ -13,7 +13,8 @@ and runs it. The built-in modes:
 - `gliclass`: GLiClass, all labels and the text in one pass (tasks/gliclass.py);
 - `gliner2`: GLiNER2, entities, relations and a classification in one pass (tasks/gliner2.py);
 - `classifier`: fixed-label classifiers, the model's own labels (tasks/classify.py);
-- `extract`: GLiNER, zero-shot entities (tasks/gliner.py).
+- `extract`: GLiNER, zero-shot entities (tasks/gliner.py);
+- `detect`: OWLv2, open-vocabulary object detection over image items (tasks/detect.py).
 
 `labels` is required by every mode but a fixed-label classifier's (`takes_labels`), which
 refuses them: its labels are its own.
@@ -42,7 +43,7 @@ from .context import Call, TaskContext
 TASK = "extract"
 # not a top-level field: the `entities` of a relation model's items ({text, entities})
 ITEM_ENTITIES = "items[].entities"
-ANSWERS = frozenset({"entities", "classifications", "relations"})  # ExtractedItem's answer fields
+ANSWERS = frozenset({"entities", "classifications", "relations", "regions"})  # ExtractedItem's answer fields
 LABELS = "labels"  # required by every mode but those that answer their own (`takes_labels`)
 
 
@@ -65,7 +66,9 @@ class ExtractMode:
         built-in head serves (a plug-in's); registered in sie_engine.models.HEADS with the mode.
     hints: what to send instead, by field it refuses (GLiNER2's `multi_label`: classify.multi_label).
     takes_labels: False for a model that answers its own labels (a fixed-label classifier): a request
-        giving labels is refused; True (the others): labels are required."""
+        giving labels is refused; True (the others): labels are required.
+    takes_images: True for a mode whose items are images (a detector); the others refuse image items
+        here, and it refuses text items itself."""
 
     kind: str
     family: str
@@ -78,6 +81,7 @@ class ExtractMode:
     head: str | None = None
     hints: Mapping[str, str] = dataclasses.field(default_factory=dict)
     takes_labels: bool = True
+    takes_images: bool = False
 
     def described(self, model: str) -> str:
         """`model 'x' is a GLiNER entity model (it takes its entity types in labels and answers entities)`."""
@@ -96,6 +100,7 @@ MODES: dict[str, str] = {
     "gliner2": "sie_engine.tasks.gliner2:MODE",
     "classifier": "sie_engine.tasks.classify:MODE",
     "extract": "sie_engine.tasks.gliner:MODE",
+    "detect": "sie_engine.tasks.detect:MODE",
 }
 _loaded: dict[str, ExtractMode] = {}  # by target
 
@@ -221,8 +226,21 @@ def check_labels_sent(card: ModelCard, chosen: ExtractMode, fields: Mapping[str,
                              "classes of your own, use a zero-shot classifier: an NLI or GLiClass model)", field=LABELS)
 
 
+def refuse_images(card: ModelCard, chosen: ExtractMode, fields: Mapping[str, Any]) -> None:
+    """InvalidRequest for the first image item sent to a mode whose items are texts."""
+    if chosen.takes_images:
+        return
+    items = fields.get("items")
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        if isinstance(item, dict) and item.get("image") is not None:
+            raise InvalidRequest(f"items[{i}] is an image, but {chosen.described(card.id)}; send texts, or use an "
+                                 "open-vocabulary detector (e.g. google/owlv2-base-patch16) to find labels in "
+                                 "images", field=f"items[{i}].image")
+
+
 async def run(engine: TaskContext, call: Call) -> ExtractResult:
     _, chosen = mode_of(call.card)
+    refuse_images(call.card, chosen, call.fields)
     check_labels_sent(call.card, chosen, call.fields)
     refuse_other_fields(call.card, chosen, call.fields)
     return await chosen.run(engine, call)

@@ -36,6 +36,10 @@ def make_tiny_owlv2(dest: Path, seed: int = 0) -> Path:
     config = Owlv2Config(text_config=text, vision_config=vision, projection_dim=32)  # the class head compares patches (text width) with queries (projection)
     torch.manual_seed(seed)
     model = Owlv2ForObjectDetection(config).eval()
+    with torch.no_grad():  # transformers draws the heads' weights at std 1: saturated scores, collapsed boxes
+        for name, param in model.named_parameters():
+            if name.startswith(("class_head.", "box_head.", "objectness_head.")) and param.dim() > 1:
+                param.normal_(0.0, 0.1)
     _perturb(model, seed)
     model.save_pretrained(dest)
     image_processor = Owlv2ImageProcessor(size={"height": TINY_IMAGE_SIZE, "width": TINY_IMAGE_SIZE})

@@ -20,17 +20,20 @@ stacked by the weight spec).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata
 from ...batch import Grids
+from ...images import ImagePreprocessor, prepare_images
 from ...layers.weights import WeightSpec
 from ...tokenizer import ImageTextInputs
+from ...validation import Limits
 from ..base import Family, TwoTowerBackbone
 from ..clip.model import Encoder, ImageTextConfig, PatchEmbeddings, TextTower, complete_towers
 from .card import detector_card
@@ -167,11 +170,23 @@ class Owlv2Detector(TwoTowerBackbone):
         return self.class_head(features, queries)
 
 
+class DetectorImages(ImagePreprocessor):
+    """The image role of a detector: each image's pixels and its (height, width) as decoded, the
+    pixels its boxes are answered in."""
+
+    def encode_sized(self, values: Sequence[Any], fields: Sequence[str],
+                     limits: Limits) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+        sizes: list[tuple[int, int]] = []
+        return prepare_images(self.processor, values, fields, limits, sizes=sizes), sizes
+
+
 class Owlv2Inputs(ImageTextInputs):
     """OWLv2's input preparation: its CLIP tokenizer for the labels, its image processor (pad to a
     square, resize to `image_size`, normalise) for the images; an image is P + 1 positions."""
 
     class_tokens = 1
+    image_role = DetectorImages
+    images: DetectorImages
     read_config = staticmethod(owlv2_config)
 
 
