@@ -25,7 +25,7 @@ from .types import (
 
 __all__ = [
     "AsyncSIEClient", "Classification", "Clients", "DEFAULT_MODEL", "EMBEDDED", "EncodedItem", "EncodeResult", "Entity",
-    "ExtractedItem", "ExtractResult", "ModelInfo", "Page", "Quantized", "Region", "Relation", "RetryPolicy", "SIEClient",
-    "SIEConnectionError", "SIEError", "SIETimeoutError", "ScoredItem", "ScoreResult", "SparseVector", "Timeouts",
-    "connect", "connect_async", "resolve_url",
+    "ExtractedItem", "ExtractResult", "ModelInfo", "Page", "Quantized", "Region", "Relation", "RetryPolicy",
+    "SIEClient", "SIEConnectionError", "SIEError", "SIETimeoutError", "ScoredItem", "ScoreResult", "SparseVector",
+    "Timeouts", "connect", "connect_async", "resolve_url",
 ]

@@ -33,7 +33,8 @@ def make_tiny_owlv2(dest: Path, seed: int = 0) -> Path:
                 bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=0)
     vision = dict(hidden_size=48, intermediate_size=53, num_hidden_layers=2, num_attention_heads=4,
                   image_size=TINY_IMAGE_SIZE, patch_size=TINY_PATCH_SIZE)
-    config = Owlv2Config(text_config=text, vision_config=vision, projection_dim=32)  # the class head compares patches (text width) with queries (projection)
+    # projection_dim = the text width: the class head compares patches projected to it with the queries
+    config = Owlv2Config(text_config=text, vision_config=vision, projection_dim=32)
     torch.manual_seed(seed)
     model = Owlv2ForObjectDetection(config).eval()
     with torch.no_grad():  # transformers draws the heads' weights at std 1: saturated scores, collapsed boxes

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ...card import ModelCard, WeightsSource
+from .config import owlv2_config
 
 
 def detector_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
@@ -14,8 +15,6 @@ def detector_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard
     write): the `detect` output, served by extract with image items and labels. Texts are the
     labels (the text tower, as many tokens as its positions); images are padded to a square and
     resized to the vision tower's side."""
-    from .model import owlv2_config
-
     typed = owlv2_config(config)
     return ModelCard(id=name, weights=WeightsSource(path=str(root)), family="owlv2", outputs=("detect",),
                      pooling="none", normalize=False, max_seq_len=typed.max_seq_len, modalities=("text", "image"),

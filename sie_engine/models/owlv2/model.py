@@ -20,7 +20,7 @@ stacked by the weight spec).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -35,18 +35,9 @@ from ...layers.weights import WeightSpec
 from ...tokenizer import ImageTextInputs
 from ...validation import Limits
 from ..base import Family, TwoTowerBackbone
-from ..clip.model import Encoder, ImageTextConfig, PatchEmbeddings, TextTower, complete_towers
+from ..clip.model import Encoder, ImageTextConfig, PatchEmbeddings, TextTower
 from .card import detector_card
-
-
-def owlv2_config(config: Mapping[str, Any]) -> ImageTextConfig:
-    """OWLv2's config.json (`text_config`, `vision_config`, `projection_dim`; keys the file leaves
-    out filled in by transformers' Owlv2Config, as for CLIP)."""
-    text, vision, top = complete_towers(config, "owlv2")
-    if top["projection_dim"] != text["hidden_size"]:  # every published OWLv2: 512 and 512
-        raise ValueError(f"projection_dim {top['projection_dim']} != text_config.hidden_size {text['hidden_size']}: "
-                         "OWLv2's class head compares patches projected to the text width with the projected queries")
-    return ImageTextConfig.parse(text, vision, top["projection_dim"])
+from .config import owlv2_config
 
 
 # ---- the detection heads (OWL-ViT's, over the patch tokens) -------------------------------

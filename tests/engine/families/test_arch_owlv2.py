@@ -138,3 +138,58 @@ def test_post_processing_equals_transformers(reference, expected, pictures, thre
     if threshold == "median":  # the cut keeps some boxes and drops others: the comparison saw both
         kept = sum(len(ref["scores"]) for ref in theirs)
         assert 0 < kept < scores.numel()
+
+
+def test_registry_resolves_the_checkpoint_to_the_family(tiny):
+    import json
+
+    from sie_engine.models import family_for
+
+    config = json.loads((tiny / "config.json").read_text())
+    assert family_for(config).name == "owlv2"
+    assert family_for({"model_type": "owlv2"}).name == "owlv2"
+
+
+def test_a_config_whose_widths_cannot_meet_is_refused_naming_them(tiny):
+    import json
+
+    from sie_engine.models.owlv2.config import owlv2_config
+
+    config = json.loads((tiny / "config.json").read_text())
+    with pytest.raises(ValueError, match="projection_dim 24 != text_config.hidden_size 32"):
+        owlv2_config({**config, "projection_dim": 24})
+
+
+def test_builtin_cards_detect_through_the_engine_as_transformers(tiny, reference, pictures):
+    """The catalog's OWLv2 cards, their weights pointed at the tiny model, through Engine.extract with
+    image items: the regions of transformers' post-processing (JPEG-free PNG bytes, exact pixels)."""
+    import dataclasses
+    import io
+
+    from sie_engine import Catalog, Engine, WeightsSource
+
+    cards = [dataclasses.replace(card, weights=WeightsSource(path=str(tiny)))
+             for card in Catalog.builtin() if card.family == "owlv2"]
+    assert {card.id for card in cards} == {"google/owlv2-base-patch16", "google/owlv2-base-patch16-ensemble",
+                                           "google/owlv2-base-patch16-finetuned"}
+    files = []
+    for picture in pictures:
+        buffer = io.BytesIO()
+        picture.save(buffer, format="PNG")
+        files.append(buffer.getvalue())
+    model, processor = reference
+    labels = LABELS[1]
+    inputs = processor(text=[labels] * len(pictures), images=pictures, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**inputs)
+    threshold = float(out.logits.max(-1).values.sigmoid().median())
+    theirs = processor.post_process_grounded_object_detection(
+        out, threshold=threshold, target_sizes=[(p.height, p.width) for p in pictures], text_labels=[labels] * 2)
+    with Engine(Catalog(cards), device="cpu") as engine:
+        for card in cards:
+            result = engine.extract_sync(card.id, [{"image": f} for f in files], labels, threshold=threshold)
+            for item, ref in zip(result.items, theirs, strict=True):
+                assert [r.label for r in item.regions] == ref["text_labels"]
+                np.testing.assert_allclose([r.score for r in item.regions], ref["scores"].numpy(), atol=1e-5)
+                np.testing.assert_allclose(np.reshape([r.box for r in item.regions], (-1, 4)),
+                                           ref["boxes"].numpy().reshape(-1, 4), atol=1e-3)
