@@ -49,7 +49,7 @@ class DetectHead(Head):
 
     def forward(self, hidden: torch.Tensor, batch: ImageBatch, items: Sequence = ()) -> list[Detections]:
         model = self._model[0]
-        features = model.image_features(hidden, batch.cu_seqlens)  # [B, P, H]
+        features = model.patch_features(hidden, batch.cu_seqlens)  # [B, P, H]
         boxes = model.boxes(features)  # [B, P, 4]
         found = []
         for i, item in enumerate(items):

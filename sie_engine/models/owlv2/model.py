@@ -7,7 +7,7 @@ final layer norm); `query_embeddings(hidden, input_ids, cu_seqlens, seq_index) -
 each label at its highest token id (transformers' argmax: CLIP's end-of-text token), projects
 and L2-normalises it, as `Owlv2Model` returns `text_embeds`.
 Images: `forward_images(pixel_values [B, 3, S, S], attn) -> hidden [B * (P + 1), H_vision]`
-(the class token and P patches per image, packed, before the post-norm); `image_features(hidden,
+(the class token and P patches per image, packed, before the post-norm); `patch_features(hidden,
 cu_seqlens) -> [B, P, H]`: post-norm, each patch times its image's class token, layer norm
 (`image_embedder`). On those: `boxes` (`[B, P, 4]` centre x, y, width, height in [0, 1] of the
 padded square: the box head plus each patch's grid bias, through a sigmoid), `objectness`
@@ -34,7 +34,7 @@ from ...images import ImagePreprocessor, prepare_images
 from ...layers.weights import WeightSpec
 from ...tokenizer import ImageTextInputs
 from ...validation import Limits
-from ..base import Family, TwoTowerBackbone
+from ..base import Backbone, Family
 from ..clip.model import Encoder, ImageTextConfig, PatchEmbeddings, TextTower
 from .card import detector_card
 from .config import owlv2_config
@@ -87,8 +87,11 @@ def box_bias(side: int, device: torch.device) -> torch.Tensor:
 
 
 # ---- the model ----------------------------------------------------------------------------
-class Owlv2Detector(TwoTowerBackbone):
-    """Packed OWLv2; see the module docstring for its passes."""
+class Owlv2Detector(Backbone):
+    """Packed OWLv2; see the module docstring for its passes. Not a `TwoTowerBackbone`: its towers
+    meet in the detection heads, not in one embedding space (no dense output)."""
+
+    supports_images = True
 
     weight_spec = WeightSpec(
         anchor="owlv2.text_model.embeddings.token_embedding.weight",
@@ -139,7 +142,7 @@ class Owlv2Detector(TwoTowerBackbone):
         vision = self.owlv2.vision_model
         return vision.encoder(vision.pre_layernorm(vision.embeddings(pixel_values)), attn)
 
-    def image_features(self, hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+    def patch_features(self, hidden: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
         """`[B * (P + 1), H]` -> `[B, P, H]`: each patch times its image's class token, normed."""
         images = cu_seqlens.shape[0] - 1
         states = self.owlv2.vision_model.post_layernorm(hidden).view(images, -1, hidden.shape[-1])  # [B, P + 1, H]

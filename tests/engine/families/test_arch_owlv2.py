@@ -70,7 +70,7 @@ def sie_outputs(runner, processor, pixel_values: torch.Tensor, labels: list[list
         pixels = [p.numpy() for p in pixel_values]
         images = pack_images(pixels, [runner.tokenizer.images.image_tokens] * len(pixels), runner.backend,
                              runner.device, torch.float32)
-        features = model.image_features(model.forward_images(images.pixel_values, images.attn), images.cu_seqlens)
+        features = model.patch_features(model.forward_images(images.pixel_values, images.attn), images.cu_seqlens)
         per_image = queries.split([len(image_labels) for image_labels in labels])
         logits = torch.stack([model.class_logits(features[i], per_image[i]) for i in range(len(labels))])
         return logits, model.boxes(features), model.objectness(features)
