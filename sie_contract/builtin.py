@@ -92,20 +92,23 @@ SCORE = Task(
 EXTRACT = Task(
     name="extract",
     summary="Zero-shot entity extraction, classification (zero-shot and fixed-label), relation extraction and "
-            "document reading (text and JSON from page images and PDFs)",
+            "document reading (text and JSON from page images and PDFs) and open-vocabulary object detection",
     fields=(
         Field("items", type=ExtractItems, wire_type=WireExtractItems, required=True,
               description="texts: strings or {id?, text} objects; for a relation model, {id?, text, entities}; "
                           "for a document model (Donut), page images {id?, image} and PDFs {id?, document, "
-                          "pages?, dpi?} (one answer per page, with its page)"),
+                          "pages?, dpi?} (one answer per page, with its page); for an open-vocabulary detector "
+                          "(OWLv2), images: {id?, image} objects"),
         Field("labels", type=Labels, positional=True,
               description="the entity types to find, the candidate classes of a zero-shot classification model, "
-                          "or the relation types of a relation model (required for them); a fixed-label "
+                          "the relation types of a relation model or the objects a detector boxes (required for "
+                          "them); a fixed-label "
                           "classifier takes none: it answers its own labels (config.json's id2label)"),
         Field("threshold", type=Score,
               description="entities: keep spans scoring at least this (default 0.5); classifications: keep "
                           "labels scoring at least this (default: all labels); relations: keep triples scoring "
-                          "above this (default: the card's, 0.5)"),
+                          "above this (default: the card's, 0.5); regions: keep boxes scoring above this (default "
+                          "0.1, as transformers' post-processing)"),
         Field("flat", type=bool, description="entity models: no nested entities (default true)"),
         Field("multi_label", type=bool,
               description="entities: a span may carry several labels (default false); classifications: each label "
@@ -142,7 +145,7 @@ EXTRACT = Task(
               description="document models: the most tokens generated per item or page (default and most: "
                           "the card's)"),
     ),
-    served_by=("extract", "zeroshot", "gliclass", "relations", "gliner2", "classifier", "generate"),
+    served_by=("extract", "zeroshot", "gliclass", "relations", "gliner2", "classifier", "generate", "detect"),
     implementation="sie_engine.tasks.extract:run",
     answer_type=ExtractAnswer,
 )

@@ -1,5 +1,5 @@
 """Values that cross the wire besides plain numbers and arrays: int8 vectors with
-their scale, sparse vectors, and what extraction finds (entities, classes, relations).
+their scale, sparse vectors, and what extraction finds (entities, classes, relations, regions).
 The engine produces them, the server writes them (vectors as tensor objects in msgpack),
 the client reads them back into the same types."""
 

@@ -250,10 +250,12 @@ def first_image(processed: Mapping[str, Any]) -> np.ndarray:
 
 
 def prepare_images(processor, values: Sequence[Any], fields: Sequence[str], limits: Limits,
-                   take: Callable[[Mapping[str, Any]], np.ndarray] = first_image) -> list[np.ndarray]:
+                   take: Callable[[Mapping[str, Any]], np.ndarray] = first_image,
+                   sizes: list[tuple[int, int]] | None = None) -> list[np.ndarray]:
     """Images as sent -> float32 pixel values each (`take` picks them from the processor's output),
     decoded and preprocessed one at a time (one bad image names its item; at most one full-size
-    decoded image is held at once)."""
+    decoded image is held at once). `sizes`, where given, receives each picture's (height, width)
+    as decoded (a detector's boxes are answered in those pixels)."""
     pixels: list[np.ndarray] = []
     for value, field in zip(values, fields):
         def check(width: int, height: int, field: str = field) -> None:
@@ -264,6 +266,8 @@ def prepare_images(processor, values: Sequence[Any], fields: Sequence[str], limi
             picture = value.picture(field)
         else:
             picture = decode_image(image_bytes(value, limits, field), limits, field, check)
+        if sizes is not None:
+            sizes.append((picture.height, picture.width))
         pixels.append(take(processor(images=[picture], return_tensors="np")).astype(np.float32))
     return pixels
 

@@ -181,7 +181,9 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
         document model (Donut) reads image items (`{"image": ...}`: bytes, a path or a PIL image) and PDFs
         (`{"document": <bytes or path>, "pages"?, "dpi"?}`, one answer per page with its `page`): each item's
         `text`, `data` (its parsed JSON) and, where the model gives boxes, `regions`; `prompt` is DocVQA's
-        question, `max_new_tokens` bounds the generated tokens (the card's bound at most)."""
+        question, `max_new_tokens` bounds the generated tokens (the card's bound at most). On an
+        open-vocabulary detector (OWLv2), items are images too, and each answers `regions`: the boxes found
+        for the labels, in the image's pixels, scoring above `threshold` (default 0.1)."""
         return cast(ExtractT, self.run(
             "extract", model, items, labels, threshold=threshold, flat=flat, multi_label=multi_label,
             hypothesis_template=hypothesis_template, top_k=top_k, raw_scores=raw_scores, truncate=truncate,

@@ -49,6 +49,8 @@ FAMILIES: dict[str, str] = {
     "colpali": f"{_M}.colpali.model:FAMILY",
     # Donut (DonutSwin encoder + MBart decoder): generates from page images (sie_engine/generation)
     "donut": f"{_M}.donut.family:FAMILY",
+    # OWLv2 open-vocabulary detection (CLIP's towers, box and class heads): extract with image items and labels
+    "owlv2": f"{_M}.owlv2.model:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,
@@ -76,6 +78,7 @@ ARCHITECTURES: dict[str, str] = {
     "ColPaliForRetrieval": "colpali",
     # transformers' generic image-to-text wrapper; DonutConfig refuses an encoder other than DonutSwin by name
     "VisionEncoderDecoderModel": "donut",
+    "Owlv2ForObjectDetection": "owlv2",
 }
 
 # config.json `model_type` -> family, for checkpoints without `architectures`.
@@ -84,7 +87,7 @@ MODEL_TYPES: dict[str, str] = {
     "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "gemma3_text": "gemma3_text",
     "nomic_bert": "nomic_bert", "deberta-v2": "deberta-v2", "distilbert": "distilbert", "mpnet": "mpnet",
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
-    "vision-encoder-decoder": "donut",
+    "vision-encoder-decoder": "donut", "owlv2": "owlv2",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the
@@ -115,6 +118,8 @@ HEADS: dict[str, str] = {
     "classifier": "sie_engine.heads.fixed_labels:build_classifier_head",
     # document models that generate (Donut): a family brings its own builder; the shared one refuses
     "generate": "sie_engine.generation.head:build",
+    # open-vocabulary detection (OWLv2): the labels' query embeddings and each image's boxes
+    "detect": f"{_M}.owlv2.head:build_detect_heads",
 }
 
 

@@ -15,6 +15,7 @@ and runs it. The built-in modes:
 - `classifier`: fixed-label classifiers, the model's own labels (tasks/classify.py);
 - `extract`: GLiNER, zero-shot entities (tasks/gliner.py);
 - `generate`: document models (Donut), text and JSON read from page images and PDFs (tasks/generate.py).
+- `detect`: OWLv2, open-vocabulary object detection over image items (tasks/detect.py).
 
 `labels` is required by every mode but a fixed-label classifier's (`takes_labels`), which
 refuses them: its labels are its own.
@@ -67,7 +68,9 @@ class ExtractMode:
         built-in head serves (a plug-in's); registered in sie_engine.models.HEADS with the mode.
     hints: what to send instead, by field it refuses (GLiNER2's `multi_label`: classify.multi_label).
     takes_labels: False for a model that answers its own labels (a fixed-label classifier): a request
-        giving labels is refused; True (the others): labels are required."""
+        giving labels is refused; True (the others): labels are required.
+    takes_images: True for a mode whose items are images (a detector); the others refuse image items
+        here, and it refuses text items itself."""
 
     kind: str
     family: str
@@ -82,6 +85,8 @@ class ExtractMode:
     takes_labels: bool = True
     # what it answers over when it takes no labels (`takes_labels` False)
     own_labels: str = "its own labels, config.json's id2label"
+    # whether its items are images (or PDFs, read page by page), not texts
+    takes_images: bool = False
 
     def described(self, model: str) -> str:
         """`model 'x' is a GLiNER entity model (it takes its entity types in labels and answers entities)`."""
@@ -101,6 +106,7 @@ MODES: dict[str, str] = {
     "classifier": "sie_engine.tasks.classify:MODE",
     "extract": "sie_engine.tasks.gliner:MODE",
     "generate": "sie_engine.tasks.generate:MODE",
+    "detect": "sie_engine.tasks.detect:MODE",
 }
 _loaded: dict[str, ExtractMode] = {}  # by target
 
@@ -226,22 +232,23 @@ def check_labels_sent(card: ModelCard, chosen: ExtractMode, fields: Mapping[str,
                              "classes of your own, use a zero-shot classifier: an NLI or GLiClass model)", field=LABELS)
 
 
-def refuse_images(card: ModelCard, fields: Mapping[str, Any]) -> None:
-    """InvalidRequest for an image or document item sent to a model that reads texts only."""
-    if "image" in card.modalities:
+def refuse_images(card: ModelCard, chosen: ExtractMode, fields: Mapping[str, Any]) -> None:
+    """InvalidRequest for the first image or document item sent to a mode whose items are texts."""
+    if chosen.takes_images:
         return
     items = fields.get("items")
     for i, item in enumerate(items if isinstance(items, list) else ()):
         kind = next((k for k in ("image", "document") if isinstance(item, dict) and item.get(k) is not None), None)
         if kind is not None:
-            raise InvalidRequest(f"items[{i}] is {'a document' if kind == 'document' else 'an image'}, but model "
-                                 f"{card.id!r} takes text items only; use a document model (Donut) for "
-                                 f"{kind}s", field=f"items[{i}].{kind}")
+            raise InvalidRequest(f"items[{i}] is {'a document' if kind == 'document' else 'an image'}, but "
+                                 f"{chosen.described(card.id)}; send texts, or use a document model (Donut) to "
+                                 f"read {kind}s or an open-vocabulary detector (OWLv2) to find labels in images",
+                                 field=f"items[{i}].{kind}")
 
 
 async def run(engine: TaskContext, call: Call) -> ExtractResult:
     _, chosen = mode_of(call.card)
-    refuse_images(call.card, call.fields)
+    refuse_images(call.card, chosen, call.fields)
     check_labels_sent(call.card, chosen, call.fields)
     refuse_other_fields(call.card, chosen, call.fields)
     return await chosen.run(engine, call)

@@ -146,5 +146,5 @@ MODE = ExtractMode(
     kind="a document model", family="document", labels="(none)",
     fields=frozenset({"prompt", "max_new_tokens"}), answers=frozenset({"text", "data", "regions"}), run=run,
     example="naver-clova-ix/donut-base-finetuned-docvqa", takes_labels=False,
-    own_labels="what it reads on each page image or PDF page",
+    own_labels="what it reads on each page image or PDF page", takes_images=True,
 )

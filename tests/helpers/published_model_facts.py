@@ -74,6 +74,10 @@ SIGLIP = ("config.json (text hidden size = the shared width; max_position_embedd
           "padded to 64 tokens, pooled at the last position) on the Hub")
 GLICLASS = ("the model pages cited in the card's comments (a DeBERTa-v3 backbone: spm.model, model size); "
             "config.json's head settings are read at load")
+OWLV2 = ("Owlv2Config's defaults, documented as google/owlv2-base-patch16's (text positions 16, projection_dim 512), "
+         "and transformers' integration tests against it (tests/models/owlv2/test_modeling_owlv2.py: texts padded "
+         "to max_length 16; box_bias -4.0717, a 60 x 60 grid of 16-pixel patches: image_size 960); the three "
+         "checkpoints share the architecture (Owlv2ForObjectDetection)")
 STATIC = "config.json + modules.json (StaticEmbedding, Normalize) of the model2vec repository on the Hub"
 MISTRAL = ("config.json (MistralModel, sliding_window 4096) + modules.json + 1_Pooling (lasttoken) + the README's "
            "get_detailed_instruct and max_length 4096 on the Hub")
@@ -321,6 +325,10 @@ PUBLISHED: dict[str, Published] = {
     "google/siglip-so400m-patch14-384": dense("siglip", "last", None, 1152, 64, SIGLIP),
     "google/siglip2-base-patch16-224": dense("siglip", "last", None, 768, 64, SIGLIP),
     "google/siglip2-base-patch16-naflex": dense("siglip2", "last", None, 768, 64, SIGLIP),
+    # open-vocabulary detection (extract with image items: regions)
+    "google/owlv2-base-patch16": other("owlv2", "detect", 16, OWLV2),
+    "google/owlv2-base-patch16-ensemble": other("owlv2", "detect", 16, OWLV2),
+    "google/owlv2-base-patch16-finetuned": other("owlv2", "detect", 16, OWLV2),
     # static embedders (model2vec)
     "minishlab/potion-base-8M": dense("model2vec", "mean", True, 256, None, STATIC),
     "minishlab/potion-base-32M": dense("model2vec", "mean", True, 512, None, STATIC),

@@ -68,6 +68,8 @@ def test_multi_label_option_and_model_listing(served):
     ({"items": ["Ada Lovelace"], "labels": ["person"], "threshold": 2}, "threshold"),
     ({"items": ["Ada Lovelace"], "labels": ["person"], "nested": True}, "nested"),
     ({"items": ["Ada Lovelace"]}, "labels"),
+    # image items are a detector's (OWLv2: tests/server/test_detect_http.py); a GLiNER model refuses them by name
+    ({"items": ["Ada Lovelace", {"image": "iVBORw0KGgo="}], "labels": ["person"]}, "items[1] is an image"),
 ])
 def test_bad_extract_requests_are_400(served, body, where):
     server, _ = served

@@ -18,7 +18,7 @@ from donut_fixtures import tiny_donut, tiny_donut_processor
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
 from sie_engine.admission import upper_bound_tokens
 from sie_engine.errors import DeadlineExceeded, InvalidRequest
-from sie_engine.tasks.extract import refuse_images
+from sie_engine.tasks.extract import mode_of, refuse_images
 from sie_engine.tasks.generate import generated_tokens
 
 CORD = "naver-clova-ix/donut-base-finetuned-cord-v2"
@@ -50,9 +50,10 @@ def test_admission_charges_each_page_its_prompt_and_max_new_tokens():
 
 def test_a_text_model_refuses_image_and_document_items_by_name():
     card = ModelCard(id="gliner", weights=WeightsSource(path="/nowhere"), outputs=("extract",))
-    with pytest.raises(InvalidRequest, match=r"items\[1\] is a document, but model 'gliner' takes text items only"):
-        refuse_images(card, {"items": ["text", {"document": b"%PDF-"}]})
-    refuse_images(card, {"items": ["text", {"text": "more"}]})
+    _, chosen = mode_of(card)
+    with pytest.raises(InvalidRequest, match=r"items\[1\] is a document, but model 'gliner' is a GLiNER"):
+        refuse_images(card, chosen, {"items": ["text", {"document": b"%PDF-"}]})
+    refuse_images(card, chosen, {"items": ["text", {"text": "more"}]})
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,105 @@
+"""Open-vocabulary object detection (OWLv2): the `extract` task's mode for a card whose outputs
+include `detect` (tasks/extract.py picks it).
+
+The labels run first, through the text tower (`queries` work, batched like any text), each into
+one query embedding; then every image, decoded and preprocessed on the image threads (padded to
+a square and resized, as OWLv2's processor does), runs through the vision tower with its
+request's queries, threshold and size riding on its work item (`detect` work, batched by vision
+positions with other requests' images). The head answers each image's boxes above the threshold
+in its own pixels (models/owlv2/postprocess.py: transformers' post-processing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from sie_contract.values import Region
+
+from .. import validation as v
+from ..errors import InvalidRequest
+from ..image_pool import on_image_threads
+from ..models.owlv2.head import DetectionWork
+from ..types import ExtractedItem, ExtractResult
+from ..work import WorkItem
+from .common import check_labels, longest_first
+from .context import Call, TaskContext
+from .extract import ExtractMode
+
+QUERIES = frozenset({"queries"})
+DETECT = frozenset({"detect"})
+# the scheduler's queue of detection images: batches never mix the vision tower's inputs with labels
+IMAGE_QUEUE = "extract:image"
+IMAGE_CHUNK = 32  # images decoded per step, each step queued at once (encode's reason: tasks/encode.py)
+# transformers' default for `post_process_grounded_object_detection`
+DEFAULT_THRESHOLD = 0.1
+NO_IDS: np.ndarray = np.zeros(0, dtype=np.int32)
+
+
+async def run(engine: TaskContext, call: Call) -> ExtractResult:
+    card, fields = call.card, call.fields
+    ids, texts, images = v.parse_encode_items(fields["items"], engine.limits)
+    for i, text in enumerate(texts):
+        if text is not None:
+            raise InvalidRequest(f"items[{i}] is a text, but {MODE.described(card.id)}: send each image as "
+                                 "{\"image\": <base64 or bytes>}", field=f"items[{i}]")
+    labels = check_labels(fields["labels"], engine.limits)
+    threshold = float(fields.get("threshold", DEFAULT_THRESHOLD))
+
+    tokenized, tokenize_s = await engine.tokenize(card, "encode", labels)
+    for i, truncated in enumerate(tokenized.truncated):
+        if truncated:  # transformers' processor does not truncate either: its model cannot take the label
+            raise InvalidRequest(f"labels[{i}] is longer than the model's text window ({card.max_seq_len} tokens); "
+                                 "shorten it", field=f"labels[{i}]")
+    label_request = engine.new_request(call, "extract", len(labels))
+    encoded = await engine.run_items(card, "extract", [
+        WorkItem(label_request, i, tokenized.ids[i], outputs=QUERIES) for i in longest_first(tokenized.ids)
+    ], label_request)
+    queries = np.stack([e["queries"] for e in encoded])  # [Q, D]
+
+    request = engine.new_request(call, "extract", len(ids))
+    try:
+        image_tokens, image_s = await _submit_images(engine, card, request, images, queries, threshold)
+    except BaseException as exc:  # a bad image: the images already queued must not wait on it
+        request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+        request.future.exception()  # raised below, not awaited: marked read so asyncio logs no traceback
+        raise
+    found = [r["detect"] for r in await request.future]
+    items = [ExtractedItem(id=item_id, entities=[], regions=[
+        Region(label=labels[int(k)], score=float(s), box=[float(x) for x in box])
+        for s, k, box in zip(d.scores, d.labels, d.boxes)]) for item_id, d in zip(ids, found)]
+    return ExtractResult(card.id, items, tokenized.num_tokens + image_tokens,
+                         engine.timings(request, call.started, tokenize_s + image_s))
+
+
+async def _submit_images(engine: TaskContext, card, request, images: list, queries: np.ndarray,
+                         threshold: float) -> tuple[int, float]:
+    """Decode and preprocess the images on the image threads, chunk by chunk, and queue each chunk
+    with its detection settings; returns (vision positions queued, seconds spent preparing)."""
+    inputs, seconds = await engine.with_tokenizer(card, _itself)
+    limits, tokens = engine.limits, 0
+    for start in range(0, len(images), IMAGE_CHUNK):
+        chunk = list(range(start, min(start + IMAGE_CHUNK, len(images))))
+        (pixels, sizes), spent = await on_image_threads(
+            inputs.images.encode_sized, [images[i] for i in chunk], [f"items[{i}].image" for i in chunk], limits)
+        seconds += spent
+        counts = [inputs.images.positions(p) for p in pixels]
+        tokens += sum(counts)
+        engine.submit(card, IMAGE_QUEUE, [
+            WorkItem(request, i, NO_IDS, outputs=DETECT, pixels=p, image_tokens=count,
+                     extra=DetectionWork(queries, threshold, size))
+            for i, p, count, size in zip(chunk, pixels, counts, sizes)
+        ], request)
+    return tokens, seconds
+
+
+def _itself(inputs):
+    return inputs
+
+
+MODE = ExtractMode(
+    kind="an open-vocabulary detector", family="open-vocabulary detector", labels="objects to find",
+    fields=frozenset({"threshold"}), answers=frozenset({"regions"}), run=run,
+    example="google/owlv2-base-patch16-ensemble", takes_images=True,
+)
