@@ -49,6 +49,8 @@ FAMILIES: dict[str, str] = {
     "colpali": f"{_M}.colpali.model:FAMILY",
     # Donut (DonutSwin encoder + MBart decoder): generates from page images (sie_engine/generation)
     "donut": f"{_M}.donut.model:FAMILY",
+    # Florence-2 (DaViT vision tower + BART): generates from images, prompted by task tokens
+    "florence2": f"{_M}.florence2.model:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,
@@ -76,6 +78,7 @@ ARCHITECTURES: dict[str, str] = {
     "ColPaliForRetrieval": "colpali",
     # transformers' generic image-to-text wrapper; DonutConfig refuses an encoder other than DonutSwin by name
     "VisionEncoderDecoderModel": "donut",
+    "Florence2ForConditionalGeneration": "florence2",
 }
 
 # config.json `model_type` -> family, for checkpoints without `architectures`.
@@ -84,7 +87,7 @@ MODEL_TYPES: dict[str, str] = {
     "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "gemma3_text": "gemma3_text",
     "nomic_bert": "nomic_bert", "deberta-v2": "deberta-v2", "distilbert": "distilbert", "mpnet": "mpnet",
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
-    "vision-encoder-decoder": "donut",
+    "vision-encoder-decoder": "donut", "florence2": "florence2",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the
