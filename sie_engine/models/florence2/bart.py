@@ -121,8 +121,8 @@ class BartEncoder(nn.Module):
         x = self.layernorm_embedding(embeds + self.embed_positions(positions))
         mask = None
         if min(lengths) != length:
-            real = torch.arange(length, device=embeds.device)[None, :] < torch.tensor(lengths, device=embeds.device)[:, None]
-            mask = real[:, None, None, :]
+            ends = torch.tensor(lengths, device=embeds.device)
+            mask = (torch.arange(length, device=embeds.device)[None, :] < ends[:, None])[:, None, None, :]
         for layer in self.layers:
             x = layer(x, mask)
         return x
