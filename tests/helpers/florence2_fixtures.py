@@ -61,6 +61,7 @@ def tiny_florence2(dest: Path, seed: int = 0, text: dict | None = None, **vision
         Florence2Config,
         Florence2ForConditionalGeneration,
         Florence2Processor,
+        GenerationConfig,
     )
 
     tokenizer = _tokenizer()
@@ -72,7 +73,8 @@ def tiny_florence2(dest: Path, seed: int = 0, text: dict | None = None, **vision
                                        bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2,
                                        forced_eos_token_id=2, tie_word_embeddings=False), **(text or {})})
     config = Florence2Config(text_config=text_config.to_dict(), vision_config={**VISION, **vision},
-                             image_token_id=tokenizer.image_token_id, tie_word_embeddings=False)
+                             image_token_id=tokenizer.image_token_id,
+                             tie_word_embeddings=text_config.tie_word_embeddings)
     model = Florence2ForConditionalGeneration(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -80,6 +82,7 @@ def tiny_florence2(dest: Path, seed: int = 0, text: dict | None = None, **vision
             # sharper attention (queries and keys wider) makes the answer depend on the image and the prompt
             std = 0.5 if any(part in name for part in ("q_proj", "k_proj", "qkv")) else 0.15
             p.copy_(torch.randn_like(p) * (std if p.dim() > 1 else 0.5) + centre)
+    model.generation_config = GenerationConfig(**GENERATION)
     model.save_pretrained(dest)
     images = CLIPImageProcessorPil(size=IMAGE_SIZE, do_center_crop=False, do_resize=True, do_rescale=True,
                                    do_normalize=True, image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225],
@@ -89,6 +92,11 @@ def tiny_florence2(dest: Path, seed: int = 0, text: dict | None = None, **vision
     processor.save_pretrained(dest)
     return model, processor
 
+
+# Florence-2's published generation_config.json (microsoft/Florence-2-*): 3 beams stopping early, <s>
+# forced first, no trigram twice
+GENERATION = dict(bos_token_id=0, eos_token_id=2, pad_token_id=1, decoder_start_token_id=2, early_stopping=True,
+                  forced_bos_token_id=0, forced_eos_token_id=2, no_repeat_ngram_size=3, num_beams=3)
 
 # What transformers' conversion script writes into Florence-2's processor_config.json (abridged
 # banned list; the keys it reads are the tasks', and it reads PATTERN / AREA_THRESHOLD in capitals)

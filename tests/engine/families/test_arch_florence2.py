@@ -47,6 +47,7 @@ def reference_tokens(reference, pixels, input_ids, settings: GenerationSettings)
                                  eos_token_id=list(settings.eos_token_ids))
     assert out[0, 0].item() == 2  # the decoder's start token leads transformers' output, not SIE's
     tokens = out[0, 1:].tolist()
+    assert tokens[0] == 0  # Florence-2's generation config forces <s> first
     assert 1 not in tokens  # one sequence is never padded
     return tokens
 
@@ -93,7 +94,7 @@ def test_batch_invariance_with_joins_and_leaves(florence):
     differ), two joining after the others started: each sequence's tokens are the tokens it gets
     alone; a finished request's rows leave that step."""
     _, model, _, _, _, _, _, memory, generation = florence
-    greedy = GenerationSettings.from_generation_config(generation, max_new_tokens=12, eos_token_id=EOS)
+    greedy = GenerationSettings.from_generation_config(generation, max_new_tokens=12, num_beams=1, eos_token_id=EOS)
     beam = GenerationSettings.from_generation_config(generation, max_new_tokens=8, num_beams=3, early_stopping=True,
                                                      eos_token_id=EOS)
     requests = [GenerationRequest(memory[i], [2], greedy if i % 2 == 0 else beam) for i in range(len(TASKS))]

@@ -66,12 +66,14 @@ def test_prompt_ids_equal_the_processor(florence, task):
 
 
 def test_answers_equal_transformers(florence):
-    """Florence-2's generation (3 beams, no repeated trigram) of four tasks on four images in one
-    running batch."""
+    """Florence-2's published generation config (3 beams stopping early, <s> forced first, no trigram
+    twice) on four tasks and four images in one running batch."""
     _, reference, processor, reader = florence
-    generate = dict(max_new_tokens=14, num_beams=3, no_repeat_ngram_size=3)
+    generate = dict(max_new_tokens=14)
+    settings = reader.settings(**generate)
+    assert (settings.num_beams, settings.no_repeat_ngram_size, settings.forced_bos_token_id) == (3, 3, 0)
     tasks, texts = [t for t, _ in REQUESTS], [x for _, x in REQUESTS]
-    answers = reader.read(IMAGES, tasks, reader.settings(**generate), texts)
+    answers = reader.read(IMAGES, tasks, settings, texts)
     boxes = 0
     for image, (task, text), answer in zip(IMAGES, REQUESTS, answers, strict=True):
         tokens, expected = reference_answer(reference, processor, image, task, text, **generate)
@@ -84,8 +86,9 @@ def test_answers_equal_transformers(florence):
 
 def test_text_task_answers_its_text(florence):
     _, reference, processor, reader = florence
-    [answer] = reader.read([IMAGES[1]], ["<CAPTION>"], reader.settings(max_new_tokens=6))
-    _, expected = reference_answer(reference, processor, IMAGES[1], "<CAPTION>", None, max_new_tokens=6)
+    [answer] = reader.read([IMAGES[1]], ["<CAPTION>"], reader.settings(max_new_tokens=6, num_beams=1))
+    _, expected = reference_answer(reference, processor, IMAGES[1], "<CAPTION>", None, max_new_tokens=6,
+                                   num_beams=1)
     assert answer.text == answer.answer == expected and answer.regions == []
 
 
