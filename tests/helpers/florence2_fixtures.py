@@ -122,3 +122,57 @@ def load_sie_florence2(root: Path):
     tensors = load_file(str(Path(root) / "model.safetensors"))
     report = load_checkpoint(model, tensors, model.weight_spec)
     return model, tensors, report
+
+
+# The inverse of transformers' convert_florence2_original_pytorch_to_hf tables (vision_conv_embeddings,
+# vision_spatial_block, vision_channel_block, multi_modal_projector, language_model): transformers' names
+# back to the original remote-code checkpoints' (microsoft/Florence-2-*).
+_TO_ORIGINAL = [
+    (r"^model\.vision_tower\.convs\.(\d+)\.conv\.", r"vision_tower.convs.\1.proj."),
+    (r"^model\.vision_tower\.", "vision_tower."),
+    (r"\.(spatial|channel)_block\.conv(\d)\.", r".\1_block.conv\2.fn.dw."),
+    (r"\.spatial_block\.window_attn\.", ".spatial_block.window_attn.fn."),
+    (r"\.spatial_block\.norm1\.", ".spatial_block.window_attn.norm."),
+    (r"\.channel_block\.channel_attn\.", ".channel_block.channel_attn.fn."),
+    (r"\.channel_block\.norm1\.", ".channel_block.channel_attn.norm."),
+    (r"\.(spatial|channel)_block\.norm2\.", r".\1_block.ffn.norm."),
+    (r"\.(spatial|channel)_block\.ffn\.fc", r".\1_block.ffn.fn.net.fc"),
+    (r"^model\.multi_modal_projector\.image_position_embed\.", "image_pos_embed."),
+    (r"^model\.multi_modal_projector\.", ""),
+    (r"^model\.language_model\.", "language_model.model."),
+    (r"^lm_head\.", "language_model.lm_head."),
+]
+
+
+def to_original_layout(native: Path, dest: Path) -> None:
+    """Rewrite a transformers-layout Florence-2 directory as the original remote-code layout: config.json's
+    `dim_embed` vision config and `florence2_language` text config, the original tensor names, the
+    projection as a raw `[vision, projection]` matrix, a zero `final_logits_bias`."""
+    import re
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    tensors = {}
+    for name, tensor in load_file(str(native / "model.safetensors")).items():
+        for pattern, repl in _TO_ORIGINAL:
+            name = re.sub(pattern, repl, name)
+        tensors[name] = tensor.t().contiguous() if name == "image_projection.weight" else tensor
+    tensors["image_projection"] = tensors.pop("image_projection.weight")
+    vocab = tensors["language_model.model.shared.weight"].shape[0]
+    tensors["language_model.final_logits_bias"] = torch.zeros(1, vocab)
+    save_file(tensors, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((native / "config.json").read_text())
+    vision = config["vision_config"]
+    config["vision_config"] = {
+        "model_type": "davit", "dim_embed": vision["embed_dim"], "image_pos_embed": {
+            "type": "learned_abs_2d", "max_pos_embeddings": vision["max_position_embeddings"]},
+        "visual_temporal_embedding": {"type": "COSINE", "max_temporal_embeddings": vision["max_temporal_embeddings"]},
+        "image_feature_source": ["spatial_avg_pool", "temporal_avg_pool"],
+        **{k: vision[k] for k in ("depths", "num_heads", "num_groups", "window_size", "patch_size", "patch_stride",
+                                  "patch_padding", "patch_prenorm", "projection_dim")}}
+    config["text_config"]["model_type"] = "florence2_language"
+    config["projection_dim"] = vision["projection_dim"]
+    (dest / "config.json").write_text(json.dumps(config))
+    for name in ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "processor_config.json"):
+        shutil.copy(native / name, dest / name)

@@ -45,10 +45,10 @@ class BartConfig:
 
     @classmethod
     def from_hf(cls, config: Mapping[str, Any]) -> BartConfig:
-        if config.get("model_type", "bart") != "bart":
+        """`text_config`: transformers' `bart`, or the original checkpoints' `florence2_language` (BART's fields)."""
+        if config.get("model_type", "bart") not in ("bart", "florence2_language"):
             raise ValueError(f"text_config model_type {config.get('model_type')!r}: Florence-2 runs a BART "
-                             "language model (a `florence2_language` text config is the original remote-code "
-                             "layout; use the transformers layout, florence-community/Florence-2-*)")
+                             "language model")
         if config.get("add_final_layer_norm") or config.get("normalize_before"):
             raise ValueError("text_config asks for pre-norm layers (normalize_before / add_final_layer_norm): "
                              "BART's are post-norm")

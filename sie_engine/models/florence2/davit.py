@@ -12,7 +12,7 @@ packing; the windows of all images are one attention call per block.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -46,13 +46,32 @@ class DaViTConfig:
     projection_dim: int  # the encoder's width the projector maps to (BART's d_model)
     max_position_embeddings: int  # rows (and columns) of the learned 2-D position table
     max_temporal_embeddings: int
+    # the original remote-code checkpoints (microsoft/Florence-2-*): their names, the projection as a
+    # raw `[vision, projection]` matrix
+    original_layout: bool = False
+
+    @classmethod
+    def from_original(cls, config: Mapping[str, Any], projection_dim: int | None) -> DaViTConfig:
+        """The original remote-code `vision_config` (`dim_embed`, nested position settings), mapped as
+        transformers' convert_florence2_original_pytorch_to_hf maps it."""
+        source = config.get("image_feature_source", ["spatial_avg_pool", "temporal_avg_pool"])
+        if list(source) != ["spatial_avg_pool", "temporal_avg_pool"]:
+            raise ValueError(f"vision_config image_feature_source {source}: SIE's projector pools as Florence-2's "
+                             "checkpoints do (spatial_avg_pool, temporal_avg_pool)")
+        mapped = {k: v for k, v in config.items() if k not in ("dim_embed", "image_pos_embed",
+                                                               "visual_temporal_embedding")}
+        mapped["embed_dim"] = config["dim_embed"]
+        # the conversion passes `max_pos_embeddings`, which Florence2VisionConfig does not read: its default (50)
+        # stands, the original's own value
+        mapped["max_position_embeddings"] = (config.get("image_pos_embed") or {}).get("max_pos_embeddings", 50)
+        mapped["max_temporal_embeddings"] = (config.get("visual_temporal_embedding") or {}).get(
+            "max_temporal_embeddings", 100)
+        if projection_dim is not None:
+            mapped.setdefault("projection_dim", projection_dim)
+        return replace(cls.from_hf(mapped), original_layout=True)
 
     @classmethod
     def from_hf(cls, config: Mapping[str, Any]) -> DaViTConfig:
-        if "dim_embed" in config:
-            raise ValueError("vision_config has `dim_embed`: this is the original remote-code Florence-2 layout "
-                             "(microsoft/Florence-2-*); SIE reads the transformers layout (florence-community/"
-                             "Florence-2-*, or convert with transformers' convert_florence2_original_pytorch_to_hf)")
         parsed = cls(
             in_channels=int(config.get("in_channels", 3)), depths=_ints(config.get("depths", (1, 1, 9, 1))),
             patch_size=_ints(config.get("patch_size", (7, 3, 3, 3))),
@@ -263,7 +282,12 @@ class Projector(nn.Module):
     def __init__(self, config: DaViTConfig):
         super().__init__()
         dim = config.embed_dim[-1]
-        self.image_projection = nn.Linear(dim, config.projection_dim, bias=False)
+        # the original checkpoints hold the projection as a raw `[vision, projection]` matrix (used as `x @ W`),
+        # transformers' a Linear's `[projection, vision]` weight: each loads as it is
+        self.transposed = config.original_layout
+        self.image_projection: nn.Module | nn.Parameter = (
+            nn.Parameter(torch.zeros(dim, config.projection_dim)) if self.transposed
+            else nn.Linear(dim, config.projection_dim, bias=False))
         self.image_proj_norm = nn.LayerNorm(config.projection_dim)
         self.image_position_embed = LearnedPositions2D(config.max_position_embeddings, dim)
         self.visual_temporal_embed = nn.Module()
@@ -277,4 +301,5 @@ class Projector(nn.Module):
         tokens = features.flatten(2).transpose(1, 2) + self.image_position_embed(h, w)
         tokens = tokens + self.visual_temporal_embed.pos_idx_to_embed[0]
         tokens = torch.cat([tokens.mean(dim=1, keepdim=True), tokens], dim=1)
-        return self.image_proj_norm(self.image_projection(tokens))
+        projected = tokens @ self.image_projection if self.transposed else self.image_projection(tokens)
+        return self.image_proj_norm(projected)

@@ -1,4 +1,5 @@
-"""The Florence-2 family: a `Florence2ForConditionalGeneration` checkpoint (transformers' layout):
+"""The Florence-2 family: a `Florence2ForConditionalGeneration` checkpoint (transformers' layout, or
+the original remote-code one, renamed as transformers' conversion script renames it):
 the DaViT vision tower and its projector (davit.py) make an image's tokens, which stand in the
 encoder's input where the processor put its `<image>` placeholders (first, before `<s>` prompt
 `</s>`), and BART (bart.py) encodes them with the prompt's token embeddings and decodes.
@@ -46,7 +47,12 @@ class Florence2Config:
         if not isinstance(vision, Mapping) or not isinstance(text, Mapping):
             raise ValueError("a Florence-2 checkpoint's config.json nests `vision_config` and `text_config` "
                              "(Florence2Config)")
-        parsed = cls(DaViTConfig.from_hf(vision), BartConfig.from_hf(text), int(config.get("image_token_id", 51289)),
+        if "dim_embed" in vision:  # the original remote-code layout (microsoft/Florence-2-*)
+            projection = config.get("projection_dim")
+            davit = DaViTConfig.from_original(vision, int(projection) if projection is not None else None)
+        else:
+            davit = DaViTConfig.from_hf(vision)
+        parsed = cls(davit, BartConfig.from_hf(text), int(config.get("image_token_id", 51289)),
                      tie_lm_head=bool(config.get("tie_word_embeddings", True)))
         if parsed.vision.projection_dim != parsed.text.d_model:
             raise ValueError(f"vision_config projection_dim {parsed.vision.projection_dim} != text_config d_model "
@@ -69,9 +75,27 @@ class LanguageModel(nn.Module):
         self.decoder = BartDecoder(config)
 
 
+# The original remote-code checkpoints' names (microsoft/Florence-2-*), renamed as transformers'
+# convert_florence2_original_pytorch_to_hf renames them; `final_logits_bias` (zeros) is dropped as it drops it.
+ORIGINAL_WEIGHTS = WeightSpec(
+    anchor="vision_tower.convs.0.proj.weight",
+    renames=(("language_model.model.", "language_model."), ("language_model.lm_head.", "lm_head."),
+             ("conv1.fn.dw.", "conv1."), ("conv2.fn.dw.", "conv2."), ("window_attn.norm.", "norm1."),
+             ("window_attn.fn.", "window_attn."), ("channel_attn.norm.", "norm1."),
+             ("channel_attn.fn.", "channel_attn."), ("ffn.norm.", "norm2."), ("ffn.fn.net.", "ffn."),
+             *((f"convs.{i}.proj.", f"convs.{i}.conv.") for i in range(8)),
+             ("image_pos_embed.", "multi_modal_projector.image_position_embed."),
+             ("visual_temporal_embed.", "multi_modal_projector.visual_temporal_embed."),
+             ("image_proj_norm.", "multi_modal_projector.image_proj_norm."),
+             ("image_projection", "multi_modal_projector.image_projection")),
+    ignore=("language_model.model.encoder.embed_tokens.weight", "language_model.final_logits_bias"),
+)
+
+
 class Florence2Model(Backbone):
     """DaViT + projector + BART under transformers' names (`model.vision_tower.*`,
-    `model.multi_modal_projector.*`, `model.language_model.*` renamed without `model.`; `lm_head`)."""
+    `model.multi_modal_projector.*`, `model.language_model.*` renamed without `model.`; `lm_head`), or
+    under the original remote-code checkpoints' names (ORIGINAL_WEIGHTS, chosen by the config)."""
 
     weight_spec = WeightSpec(
         anchor="model.vision_tower.convs.0.conv.weight",
@@ -85,6 +109,8 @@ class Florence2Model(Backbone):
     def __init__(self, config: Florence2Config, backend: AttentionBackend | None = None):
         super().__init__()
         self.config = config
+        if config.vision.original_layout:
+            self.weight_spec = ORIGINAL_WEIGHTS
         text = config.text
         self.vision_tower = DaViT(config.vision)
         self.multi_modal_projector = Projector(config.vision)

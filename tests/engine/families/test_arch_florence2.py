@@ -6,6 +6,7 @@ scaled embeddings, and the layouts SIE does not read refused by name."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -36,7 +37,7 @@ def florence(tmp_path_factory):
     with torch.no_grad():
         memory = model.encode(model.encode_images(pixels), prompts)
     generation = json.loads((root / "generation_config.json").read_text())
-    return reference, model, tensors, report, pixels, input_ids, prompts, memory, generation
+    return reference, model, tensors, report, pixels, input_ids, prompts, memory, generation, root
 
 
 def reference_tokens(reference, pixels, input_ids, settings: GenerationSettings) -> list[int]:
@@ -59,7 +60,7 @@ def test_every_weight_loaded(florence):
 
 
 def test_image_tokens_and_encoder_equal_transformers(florence):
-    reference, _, _, _, pixels, input_ids, _, memory, _ = florence
+    reference, _, _, _, pixels, input_ids, _, memory, *_ = florence
     with torch.no_grad():
         features = reference.model.get_image_features(pixels).pooler_output
         assert features.shape == (len(TASKS), 49, 32)
@@ -76,7 +77,7 @@ def test_image_tokens_and_encoder_equal_transformers(florence):
 # (tests/engine/families/test_arch_donut.py runs them all)
 @pytest.mark.parametrize("beams, early_stopping, length_penalty", [(1, False, 1.0), (3, True, 1.0), (2, "never", 2.0)])
 def test_generate_equals_transformers(florence, beams, early_stopping, length_penalty):
-    reference, model, _, _, pixels, input_ids, _, memory, generation = florence
+    reference, model, _, _, pixels, input_ids, _, memory, generation, _ = florence
     settings = GenerationSettings.from_generation_config(
         generation, max_new_tokens=10, num_beams=beams, early_stopping=early_stopping,
         length_penalty=length_penalty, eos_token_id=EOS)
@@ -93,7 +94,7 @@ def test_batch_invariance_with_joins_and_leaves(florence):
     """Greedy and beam requests in one running batch (memories of different lengths: the prompts
     differ), two joining after the others started: each sequence's tokens are the tokens it gets
     alone; a finished request's rows leave that step."""
-    _, model, _, _, _, _, _, memory, generation = florence
+    _, model, _, _, _, _, _, memory, generation, _ = florence
     greedy = GenerationSettings.from_generation_config(generation, max_new_tokens=12, num_beams=1, eos_token_id=EOS)
     beam = GenerationSettings.from_generation_config(generation, max_new_tokens=8, num_beams=3, early_stopping=True,
                                                      eos_token_id=EOS)
@@ -139,15 +140,33 @@ def test_tied_checkpoint_with_scaled_embeddings(tmp_path):
     assert got[0].tokens == reference_tokens(reference, pixels[0], ids, settings)
 
 
-def test_original_remote_code_layout_is_refused_by_name():
+def test_original_remote_code_layout_loads_the_same_model(florence, tmp_path_factory):
+    """microsoft/Florence-2-* keep the original remote-code layout (other names, `dim_embed`, the projection
+    as a raw matrix): the same weights rewritten so load to the same image tokens and encoder states."""
+    from florence2_fixtures import to_original_layout
+
+    _, model, _, _, pixels, _, prompts, memory, _, native = florence
+    original = tmp_path_factory.mktemp("florence2_original")
+    to_original_layout(native, original)
+    legacy, tensors, report = load_sie_florence2(original)
+    assert legacy.config.vision.original_layout and legacy.config.vision == \
+        dataclasses.replace(model.config.vision, original_layout=True)
+    assert set(tensors) - report.loaded == set()
+    with torch.no_grad():
+        image_tokens = legacy.encode_images(pixels)
+        assert torch.equal(image_tokens, model.encode_images(pixels))
+        again = legacy.encode(image_tokens, prompts)
+    assert all(torch.equal(a, b) for a, b in zip(again, memory, strict=True))
+
+
+def test_other_text_models_and_pooling_are_refused_by_name():
     from sie_engine.models.florence2.model import Florence2Config
 
-    with pytest.raises(ValueError, match="remote-code Florence-2 layout"):
-        Florence2Config.from_hf({"vision_config": {"model_type": "davit", "dim_embed": [128, 256, 512, 1024]},
-                                 "text_config": {"model_type": "florence2_language", "vocab_size": 8}})
-    with pytest.raises(ValueError, match="florence2_language"):
-        Florence2Config.from_hf({"vision_config": {}, "text_config": {"model_type": "florence2_language",
-                                                                      "vocab_size": 8}})
+    with pytest.raises(ValueError, match="text_config model_type 'mbart'"):
+        Florence2Config.from_hf({"vision_config": {}, "text_config": {"model_type": "mbart", "vocab_size": 8}})
+    with pytest.raises(ValueError, match="image_feature_source"):
+        Florence2Config.from_hf({"vision_config": {"dim_embed": [8], "image_feature_source": ["last_frame"]},
+                                 "text_config": {"vocab_size": 8}})
 
 
 def test_florence2_directory_is_refused_by_name_not_served_as_an_encoder(tmp_path):
