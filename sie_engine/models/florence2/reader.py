@@ -54,7 +54,7 @@ def processor_config(root: Path) -> dict[str, Any]:
 class Florence2Reader:
     def __init__(self, model: Florence2Model, root: Path, device: torch.device, dtype: torch.dtype,
                  max_rows: int = 64):
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer, BartConfig
 
         root = Path(root)
         self.model, self.device, self.dtype = model, device, dtype
@@ -70,7 +70,10 @@ class Florence2Reader:
         if max(grid) > vision.max_position_embeddings:
             raise ValueError(f"{root}: {size.height}x{size.width} images give a {grid[0]}x{grid[1]} grid, beyond the "
                              f"projector's {vision.max_position_embeddings} learned positions per side")
-        self.tokenizer = AutoTokenizer.from_pretrained(str(root))
+        # transformers cannot parse the original layout's config.json (its `florence2_language` text config),
+        # which AutoTokenizer reads first: the tokenizer is BART's, as tokenizer_config.json names it
+        extra = {"config": BartConfig()} if vision.original_layout else {}
+        self.tokenizer = AutoTokenizer.from_pretrained(str(root), **extra)
         config = processor_config(root)
         self.post_config = config.get("post_processor_config") or postprocess.DEFAULT_CONFIG
         self.generation = generation_config(root)

@@ -160,3 +160,25 @@ def test_processor_image_tokens_other_than_the_tower_are_refused(florence, tmp_p
     (tmp_path / "processor_config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="give 49 image tokens, the processor's image_seq_length is 577"):
         Florence2Reader(florence[3].model, tmp_path, CPU, torch.float32)
+
+
+def test_original_layout_reads_the_same(florence, tmp_path):
+    """The original remote-code layout (microsoft/Florence-2-*), whose processor carries no
+    post_processor_config (the conversion script's, banned grounding words and all, stands in), reads
+    the same answers from the same weights."""
+    import json
+
+    from florence2_fixtures import to_original_layout
+
+    root, _, _, reader = florence
+    to_original_layout(root, tmp_path)
+    config = json.loads((tmp_path / "processor_config.json").read_text())
+    del config["post_processor_config"]
+    (tmp_path / "processor_config.json").write_text(json.dumps(config))
+    model, _, _ = load_sie_florence2(tmp_path)
+    original = Florence2Reader(model, tmp_path, CPU, torch.float32)
+    assert original.post_config == postprocess.DEFAULT_CONFIG
+    settings = reader.settings(max_new_tokens=8)
+    tasks = ["<OD>", "<OCR_WITH_REGION>"]
+    expected = [(a.tokens, a.answer) for a in reader.read(IMAGES[:2], tasks, settings)]
+    assert [(a.tokens, a.answer) for a in original.read(IMAGES[:2], tasks, settings)] == expected
