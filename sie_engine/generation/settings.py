@@ -16,7 +16,7 @@ from typing import Any
 # that leaves them off (transformers' default).
 _UNSUPPORTED_OFF: dict[str, Any] = {
     "do_sample": False, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "num_beam_groups": 1,
+    "encoder_no_repeat_ngram_size": 0, "num_beam_groups": 1,
     "diversity_penalty": 0.0, "penalty_alpha": None, "suppress_tokens": None,
     "begin_suppress_tokens": None, "sequence_bias": None, "exponential_decay_length_penalty": None,
     "renormalize_logits": False, "constraints": None, "force_words_ids": None,
@@ -54,12 +54,17 @@ class GenerationSettings:
     min_new_tokens: int = 0
     # Token sequences never produced (NoBadWordsLogitsProcessor): Donut's card bans `<unk>`.
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    # No n-gram of this size occurs twice in a sequence, its decoder prompt included
+    # (NoRepeatNGramLogitsProcessor; Florence-2's generation config asks for 3); 0: off.
+    no_repeat_ngram_size: int = 0
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.num_beams < 1:
             raise ValueError(f"num_beams must be >= 1, got {self.num_beams}")
+        if self.no_repeat_ngram_size < 0:
+            raise ValueError(f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}")
         if self.early_stopping not in (True, False, "never"):
             raise ValueError(f"early_stopping must be true, false or \"never\", got {self.early_stopping!r}")
 
@@ -92,6 +97,7 @@ class GenerationSettings:
             min_length=int(merged.get("min_length") or 0),
             min_new_tokens=int(merged.get("min_new_tokens") or 0),
             bad_words_ids=bad,
+            no_repeat_ngram_size=int(merged.get("no_repeat_ngram_size") or 0),
         )
 
     def with_overrides(self, **overrides: Any) -> GenerationSettings:

@@ -51,6 +51,8 @@ FAMILIES: dict[str, str] = {
     "donut": f"{_M}.donut.family:FAMILY",
     # OWLv2 open-vocabulary detection (CLIP's towers, box and class heads): extract with image items and labels
     "owlv2": f"{_M}.owlv2.model:FAMILY",
+    # Florence-2 (DaViT vision tower + BART): generates from images, prompted by task tokens
+    "florence2": f"{_M}.florence2.model:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,
@@ -79,6 +81,7 @@ ARCHITECTURES: dict[str, str] = {
     # transformers' generic image-to-text wrapper; DonutConfig refuses an encoder other than DonutSwin by name
     "VisionEncoderDecoderModel": "donut",
     "Owlv2ForObjectDetection": "owlv2",
+    "Florence2ForConditionalGeneration": "florence2",
 }
 
 # config.json `model_type` -> family, for checkpoints without `architectures`.
@@ -87,7 +90,7 @@ MODEL_TYPES: dict[str, str] = {
     "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "gemma3_text": "gemma3_text",
     "nomic_bert": "nomic_bert", "deberta-v2": "deberta-v2", "distilbert": "distilbert", "mpnet": "mpnet",
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
-    "vision-encoder-decoder": "donut", "owlv2": "owlv2",
+    "vision-encoder-decoder": "donut", "owlv2": "owlv2", "florence2": "florence2",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the

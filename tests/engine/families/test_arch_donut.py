@@ -125,8 +125,8 @@ def test_cancel_frees_rows_at_once(donut):
 def test_unsupported_generation_config_is_refused():
     with pytest.raises(ValueError, match="do_sample"):
         GenerationSettings.from_generation_config({"do_sample": True, "max_new_tokens": 4})
-    with pytest.raises(ValueError, match="no_repeat_ngram_size"):
-        GenerationSettings.from_generation_config({"no_repeat_ngram_size": 3, "max_new_tokens": 4})
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        GenerationSettings.from_generation_config({"repetition_penalty": 1.2, "max_new_tokens": 4})
 
 
 def test_encoder_other_than_donut_swin_is_refused(donut):
