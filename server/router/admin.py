@@ -21,6 +21,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -53,6 +54,7 @@ class RouterAdmin:
     replaying: set[str] = field(default_factory=set)  # worker urls a replay is under way for
     not_before: dict[str, float] = field(default_factory=dict)  # worker url -> when to replay again
     registry: WorkerRegistry | None = None  # the router's worker list, once it is made
+    queue: Any = None  # queue mode's QueueForwarder: cards go to its KV bucket as well (queue/configs.py)
 
     def worker_key(self) -> str | None:
         return self.keys.first_key()
@@ -139,6 +141,10 @@ async def add_cards(request: web.Request) -> web.Response:
         await asyncio.to_thread(admin.store.put, cards)
         admin.removed.difference_update(c.id for c in cards)
         result = await _propagate(request, "POST", PREFIX, [c.to_dict() for c in cards])
+        if admin.queue is not None:
+            from ..queue.configs import publish_cards
+
+            result["bucket_revision"] = await publish_cards(admin.queue.js, cards)
     log.info("admin: cards %s propagated: %s", [c.id for c in cards], result)
     return web.json_response({"models": [c.id for c in cards], **result})
 
@@ -156,6 +162,10 @@ async def remove_card(request: web.Request) -> web.Response:
         await asyncio.to_thread(admin.store.remove, model)
         admin.removed.add(model)
         result = await _propagate(request, "DELETE", _card_path(model), gone_is_done=True)
+        if admin.queue is not None:
+            from ..queue.configs import publish_removal
+
+            result["bucket_revision"] = await publish_removal(admin.queue.js, model)
     log.info("admin: card %s removed: %s", model, result)
     return web.json_response({"removed": model, **result})
 
