@@ -48,9 +48,10 @@ async def publish_cards(js, cards: list) -> int:
     return revision
 
 
-async def publish_removal(js, model_id: str) -> int:
+async def publish_removal(js, model_id: str) -> None:
+    """Delete a card's key (the router's DELETE): every engine's watch removes the card."""
     bucket = await js.key_value(layout.CONFIG_BUCKET)
-    return await bucket.delete(key_of(model_id))
+    await bucket.delete(key_of(model_id))
 
 
 async def read_cards(js) -> list:

@@ -68,18 +68,30 @@ class QueueConsumer:
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
+        # auto_decompress=False: an encoded answer goes back byte for byte with its header
+        self.session = aiohttp.ClientSession(auto_decompress=False)
+        self._tasks = [asyncio.create_task(self._run(), name="sie-queue")]
+
+    async def _run(self) -> None:
+        """Connect (retried until the NATS server answers: the server serves HTTP meanwhile), then
+        pull and watch the config bucket side by side."""
         import nats
 
         from .configs import watch_cards
 
-        self.nc = await nats.connect(self.settings.queue_url, name=f"sie-engine {self.name}",
-                                     max_reconnect_attempts=-1, allow_reconnect=True)
+        while not self.stopping.is_set():
+            try:
+                self.nc = await nats.connect(self.settings.queue_url, name=f"sie-engine {self.name}",
+                                             max_reconnect_attempts=-1, allow_reconnect=True, connect_timeout=2)
+                break
+            except Exception as exc:  # not reachable yet (its pod starting)
+                log.warning("queue mode: cannot reach %s yet (%s); retrying", self.settings.queue_url, exc)
+                await self._pause(BIND_RETRY_S)
+        if self.nc is None:
+            return
         self.js = self.nc.jetstream()
-        # auto_decompress=False: an encoded answer goes back byte for byte with its header
-        self.session = aiohttp.ClientSession(auto_decompress=False)
-        self._tasks = [asyncio.create_task(self._pull_loop(), name="sie-queue-pull"),
-                       asyncio.create_task(watch_cards(self.js, self.app, self.stopping), name="sie-queue-configs")]
         log.info("queue mode: pulling pool %s from %s as %s", self.pool, self.settings.queue_url, self.name)
+        await asyncio.gather(self._pull_loop(), watch_cards(self.js, self.app, self.stopping))
 
     def stop_pulling(self) -> None:
         """No new message from now (the SIGTERM path, before the server drains)."""

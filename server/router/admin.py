@@ -137,6 +137,8 @@ async def add_cards(request: web.Request) -> web.Response:
     except SIEError as exc:
         return error_response(status_for(exc), exc.code, exc.message)
     admin = request.app[ROUTER_ADMIN]
+    if admin.queue is not None and admin.queue.js is None:
+        return _queue_down()
     async with admin.lock:
         await asyncio.to_thread(admin.store.put, cards)
         admin.removed.difference_update(c.id for c in cards)
@@ -144,7 +146,7 @@ async def add_cards(request: web.Request) -> web.Response:
         if admin.queue is not None:
             from ..queue.configs import publish_cards
 
-            result["bucket_revision"] = await publish_cards(admin.queue.js, cards)
+            result["bucket"], result["bucket_revision"] = "sie_configs", await publish_cards(admin.queue.js, cards)
     log.info("admin: cards %s propagated: %s", [c.id for c in cards], result)
     return web.json_response({"models": [c.id for c in cards], **result})
 
@@ -155,6 +157,8 @@ async def remove_card(request: web.Request) -> web.Response:
         return refused
     model = request.match_info["model"]
     admin = request.app[ROUTER_ADMIN]
+    if admin.queue is not None and admin.queue.js is None:
+        return _queue_down()
     async with admin.lock:
         if admin.store.get(model) is None:
             return error_response(404, "model_not_found",
@@ -165,9 +169,15 @@ async def remove_card(request: web.Request) -> web.Response:
         if admin.queue is not None:
             from ..queue.configs import publish_removal
 
-            result["bucket_revision"] = await publish_removal(admin.queue.js, model)
+            await publish_removal(admin.queue.js, model)
+            result["bucket"] = "sie_configs"
     log.info("admin: card %s removed: %s", model, result)
     return web.json_response({"removed": model, **result})
+
+
+def _queue_down() -> web.Response:
+    return error_response(503, "not_ready", "queue mode: no connection to the NATS server yet, so the change could "
+                                            "not reach the engines; nothing was changed", retry_after_s=2)
 
 
 def _card_path(model: str) -> str:

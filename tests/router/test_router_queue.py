@@ -196,7 +196,7 @@ def test_runtime_cards_reach_every_engine_through_nats(cluster, texts):
             "max_seq_len": 128, "max_batch_tokens": 512, "pooling": "mean", "normalize": True}
     posted = httpx.post(router.url + CONFIGS, json=card, headers=ADMIN, timeout=30)
     assert posted.status_code == 200, posted.text
-    assert posted.json()["bucket_revision"] >= 1
+    assert posted.json()["bucket"] == "sie_configs" and posted.json()["bucket_revision"] >= 1
 
     def served_everywhere(status: int) -> bool:
         return all(httpx.get(f"{e.url}/v1/models/{card['id']}", timeout=5).status_code == status for e in engines)
@@ -286,6 +286,29 @@ def test_an_engine_killed_mid_flood_loses_no_request(cluster, texts):
     assert redelivered, "no request was redelivered: the victim held none when it died"
     assert all(r[2]["X-SIE-Worker"].endswith(keeper.url.rpartition(":")[2]) for r in redelivered)
     assert _stream_messages(cluster["nats"].url, "SIE_WORK_cpu") == 0
+    # a replacement pod joins (the next test drains the keeper)
+    (cluster["tmp"] / "replacement").mkdir()
+    cluster["engines"][1] = start_server(*cluster["engine_args"], log_dir=cluster["tmp"] / "replacement")
+
+
+def test_an_engine_stopped_with_sigterm_mid_flood_loses_no_request(cluster, texts):
+    """A spot node's notice: SIGTERM. The engine stops pulling, finishes and answers what it
+    accepted, hands back what it had not started, and exits 0; every client gets its answer."""
+    router, (leaving, staying) = cluster["router"], cluster["engines"]
+    count = 40
+    results: list = [None] * count
+    flood = threading.Thread(target=_flood, args=(router.url, texts, count, results))
+    flood.start()
+    _until(lambda: sum(1 for r in results if r and r[2].get("X-SIE-Worker", "").endswith(
+        leaving.url.rpartition(":")[2])) >= 3, 60, "the leaving engine answered nothing")
+    leaving.signal(signal.SIGTERM)
+    assert leaving.wait(60) == 0
+    flood.join(180)
+    assert [r[0] for r in results] == [200] * count, [r for r in results if r[0] != 200][:3]
+    late = [r for r in results[count // 2:] if r[2]["X-SIE-Worker"].endswith(staying.url.rpartition(":")[2])]
+    assert late, "the staying engine answered none of the flood's second half"
+    assert _stream_messages(cluster["nats"].url, "SIE_WORK_cpu") == 0
+    cluster["engines"] = [staying]
 
 
 def test_a_router_killed_mid_flood(cluster, texts):
