@@ -124,6 +124,21 @@ class _EngineOptionError(Exception):
     """An engine option the Engine refused (a usage error, not a crash)."""
 
 
+def _queue_problem(pool: str) -> str | None:
+    """Why `--queue` cannot run with this `--pool` (it names the stream), or None."""
+    import importlib.util
+
+    from .queue.layout import check_pool
+
+    try:
+        check_pool(pool)
+    except ValueError as exc:
+        return f"--pool: {exc}"
+    if importlib.util.find_spec("nats") is None:
+        return "--queue needs the NATS client: pip install 'sie[queue]' (nats-py)"
+    return None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from sie_engine import Engine
     from sie_engine.validation import Limits
@@ -143,6 +158,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         runtime = {card.id for card in RuntimeCards(args.config_dir).load()}
     except ValueError as exc:
         return usage_error(str(exc))
+    if args.queue is not None:
+        problem = _queue_problem(args.pool)
+        if problem:
+            return usage_error(problem)
     for flag, ids in (("--preload", args.preload), ("--pin", args.pin)):
         unknown = [m for m in ids if m not in catalog and m not in runtime]
         if unknown:

@@ -76,6 +76,10 @@ def _check_queue_pools(values: dict) -> None:
             check_pool(pool)
     except ValueError as exc:
         raise RouterUsageError(str(exc)) from None
+    import importlib.util
+
+    if importlib.util.find_spec("nats") is None:
+        raise RouterUsageError("--queue needs the NATS client: pip install 'sie[queue]' (nats-py)")
 
 
 def run_router(args: argparse.Namespace) -> int:
