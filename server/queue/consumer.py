@@ -272,9 +272,9 @@ class QueueConsumer:
             error = {"error": {"code": "dead_lettered", "message": (
                 f"the request was delivered {delivered - 1} times and no engine answered it (each one that took it "
                 f"died or handed it back); it is kept in stream {layout.dead_stream(self.pool)}: check the engines' "
-                "logs before sending it again")}}
-            await self._answer(reply, wire.Answer(503, {"Content-Type": "application/json", "Retry-After": "30"},
-                                                  json.dumps(error).encode()))
+                "logs before sending it again"), "retryable": False}}  # as a model_load_failed waiting will not fix
+            body = json.dumps(error).encode()
+            await self._answer(reply, wire.Answer(503, {"Content-Type": "application/json"}, body))
         await message.term()
         log.warning("queue mode: message %s dead-lettered after %d deliveries", headers.get(wire.MSG_ID), delivered)
 
