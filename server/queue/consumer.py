@@ -8,7 +8,10 @@ ones direct mode would send. The cost is one loopback round trip (well under a m
 Pull policy: a message is fetched only while this server is ready, not draining, holds fewer
 than --queue-concurrency messages and its admission would let a request in now (the queue wait
 under --max-queue-wait, `Engine.refuse_if_overloaded`): what an engine cannot admit stays in the
-stream for another engine, and KEDA sees it as lag. A 429 that still comes (the queue filled
+stream for another engine, and KEDA sees it as lag. Each message held is charged to admission as a
+request whose body is not read yet, until its answer: counted beside its own reservation while it
+runs, which errs on the side of leaving work in the stream (the gate closes somewhat before the
+bound), never of taking more than the engine can admit. A 429 that still comes (the queue filled
 between the check and the call) is retried here after its Retry-After, the message heartbeated
 meanwhile; a 503 `draining`/`not_ready` hands the message back (nak) for another engine.
 
@@ -42,6 +45,9 @@ log = logging.getLogger("sie_server.queue")
 
 # Seconds one fetch waits for a message (the pull loop looks at stop and room this often).
 FETCH_WAIT_S = 1.0
+# Messages one fetch takes at most: admission is asked again before the next fetch, with the
+# messages just taken charged to it, so an engine overshoots what it can admit by this at most.
+FETCH_BATCH = 4
 # While admission would refuse, look again this often.
 ROOM_RECHECK_S = 0.1
 # A local 429 is retried after its Retry-After, but at most this long (the queue drains meanwhile).
@@ -69,7 +75,8 @@ class QueueConsumer:
 
     async def start(self) -> None:
         # auto_decompress=False: an encoded answer goes back byte for byte with its header
-        self.session = aiohttp.ClientSession(auto_decompress=False)
+        # no client timeout: the server's own deadline handling bounds a request (X-SIE-Timeout-Ms)
+        self.session = aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None))
         self._tasks = [asyncio.create_task(self._run(), name="sie-queue")]
 
     async def _run(self) -> None:
@@ -139,7 +146,7 @@ class QueueConsumer:
             if room <= 0:
                 continue
             try:
-                messages = await subscription.fetch(room, timeout=FETCH_WAIT_S)
+                messages = await subscription.fetch(min(room, FETCH_BATCH), timeout=FETCH_WAIT_S)
             except (NatsTimeout, asyncio.TimeoutError):
                 continue
             except Exception as exc:  # a reconnect under way: look again shortly
@@ -185,6 +192,13 @@ class QueueConsumer:
     async def _handle(self, message) -> None:
         headers = message.headers or {}
         outcome = "answered"
+        engine = self.app[ENGINE]
+        # charged to admission from now until its request ends (the pull gate's next look sees it),
+        # as a server charges a request whose body it has not read yet
+        try:
+            held = engine.refuse_if_overloaded(body_bytes=len(message.data))
+        except Overloaded:
+            held = None  # taken just as the queue filled: its local 429 is retried below
         try:
             outcome = await self._work(message, headers)
         except Exception:  # a fault here must not kill the pull loop; the message is redelivered
@@ -192,6 +206,8 @@ class QueueConsumer:
             outcome = "handed_back"
             with contextlib.suppress(Exception):
                 await message.nak()
+        finally:
+            engine.pre_admission_done(held)
         self.app[METRICS].queue_messages.labels(outcome).inc()
 
     async def _work(self, message, headers: dict[str, str]) -> str:

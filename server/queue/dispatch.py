@@ -131,7 +131,10 @@ class QueueForwarder:
         deadline_s = deadline_ms / 1000.0 if deadline_ms is not None else None
         if deadline_s is not None:
             hold_s = min(hold_s, deadline_s)
-        limit = self.nc.max_payload if self.nc is not None else 0
+        if self.js is None or not self.connected:
+            return error_response(503, "queue_unavailable", "no connection to the NATS server (--queue) yet; retry "
+                                  "later", retry_after_s=self.config.retry_after_s)
+        limit = self.nc.max_payload
         if len(body) + wire.HEADER_ROOM > limit:
             return error_response(413, "payload_too_large",
                                   f"request body of {len(body)} bytes; queue mode carries at most "
