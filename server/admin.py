@@ -65,18 +65,31 @@ async def add_cards(request: web.Request) -> web.Response:
                                            idle_timeout_s=settings.body_idle_timeout_s,
                                            total_timeout_s=settings.body_timeout_s)
     cards = cards_of_body(body)  # every card checked before any is kept or served
-    admin = request.app[ADMIN]
+    changed = await apply_cards(request.app, cards)
+    return await codec.answer(request, {"models": [c.id for c in cards], "changed": changed})
+
+
+async def apply_cards(app: web.Application, cards: list) -> list[str]:
+    """Persist and serve checked cards (the POST's work; queue mode's config watcher calls it too)."""
+    admin = app[ADMIN]
     async with admin.lock:  # one change at a time: the file and the catalog stay in step
         await _persist(admin.store.put, cards)
-        changed = await request.app[ENGINE].set_cards(cards)
+        changed = await app[ENGINE].set_cards(cards)
     log.info("admin: cards %s added or replaced (%s changed)", [c.id for c in cards], changed or "none")
-    return await codec.answer(request, {"models": [c.id for c in cards], "changed": changed})
+    return changed
 
 
 async def remove_card(request: web.Request) -> web.Response:
     model = request.match_info["model"]
-    admin = request.app[ADMIN]
-    engine = request.app[ENGINE]
+    restored = await apply_removal(request.app, model)
+    return await codec.answer(request, {"removed": model, "restored": restored})
+
+
+async def apply_removal(app: web.Application, model: str) -> bool:
+    """Stop serving a runtime card (ModelNotFound when it is none); True when the card it replaced
+    is served again. The DELETE's work; queue mode's config watcher calls it too."""
+    admin = app[ADMIN]
+    engine = app[ENGINE]
     async with admin.lock:
         if admin.store.get(model) is None:
             served = model in engine.catalog
@@ -90,7 +103,7 @@ async def remove_card(request: web.Request) -> web.Response:
         else:
             await engine.remove_card(model)
     log.info("admin: card %s removed%s", model, " (the card it replaced is served again)" if original else "")
-    return await codec.answer(request, {"removed": model, "restored": original is not None})
+    return original is not None
 
 
 async def _persist(write, *args) -> None:

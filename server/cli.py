@@ -139,10 +139,31 @@ def serve_catalog(args: argparse.Namespace):
     return catalog
 
 
+def _queue_problem(pool: str) -> str | None:
+    """Why `--queue` cannot run with this `--pool` (it names the stream), or None."""
+    import importlib.util
+
+    from .queue.layout import check_pool
+
+    try:
+        check_pool(pool)
+    except ValueError as exc:
+        return f"--pool: {exc}"
+    if importlib.util.find_spec("nats") is None:
+        return "--queue needs the NATS client: pip install 'sie[queue]' (nats-py)"
+    return None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from .settings import ServerSettings
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.queue is not None:
+        problem = _queue_problem(args.pool)
+        if problem is None and args.frontends:
+            problem = "--queue pulls work in a one-process server: leave out --frontends"
+        if problem:
+            return usage_error(problem)
     if args.frontends:  # the engine core checks the catalog options (a mistake: its one line, exit 2)
         return _serve_split(args, ServerSettings(**targets(SERVE, vars(args), "settings")))
     from sie_engine import Engine

@@ -71,6 +71,9 @@ class ServerMetrics:
                                       buckets=LOAD_BUCKETS, registry=r)
         self.rejected = Counter("sie_rejected_total", "Requests refused by admission (429/503/504)",
                                 ["model", "reason"], registry=r)
+        # queue mode (server/queue/consumer.py): what became of each message this server pulled
+        self.queue_messages = Counter("sie_queue_messages_total", "Queue messages pulled, by outcome (answered, "
+                                      "expired, dead_lettered, handed_back)", ["outcome"], registry=r)
         self._lock = threading.Lock()
         self._request_children: dict[tuple[str, str, int], tuple] = {}
         self._queue_children: dict[str, tuple] = {}

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from sie_engine.sizes import UNITS  # torch-free: the engine's own table of units
 
@@ -211,6 +212,15 @@ def directory(text: str) -> Path:
     return path
 
 
+def nats_url(value: str) -> str:
+    """`nats://HOST:PORT` (or tls://; several comma-separated for a cluster)."""
+    for url in value.split(","):
+        parts = urlsplit(url.strip())
+        if parts.scheme not in ("nats", "tls") or not parts.hostname:
+            raise ValueError("expected nats://HOST:PORT (tls:// for TLS; comma-separated for several)")
+    return value
+
+
 def text(value: str) -> str:
     if not value.strip():
         raise ValueError("expected a non-empty value")
@@ -256,8 +266,14 @@ SERVE: tuple[Option, ...] = (
     Option("--idle-evict-s", "unload a model after this many seconds without a batch (a card's idle_evict_s wins; "
            "0 there: never)", seconds(), None, "engine", "idle_evict_s", metavar="SECONDS",
            default_text="off"),
-    Option("--pool", "the pool this server belongs to (reported to the router)", text, "default", "settings",
-           metavar="NAME"),
+    Option("--pool", "the pool this server belongs to (reported to the router; in queue mode the stream it pulls "
+           "from)", text, "default", "settings", metavar="NAME"),
+    Option("--queue", "queue mode: pull work of --pool from this NATS JetStream server (the router's --queue) "
+           "besides serving HTTP; needs the `queue` extra", nats_url, None, "settings", "queue_url", metavar="URL",
+           default_text="off: direct mode only"),
+    Option("--queue-concurrency", "queue mode: messages this server works on at once, at most (admission "
+           "decides first: no message is pulled while the queue wait is over --max-queue-wait)", count(), 64,
+           "settings", metavar="N"),
     Option("--max-queued-tokens", "tokens a model may have queued before requests get 429", count(), 1 << 20,
            "engine", metavar="N"),
     Option("--max-total-queued-tokens", "tokens all models together may have queued before requests get 429",

@@ -81,6 +81,11 @@ async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics
     await runner.setup()
     await _listen(runner, settings, reuse_port)
     host, port = runner.addresses[0][:2]
+    consumer = None
+    if settings.queue_url is not None:  # queue mode: pull the pool's stream besides serving HTTP
+        from .queue import consumer as queue_consumer
+
+        consumer = await queue_consumer.start(app, host, port)
     if announce is not None:
         announce(host, port)
     else:
@@ -100,7 +105,11 @@ async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics
         for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, _quit_now, sig, app)
         log.info("stop signal: draining (up to %.0fs; Ctrl-C again to quit at once)", settings.drain_timeout_s)
+        if consumer is not None:
+            consumer.stop_pulling()  # what is still in the stream goes to the other engines
         finished = await drain(app)
+        if consumer is not None:  # the answers of the messages it held sent, and acked
+            await consumer.close(ANSWER_GRACE_S)
         log.info("drained (%s); closing", "all answered" if finished else "timed out")
         _drop_unfinished_bodies(app)
     finally:

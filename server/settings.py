@@ -39,6 +39,10 @@ class ServerSettings:
     preload: tuple[str, ...] = _option("preload")
     # The pool this server belongs to (reported to the router by /v1/status).
     pool: str = _option("pool")
+    # Queue mode (server/queue/): the NATS server whose stream of `pool` this server pulls from; None: off.
+    queue_url: str | None = _option("queue_url")
+    # Queue mode: messages worked on at once, at most (admission gates each pull first).
+    queue_concurrency: int = _option("queue_concurrency")
     # Larger request bodies get 413 before they are parsed.
     max_body_bytes: int = _option("max_body_bytes")
     # All request bodies buffered at once (arriving, parsed, handled): past it 429 (body_budget.py).

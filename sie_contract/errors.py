@@ -25,6 +25,9 @@ STATUS_BY_CODE: dict[str, int] = {
     "draining": 503,
     "model_load_failed": 503,
     "no_worker": 503,
+    # queue mode (the router): the NATS server cannot take the request; a request delivered too often
+    "queue_unavailable": 503,
+    "dead_lettered": 503,
     "too_many_connections": 503,
     "deadline_exceeded": 504,
 }

@@ -110,3 +110,66 @@ values, so `minReplicas: 0` or `enabled: false` would silently keep the defaults
 {{- end -}}
 {{- toYaml $merged -}}
 {{- end -}}
+
+{{/* ---- queue mode ---------------------------------------------------------------------- */}}
+{{- define "sie.natsName" -}}
+{{- printf "%s-nats" (include "sie.fullname" .) -}}
+{{- end -}}
+
+{{/* The chart runs its own NATS when queue mode is on and no external one is named. */}}
+{{- define "sie.ownNats" -}}
+{{- if and .Values.queue.enabled (not .Values.queue.url) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "sie.queueUrl" -}}
+{{- .Values.queue.url | default (printf "nats://%s.%s.svc.cluster.local:4222" (include "sie.natsName" .) .Release.Namespace) -}}
+{{- end -}}
+
+{{- define "sie.queueMonitoring" -}}
+{{- .Values.queue.monitoringEndpoint | default (printf "%s.%s.svc.cluster.local:8222" (include "sie.natsName" .) .Release.Namespace) -}}
+{{- end -}}
+
+{{/* ---- runtime model config: the admin key file and the config dir ---------------------- */}}
+{{- define "sie.adminKeySecret" -}}
+{{- if .Values.admin.existingSecret -}}
+{{- .Values.admin.existingSecret -}}
+{{- else if .Values.admin.value -}}
+{{- printf "%s-admin-keys" (include "sie.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sie.adminKeyDir" -}}/etc/sie/admin-keys{{- end -}}
+
+{{/* The arguments, mounts and volumes of the admin key file and the config dir (router and engines). */}}
+{{- define "sie.adminArgs" -}}
+{{- if include "sie.adminKeySecret" . }}
+- --admin-key-file={{ include "sie.adminKeyDir" . }}/{{ .Values.admin.secretKey }}
+{{- end }}
+- --config-dir={{ .Values.admin.configDir.mountPath }}
+{{- end -}}
+
+{{- define "sie.adminMounts" -}}
+{{- if include "sie.adminKeySecret" . }}
+- name: admin-keys
+  mountPath: {{ include "sie.adminKeyDir" . }}
+  readOnly: true
+{{- end }}
+- name: config-dir
+  mountPath: {{ .Values.admin.configDir.mountPath }}
+{{- end -}}
+
+{{- define "sie.adminVolumes" -}}
+{{- with include "sie.adminKeySecret" . }}
+- name: admin-keys
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end }}
+- name: config-dir
+  {{- if eq .Values.admin.configDir.type "pvc" }}
+  persistentVolumeClaim:
+    claimName: {{ required "admin.configDir.existingClaim is required when admin.configDir.type is pvc" .Values.admin.configDir.existingClaim }}
+  {{- else }}
+  emptyDir: {}
+  {{- end }}
+{{- end -}}

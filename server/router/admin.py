@@ -21,6 +21,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -53,6 +54,7 @@ class RouterAdmin:
     replaying: set[str] = field(default_factory=set)  # worker urls a replay is under way for
     not_before: dict[str, float] = field(default_factory=dict)  # worker url -> when to replay again
     registry: WorkerRegistry | None = None  # the router's worker list, once it is made
+    queue: Any = None  # queue mode's QueueForwarder: cards go to its KV bucket as well (queue/configs.py)
 
     def worker_key(self) -> str | None:
         return self.keys.first_key()
@@ -135,10 +137,16 @@ async def add_cards(request: web.Request) -> web.Response:
     except SIEError as exc:
         return error_response(status_for(exc), exc.code, exc.message)
     admin = request.app[ROUTER_ADMIN]
+    if admin.queue is not None and admin.queue.js is None:
+        return _queue_down()
     async with admin.lock:
         await asyncio.to_thread(admin.store.put, cards)
         admin.removed.difference_update(c.id for c in cards)
         result = await _propagate(request, "POST", PREFIX, [c.to_dict() for c in cards])
+        if admin.queue is not None:
+            from ..queue.configs import publish_cards
+
+            result["bucket"], result["bucket_revision"] = "sie_configs", await publish_cards(admin.queue.js, cards)
     log.info("admin: cards %s propagated: %s", [c.id for c in cards], result)
     return web.json_response({"models": [c.id for c in cards], **result})
 
@@ -149,6 +157,8 @@ async def remove_card(request: web.Request) -> web.Response:
         return refused
     model = request.match_info["model"]
     admin = request.app[ROUTER_ADMIN]
+    if admin.queue is not None and admin.queue.js is None:
+        return _queue_down()
     async with admin.lock:
         if admin.store.get(model) is None:
             return error_response(404, "model_not_found",
@@ -156,8 +166,18 @@ async def remove_card(request: web.Request) -> web.Response:
         await asyncio.to_thread(admin.store.remove, model)
         admin.removed.add(model)
         result = await _propagate(request, "DELETE", _card_path(model), gone_is_done=True)
+        if admin.queue is not None:
+            from ..queue.configs import publish_removal
+
+            await publish_removal(admin.queue.js, model)
+            result["bucket"] = "sie_configs"
     log.info("admin: card %s removed: %s", model, result)
     return web.json_response({"removed": model, **result})
+
+
+def _queue_down() -> web.Response:
+    return error_response(503, "not_ready", "queue mode: no connection to the NATS server yet, so the change could "
+                                            "not reach the engines; nothing was changed", retry_after_s=2)
 
 
 def _card_path(model: str) -> str:

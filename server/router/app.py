@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 import aiohttp
 from aiohttp import web
@@ -31,7 +32,16 @@ log = logging.getLogger("sie_server.router")
 CONFIG = web.AppKey("config", RouterConfig)
 METRICS = web.AppKey("metrics", RouterMetrics)
 REGISTRY = web.AppKey("registry", WorkerRegistry)
-FORWARDER = web.AppKey("forwarder", Forwarder)
+
+
+class Handles(Protocol):
+    """What answers a routed request: the direct Forwarder (proxy.py) or queue mode's (queue/dispatch.py)."""
+
+    async def handle(self, request: web.Request, pool: str | None, model: str | None,
+                     body: bytes) -> web.StreamResponse: ...
+
+
+FORWARDER = web.AppKey("forwarder", Handles)
 STATE = web.AppKey("state", dict)
 API_KEYS = web.AppKey("api_keys", ApiKeys)
 
@@ -135,6 +145,8 @@ async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if state.get("draining"):
         return error_response(503, "draining", "the router is shutting down", retry_after_s=1)
+    if request.app[CONFIG].queue_url is not None and not state.get("queue_ready"):
+        return error_response(503, "not_ready", "no connection to the NATS server (--queue) yet", retry_after_s=1)
     if not state.get("discovered"):
         return error_response(503, "not_ready", "first worker discovery not done", retry_after_s=1)
     return web.json_response({"status": "ready"})
@@ -177,7 +189,12 @@ async def _worker_context(app: web.Application) -> AsyncIterator[None]:
         tasks.append(asyncio.create_task(app[API_KEYS].watch(1.0), name="sie-router-key-file"))
     if config.admin_key_file is not None:
         tasks.append(asyncio.create_task(app[admin.ROUTER_ADMIN].keys.watch(1.0), name="sie-router-admin-keys"))
+    queue = _queue_forwarder(app) if config.queue_url is not None else None
+    if queue is not None:
+        tasks.append(asyncio.create_task(_connect_queue(app, queue), name="sie-router-queue"))
     yield
+    if queue is not None:
+        await queue.close()
     for task in tasks:
         task.cancel()
         try:
@@ -185,6 +202,43 @@ async def _worker_context(app: web.Application) -> AsyncIterator[None]:
         except asyncio.CancelledError:
             pass
     await session.close()
+
+
+def _queue_forwarder(app: web.Application):
+    """Queue mode's forwarder in place of the direct one (the worker list stays, for the admin API)."""
+    from ..queue.dispatch import QueueForwarder
+    from ..queue.layout import QueueLayout
+
+    config = app[CONFIG]
+    assert config.queue_url is not None
+    queue_layout = QueueLayout(ack_wait_s=config.queue_ack_wait_s, max_deliver=config.queue_max_deliver,
+                               dead_letter_max_msgs=config.queue_dead_letter_max)
+    queue = QueueForwarder(config, app[METRICS], config.queue_url, config.queue_pools(), queue_layout)
+    app[FORWARDER] = queue
+    app[admin.ROUTER_ADMIN].queue = queue
+    return queue
+
+
+async def _connect_queue(app: web.Application, queue) -> None:
+    """Connect, make the streams, read the runtime cards the bucket holds; retried until it works
+    (/readyz answers 503 meanwhile)."""
+    from ..queue.configs import read_cards
+
+    while True:
+        try:
+            await queue.start()
+            cards = await read_cards(queue.js)
+            if cards:
+                await asyncio.to_thread(app[admin.ROUTER_ADMIN].store.put, cards)
+            app[STATE]["queue_ready"] = True
+            return
+        except Exception as exc:  # the NATS server not up yet, or a stream it refuses
+            log.warning("queue mode: cannot set up %s yet (%s: %s); retrying", app[CONFIG].queue_url,
+                        type(exc).__name__, exc)
+            if queue.nc is not None:
+                await queue.nc.close()
+                queue.nc = None
+            await asyncio.sleep(1.0)
 
 
 async def _on_shutdown(app: web.Application) -> None:

@@ -49,9 +49,11 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         resolve(args, ROUTER)
     except OptionError as exc:
         raise RouterUsageError(str(exc)) from None
-    if not args.workers and not args.services:
-        raise RouterUsageError("name workers with --worker or --service")
     values = targets(ROUTER, vars(args), "router")
+    if values["queue_url"] is None and not args.workers and not args.services:
+        raise RouterUsageError("name workers with --worker or --service (or a NATS server with --queue)")
+    if values["queue_url"] is not None:
+        _check_queue_pools(values)
     values["api_keys"] = frozenset(values["api_keys"])
     from ..runtime_cards import RuntimeCards
 
@@ -60,6 +62,24 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
     except ValueError as exc:
         raise RouterUsageError(str(exc)) from None
     return RouterConfig(**values)
+
+
+def _check_queue_pools(values: dict) -> None:
+    from ..queue.layout import check_pool
+
+    pools = set(values["pools"]) | ({values["default_pool"]} if values["default_pool"] else set())
+    if not pools:
+        raise RouterUsageError("--queue needs the pools to make streams for: --pool NAME (repeatable) or "
+                               "--default-pool NAME")
+    try:
+        for pool in pools:
+            check_pool(pool)
+    except ValueError as exc:
+        raise RouterUsageError(str(exc)) from None
+    import importlib.util
+
+    if importlib.util.find_spec("nats") is None:
+        raise RouterUsageError("--queue needs the NATS client: pip install 'sie[queue]' (nats-py)")
 
 
 def run_router(args: argparse.Namespace) -> int:

@@ -72,6 +72,16 @@ class RouterConfig:
     admin_key_file: Path | None = None
     # Where the router keeps its runtime cards (replayed to workers that lack them); None: in memory.
     config_dir: Path | None = None
+    # Queue mode (server/queue/): the NATS JetStream server work goes through; None: direct mode.
+    queue_url: str | None = None
+    # Queue mode: the streams' and consumer's settings (server/queue/layout.py says why each).
+    queue_ack_wait_s: float = 10.0
+    queue_max_deliver: int = 3
+    queue_dead_letter_max: int = 10_000
+
+    def queue_pools(self) -> list[str]:
+        """The pools queue mode makes streams for: --pool's and --default-pool."""
+        return sorted(set(self.pools) | ({self.default_pool} if self.default_pool else set()))
 
     def known_pools(self) -> set[str]:
         pools = set(self.pools)

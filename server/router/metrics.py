@@ -38,3 +38,7 @@ class RouterMetrics:
             ["worker", "pool"], registry=r)
         self.workers_ready = Gauge(
             "sie_router_workers_ready", "Ready workers", ["pool"], registry=r)
+        self.queue_late_answers = Counter(
+            "sie_router_queue_late_answers_total",
+            "Queue mode: answers that came after their request was answered or given up (dropped)",
+            registry=r)

@@ -11,7 +11,18 @@ import dataclasses
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..options import Option, choice, count, directory, existing_file, port, positive_size, seconds, text
+from ..options import (
+    Option,
+    choice,
+    count,
+    directory,
+    existing_file,
+    nats_url,
+    port,
+    positive_size,
+    seconds,
+    text,
+)
 from .config import PoolService, RouterConfig, StaticWorker
 
 # the defaults RouterConfig declares (each with its reason there)
@@ -102,6 +113,15 @@ ROUTER: tuple[Option, ...] = (
             "router", metavar="PATH"),
     _option("--config-dir", "where the router keeps the runtime cards it replays to workers that lack them",
             directory, None, "router", metavar="DIR", default_text="none: in memory"),
+    _option("--queue", "queue mode: publish work to each --pool's NATS JetStream stream (engines pull it with "
+            "their own --queue) instead of calling workers; needs the `queue` extra", nats_url, None, "router",
+            "queue_url", metavar="URL", default_text="off: direct mode"),
+    _option("--queue-ack-wait", "queue mode: seconds without an engine's heartbeat before its message goes to "
+            "another engine", seconds(), _D.queue_ack_wait_s, "router", "queue_ack_wait_s", metavar="SECONDS"),
+    _option("--queue-max-deliver", "queue mode: deliveries of a message before it goes to the pool's dead-letter "
+            "stream and its client gets 503", count(), _D.queue_max_deliver, "router", metavar="N"),
+    _option("--queue-dead-letter-max", "queue mode: messages each pool's dead-letter stream keeps (the oldest go "
+            "first; and none older than 7 days)", count(), _D.queue_dead_letter_max, "router", metavar="N"),
     _option("--log-level", "debug, info, warning or error", choice("debug", "info", "warning", "error"), "info",
             metavar="LEVEL"),
 )

@@ -19,7 +19,8 @@ import pytest
 
 from helm_tools import CHART_DIR, CRD_SCHEMA_DIR, render_chart, run_helm
 
-VALUES = {"default": (), "small": ("values-small.yaml",), "gpu": ("values-gpu.yaml",)}
+VALUES = {"default": (), "small": ("values-small.yaml",), "gpu": ("values-gpu.yaml",),
+          "spot": ("values-gpu.yaml", "values-spot.yaml")}
 CRD_SCHEMAS = {
     ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject-keda.sh-v1alpha1.json",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring.coreos.com-v1.json",
@@ -315,3 +316,105 @@ def test_values_schema_refuses_bad_values_with_the_field_named():
                            ("autoscaling.queueTimeQuantile=1.5", "autoscaling.queueTimeQuantile")):
         done = run_helm("template", "sie", str(CHART_DIR), "--set", setting)
         assert done.returncode != 0 and field in done.stderr, (setting, done.stderr)
+
+
+def _validate(docs):
+    for doc in docs:
+        key = (doc["apiVersion"], doc["kind"])
+        if key in CRD_SCHEMAS:
+            jsonschema.validate(doc, _crd_schema(*key))
+        else:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_queue_mode_runs_nats_and_scales_each_pool_on_its_stream_lag(tmp_path: Path):
+    """queue.enabled: the chart's own NATS (a JetStream StatefulSet on a volume, its config accepted
+    by the real nats-server), the router publishing to it instead of calling engines, every engine
+    pulling from it, and KEDA's nats-jetstream trigger on each pool's stream."""
+    from nats_fixtures import nats_server_binary
+
+    docs = render_chart("values-gpu.yaml", sets=("queue.enabled=true",))
+    _validate(docs)
+    nats = _by_name(docs, "StatefulSet", "sie-nats")
+    assert nats["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    service = _by_name(docs, "Service", "sie-nats")
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"client": 4222, "monitor": 8222}
+    conf = _by_name(docs, "ConfigMap", "sie-nats")["data"]["nats.conf"]
+    (tmp_path / "nats.conf").write_text(conf.replace("/data", str(tmp_path / "js")))
+    import subprocess
+
+    checked = subprocess.run([nats_server_binary(), "-t", "-c", str(tmp_path / "nats.conf")], capture_output=True,
+                             text=True, timeout=30)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "max_payload: 8MB" in conf and "jetstream" in conf
+    url = "nats://sie-nats.sie.svc.cluster.local:4222"
+    router = _args(_by_name(docs, "Deployment", "sie-router")["spec"]["template"]["spec"]["containers"][0])
+    pools = [d["metadata"]["labels"]["sie-pool"] for d in _kind(docs, "Deployment")
+             if d["metadata"]["labels"].get("app.kubernetes.io/component") == "engine"]
+    assert router["--queue"] == [url] and sorted(router["--pool"]) == sorted(pools) and "--service" not in router
+    assert router["--queue-ack-wait"] == ["10"] and router["--queue-max-deliver"] == ["3"]
+    for pool in pools:
+        engine = _args(_by_name(docs, "Deployment", f"sie-engine-{pool}")["spec"]["template"]["spec"]["containers"][0])
+        assert engine["--queue"] == [url] and engine["--pool"] == [pool]
+    for scaled in _kind(docs, "ScaledObject"):
+        pool = scaled["metadata"]["labels"]["sie-pool"]
+        (lag,) = [t for t in scaled["spec"]["triggers"] if t["type"] == "nats-jetstream"]
+        assert lag["metadata"] == {"natsServerMonitoringEndpoint": "sie-nats.sie.svc.cluster.local:8222",
+                                   "account": "$G", "stream": f"SIE_WORK_{pool}", "consumer": "engines",
+                                   "lagThreshold": "16", "activationLagThreshold": "0"}
+    policy = _by_name(docs, "NetworkPolicy", "sie-nats")
+    assert [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]] == ["client", "monitor"]
+    # an external NATS: no StatefulSet, its address everywhere
+    external = render_chart(sets=("queue.enabled=true", "queue.url=nats://nats.infra:4222",
+                                  "queue.monitoringEndpoint=nats.infra:8222"))
+    assert not _kind(external, "StatefulSet")
+    router = _args(_by_name(external, "Deployment", "sie-router")["spec"]["template"]["spec"]["containers"][0])
+    assert router["--queue"] == ["nats://nats.infra:4222"]
+    (scaled,) = _kind(external, "ScaledObject")
+    assert scaled["spec"]["triggers"][0]["metadata"]["natsServerMonitoringEndpoint"] == "nats.infra:8222"
+    assert not [d for d in render_chart() if "nats" in d["metadata"]["name"]]  # direct mode: none of it
+
+
+def test_spot_profile(rendered):
+    """values-spot.yaml: the pool runs only on spot nodes, tolerates their taints, drains inside a
+    30 s notice, keeps a PDB, and queue mode is on (a reclaimed pod's work is redelivered)."""
+    docs = rendered["spot"]
+    pod = _by_name(docs, "Deployment", "sie-engine-gpu-spot")["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 25 <= 30
+    args = _args(pod["containers"][0])
+    assert args["--drain-timeout"] == ["20"] and args["--queue"]
+    assert {t["key"] for t in pod["tolerations"]} >= {"cloud.google.com/gke-spot", "eks.amazonaws.com/capacityType",
+                                                      "kubernetes.azure.com/scalesetpriority"}
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert len(terms) == 3
+    assert _by_name(docs, "PodDisruptionBudget", "sie-engine-gpu-spot")["spec"]["maxUnavailable"] == 1
+    assert _by_name(docs, "StatefulSet", "sie-nats")
+    # a pool without its own drain keeps the chart-wide one
+    other = _by_name(rendered["gpu"], "Deployment", "sie-engine-l4")["spec"]["template"]["spec"]
+    assert other["terminationGracePeriodSeconds"] == 150
+
+
+def test_admin_key_secret_and_config_dir_volume():
+    docs = render_chart(sets=("admin.value=adm-key",))
+    _validate(docs)
+    secret = _by_name(docs, "Secret", "sie-admin-keys")
+    assert secret["stringData"] == {"admin-keys": "adm-key"}
+    for name in ("sie-router", "sie-engine-cpu"):
+        pod = _by_name(docs, "Deployment", name)["spec"]["template"]["spec"]
+        args = _args(pod["containers"][0])
+        assert args["--admin-key-file"] == ["/etc/sie/admin-keys/admin-keys"]
+        assert args["--config-dir"] == ["/var/lib/sie/config"]
+        mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+        assert mounts["admin-keys"]["readOnly"] and mounts["config-dir"]["mountPath"] == "/var/lib/sie/config"
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["admin-keys"]["secret"]["secretName"] == "sie-admin-keys" and "emptyDir" in volumes["config-dir"]
+    claimed = render_chart(sets=("admin.existingSecret=mine", "admin.configDir.type=pvc",
+                                 "admin.configDir.existingClaim=sie-config"))
+    assert not _kind(claimed, "Secret")
+    pod = _by_name(claimed, "Deployment", "sie-router")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["config-dir"]["persistentVolumeClaim"]["claimName"] == "sie-config"
+    assert volumes["admin-keys"]["secret"]["secretName"] == "mine"
+    # without an admin key: no admin API, so neither flag nor volume
+    plain = _by_name(render_chart(), "Deployment", "sie-router")["spec"]["template"]["spec"]
+    assert "--admin-key-file" not in _args(plain["containers"][0])

@@ -24,7 +24,10 @@ JUSTIFIED = {
     "CKV_K8S_43",  # image digest: the chart cannot know the digest of the image a user builds
 }
 VALUES = {"default": [], "small": ["-f", str(CHART / "values-small.yaml")],
-          "gpu": ["-f", str(CHART / "values-gpu.yaml")]}
+          "gpu": ["-f", str(CHART / "values-gpu.yaml")],
+          # queue mode with the chart's own NATS, the admin key and config dir, a spot pool
+          "spot": ["-f", str(CHART / "values-gpu.yaml"), "-f", str(CHART / "values-spot.yaml"), "--set",
+                   "admin.value=a"]}
 DIGEST = "sha256:" + "0" * 64
 
 
