@@ -59,3 +59,17 @@ def test_every_package_ships_its_py_typed_marker():
     missing = [name for name in top if not (PYPROJECT.parent / folders.get(name, name) / "py.typed").is_file()]
     assert not missing, f"packages without a py.typed marker: {missing}"
     assert "py.typed" in config["package-data"]["*"], "py.typed is not in the wheel's package data"
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """setuptools ships only the packages pyproject lists: a folder left out is missing from a
+    non-editable install (the README's serve command), though every editable test run finds it."""
+    config = tomllib.loads(PYPROJECT.read_text())["tool"]["setuptools"]
+    folders = config["package-dir"]
+    listed = set(config["packages"])
+    found = set()
+    for top in {name.split(".")[0] for name in listed}:
+        root = PYPROJECT.parent / folders.get(top, top)
+        for init in root.rglob("__init__.py"):
+            found.add(".".join([top, *init.parent.relative_to(root).parts]))
+    assert sorted(found - listed) == [], "package folders pyproject's packages list leaves out of the wheel"
