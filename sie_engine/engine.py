@@ -37,11 +37,11 @@ from .checkpoints import CheckpointLayout
 from .checkpoints import resolve as resolve_checkpoint
 from .decode_admission import DecodeAdmission, DecodeTicket
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
+from .generation.head import GenerationHead
+from .generation.worker import DecodeWorker
 from .image_pool import IMAGE_THREADS
 from .images import header_pixels
 from .layers.lora import LoRAAdapter
-from .generation.head import GenerationHead
-from .generation.worker import DecodeWorker
 from .models.base import CPU_FLOAT32_BATCH_TOKENS
 from .parallelism import BatchParallelism
 from .pool import ModelPool, PoolEvents

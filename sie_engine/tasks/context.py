@@ -19,8 +19,8 @@ import torch
 
 from ..admission import Reservation
 from ..card import ModelCard
-from ..layers.lora import LoRAAdapter
 from ..generation.worker import DecodeWorker
+from ..layers.lora import LoRAAdapter
 from ..types import Timings
 from ..validation import Limits
 from ..work import WorkItem
