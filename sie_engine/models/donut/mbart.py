@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...generation.attention import ProjectedAttention
 from ...generation.cache import DecodeCache
 from ...layers.blocks import activation
 
@@ -56,30 +57,14 @@ class MBartDecoderConfig:
         return self.d_model // self.heads
 
 
-class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int):
-        super().__init__()
-        self.heads, self.head_dim = heads, dim // heads
-        self.q_proj = nn.Linear(dim, dim)
-        self.k_proj = nn.Linear(dim, dim)
-        self.v_proj = nn.Linear(dim, dim)
-        self.out_proj = nn.Linear(dim, dim)
-
-    def split(self, x: torch.Tensor) -> torch.Tensor:
-        """`[B, L, dim]` -> `[B, heads, L, head_dim]`."""
-        return x.view(x.shape[0], x.shape[1], self.heads, self.head_dim).transpose(1, 2)
-
-    def merge(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1))
-
 
 class DecoderLayer(nn.Module):
     def __init__(self, config: MBartDecoderConfig):
         super().__init__()
         d = config.d_model
-        self.self_attn = Attention(d, config.heads)
+        self.self_attn = ProjectedAttention(d, config.heads)
         self.self_attn_layer_norm = nn.LayerNorm(d)
-        self.encoder_attn = Attention(d, config.heads)
+        self.encoder_attn = ProjectedAttention(d, config.heads)
         self.encoder_attn_layer_norm = nn.LayerNorm(d)
         self.fc1 = nn.Linear(d, config.ffn_dim)
         self.fc2 = nn.Linear(config.ffn_dim, d)
@@ -97,8 +82,7 @@ class DecoderLayer(nn.Module):
         return x + self.fc2(self.act(self.fc1(self.final_layer_norm(x))))
 
     def cross_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        c = self.encoder_attn
-        return c.split(c.k_proj(memory)), c.split(c.v_proj(memory))
+        return self.encoder_attn.keys_values(memory)
 
 
 class MBartDecoder(nn.Module):
