@@ -122,7 +122,8 @@ def _object_item(item: dict[str, Any], where: str, default_id: str, allowed: fro
         unknown = set(item) - allowed
         raise InvalidRequest(f"{where} has unknown fields {sorted(unknown)} "
                              f"(allowed: {', '.join(sorted(allowed))})", field=where)
-    text, item_id, image = item.get("text"), item.get("id", None), None
+    text, item_id = item.get("text"), item.get("id", None)
+    image: Any = None  # the raw image, or the document to render
     if item_id is None:
         item_id = default_id
     elif type(item_id) is not str:
@@ -132,21 +133,22 @@ def _object_item(item: dict[str, Any], where: str, default_id: str, allowed: fro
     if len(item_id) > MAX_ID_CHARS:
         raise InvalidRequest(f"{where}.id is longer than {MAX_ID_CHARS} characters", field=f"{where}.id")
     if images and item.get("image") is not None:
-        if text is not None:
-            raise InvalidRequest(f"{where} has both text and image; an item carries one of them", field=where)
-        image = item["image"]
-        if not isinstance(image, (str, bytes, bytearray)):
-            raise InvalidRequest(f"{where}.image must be bytes (msgpack) or a base64 string (JSON), "
-                                 f"got {type(image).__name__}", field=f"{where}.image")
+        image = _binary_member(item, "image", text, where)
     elif images and item.get("document") is not None:
-        if text is not None:
-            raise InvalidRequest(f"{where} has both text and document; an item carries one of them", field=where)
-        document = item["document"]
-        if not isinstance(document, (str, bytes, bytearray)):
-            raise InvalidRequest(f"{where}.document must be bytes (msgpack) or a base64 string (JSON), "
-                                 f"got {type(document).__name__}", field=f"{where}.document")
+        document = _binary_member(item, "document", text, where)
         image = DocumentItem(document, item.get("pages"), item.get("dpi"))  # rendered off the event loop
     return item_id, text, image
+
+
+def _binary_member(item: dict[str, Any], name: str, text: Any, where: str) -> str | bytes | bytearray:
+    """An item's `image` or `document`: bytes (msgpack) or base64 (JSON), and never beside a text."""
+    if text is not None:
+        raise InvalidRequest(f"{where} has both text and {name}; an item carries one of them", field=where)
+    value = item[name]
+    if not isinstance(value, (str, bytes, bytearray)):
+        raise InvalidRequest(f"{where}.{name} must be bytes (msgpack) or a base64 string (JSON), "
+                             f"got {type(value).__name__}", field=f"{where}.{name}")
+    return value
 
 
 def check_text(text: Any, limits: Limits, field: str) -> str:
