@@ -30,6 +30,7 @@ from .davit import DaViT, DaViTConfig, Projector
 
 # images the vision tower and the encoder run together as they join the decode batch
 ENCODE_BATCH = 2
+IMAGE_SIDE = 768  # Florence-2's published processor size (CLIPImageProcessor 768 x 768)
 
 
 @dataclass(frozen=True)
@@ -109,16 +110,18 @@ class Florence2Model(Backbone):
 
     @classmethod
     def activation_bytes(cls, batch_tokens: int, config: Any, dtype: torch.dtype) -> int | None:
-        """The vision tower's activations for ENCODE_BATCH images, at the largest image its projector's
-        learned positions allow (its last stage's grid at most max_position_embeddings a side, each
-        earlier stage twice as fine): about a dozen tensors of each stage's states held at once; the
-        decoder's cache is charged apart, while it runs."""
+        """The vision tower's activations for ENCODE_BATCH images of Florence-2's published size
+        (768 x 768, every checkpoint's processor; the first stage dominates: 192 x 192 patches),
+        about a dozen tensors of each stage's states held at once; the decoder's cache is charged
+        apart, while it runs."""
         vision = config.vision
         size = torch.empty((), dtype=dtype).element_size()
-        side = vision.max_position_embeddings
+        height = width = IMAGE_SIDE
         per_image = 0
-        for i, dim in enumerate(reversed(vision.embed_dim)):
-            per_image += (side * 2 ** i) ** 2 * dim
+        for k, s, p, dim in zip(vision.patch_size, vision.patch_stride, vision.patch_padding, vision.embed_dim,
+                                strict=True):
+            height, width = (height + 2 * p - k) // s + 1, (width + 2 * p - k) // s + 1
+            per_image += height * width * dim
         return ENCODE_BATCH * per_image * 12 * size
 
     def __init__(self, config: Florence2Config, backend: AttentionBackend | None = None):
