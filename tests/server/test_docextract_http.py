@@ -280,6 +280,7 @@ FLORENCE_TASKS = [("<OCR>", None), ("<OD>", None), ("<CAPTION_TO_PHRASE_GROUNDIN
 
 
 def test_florence2_tasks_over_json_equal_transformers(server, florence):
+    boxes = 0
     for task, prompt in FLORENCE_TASKS:
         body = {"items": [{"image": base64.b64encode(p).decode()} for p in PNGS[:2]], "task": task,
                 "max_new_tokens": NEW, **({"prompt": prompt} if prompt else {})}
@@ -290,8 +291,8 @@ def test_florence2_tasks_over_json_equal_transformers(server, florence):
             assert item["data"] == answer, task
             assert item["text"] == (answer[task] if task == "<OCR>" else text), task
             assert item.get("regions") == _expected_regions(task, answer), task
-    od = [florence_reference(florence, p, "<OD>", None)[1]["<OD>"]["bboxes"] for p in PAGES[:2]]
-    assert any(od), "the tiny model boxes something: the regions are compared, not two empty lists"
+            boxes += len(item.get("regions") or [])
+    assert boxes > 0, "the tiny model boxes something: regions are compared, not only empty lists"
     # the fixture's generation config is Florence-2's published one (the cards leave it unchanged)
     assert PUBLISHED["microsoft/Florence-2-base"].generation.items() <= GENERATION.items()
 
