@@ -25,6 +25,7 @@ from .shapes import (
     QueryText,
     Score,
     ScoreAnswer,
+    TaskToken,
     WireEncodeItems,
     WireExtractItems,
 )
@@ -138,9 +139,17 @@ EXTRACT = Task(
               description="relation models with entity_model: the entity types it finds"),
         Field("entity_threshold", type=Score,
               description="relation models with entity_model: its threshold (default 0.5)"),
+        Field("task", type=TaskToken,
+              description="document models prompted by task (Florence-2; required there): the task token, "
+                          "one of <OCR>, <OCR_WITH_REGION>, <CAPTION>, <DETAILED_CAPTION>, <MORE_DETAILED_CAPTION>, "
+                          "<OD>, <DENSE_REGION_CAPTION>, <REGION_PROPOSAL>, <CAPTION_TO_PHRASE_GROUNDING>, "
+                          "<REFERRING_EXPRESSION_SEGMENTATION>, <REGION_TO_SEGMENTATION>, "
+                          "<OPEN_VOCABULARY_DETECTION>, <REGION_TO_CATEGORY>, <REGION_TO_DESCRIPTION>, "
+                          "<REGION_TO_OCR> (the last seven take a prompt)"),
         Field("prompt", type=Prompt,
               description="document models whose card takes one: the text the model is prompted with (Donut "
-                          "DocVQA: the question, placed in its task prompt)"),
+                          "DocVQA: the question, placed in its task prompt; Florence-2: the task's text input, "
+                          "a caption, a phrase or a region as four <loc_0..999> tokens)"),
         Field("max_new_tokens", type=PositiveInt,
               description="document models: the most tokens generated per item or page (default and most: "
                           "the card's)"),

@@ -276,6 +276,8 @@ ExtractItems = Annotated[list[Text | ExtractItem], Meta(min_length=1, max_length
 WireExtractItems = Annotated[list[Text | WireExtractItem], Meta(min_length=1, max_length=MAX_WIRE_ITEMS)]
 # A document model's prompt (DocVQA's question) and its generated tokens' bound (the card's is the most).
 Prompt = Annotated[str, Meta(min_length=1, max_length=4096)]
+# A task token of a model prompted by task (Florence-2's `<OCR>`, `<OD>`, ...).
+TaskToken = Annotated[str, Meta(min_length=1, max_length=64)]
 QueryText = Text | Query
 
 
@@ -347,12 +349,16 @@ class RelationOut(_Answer):
 
 class RegionOut(_Answer):
     """A region of an image item: its label (a detector's class or query label, a layout class),
-    score, box `[x0, y0, x1, y1]` in the image's pixels and, where the model reads one, its text."""
+    score, box `[x0, y0, x1, y1]` in the image's pixels and, where the model reads one, its text;
+    Florence-2's OCR regions add their `quad_box` `[x1, y1, ..., x4, y4]`, its segmentations their
+    `polygons` (each `[x1, y1, x2, y2, ...]`), the box then being their extent."""
 
     label: str
     box: list[float]
     score: float | None = None
     text: str | None = None
+    quad_box: list[float] | None = None
+    polygons: list[list[float]] | None = None
 
 
 class ExtractedItemOut(_Answer):

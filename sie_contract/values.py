@@ -67,12 +67,15 @@ class Relation:
 @dataclass
 class Region:
     """A region of an image item (the wire's `RegionOut`): a label, a box `[x0, y0, x1, y1]` in the
-    image's pixels, a score where the model gives one and a text where it reads one."""
+    image's pixels, a score where the model gives one and a text where it reads one; a quad box
+    (OCR) or polygons (segmentation) where the model gives them, `box` then being their extent."""
 
     label: str
     box: list[float]
     score: float | None = None
     text: str | None = None
+    quad_box: list[float] | None = None
+    polygons: list[list[float]] | None = None
 
 
 @dataclass

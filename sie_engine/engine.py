@@ -409,7 +409,7 @@ class Engine:
         return Timings(queue=queue, tokenize=tokenize_s, inference=request.inference_s, total=total)
 
     # ---- tasks (sie_contract's registry: encode, score, extract and plug-ins) ----
-    async def run(self, task: str, model: str, *args: Any, timeout: float | None = None,
+    async def run(self, task: str, model: str, /, *args: Any, timeout: float | None = None,
                   pre_admitted: PreAdmitted | None = None, **fields: Any) -> Any:
         """Run a registered task: `await engine.run("score", model, query, items, top_k=3)`.
         `engine.<task>(...)` and `engine.<task>_sync(...)` are the same call.
@@ -537,7 +537,7 @@ class Engine:
             return inputs.images.image_tokens
         return image_positions_bound(card.image_size) if card.image_size else None
 
-    def run_sync(self, task: str, model: str, *args: Any, **fields: Any) -> Any:
+    def run_sync(self, task: str, model: str, /, *args: Any, **fields: Any) -> Any:
         return self._sync(self.run, task, model, *args, **fields)
 
     def __getattr__(self, name: str) -> Callable:

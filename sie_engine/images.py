@@ -287,6 +287,14 @@ class ImagePreprocessor:
         """Images as sent -> float32 pixel values each (`[C, S, S]`)."""
         return prepare_images(self.processor, values, fields, limits)
 
+    def encode_images_sized(self, values: Sequence[Any], fields: Sequence[str],
+                            limits: Limits) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+        """As `encode_images`, with each picture's (width, height) as decoded (a document model's
+        boxes are answered in those pixels)."""
+        sizes: list[tuple[int, int]] = []
+        pixels = prepare_images(self.processor, values, fields, limits, sizes=sizes)
+        return pixels, [(width, height) for height, width in sizes]
+
     def positions(self, pixels: np.ndarray) -> int:
         """Positions the vision tower runs for one prepared image (the batcher's count of it)."""
         return self.image_tokens

@@ -38,6 +38,9 @@ def _blank_page() -> bytes:
     return buffer.getvalue()
 
 
+WARM_TASK = "<CAPTION>"  # Florence-2's: a task that takes no text input
+
+
 def warm_up_fields(card: ModelCard, task: str, batch_tokens: int) -> dict[str, Any]:
     """The fields of a `task` call on `card` that fill about half of `batch_tokens` or more."""
     window = card.max_seq_len
@@ -48,7 +51,8 @@ def warm_up_fields(card: ModelCard, task: str, batch_tokens: int) -> dict[str, A
     if task == "extract" and "generate" in card.outputs:  # a document model: a blank page, a few tokens
         prompt = (card.options.get("generate") or {}).get("task_prompt", "")
         return {"items": [{"image": _blank_page()}] * 2, "max_new_tokens": WARM_NEW_TOKENS,
-                **({"prompt": "warm"} if "{prompt}" in prompt else {})}
+                **({"prompt": "warm"} if "{prompt}" in prompt else {}),
+                **({"task": WARM_TASK} if "{task}" in prompt else {})}  # a model prompted by task (Florence-2)
     if task == "extract":
         return {"items": texts, "labels": list(LABELS)}
     return {"items": texts}

@@ -168,7 +168,7 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
                 entity_model: str | None = None,
                 entity_labels: Sequence[str] | None = None, entity_threshold: float | None = None,
                 classify: Mapping[str, Any] | None = None, relation_labels: Sequence[str] | None = None,
-                prompt: str | None = None, max_new_tokens: int | None = None,
+                task: str | None = None, prompt: str | None = None, max_new_tokens: int | None = None,
                 batch_size: int | None = None, progress: bool | None = None) -> ExtractT:
         """Zero-shot entities with the given labels, per item (an `ExtractResult`; awaited on the async
         client); on a classification model (NLI or GLiClass), `classifications` per item, best first; on a
@@ -181,7 +181,10 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
         document model (Donut) reads image items (`{"image": ...}`: bytes, a path or a PIL image) and PDFs
         (`{"document": <bytes or path>, "pages"?, "dpi"?}`, one answer per page with its `page`): each item's
         `text`, `data` (its parsed JSON) and, where the model gives boxes, `regions`; `prompt` is DocVQA's
-        question, `max_new_tokens` bounds the generated tokens (the card's bound at most). On an
+        question; Florence-2 takes a `task` token (`<OCR>`, `<OD>`, `<CAPTION_TO_PHRASE_GROUNDING>`...) and,
+        for the tasks that take one, its text input as `prompt`, and answers `data` as transformers'
+        `post_process_generation` does (`{task: answer}`) and boxes, quad boxes or polygons as `regions`;
+        `max_new_tokens` bounds the generated tokens (the card's bound at most). On an
         open-vocabulary detector (OWLv2), items are images too, and each answers `regions`: the boxes found
         for the labels, in the image's pixels, scoring above `threshold` (default 0.1)."""
         return cast(ExtractT, self.run(
@@ -189,7 +192,8 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
             hypothesis_template=hypothesis_template, top_k=top_k, raw_scores=raw_scores, truncate=truncate,
             entity_model=entity_model,
             entity_labels=entity_labels, entity_threshold=entity_threshold, classify=classify,
-            relation_labels=relation_labels, prompt=prompt, max_new_tokens=max_new_tokens, batch_size=batch_size,
+            relation_labels=relation_labels, task=task, prompt=prompt, max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
             progress=progress))
 
     # each client's own: a method (SIEClient) or a coroutine function (AsyncSIEClient)
@@ -252,7 +256,7 @@ class SIEClient(_Base[EncodeResult, ScoreResult, ExtractResult]):
                     future.cancel()
 
     # ---- API ---------------------------------------------------------------
-    def run(self, task: str, model: str, *args: Any, batch_size: int | None = None, progress: bool | None = None,
+    def run(self, task: str, model: str, /, *args: Any, batch_size: int | None = None, progress: bool | None = None,
             **fields: Any) -> Any:
         """Any registered task: `client.run("score", model, query, items, top_k=3)`. Large item lists
         go as `batch_size` chunks, `max_concurrency` at a time, merged into one result."""
@@ -324,7 +328,7 @@ class AsyncSIEClient(_Base[Awaitable[EncodeResult], Awaitable[ScoreResult], Awai
                 for task in tasks:
                     task.cancel()
 
-    async def run(self, task: str, model: str, *args: Any, batch_size: int | None = None,
+    async def run(self, task: str, model: str, /, *args: Any, batch_size: int | None = None,
                   progress: bool | None = None, **fields: Any) -> Any:
         """Any registered task, awaited (see `SIEClient.run`)."""
         spec = self._task(task)

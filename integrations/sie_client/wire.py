@@ -151,7 +151,8 @@ def parse_extract(answer: Mapping[str, Any]) -> ExtractResult:
             text=item.text,
             data=item.data,
             regions=None if item.regions is None else [
-                Region(label=r.label, box=list(r.box), score=r.score, text=r.text) for r in item.regions
+                Region(label=r.label, box=list(r.box), score=r.score, text=r.text, quad_box=r.quad_box,
+                       polygons=r.polygons) for r in item.regions
             ],
             page=None if item.page is None else _page(item.page),
         )

@@ -1,4 +1,4 @@
-"""The `generate` output's head: what a document model (Donut; Florence-2 next) offers the engine's
+"""The `generate` output's head: what a document model (Donut, Florence-2) offers the engine's
 decode worker (generation/worker.py) beyond its backbone.
 
 A generative model has no packed hidden states to pool: its head is the model's reading of a page
@@ -36,13 +36,16 @@ class GenerationHead(Head):
     `encode_images`); it is held, not registered, so the runner's tensors are the backbone's once.
 
     max_new_tokens: the card's bound (and default) of generated tokens per page;
-    takes_prompt: whether a request's `prompt` goes into the decoder prompt (DocVQA's question)."""
+    takes_prompt: whether a request's `prompt` goes into the decoder prompt (DocVQA's question);
+    encoder_prompt_tokens: the most prompt tokens the encoder reads beside a page, for a model whose
+    encoder reads the prompt (Florence-2: its positions less the image's); None: it reads none."""
 
     reads_hidden: ClassVar[bool] = False
     # pages the encoder runs together as they join the decode batch
     encode_batch: ClassVar[int] = 2
     max_new_tokens: int
     takes_prompt: bool
+    encoder_prompt_tokens: int | None = None
 
     @property
     def model(self) -> EncoderDecoderLM:
@@ -66,8 +69,11 @@ class GenerationHead(Head):
         a model whose prompt went to the encoder: its decoder start tokens)."""
         return prompt
 
-    def answer(self, prompt: list[int], generated: list[int]) -> Answer:
-        """The generated tokens of one page (after `decoder_prompt(prompt)`) -> its answer."""
+    def answer(self, prompt: list[int], generated: list[int], task: str | None,
+               size: tuple[int, int] | None) -> Answer:
+        """The generated tokens of one page (after `decoder_prompt(prompt)`) -> its answer; `task`
+        is the request's task token (a model prompted by task: Florence-2), `size` the page's
+        (width, height) as sent (the pixels its boxes are answered in)."""
         raise NotImplementedError
 
     def kv_bytes(self, rows: int, positions: int, memory: int) -> int:

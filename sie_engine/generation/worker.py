@@ -50,6 +50,8 @@ class Job:
         return len(self.prompt) + self.settings.max_new_tokens
 
     memory_length: int = 0  # encoder positions, once encoded
+    task: str | None = None  # the request's task token (Florence-2's), for the answer
+    size: tuple[int, int] | None = None  # the page's (width, height) as sent: its answer's boxes are in these
 
 
 @dataclass
@@ -171,7 +173,8 @@ class DecodeWorker:
         results = self.decode.step()
         tokens += self.decode.cache.rows + sum(len(r.tokens) > 0 for r in results.values())
         everyone = {**running, **joined}
-        finished = {handle: Done(self.head.answer(everyone[handle].prompt, result.tokens), result)
+        finished = {handle: Done(self.head.answer(everyone[handle].prompt, result.tokens, everyone[handle].task,
+                                                  everyone[handle].size), result)
                     for handle, result in results.items()}
         self._observe(tokens, time.monotonic() - started)
         return joined, finished

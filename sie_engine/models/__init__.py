@@ -52,7 +52,7 @@ FAMILIES: dict[str, str] = {
     # OWLv2 open-vocabulary detection (CLIP's towers, box and class heads): extract with image items and labels
     "owlv2": f"{_M}.owlv2.model:FAMILY",
     # Florence-2 (DaViT vision tower + BART): generates from images, prompted by task tokens
-    "florence2": f"{_M}.florence2.model:FAMILY",
+    "florence2": f"{_M}.florence2.family:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,

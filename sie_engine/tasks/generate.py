@@ -1,5 +1,5 @@
-"""Document reading with a generative model (Donut): the `extract` task's mode for a card whose
-outputs include `generate` (tasks/extract.py picks it).
+"""Document reading with a generative model (Donut, Florence-2): the `extract` task's mode for a
+card whose outputs include `generate` (tasks/extract.py picks it).
 
 Each image item, and each page of a document item, is one sequence: its pixels are prepared on the
 image threads (the checkpoint's processor), the decoder prompt on the tokenizer pool (the card's
@@ -8,13 +8,16 @@ image threads (the checkpoint's processor), the decoder prompt on the tokenizer 
 text as the model emits it, its parsed JSON (`data`) and, where the model gives boxes, `regions`.
 
 What the request may ask: `prompt` where the card's prompt has a place for it (and then it is
-required), `max_new_tokens` up to the card's bound (its default). Labels and text items are
-refused: a document model reads pages and answers in its own terms.
+required), `max_new_tokens` up to the card's bound (its default). A card whose prompt is `{task}`
+(Florence-2's) is prompted by task: the request's `task` token is required, its `prompt` the text
+input of the tasks that take one; the model's encoder reads that prompt beside the image. Labels
+and text items are refused: a document model reads pages and answers in its own terms.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -57,9 +60,21 @@ def generated_tokens(card: ModelCard, fields: Mapping[str, Any]) -> int:
 
 
 def _check_fields(card: ModelCard, fields: Mapping[str, Any]) -> tuple[str, int | None]:
-    """The decoder prompt (text) and max_new_tokens asked for (None: not asked), or a 400 saying
-    what to send."""
+    """The prompt (text) and max_new_tokens asked for (None: not asked), or a 400 saying what to send."""
     task_prompt, bound = card_generation(card)
+    text = _by_task(card, fields) if "{task}" in task_prompt else _in_task_prompt(card, task_prompt, fields)
+    max_new = fields.get("max_new_tokens")
+    if max_new is not None and max_new > bound:
+        raise InvalidRequest(f"max_new_tokens must be at most {bound} for model {card.id!r} (its card's bound)",
+                             field="max_new_tokens")
+    return text, max_new
+
+
+def _in_task_prompt(card: ModelCard, task_prompt: str, fields: Mapping[str, Any]) -> str:
+    """A card with its own task prompt (Donut's): the request's prompt in its `{prompt}`, if it has one."""
+    if fields.get("task") is not None:
+        raise InvalidRequest(f"task does not apply: model {card.id!r} reads pages with its own task prompt "
+                             f"{task_prompt!r}; task is for models prompted by task (Florence-2)", field="task")
     prompt = fields.get("prompt")
     takes_prompt = "{prompt}" in task_prompt
     if prompt is not None and not takes_prompt:
@@ -70,11 +85,33 @@ def _check_fields(card: ModelCard, fields: Mapping[str, Any]) -> tuple[str, int 
         what = "the question" if task_prompt != "{prompt}" else "the task prompt"
         raise InvalidRequest(f"prompt is required: model {card.id!r} is prompted with {what} "
                              f"({task_prompt!r})", field="prompt")
-    max_new = fields.get("max_new_tokens")
-    if max_new is not None and max_new > bound:
-        raise InvalidRequest(f"max_new_tokens must be at most {bound} for model {card.id!r} (its card's bound)",
-                             field="max_new_tokens")
-    return task_prompt.replace("{prompt}", prompt or ""), max_new
+    return task_prompt.replace("{prompt}", prompt or "")
+
+
+# The families whose cards are prompted by task (`options.generate.task_prompt: "{task}"`): the module
+# whose `TASKS` are the task tokens and whose `task_prompt(task, text)` builds the processor's prompt
+# (raising ValueError, naming what the task takes). Read before the model loads: a bad task costs no load.
+TASK_PROMPTS = {"florence2": "sie_engine.models.florence2.tasks"}
+
+
+def _by_task(card: ModelCard, fields: Mapping[str, Any]) -> str:
+    """A card prompted by task (Florence-2's): the request's `task` (required) and its text input
+    (`prompt`, for the tasks that take one) -> the prompt text, or a 400 naming the field and the tasks."""
+    module = TASK_PROMPTS.get(card.family or "")
+    if module is None:
+        raise InvalidRequest(f"model {card.id!r}: its card's task prompt {{task}} is for the families "
+                             f"{', '.join(TASK_PROMPTS)}, not {card.family!r}", field="task")
+    tasks = importlib.import_module(module)
+    task, prompt = fields.get("task"), fields.get("prompt")
+    if task not in tasks.TASKS:
+        what = "task is required" if task is None else f"unknown task {task!r}"
+        raise InvalidRequest(f"{what}: model {card.id!r} reads images by task token; send task as one of "
+                             f"{', '.join(tasks.TASKS)}", field="task")
+    try:
+        text: str = tasks.task_prompt(task, prompt)
+    except ValueError as exc:
+        raise InvalidRequest(f"prompt: {exc}", field="prompt") from None
+    return text
 
 
 def _refuse_texts(card: ModelCard, texts: Sequence[str | None]) -> None:
@@ -99,6 +136,9 @@ async def run(engine: TaskContext, call: Call) -> ExtractResult:
     worker = await engine.decode_worker(card)
     head = worker.head
     prompt, tokenize_s = await engine.with_tokenizer(card, _prompt_ids, prompt_text)
+    if head.encoder_prompt_tokens is not None and len(prompt) > head.encoder_prompt_tokens:
+        raise InvalidRequest(f"the prompt ({len(prompt)} tokens) exceeds the {head.encoder_prompt_tokens} tokens "
+                             f"model {card.id!r}'s encoder reads beside an image; shorten it", field="prompt")
     room = head.model.decoder_positions - len(head.decoder_prompt(prompt))  # they hold prompt and answer
     if room < 1 or (max_new is not None and max_new > room):
         raise InvalidRequest(f"the prompt ({len(prompt)} tokens) plus max_new_tokens ({max_new or 1}) exceed model "
@@ -112,12 +152,14 @@ async def run(engine: TaskContext, call: Call) -> ExtractResult:
     try:
         for start in range(0, len(images), PAGE_CHUNK):
             chunk = range(start, min(start + PAGE_CHUNK, len(images)))
-            pixels, seconds = await on_image_threads(inputs.images.encode_images, [images[i] for i in chunk],
-                                                     [paths[i] for i in chunk], limits)
+            (pixels, sizes), seconds = await on_image_threads(inputs.images.encode_images_sized,
+                                                              [images[i] for i in chunk], [paths[i] for i in chunk],
+                                                              limits)
             prepare_s += seconds
             if call.deadline is not None and call.remaining() == 0:  # as the scheduler drops queued work
                 raise DeadlineExceeded("the request's deadline passed before its work ran")
-            jobs = [Job(values, prompt, settings) for values in pixels]
+            jobs = [Job(values, prompt, settings, task=fields.get("task"), size=size)
+                    for values, size in zip(pixels, sizes, strict=True)]
             pending.append(asyncio.ensure_future(worker.generate(jobs)))
         done = [d for part in await asyncio.gather(*pending) for d in part]
     except BaseException:
@@ -144,7 +186,7 @@ def _itself(inputs: Any) -> Any:
 
 MODE = ExtractMode(
     kind="a document model", family="document", labels="(none)",
-    fields=frozenset({"prompt", "max_new_tokens"}), answers=frozenset({"text", "data", "regions"}), run=run,
+    fields=frozenset({"task", "prompt", "max_new_tokens"}), answers=frozenset({"text", "data", "regions"}), run=run,
     example="naver-clova-ix/donut-base-finetuned-docvqa", takes_labels=False,
     own_labels="what it reads on each page image or PDF page", takes_images=True,
 )

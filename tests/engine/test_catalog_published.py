@@ -72,6 +72,8 @@ def test_card_agrees_with_the_published_configuration(card):
         options = card.options["generate"]
         assert options["task_prompt"] == row.task_prompt, "task prompt"
         assert 1 <= options["max_new_tokens"] < row.max_seq_len, "max_new_tokens leaves the prompt a position"
+        if row.generation is not None:  # the checkpoint's decoding, as published: the card overrides none of it
+            assert not set(options.get("generation") or {}) & set(row.generation), "generation overrides"
     if row.span_mode is not None:
         assert row.span_mode in SPAN_MODES, f"{row.span_mode}: a GLiNER span mode SIE does not implement"
 

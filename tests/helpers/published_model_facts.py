@@ -49,6 +49,10 @@ class Published:
     # document models (generate): the encoder's (height, width) and the task prompt (`{prompt}`: the request's)
     image_size: tuple[int, int] | None = None
     task_prompt: str | None = None
+    # document models: generation_config.json's decoding (Florence-2's, which its card leaves unchanged)
+    # and text_config's shape (d_model, layers, vocab), as published; not in SIE's card
+    generation: dict | None = None
+    text_config: dict | None = None
 
 
 ST = "modules.json + 1_Pooling/config.json + sentence_bert_config.json + config.json on the Hub"
@@ -63,6 +67,13 @@ INFERENCE_FREE = ("config.json (*ForMaskedLM) + idf.json + the README's recipe (
 DONUT = ("clovaai/donut config/train_%s.yaml (input_size, max_length: donut-python's max_position_embeddings) + "
          "transformers' convert_donut_to_pytorch.py (get_configs: image_size=input_size, max_position_embeddings; "
          "the task prompts)")
+FLORENCE2 = ("microsoft/Florence-2-%s on the Hub: config.json (text_config), preprocessor_config.json "
+             "(CLIPImageProcessor 768 x 768, image_seq_length 577), generation_config.json, processing_florence2.py "
+             "(task tokens; a request names its own: {task})")
+FLORENCE2_GENERATION = dict(num_beams=3, early_stopping=True, no_repeat_ngram_size=3, decoder_start_token_id=2,
+                            forced_bos_token_id=0, forced_eos_token_id=2)
+FLORENCE2_BASE = dict(d_model=768, decoder_layers=6, vocab_size=51289, max_position_embeddings=1024)
+FLORENCE2_LARGE = dict(d_model=1024, encoder_layers=12, decoder_layers=12, max_position_embeddings=1024)
 GLINER = "gliner_config.json (model_name: the DeBERTa backbone, span_mode) on the Hub"
 GLINER2 = ("config.json (model_type extractor) + encoder_config/config.json (DeBERTa-v3-base) on the Hub; "
            "microsoft/deberta-v3-base's tokenizer_config.json gives model_max_length 512")
@@ -316,6 +327,11 @@ PUBLISHED: dict[str, Published] = {
         task_prompt="<s_docvqa><s_question>{prompt}</s_question><s_answer>"),
     "naver-clova-ix/donut-base-finetuned-rvlcdip": other("vision-encoder-decoder", "generate", 8, DONUT % "rvlcdip",
                                                          image_size=(2560, 1920), task_prompt="<s_rvlcdip>"),
+    # document models (Florence-2): the original remote-code checkpoints, prompted by the request's task token
+    **{f"microsoft/Florence-2-{v}": other("florence2", "generate", 1024, FLORENCE2 % v, image_size=(768, 768),
+                                          task_prompt="{task}", generation=FLORENCE2_GENERATION,
+                                          text_config=FLORENCE2_LARGE if v.startswith("large") else FLORENCE2_BASE)
+       for v in ("base", "large", "base-ft", "large-ft")},
     # image-text (CLIP and SigLIP; the text tower pools at the end-of-text token, or SigLIP's last position)
     "openai/clip-vit-base-patch32": dense("clip", "last", None, 512, 77, CLIP),
     "openai/clip-vit-large-patch14": dense("clip", "last", None, 768, 77, CLIP),

@@ -5,7 +5,11 @@ and a card that never stops early. Every answer (text and token2json data) equal
 msgpack and the client (sync, async, embedded); pages of one request and of concurrent requests
 share the running decode batch and each equals its page decoded alone; a PDF answers per page;
 unsupported combinations are 400s; a flood of long generations is refused with 429 while one runs,
-and a client that disconnects takes its sequences out of the decode batch and frees their cache."""
+and a client that disconnects takes its sequences out of the decode batch and frees their cache.
+A tiny random Florence-2 (tests/helpers/florence2_fixtures.py) is served on the same server as a
+card-less directory (`--model`): its answers to `<OCR>`, `<OD>` and `<CAPTION_TO_PHRASE_GROUNDING>`
+(text, data and regions in each image's pixels) equal transformers' `generate` +
+`post_process_generation` on the same weights, over JSON and through the client."""
 
 from __future__ import annotations
 
@@ -30,13 +34,16 @@ import yaml
 from PIL import Image
 
 from donut_fixtures import tiny_donut, tiny_donut_processor
+from florence2_fixtures import GENERATION, tiny_florence2
 from pdf_fixtures import make_pdf, reference_render
+from published_model_facts import PUBLISHED
 from sie_client import AsyncSIEClient, SIEClient
 from sie_engine import Catalog, Engine, WeightsSource
 from sie_server.launch import start_server
 
 CORD, DOCVQA, RVLCDIP = (f"naver-clova-ix/donut-base-finetuned-{t}" for t in ("cord-v2", "docvqa", "rvlcdip"))
 BEAMS, ENDLESS = "tiny/donut-beams", "tiny/donut-endless"
+FLORENCE = "tiny/florence2"  # a card-less directory: the family's local card
 UNK = 3  # the tiny tokenizer's <unk> (Donut's cards ban it, as its documented generate call does)
 POSITIONS = 1024  # the tiny decoder's positions: room for the endless card's long generations
 NEW = 12  # max_new_tokens of the equality checks (the tiny decoder rarely stops before)
@@ -84,9 +91,16 @@ def donut(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(donut, tmp_path_factory):
+def florence(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-florence2")
+    model, processor = tiny_florence2(root)
+    return root, model, processor
+
+
+@pytest.fixture(scope="module")
+def server(donut, florence, tmp_path_factory):
     # a short wait bound: the flood test's long generation holds far more than 5 s of work
-    process = start_server("--models", str(donut[3]), "--max-queue-wait", "5",
+    process = start_server("--models", str(donut[3]), "--model", f"{FLORENCE}={florence[0]}", "--max-queue-wait", "5",
                            log_dir=tmp_path_factory.mktemp("sie-server"))
     try:
         yield process
@@ -230,6 +244,85 @@ def test_a_pdf_answers_per_page(server, donut):
                             cls=jsonschema.Draft202012Validator)
 
 
+_florence_references: dict[tuple, tuple[str, dict]] = {}
+
+
+def florence_reference(florence, image: Image.Image, task: str, prompt: str | None) -> tuple[str, dict]:
+    """transformers' Florence2Processor + generate (the checkpoint's generation config: 3 beams) +
+    post_process_generation on the image alone: (the text without <s>, </s> and <pad>, the answer dict)."""
+    key = (image.tobytes(), image.size, task, prompt)
+    if key not in _florence_references:
+        _, model, processor = florence
+        inputs = processor(text=task + (prompt or ""), images=image, return_tensors="pt")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with torch.no_grad():
+                out = model.generate(**inputs, max_new_tokens=NEW)
+        finally:
+            torch.set_num_threads(threads)
+        decoded = processor.batch_decode(out, skip_special_tokens=False)[0]
+        text = processor.batch_decode(out, skip_special_tokens=True)[0].strip()
+        _florence_references[key] = text, processor.post_process_generation(decoded, task=task,
+                                                                            image_size=image.size)
+    return _florence_references[key]
+
+
+def _expected_regions(task: str, answer: dict) -> list[dict] | None:
+    """transformers' answer as SIE's regions: boxes with their labels (none for a text task)."""
+    if task == "<OCR>":
+        return None
+    value = answer[task]
+    return [{"label": label, "box": box} for box, label in zip(value["bboxes"], value["labels"], strict=True)]
+
+
+FLORENCE_TASKS = [("<OCR>", None), ("<OD>", None), ("<CAPTION_TO_PHRASE_GROUNDING>", "a red car and a blue sign")]
+
+
+def test_florence2_tasks_over_json_equal_transformers(server, florence):
+    boxes = 0
+    for task, prompt in FLORENCE_TASKS:
+        body = {"items": [{"image": base64.b64encode(p).decode()} for p in PNGS[:2]], "task": task,
+                "max_new_tokens": NEW, **({"prompt": prompt} if prompt else {})}
+        response = httpx.post(f"{server.url}/v1/extract/{FLORENCE}", json=body, timeout=60)
+        assert response.status_code == 200, response.text
+        for item, page in zip(response.json()["items"], PAGES[:2], strict=True):
+            text, answer = florence_reference(florence, page, task, prompt)
+            assert item["data"] == answer, task
+            assert item["text"] == (answer[task] if task == "<OCR>" else text), task
+            assert item.get("regions") == _expected_regions(task, answer), task
+            boxes += len(item.get("regions") or [])
+    assert boxes > 0, "the tiny model boxes something: regions are compared, not only empty lists"
+    # the fixture's generation config is Florence-2's published one (the cards leave it unchanged)
+    assert PUBLISHED["microsoft/Florence-2-base"].generation.items() <= GENERATION.items()
+
+
+def test_florence2_through_the_client_sync_async_and_embedded(server, florence):
+    task, prompt = FLORENCE_TASKS[2]
+    expected = [florence_reference(florence, p, task, prompt) for p in PAGES[:2]]
+
+    def check(result) -> None:
+        assert [item.data for item in result.items] == [answer for _, answer in expected]
+        assert [[(r.label, r.box) for r in item.regions] for item in result.items] == [
+            [(r["label"], r["box"]) for r in _expected_regions(task, answer)] for _, answer in expected]
+
+    with SIEClient(server.url, encoding="msgpack") as client:
+        check(client.extract(FLORENCE, [{"image": PAGES[0]}, PNGS[1]], task=task, prompt=prompt, max_new_tokens=NEW))
+
+    async def run_async():
+        async with AsyncSIEClient(server.url) as client:
+            return await client.extract(FLORENCE, [PNGS[0], PNGS[1]], task=task, prompt=prompt, max_new_tokens=NEW)
+
+    check(asyncio.run(run_async()))
+
+    from sie_engine.local_card import card_from_local_dir
+
+    with Engine(Catalog([card_from_local_dir(FLORENCE, florence[0])]), device="cpu") as engine, \
+            SIEClient(engine=engine) as embedded:
+        result = embedded.extract(FLORENCE, [PNGS[0]], task="<OD>", max_new_tokens=NEW)
+    assert result.items[0].data == florence_reference(florence, PAGES[0], "<OD>", None)[1]
+
+
 IMAGE = {"image": base64.b64encode(PNGS[0]).decode()}
 
 
@@ -241,6 +334,12 @@ IMAGE = {"image": base64.b64encode(PNGS[0]).decode()}
     (CORD, {"items": [IMAGE], "max_new_tokens": 768}, "max_new_tokens", "at most 767"),
     (CORD, {"items": [IMAGE], "threshold": 0.5}, "threshold", "applies to"),
     (CORD, {"items": [{"image": "bm90IGFuIGltYWdl"}]}, "items[0].image", "not an image"),
+    (CORD, {"items": [IMAGE], "task": "<OD>"}, "task", "task does not apply"),
+    (FLORENCE, {"items": [IMAGE], "task": "<NOPE>"}, "task", "unknown task '<NOPE>'"),
+    (FLORENCE, {"items": [IMAGE]}, "task", "<OCR>, <OCR_WITH_REGION>, <CAPTION>"),
+    (FLORENCE, {"items": [IMAGE], "task": "<OD>", "prompt": "a car"}, "prompt", "takes no text input"),
+    (FLORENCE, {"items": [IMAGE], "task": "<CAPTION_TO_PHRASE_GROUNDING>"}, "prompt", "needs a text input"),
+    (FLORENCE, {"items": [IMAGE], "task": "<OCR>", "labels": ["car"]}, "labels", "labels does not apply"),
 ])
 def test_unsupported_combinations_are_400s(server, model, body, field, words):
     response = httpx.post(f"{server.url}/v1/extract/{model}", json=body, timeout=60)

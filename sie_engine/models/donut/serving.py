@@ -84,7 +84,8 @@ class DonutGeneration(GenerationHead):
         model: DonutModel = self.model  # type: ignore[assignment]
         return model.encode_images(pixels)  # the prompt is the decoder's
 
-    def answer(self, prompt: list[int], generated: list[int]) -> Answer:
+    def answer(self, prompt: list[int], generated: list[int], task: str | None,
+               size: tuple[int, int] | None) -> Answer:
         text = postprocess_sequence(self.tokenizer, prompt, generated)
         return Answer(text, token2json(text, self.added_vocab))
 

@@ -7,30 +7,30 @@ encoder's input where the processor put its `<image>` placeholders (first, befor
 `encode_images(pixel_values [B, C, H, W]) -> [B, N, d]` runs the tower once per image;
 `encode(image_tokens, prompts) -> [memory_i [S_i, d]]` the BART encoder; the decode loop
 (sie_engine/generation) then asks `cross_attention_kv` once per sequence and `decode` once per
-step: the model is a `generation.EncoderDecoderLM`.
+step: the model is a `generation.EncoderDecoderLM`. serving.py serves it through extract, family.py
+is its registry entry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata
-from ...errors import UnsupportedArchitecture
 from ...generation.cache import DecodeCache
 from ...layers.weights import WeightSpec
-from ..base import Backbone, Family
+from ..base import Backbone
 from .bart import BartConfig, BartDecoder, BartEncoder
 from .davit import DaViT, DaViTConfig, Projector
 
-if TYPE_CHECKING:
-    from ...card import ModelCard
+# images the vision tower and the encoder run together as they join the decode batch
+ENCODE_BATCH = 2
+IMAGE_SIDE = 768  # Florence-2's published processor size (CLIPImageProcessor 768 x 768)
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,24 @@ class Florence2Model(Backbone):
         ignore=("model.language_model.encoder.embed_tokens.weight",),
     )
     supports_images = True
+    # no packed text batches: the decode worker runs it (generation/worker.py), images a few at a time
+    cpu_float32_batch_tokens = None
+
+    @classmethod
+    def activation_bytes(cls, batch_tokens: int, config: Any, dtype: torch.dtype) -> int | None:
+        """The vision tower's activations for ENCODE_BATCH images of Florence-2's published size
+        (768 x 768, every checkpoint's processor; the first stage dominates: 192 x 192 patches),
+        about a dozen tensors of each stage's states held at once; the decoder's cache is charged
+        apart, while it runs."""
+        vision = config.vision
+        size = torch.empty((), dtype=dtype).element_size()
+        height = width = IMAGE_SIDE
+        per_image = 0
+        for k, s, p, dim in zip(vision.patch_size, vision.patch_stride, vision.patch_padding, vision.embed_dim,
+                                strict=True):
+            height, width = (height + 2 * p - k) // s + 1, (width + 2 * p - k) // s + 1
+            per_image += height * width * dim
+        return ENCODE_BATCH * per_image * 12 * size
 
     def __init__(self, config: Florence2Config, backend: AttentionBackend | None = None):
         super().__init__()
@@ -151,15 +169,3 @@ class Florence2Model(Backbone):
         hidden = self.language_model.decoder(table(tokens) * self.embed_scale, cache.step_positions, cache)
         weight = self.language_model.shared.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(hidden, weight).float()
-
-
-def local_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
-    """Florence-2 is not served by a route yet (the model, its decode loop and Florence2Reader are;
-    extract on images comes with the document extract mode): a directory of it is refused by name
-    rather than served as an encoder."""
-    raise UnsupportedArchitecture(f"{name}: {root} is a Florence-2 checkpoint; SIE runs its forward pass and "
-                                  "generation (sie_engine.models.florence2.reader) but does not serve it over a "
-                                  "route yet")
-
-
-FAMILY = Family("florence2", Florence2Config.from_hf, Florence2Model, "mean", local_card=local_card)

@@ -169,12 +169,13 @@ def test_other_text_models_and_pooling_are_refused_by_name():
                                  "text_config": {"vocab_size": 8}})
 
 
-def test_florence2_directory_is_refused_by_name_not_served_as_an_encoder(tmp_path):
-    from sie_engine.errors import UnsupportedArchitecture
+def test_florence2_directory_gets_a_generate_card_prompted_by_task(tmp_path):
     from sie_engine.local_card import card_from_local_dir
 
     config = {"architectures": ["Florence2ForConditionalGeneration"], "model_type": "florence2",
               "vision_config": {}, "text_config": {"vocab_size": 8, "d_model": 1024}}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(UnsupportedArchitecture, match="Florence-2"):
-        card_from_local_dir("tiny-florence2", tmp_path)
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"size": {"height": 768, "width": 768}}))
+    card = card_from_local_dir("tiny-florence2", tmp_path)
+    assert (card.family, card.outputs, card.image_size, card.max_seq_len) == ("florence2", ("generate",), 768, 1024)
+    assert card.options["generate"] == {"task_prompt": "{task}", "max_new_tokens": 1023}
