@@ -51,6 +51,21 @@ def processor_config(root: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def image_tokens(root: Path, vision: Any, size: Any) -> int:
+    """The image tokens the processor's `size` gives the vision tower; ValueError where they are not the
+    processor's `image_seq_length` or the patch grid passes the projector's learned positions."""
+    tokens = vision.image_tokens(size.height, size.width)
+    expected = read_image_processor_config(root).get("image_seq_length", tokens)
+    if tokens != expected:
+        raise ValueError(f"{root}: {size.height}x{size.width} images give {tokens} image tokens, the processor's "
+                         f"image_seq_length is {expected}")
+    grid = vision.grid(size.height, size.width)
+    if max(grid) > vision.max_position_embeddings:
+        raise ValueError(f"{root}: {size.height}x{size.width} images give a {grid[0]}x{grid[1]} grid, beyond the "
+                         f"projector's {vision.max_position_embeddings} learned positions per side")
+    return tokens
+
+
 class Florence2Reader:
     def __init__(self, model: Florence2Model, root: Path, device: torch.device, dtype: torch.dtype,
                  max_rows: int = 64):
@@ -61,15 +76,7 @@ class Florence2Reader:
         self.processor = load_image_processor(root)
         size = self.processor.size
         vision = model.config.vision
-        tokens = vision.image_tokens(size.height, size.width)
-        expected = read_image_processor_config(root).get("image_seq_length", tokens)
-        if tokens != expected:
-            raise ValueError(f"{root}: {size.height}x{size.width} images give {tokens} image tokens, the processor's "
-                             f"image_seq_length is {expected}")
-        grid = vision.grid(size.height, size.width)
-        if max(grid) > vision.max_position_embeddings:
-            raise ValueError(f"{root}: {size.height}x{size.width} images give a {grid[0]}x{grid[1]} grid, beyond the "
-                             f"projector's {vision.max_position_embeddings} learned positions per side")
+        image_tokens(root, vision, size)
         # transformers cannot parse the original layout's config.json (its `florence2_language` text config),
         # which AutoTokenizer reads first: the tokenizer is BART's, as tokenizer_config.json names it
         extra = {"config": BartConfig()} if vision.original_layout else {}

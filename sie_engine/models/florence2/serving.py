@@ -27,7 +27,7 @@ from ...images import ImagePreprocessor, load_image_processor, read_image_proces
 from ...tokenizer import VocabularyLookup
 from . import postprocess
 from .model import ENCODE_BATCH, Florence2Config, Florence2Model
-from .reader import generation_config, processor_config
+from .reader import generation_config, image_tokens, processor_config
 from .tasks import POST_PROCESSING
 
 if TYPE_CHECKING:
@@ -57,15 +57,7 @@ class Florence2Inputs(VocabularyLookup):
         self.special_ids = frozenset(self.hf.all_special_ids)
         processor = load_image_processor(root)
         size = processor.size
-        tokens = vision.image_tokens(size.height, size.width)
-        expected = read_image_processor_config(root).get("image_seq_length", tokens)
-        if tokens != expected:
-            raise ValueError(f"{root}: {size.height}x{size.width} images give {tokens} image tokens, the processor's "
-                             f"image_seq_length is {expected}")
-        grid = vision.grid(size.height, size.width)
-        if max(grid) > vision.max_position_embeddings:
-            raise ValueError(f"{root}: {size.height}x{size.width} images give a {grid[0]}x{grid[1]} grid, beyond the "
-                             f"projector's {vision.max_position_embeddings} learned positions per side")
+        tokens = image_tokens(root, vision, size)
         self.images = ImagePreprocessor(processor, max(size.height, size.width), tokens)
 
     def prompt_ids(self, prompt: str) -> list[int]:
