@@ -5,7 +5,9 @@ until it is ready: for tests, benchmarks and examples that need a real server.
         httpx.post(server.url + "/v1/encode/...", json=...)
 
 The server binds port 0 and prints its address; its output goes to a log file
-(`server.log_text()`), so a busy server never blocks on a full pipe.
+(`server.log_text()`), so a busy server never blocks on a full pipe. `spawn` replaces how the
+process is started (the test suite forks servers from an interpreter that has imported torch
+and transformers already, tests/helpers/server_zygote.py).
 """
 
 from __future__ import annotations
@@ -20,13 +22,17 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO, Any
 
 _LISTENING = re.compile(r"SIE listening on (http://\S+)")
 
 
 class ServerProcess:
-    def __init__(self, process: subprocess.Popen, log_path: Path, url: str):
+    def __init__(self, process: Any, log_path: Path, url: str):
+        """`process`: a `subprocess.Popen`, or what a `spawn` returns with its pid, poll, wait,
+        send_signal and kill."""
         self.process = process
         self.log_path = log_path
         self.url = url
@@ -81,18 +87,24 @@ def server_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "sie_server.cli"]
 
 
+def popen(command: list[str], env: dict[str, str], log_file: IO[bytes]) -> subprocess.Popen:
+    """The default `spawn`: the command as a child process, its output into `log_file`."""
+    return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+
+
 def start_server(*args: str, env: dict[str, str] | None = None, ready_timeout: float = 180.0,
-                 wait_ready: bool = True, log_dir: str | Path | None = None) -> ServerProcess:
+                 wait_ready: bool = True, log_dir: str | Path | None = None,
+                 spawn: Callable[[list[str], dict[str, str], IO[bytes]], Any] = popen) -> ServerProcess:
     """`sie-server serve --host 127.0.0.1 --port 0 *args`, waited on until /readyz answers 200
     (or only until it listens, with `wait_ready=False`). Raises RuntimeError with the log
-    if it exits or is not ready within `ready_timeout` seconds."""
+    if it exits or is not ready within `ready_timeout` seconds. `spawn(command, env, log_file)`
+    starts the process (default `popen`)."""
     log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="sie-server-"))
     log_path = log_dir / "server.log"
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     command = server_command() + ["serve", "--host", "127.0.0.1", "--port", "0", *args]
     with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=full_env,
-                                   stdin=subprocess.DEVNULL)
+        process = spawn(command, full_env, log_file)
     deadline = time.monotonic() + ready_timeout
     url = None
     while time.monotonic() < deadline:

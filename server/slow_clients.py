@@ -3,9 +3,9 @@
 aiohttp closes a connection that waits too long for its next request (its keep-alive
 timer, which also runs from a new connection's start), but once bytes of a head arrive
 it waits for the rest as long as the keep-alive allows. `HeadTimeout` wraps aiohttp's
-protocol for one connection: the first byte of a request starts a timer, the request's
-handler starting stops it (`request_started`, called by the middleware), and a head
-still incomplete when it fires closes the connection. Body timeouts are body.py's.
+protocol for one connection: the first byte of a request starts a timer, aiohttp parsing
+the whole head or the request's handler starting stops it (`request_started`, called by the
+middleware), and a head still incomplete when it fires closes the connection. Body timeouts are body.py's.
 
 The send timeout (nginx's `send_timeout`): aiohttp writes a whole answer into the
 transport, which keeps what the socket does not take; a client that asks for a large
@@ -213,6 +213,10 @@ class HeadTimeout(asyncio.Protocol):
         if self._on_data is not None:
             self._on_data(self)
         self.inner.data_received(data)
+        if self._timer is not None and self._head_parsed():
+            # the whole head is here; its handler starts a loop turn or two later, which on a
+            # starved machine can be past the timeout
+            self._stop_timer()
 
     def eof_received(self) -> bool | None:
         return self.inner.eof_received()
@@ -291,9 +295,13 @@ class HeadTimeout(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
 
+    def _head_parsed(self) -> bool:
+        """aiohttp has parsed a whole request head that no handler has taken yet."""
+        return bool(getattr(self.inner, "_messages", ()))
+
     def _expired(self) -> None:
         self._timer = None
-        if not self._busy:
+        if not self._busy and not self._head_parsed():
             log.info("closing a connection whose request head did not arrive within %gs", self._timeout)
             self.inner.force_close()
 

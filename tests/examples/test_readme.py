@@ -21,8 +21,8 @@ import pytest
 import tomllib
 
 from checkout import REPO
+from server_fixtures import start_server
 from sie_server.cli import add_serve_parser, build_parser
-from sie_server.launch import start_server
 
 README = (REPO / "README.md").read_text()
 EXTRAS = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"])

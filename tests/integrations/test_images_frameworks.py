@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from image_fixtures import encode_image, make_tiny_clip, sample_pil_images
+from server_fixtures import start_server
 from sie_client import SIEClient
-from sie_server.launch import start_server
 
 CLIP = "test/tiny-clip"
 CAPTIONS = ["a red shoe on a table", "the dog runs on the beach", "a cat asleep in the sun"]

@@ -14,9 +14,9 @@ import pytest
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
 
 from image_fixtures import make_tiny_clip, sample_images
+from server_fixtures import start_server
 from sie_client import SIEClient
 from sie_qdrant.inference import use_sie
-from sie_server.launch import start_server
 
 DENSE = "sentence-transformers/all-MiniLM-L6-v2"
 SPARSE = "sie/splade-tiny"

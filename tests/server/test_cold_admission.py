@@ -51,7 +51,7 @@ async def ready_at(session: aiohttp.ClientSession) -> float:
 
 
 async def test_a_flood_during_preload_is_answered_in_time_or_refused_at_once(tmp_path):
-    from sie_server.launch import start_server
+    from server_fixtures import start_server
 
     server = start_server("--preload", DEFAULT_MODEL, "--max-queue-wait", str(WAIT_S), wait_ready=False,
                           log_dir=tmp_path)

@@ -99,6 +99,20 @@ def test_idle_sockets_reopened_in_a_loop_do_not_lock_out_requests(server):
     assert "took the place of" in server.log_containing("took the place of", timeout=5)
 
 
+def status_line(sock: socket.socket, deadline: float) -> int:
+    """The status of the answer arriving on `sock`, peeked at: the client still reads nothing."""
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            head = sock.recv(16, socket.MSG_PEEK)
+        except ConnectionResetError:  # its answer was dropped already, unread
+            return 200
+        if head.startswith(b"HTTP/1.1 ") and len(head) >= 12:
+            return int(head[9:12])
+        time.sleep(0.05)
+    raise AssertionError("no answer arrived")
+
+
 def test_an_unread_large_answer_is_dropped_after_the_send_timeout(server):
     process = psutil.Process(server.pid)
     baseline = process.memory_info().rss
@@ -113,14 +127,20 @@ def test_an_unread_large_answer_is_dropped_after_the_send_timeout(server):
         sock.sendall(request)
         readers.append(sock)
     try:
-        log = server.log_containing(*["read none of its answer"], timeout=60)
-        assert log.count("read none of its answer") >= 1
-        deadline = time.monotonic() + 30
-        while log.count("read none of its answer") < len(readers) and time.monotonic() < deadline:
+        # a request admission refused (429, a busy machine) got a short answer it can read; each
+        # one answered 200 must be dropped unread
+        answered = [status_line(sock, deadline=time.monotonic() + 120) for sock in readers]
+        assert answered.count(200) >= 1, answered
+        assert set(answered) <= {200, 429}, answered
+        deadline = time.monotonic() + 60
+        log = server.log_text()
+        while log.count("read none of its answer") < answered.count(200) and time.monotonic() < deadline:
             time.sleep(0.2)
             log = server.log_text()
-        assert log.count("read none of its answer") >= len(readers)
-        for sock in readers:  # what a client reading now gets: the start of the answer, then the close
+        assert log.count("read none of its answer") >= answered.count(200), answered
+        for sock, status in zip(readers, answered):  # what a client reading now gets: the start, then the close
+            if status != 200:
+                continue
             sock.settimeout(10)
             data = b""
             try:

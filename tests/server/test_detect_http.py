@@ -19,8 +19,8 @@ from PIL import Image
 
 from image_fixtures import sample_images
 from owlv2_fixtures import make_tiny_owlv2, reference_detector
+from server_fixtures import start_server
 from sie_client import SIEClient
-from sie_server.launch import start_server
 
 LABELS = ["a cat", "the dog", "x"]
 NAMES = ["png_rgb", "jpeg_rgb", "webp_rgb", "png_gray"]  # 64 x 48, 100 x 75, 33 x 90, 50 x 50

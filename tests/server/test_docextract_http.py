@@ -37,9 +37,9 @@ from donut_fixtures import tiny_donut, tiny_donut_processor
 from florence2_fixtures import GENERATION, tiny_florence2
 from pdf_fixtures import make_pdf, reference_render
 from published_model_facts import PUBLISHED
+from server_fixtures import start_server
 from sie_client import AsyncSIEClient, SIEClient
 from sie_engine import Catalog, Engine, WeightsSource
-from sie_server.launch import start_server
 
 CORD, DOCVQA, RVLCDIP = (f"naver-clova-ix/donut-base-finetuned-{t}" for t in ("cord-v2", "docvqa", "rvlcdip"))
 BEAMS, ENDLESS = "tiny/donut-beams", "tiny/donut-endless"

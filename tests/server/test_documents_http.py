@@ -34,11 +34,11 @@ from pdf_fixtures import (
     page_box_pdf,
     reference_render,
 )
+from server_fixtures import start_server
 from sie_client import EMBEDDED, AsyncSIEClient, SIEClient
 from sie_engine.admission import upper_bound_tokens
 from sie_engine.documents import plan_document
 from sie_engine.validation import DocumentItem, Limits
-from sie_server.launch import start_server
 
 SIZES = [(200, 300), (300, 200), (144, 144)]  # points: portrait, landscape, square
 MAX_PAGE_PIXELS = 250_000  # the server's bound, low so the huge-page test renders little

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from test_gliner_extract import LABELS, TEXTS, build_reference
 
-from sie_server.launch import start_server
+from server_fixtures import start_server
 from tiny_models import make_tiny_bert
 
 

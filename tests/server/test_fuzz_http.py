@@ -42,6 +42,8 @@ def server(tmp_path_factory):
     process = start_server(*[a for name in MODELS for a in ("--model", f"{name}={roots[name]}")], "--no-builtin",
                            "--device", "cpu", "--api-key", KEY, "--max-items", str(MAX_ITEMS),
                            "--max-body-bytes", "256KiB", "--preload", "enc", "--preload", "ce", "--preload", "gl",
+                           # a loaded machine measures a slow model: no refusal at admission skews the statuses
+                           "--max-queue-wait", "120",
                            log_dir=tmp_path_factory.mktemp("fuzz-server"))
     try:
         yield process

@@ -24,8 +24,8 @@ from image_fixtures import (
     sample_images,
     sample_pil_images,
 )
+from server_fixtures import start_server
 from sie_client import SIEClient
-from sie_server.launch import start_server
 
 TEXTS = ["the cat", "a dog on the grass", "x", "the the the cat sat on the mat with a dog"]
 

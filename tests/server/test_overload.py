@@ -151,7 +151,7 @@ async def test_sigterm_mid_flood_answers_every_request(tmp_path):
 
     Its own server: a bound of 10 s, so that on any machine work waits in the queue beyond
     what the two batches running side by side hold, and a drain much shorter than that."""
-    from sie_server.launch import start_server
+    from server_fixtures import start_server
     from sie_server.serve import SHUTDOWN_EXTRA_S
 
     drain_s = 0.5

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from sie_server.launch import start_server
+from server_fixtures import start_server
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # A request head whose body never comes: its handler waits in flight until the client goes.

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 import yaml
 
-from sie_server.launch import start_server
+from server_fixtures import start_server
 from tiny_models import save_tiny, tiny_bert_config
 
 MODEL = "test/tiny-cross"

@@ -19,6 +19,7 @@ import torch
 
 from colpali_fixtures import TINY_EMBEDDING_DIM, TINY_IMAGE_TOKENS, colpali_reference, make_tiny_colpali
 from image_fixtures import sample_images
+from server_fixtures import start_server
 from sie_client import SIEClient
 from sie_engine import Catalog, Engine, WeightsSource, card_from_local_dir
 from sie_engine.attention import select_backend
@@ -27,7 +28,6 @@ from sie_engine.errors import InvalidRequest
 from sie_engine.layers.weights import load_checkpoint, materialize
 from sie_engine.models import family_for
 from sie_engine.weights import Checkpoint
-from sie_server.launch import start_server
 
 CARD = "vidore/colpali-v1.3-hf"
 PAGES = ["png_rgb", "jpeg_rgb", "webp_rgb", "png_gray"]  # sizes and formats differ; all resized to one square

@@ -15,9 +15,9 @@ import pytest
 import torch
 from test_gliner_deberta import tiny_deberta
 
+from server_fixtures import start_server
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
 from sie_engine.errors import InvalidRequest
-from sie_server.launch import start_server
 
 LABELS = ["person", "location", "organization"]
 TASK, CLASSES = "topic", ["politics", "sports", "technology"]

@@ -20,13 +20,13 @@ from test_gliner_deberta import tiny_deberta
 from test_gliner_extract import build_reference as build_gliner
 
 import sie_engine.models.glirel.head as glirel_head
+from server_fixtures import start_server
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
 from sie_engine.errors import InvalidRequest, UnsupportedOutput
 from sie_engine.models.gliner.prompt import split_words
 from sie_engine.models.glirel.checkpoint import load_glirel_config
 from sie_engine.models.glirel.prompt import prepare, word_span
 from sie_engine.tokenizer import TextTokenizer
-from sie_server.launch import start_server
 from tiny_models import make_tiny_bert
 
 RELATIONS = ["born in", "works for", "located in", "founded"]

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from fixed_label_models import TEXTS, bert, bert_multi, pipeline_of
-from sie_server.launch import start_server
+from server_fixtures import start_server
 
 SINGLE = "test/sentiment"
 MULTI = "test/emotions"

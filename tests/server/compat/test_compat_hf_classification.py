@@ -15,7 +15,7 @@ from test_zeroshot_nli import _bert_nli
 
 from gliclass_models import make_gliclass
 from router_fixtures import start_router
-from sie_server.launch import start_server
+from server_fixtures import start_server
 
 NLI = "test/nli"
 GLICLASS = "test/gliclass"

@@ -23,7 +23,7 @@ from image_fixtures import (
     reference_features,
     sample_images,
 )
-from sie_server.launch import start_server
+from server_fixtures import start_server
 
 TEXTS = ["the cat", "a dog on the grass", "photos of <red> shoes & hats"]
 
