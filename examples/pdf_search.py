@@ -21,7 +21,8 @@ a real one for real answers:
 
 What it needs: `python` is the venv SIE is installed in, with the langchain and chroma extras
 (`pip install -e '.[server,langchain,chroma]'`; the embedded engine, no `--url`, needs the server
-extra). Both models are loaded first, so one that cannot be had ends the run at once, in one line.
+extra). The embedder is loaded before the OCR starts and the OCR model at the first page, so a model
+that cannot be had (a Hub model offline, a typo) ends the run in one line before any long work.
 Progress goes to stderr, the hits to stdout; nothing is written outside the temporary folder.
 """
 
@@ -119,11 +120,17 @@ def search(client, args, pdfs: list[Path], query: str) -> list[dict]:
     from sie_chroma import SIEEmbeddingFunction
     from sie_langchain import SIEDocumentLoader
 
-    # both models first: one that cannot be had fails here, in a second, not after the OCR
+    # the embedder first: if it cannot be had, the run fails here, not after the OCR of every page
     client.encode(args.embedder, ["a probe"])
     loader = SIEDocumentLoader(file_path=list(pdfs), model=args.ocr_model, client=client, task=args.task,
                                max_new_tokens=args.max_new_tokens, dpi=args.dpi)
-    pages = list(tqdm(loader.lazy_load(), desc="reading pages", unit="page", file=sys.stderr))
+    reading = loader.lazy_load()  # one request per file, its pages yielded when its answer is in
+    # the first file before the bar: a refused file or an OCR model that cannot be had is the run's only line
+    pages = [page for page in [next(reading, None)] if page is not None]
+    with tqdm(initial=len(pages), desc="reading pages", unit="page", file=sys.stderr) as bar:
+        for page in reading:
+            pages.append(page)
+            bar.update(1)
     pieces = list(chunks(pages, args.chunk_words, args.overlap))
     if not pieces:
         raise Unavailable(f"the OCR model read no text in {', '.join(map(str, pdfs))}")
