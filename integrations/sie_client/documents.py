@@ -12,7 +12,7 @@ which one was bad; the request's other failures (server down, overloaded) keep t
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -39,7 +39,6 @@ class OCRPage:
     width_px: int | None
     height_px: int | None
     regions: list[dict[str, Any]] | None = None
-    data: Any = field(default=None, repr=False)
 
 
 def is_pdf(data: bytes) -> bool:
@@ -124,14 +123,14 @@ def pages_of(result: ExtractResult, data: bytes) -> list[OCRPage]:
         width, height = _image_size(data)
         item = items[0]
         regions = None if item.regions is None else [_region(r) for r in item.regions]
-        return [OCRPage(page_text(item.text, regions), 1, 1, width, height, width, height, regions, item.data)]
+        return [OCRPage(page_text(item.text, regions), 1, 1, width, height, width, height, regions)]
     pages = []
     for item in items:
         assert item.page is not None  # a document item's answers each carry their page
         regions = None if item.regions is None else [_region(r) for r in item.regions]
         where = item.page
         pages.append(OCRPage(page_text(item.text, regions), where.number, len(items), where.width, where.height,
-                             where.width_px, where.height_px, regions, item.data))
+                             where.width_px, where.height_px, regions))
     return pages
 
 
