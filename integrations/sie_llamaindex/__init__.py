@@ -4,6 +4,8 @@
 - `SIEMultiModalEmbedding` (`MultiModalEmbedding`): `SIEEmbedding` plus image embeddings (CLIP, SigLIP).
 - `SIERerank` (`BaseNodePostprocessor`): rerank retrieved nodes with an SIE score model.
 - `SIEEntityExtractor` (`BaseExtractor`): entity metadata from SIE's zero-shot extraction.
+- `SIEDocumentReader` (`BaseReader`): PDFs and images read by an SIE OCR model, one Document per page
+  (also a `SimpleDirectoryReader` file extractor).
 - `SIEPathExtractor` (`TransformComponent`, a `PropertyGraphIndex` kg_extractor): entity nodes and
   relations from an SIE GLiNER2 or relation (GLiREL) model, zero-shot, no LLM.
 
@@ -15,6 +17,8 @@ from .embedding import SIEEmbedding
 from .extractor import SIEEntityExtractor
 from .multimodal import SIEMultiModalEmbedding
 from .paths import SIEPathExtractor
+from .reader import SIEDocumentReader
 from .rerank import SIERerank
 
-__all__ = ["SIEEmbedding", "SIEEntityExtractor", "SIEMultiModalEmbedding", "SIEPathExtractor", "SIERerank"]
+__all__ = ["SIEDocumentReader", "SIEEmbedding", "SIEEntityExtractor", "SIEMultiModalEmbedding",
+           "SIEPathExtractor", "SIERerank"]
