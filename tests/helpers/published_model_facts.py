@@ -266,6 +266,12 @@ PUBLISHED: dict[str, Published] = {
     "cross-encoder/stsb-roberta-large": other("roberta", "score", 512, CE),
     "cross-encoder/stsb-distilroberta-base": other("roberta", "score", 512, CE),
     "cross-encoder/quora-distilroberta-base": other("roberta", "score", 512, CE),
+    # multilingual MiniLM rerankers: mmarco-mMiniLMv2's config.json (XLMRobertaForSequenceClassification, one label,
+    # max_position_embeddings 514: 512 tokens); the en-de ones: model_type bert (the Hub's tags) over XLM-R's
+    # sentencepiece vocabulary (sentencepiece.bpe.model in the repository), as paraphrase-multilingual-MiniLM
+    "cross-encoder/mmarco-mMiniLMv2-L12-H384-v1": other("xlm-roberta", "score", 512, CE),
+    "cross-encoder/msmarco-MiniLM-L6-en-de-v1": other("bert", "score", 512, CE),
+    "cross-encoder/msmarco-MiniLM-L12-en-de-v1": other("bert", "score", 512, CE),
     # NLI cross-encoders serving zero-shot classification
     "cross-encoder/nli-deberta-v3-base": other("deberta-v2", "zeroshot", 512, NLI),
     "cross-encoder/nli-deberta-v3-small": other("deberta-v2", "zeroshot", 512, NLI),
@@ -273,6 +279,9 @@ PUBLISHED: dict[str, Published] = {
     "cross-encoder/nli-roberta-base": other("roberta", "zeroshot", 512, NLI),
     "cross-encoder/nli-distilroberta-base": other("roberta", "zeroshot", 512, NLI),
     "cross-encoder/nli-MiniLM2-L6-H768": other("roberta", "zeroshot", 512, NLI),
+    # config.json on the Hub: DebertaV2ForSequenceClassification, id2label {0 entailment, 1 neutral, 2 contradiction},
+    # max_position_embeddings 512
+    "MoritzLaurer/DeBERTa-v3-base-mnli-fever-anli": other("deberta-v2", "zeroshot", 512, NLI),
     "MoritzLaurer/deberta-v3-base-zeroshot-v2.0": other("deberta-v2", "zeroshot", 512, NLI),
     "MoritzLaurer/deberta-v3-large-zeroshot-v2.0": other("deberta-v2", "zeroshot", 512, NLI),
     # fixed-label classifiers (transformers' text-classification pipeline); windows: max_position_embeddings
@@ -290,6 +299,9 @@ PUBLISHED: dict[str, Published] = {
     "naver/splade_v2_max": other("bert", "sparse", 512, SPLADE),
     "naver/splade-v3": other("bert", "sparse", 512, SPLADE),
     "naver/splade_v2_distil": other("distilbert", "sparse", 512, SPLADE),
+    # naver/splade-v3-distilbert: the Hub's tags (fill-mask, distilbert: config.json's model_type), its README ("the
+    # DistilBERT version of naver/splade-v3"); 512 is DistilBERT's max_position_embeddings
+    "naver/splade-v3-distilbert": other("distilbert", "sparse", 512, SPLADE),
     "prithivida/Splade_PP_en_v1": other("bert", "sparse", 512, SPLADE),
     "prithivida/Splade_PP_en_v2": other("bert", "sparse", 512, SPLADE),
     "rasyosef/splade-mini": other("bert", "sparse", 512, SPLADE),
@@ -367,7 +379,14 @@ PUBLISHED: dict[str, Published] = {
     "EmergentMethods/gliner_medium_news-v2.1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
     "EmergentMethods/gliner_large_news-v2.1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
     "numind/NuNER_Zero": other("deberta-v2", "extract", 512, GLINER, span_mode="token_level"),
-    "numind/NuNER_Zero-span": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    # NuNER_Zero-span's gliner_config.json (commit e7f47fe, "Upload gliner_config.json") names span_mode "marker"
+    "numind/NuNER_Zero-span": other("deberta-v2", "extract", 512, GLINER, span_mode="marker"),
+    # gliner_config.json as published: urchade/gliner_large-v1 (commit e95d251 "better version": model_name
+    # microsoft/deberta-v3-large, span_mode markerV0, max_width 12), urchade/gliner_large_bio-v0.2 (95e6a84: the same
+    # backbone, markerV0), knowledgator/gliner-multitask-large-v0.5 (87e2b84: deberta-v3-large, token_level)
+    "urchade/gliner_large-v1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "urchade/gliner_large_bio-v0.2": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "knowledgator/gliner-multitask-large-v0.5": other("deberta-v2", "extract", 512, GLINER, span_mode="token_level"),
     # GLiREL (relation extraction over a DeBERTa backbone; tests/engine/heads/test_glirel.py runs the head)
     "jackboyla/glirel-large-v0": other("deberta-v2", "relations", 512, GLIREL),
     # GLiNER2 (span architecture: entities and classification in one pass; tests/engine/heads/test_gliner2.py runs it)
