@@ -111,6 +111,11 @@ CLASSIFIER = "the model card (README) on the Hub: base architecture and labels; 
 MULTI_LABEL = CLASSIFIER + "; the README states multi-label classification (one sigmoid per label)"
 
 
+# Read from config.json itself (architectures, id2label, problem_type), in the repository or in an exact
+# export of it (Xenova's / ONNX conversions keep the config unchanged), the window from max_position_embeddings.
+CLASSIFIER_CONFIG = "config.json (architectures, id2label, problem_type) of the repository or an exact export of it"
+
+
 def classifier(model_type, num_labels, multi_label=False, source=CLASSIFIER):
     return Published(model_type, ("classifier",), source, 512, num_labels=num_labels, multi_label=multi_label)
 
@@ -282,6 +287,14 @@ PUBLISHED: dict[str, Published] = {
     # config.json on the Hub: DebertaV2ForSequenceClassification, id2label {0 entailment, 1 neutral, 2 contradiction},
     # max_position_embeddings 512
     "MoritzLaurer/DeBERTa-v3-base-mnli-fever-anli": other("deberta-v2", "zeroshot", 512, NLI),
+    # mDeBERTa-v3-base-mnli-xnli: blame/main config.json (three classes, entailment first) + tokenizer_config.json
+    # (model_max_length 512); bge-m3-zeroshot-v2.0: the repository's onnx/config.json (XLMRobertaForSequenceClassification,
+    # entailment / not_entailment, max_position_embeddings 8194: 8192 tokens); DeBERTa-v3-large-...-wanli: the Hub's
+    # tags (deberta-v2, zero-shot-classification), its config.json as models fine-tuned from it carry it (entailment,
+    # neutral, contradiction) and tokenizer_config.json model_max_length 512; the NLI head checks id2label at load
+    "MoritzLaurer/mDeBERTa-v3-base-mnli-xnli": other("deberta-v2", "zeroshot", 512, NLI),
+    "MoritzLaurer/bge-m3-zeroshot-v2.0": other("xlm-roberta", "zeroshot", 8192, NLI),
+    "MoritzLaurer/DeBERTa-v3-large-mnli-fever-anli-ling-wanli": other("deberta-v2", "zeroshot", 512, NLI),
     "MoritzLaurer/deberta-v3-base-zeroshot-v2.0": other("deberta-v2", "zeroshot", 512, NLI),
     "MoritzLaurer/deberta-v3-large-zeroshot-v2.0": other("deberta-v2", "zeroshot", 512, NLI),
     # fixed-label classifiers (transformers' text-classification pipeline); windows: max_position_embeddings
@@ -293,6 +306,20 @@ PUBLISHED: dict[str, Published] = {
     "unitary/toxic-bert": classifier("bert", 6, True, MULTI_LABEL),
     "papluca/xlm-roberta-base-language-detection": classifier("xlm-roberta", 20),
     "ProsusAI/finbert": classifier("bert", 3),
+    # nlptown: config.json as Xenova's export carries it (BertForSequenceClassification, id2label 1 star .. 5 stars);
+    # protectai v2: SAFE / INJECTION (its ONNX exports' config.json, DebertaV2ForSequenceClassification); cardiffnlp
+    # xlm-r: negative / neutral / positive (XLMRobertaForSequenceClassification, the README's labels); j-hartmann
+    # large: raw/main config.json (seven labels); unbiased-toxic-roberta: sixteen labels, problem_type
+    # multi_label_classification (its "fix wrong activation function for multi-label classification" commit);
+    # s-nlp: blob/main config.json (neutral, toxic); lxyuan: config.json (positive, neutral, negative; DistilBERT)
+    "nlptown/bert-base-multilingual-uncased-sentiment": classifier("bert", 5, source=CLASSIFIER_CONFIG),
+    "protectai/deberta-v3-base-prompt-injection-v2": classifier("deberta-v2", 2, source=CLASSIFIER_CONFIG),
+    "cardiffnlp/twitter-xlm-roberta-base-sentiment": classifier("xlm-roberta", 3, source=CLASSIFIER_CONFIG),
+    "j-hartmann/emotion-english-roberta-large": classifier("roberta", 7, source=CLASSIFIER_CONFIG),
+    "unitary/unbiased-toxic-roberta": classifier("roberta", 16, True, CLASSIFIER_CONFIG),
+    "s-nlp/roberta_toxicity_classifier": classifier("roberta", 2, source=CLASSIFIER_CONFIG),
+    "lxyuan/distilbert-base-multilingual-cased-sentiments-student": classifier("distilbert", 3,
+                                                                                source=CLASSIFIER_CONFIG),
     # SPLADE and other learned sparse encoders
     "naver/splade-cocondenser-ensembledistil": other("bert", "sparse", 512, SPLADE),
     "naver/splade-cocondenser-selfdistil": other("bert", "sparse", 512, SPLADE),
