@@ -320,6 +320,10 @@ PUBLISHED: dict[str, Published] = {
     "s-nlp/roberta_toxicity_classifier": classifier("roberta", 2, source=CLASSIFIER_CONFIG),
     "lxyuan/distilbert-base-multilingual-cased-sentiments-student": classifier("distilbert", 3,
                                                                                 source=CLASSIFIER_CONFIG),
+    # mrm8488: config.json as models fine-tuned from it carry it (RobertaForSequenceClassification, 6 layers,
+    # NEGATIVE / POSITIVE / NEUTRAL)
+    "mrm8488/distilroberta-finetuned-financial-news-sentiment-analysis": classifier("roberta", 3,
+                                                                                     source=CLASSIFIER_CONFIG),
     # SPLADE and other learned sparse encoders
     "naver/splade-cocondenser-ensembledistil": other("bert", "sparse", 512, SPLADE),
     "naver/splade-cocondenser-selfdistil": other("bert", "sparse", 512, SPLADE),
