@@ -89,6 +89,8 @@ ELSEWHERE = {
     "Qwen/Qwen3-Reranker-0.6B": "tests/engine/tasks/test_score_llm_reranker.py",
     "Qwen/Qwen3-Reranker-4B": "tests/engine/tasks/test_score_llm_reranker.py",
     "Qwen/Qwen3-Reranker-8B": "tests/engine/tasks/test_score_llm_reranker.py",
+    "mixedbread-ai/mxbai-rerank-base-v2": "tests/engine/tasks/test_score_mxbai_rerank_v2.py",
+    "mixedbread-ai/mxbai-rerank-large-v2": "tests/engine/tasks/test_score_mxbai_rerank_v2.py",
     "vidore/colpali-v1.3-hf": "tests/engine/families/test_colpali.py",
 }
 LOADED = [card for card in LOADED if card.id not in ELSEWHERE]

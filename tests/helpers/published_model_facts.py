@@ -230,6 +230,12 @@ PUBLISHED: dict[str, Published] = {
     "Qwen/Qwen3-Reranker-0.6B": other("qwen3", "score", 8192, "config.json + the README's recipe (max_length 8192)"),
     "Qwen/Qwen3-Reranker-4B": other("qwen3", "score", 8192, "config.json + the README's recipe (max_length 8192)"),
     "Qwen/Qwen3-Reranker-8B": other("qwen3", "score", 8192, "config.json + the README's recipe (max_length 8192)"),
+    # mxbai-rerank v2: config.json (Qwen2ForCausalLM, model_type qwen2, tie_word_embeddings, max_position_embeddings
+    # 32768; large-v2 as its duplicates carry it, base-v2 as its -seq conversion does) + mxbai-rerank 0.1.6's
+    # MxbaiRerankV2 (max_length 8192, the prompt, "1" / "0"; the card's options are checked against its constants
+    # in tests/engine/tasks/test_score_mxbai_rerank_v2.py)
+    "mixedbread-ai/mxbai-rerank-base-v2": other("qwen2", "score", 8192, "config.json + mxbai-rerank's MxbaiRerankV2"),
+    "mixedbread-ai/mxbai-rerank-large-v2": other("qwen2", "score", 8192, "config.json + mxbai-rerank's MxbaiRerankV2"),
     # IBM Granite
     "ibm-granite/granite-embedding-30m-english": dense("roberta", "cls", True, 384, 512),
     "ibm-granite/granite-embedding-125m-english": dense("roberta", "cls", True, 768, 512),
@@ -288,8 +294,9 @@ PUBLISHED: dict[str, Published] = {
     # max_position_embeddings 512
     "MoritzLaurer/DeBERTa-v3-base-mnli-fever-anli": other("deberta-v2", "zeroshot", 512, NLI),
     # mDeBERTa-v3-base-mnli-xnli: blame/main config.json (three classes, entailment first) + tokenizer_config.json
-    # (model_max_length 512); bge-m3-zeroshot-v2.0: the repository's onnx/config.json (XLMRobertaForSequenceClassification,
-    # entailment / not_entailment, max_position_embeddings 8194: 8192 tokens); DeBERTa-v3-large-...-wanli: the Hub's
+    # (model_max_length 512); bge-m3-zeroshot-v2.0: the repository's onnx/config.json
+    # (XLMRobertaForSequenceClassification, entailment / not_entailment, max_position_embeddings 8194: 8192 tokens);
+    # DeBERTa-v3-large-...-wanli: the Hub's
     # tags (deberta-v2, zero-shot-classification), its config.json as models fine-tuned from it carry it (entailment,
     # neutral, contradiction) and tokenizer_config.json model_max_length 512; the NLI head checks id2label at load
     "MoritzLaurer/mDeBERTa-v3-base-mnli-xnli": other("deberta-v2", "zeroshot", 512, NLI),
