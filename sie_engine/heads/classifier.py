@@ -212,6 +212,13 @@ def build_yes_no_head(ctx: HeadContext) -> YesNoHead:
             raise ValueError(f"card {ctx.card.id}: options.score.kind yes-no needs `lm_head.weight` or input "
                              f"embeddings to tie it to, which {type(ctx.backbone).__name__} does not expose")
         weight = table.weight
+    for key in ("prefix", "suffix", "template"):  # a string, or its parts
+        value = options[key]
+        if not isinstance(value, str) and not (isinstance(value, list) and all(isinstance(p, str) for p in value)):
+            raise ValueError(f"card {ctx.card.id}: options.score.{key} must be a string or a list of strings")
+    share = options.get("query_share")
+    if share is not None and not (isinstance(share, (int, float)) and 0 < share <= 1):
+        raise ValueError(f"card {ctx.card.id}: options.score.query_share {share!r} must be in (0, 1]")
     activation = options.get("activation", "softmax")
     if activation not in YES_NO_ACTIVATIONS:
         raise ValueError(f"card {ctx.card.id}: options.score.activation {activation!r} is not one of "

@@ -78,12 +78,12 @@ async def run(engine: TaskContext, call: Call) -> ScoreResult:
         if instr and prompt.get("instruction_format"):  # mxbai-rerank v2: a line only when there is one
             instr = prompt["instruction_format"].format(instruction=instr)
         fill = dict(instruction=instr or "", query=query_text)
-        if isinstance(prompt["template"], str):
+        if all(isinstance(prompt[key], str) for key in ("prefix", "suffix", "template")):
             texts_in = [prompt["template"].format(**fill, document=t) for t in texts]
             tokenized, tokenize_s = await engine.tokenize(card, "encode_wrapped", texts_in, prefix=prompt["prefix"],
                                                           suffix=prompt["suffix"])
         else:  # parts tokenised on their own
-            parts_in = [[part.format(**fill, document=t) for part in prompt["template"]] for t in texts]
+            parts_in = [[part.format(**fill, document=t) for part in _parts(prompt["template"])] for t in texts]
             tokenized, tokenize_s = await engine.tokenize(
                 card, "encode_wrapped_parts", parts_in, prefix=_parts(prompt["prefix"]),
                 suffix=_parts(prompt["suffix"]), first_share=prompt.get("query_share"))

@@ -164,3 +164,13 @@ def test_truncate_false_refuses_a_pair_longer_than_the_window(engine):
         engine.score_sync(CARD_IDS[0], QUERY, DOCS, truncate=False)
     assert info.value.field == "items[2].text"
     json.dumps(info.value.message)  # a plain message
+
+
+def test_a_bad_query_share_fails_the_load_naming_it(root):
+    card = Catalog.builtin().get(CARD_IDS[0])
+    options = {"score": {**card.options["score"], "query_share": 2}}
+    bad = dataclasses.replace(card, id="bad/mxbai", weights=WeightsSource(path=str(root)), max_seq_len=WINDOW,
+                              dtype="float32", options=options)
+    with Engine(Catalog([bad]), device="cpu") as engine, pytest.raises(Exception) as info:
+        engine.score_sync(bad.id, QUERY, DOCS[:1])
+    assert "query_share" in str(info.value)
