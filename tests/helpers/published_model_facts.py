@@ -357,6 +357,11 @@ PUBLISHED: dict[str, Published] = {
     "colbert-ir/colbertv2.0": other("bert", "multivector", 180, "artifact.metadata (doc_maxlen 180, query_maxlen "
                                     "32, [unused0]/[unused1] markers, dim 128) on the Hub", query_length=32,
                                     markers=("[unused0]", "[unused1]")),
+    "mixedbread-ai/mxbai-colbert-large-v1": other("bert", "multivector", 256, "artifact.metadata (raw, commit be75239: "
+                                                  "query_maxlen 128, doc_maxlen 256, [unused0]/[unused1] markers, "
+                                                  "dim 128, attend_to_mask_tokens false, mask_punctuation) + "
+                                                  "config.json (HF_ColBERT, model_type bert) on the Hub",
+                                                  query_length=128, markers=("[unused0]", "[unused1]")),
     "answerdotai/answerai-colbert-small-v1": other("bert", "multivector", None, "artifact.metadata (query_maxlen "
                                                    "32, [unused0]/[unused1] markers, dim 96) on the Hub",
                                                    query_length=32, markers=("[unused0]", "[unused1]")),
