@@ -170,6 +170,34 @@ class TextTokenizer(VocabularyLookup):
             truncated.append(bool(encoding.overflowing) or len(encoding.ids) > budget)
         return Tokenized(ids=ids, type_ids=None, truncated=truncated)
 
+    def encode_wrapped_parts(self, items: Sequence[Sequence[str]], *, prefix: Sequence[str], suffix: Sequence[str],
+                             first_share: float | None = None) -> Tokenized:
+        """`prefix + item + suffix` as ids where every part is tokenised on its own, without special
+        tokens, and the ids concatenated: how mxbai-rerank v2 builds its prompt (a byte-level BPE
+        merges across a joint string, e.g. "?\n", so joining the parts first would change the ids).
+        The item's first part is cut to `first_share` of the budget (the query's share), then the
+        item from the right (the document) so the whole fits the window; the prefix and suffix are
+        never cut."""
+        whole = self._untruncated()
+
+        def ids_of(parts: Sequence[str]) -> list[int]:
+            return [i for part in parts for i in whole.encode(part, add_special_tokens=False).ids]
+
+        head, tail = ids_of(prefix), ids_of(suffix)
+        budget = self.max_length - len(head) - len(tail)
+        if budget <= 0:
+            raise ValueError(f"the prompt's prefix and suffix take {len(head) + len(tail)} tokens, the whole window")
+        ids, truncated = [], []
+        for parts in items:
+            first, rest = ids_of(parts[:1]), ids_of(parts[1:])
+            cut = False
+            if first_share is not None and len(first) > int(budget * first_share):
+                first, cut = first[:int(budget * first_share)], True
+            body = first + rest
+            ids.append(np.asarray(head + body[:budget] + tail, dtype=np.int32))
+            truncated.append(cut or len(body) > budget)
+        return Tokenized(ids=ids, type_ids=None, truncated=truncated)
+
     def encode_whole(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Ids with special tokens and no truncation (a task that decides itself what to cut)."""
         return [np.asarray(e.ids, dtype=np.int32) for e in self._untruncated().encode_batch(list(texts))]

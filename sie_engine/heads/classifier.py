@@ -144,17 +144,22 @@ def to_scores(logits: torch.Tensor, activation: str, label: int) -> torch.Tensor
 
 
 class YesNoHead(Head):
-    """hidden `[T, H]` -> P(yes) `[B]` from the last token of each sequence.
+    """hidden `[T, H]` -> a score `[B]` from the last token of each sequence: P(yes) against no
+    (Qwen3-Reranker's), or with `difference` the logit of yes minus the logit of no (mxbai-rerank
+    v2's raw score, whose sigmoid is that probability).
 
     `rows`: `[2, H]` LM-head rows of the "no" and "yes" tokens (in that order)."""
 
-    def __init__(self, rows: torch.Tensor):
+    def __init__(self, rows: torch.Tensor, difference: bool = False):
         super().__init__()
         self.rows = nn.Parameter(rows, requires_grad=False)
+        self.difference = difference
 
     def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence = ()) -> list[float]:
         last = hidden.index_select(0, batch.cu_seqlens[1:].long() - 1)  # [B, H]
-        logits = (last @ self.rows.T).float()  # [B, 2]
+        logits = (last @ self.rows.T).float()  # [B, 2]: no, yes
+        if self.difference:
+            return (logits[:, 1] - logits[:, 0]).cpu().tolist()
         return torch.softmax(logits, dim=-1)[:, 1].cpu().tolist()
 
 
@@ -170,8 +175,15 @@ YES_NO_DEFAULTS = {
 }
 
 
+# What a yes/no card's `activation` may say: the probability of yes against no, or the raw logit difference.
+YES_NO_ACTIVATIONS = ("softmax", "identity")
+
+
 def yes_no_options(card) -> dict:
-    """The card's yes/no prompt settings over Qwen3-Reranker's defaults."""
+    """The card's yes/no prompt settings over Qwen3-Reranker's defaults. `prefix`, `suffix` and
+    `template` are each a string or a list of parts tokenised on their own (mxbai-rerank v2's
+    layout); `instruction_format` wraps a non-empty instruction before it fills `{instruction}`;
+    `query_share` caps the template's first part (the query) at that share of the window."""
     options = dict(YES_NO_DEFAULTS)
     options.update((card.options or {}).get("score") or {})
     return options
@@ -200,7 +212,19 @@ def build_yes_no_head(ctx: HeadContext) -> YesNoHead:
             raise ValueError(f"card {ctx.card.id}: options.score.kind yes-no needs `lm_head.weight` or input "
                              f"embeddings to tie it to, which {type(ctx.backbone).__name__} does not expose")
         weight = table.weight
-    return YesNoHead(weight.detach()[token_ids].to(device=ctx.device, dtype=ctx.dtype)).eval()
+    for key in ("prefix", "suffix", "template"):  # a string, or its parts
+        value = options[key]
+        if not isinstance(value, str) and not (isinstance(value, list) and all(isinstance(p, str) for p in value)):
+            raise ValueError(f"card {ctx.card.id}: options.score.{key} must be a string or a list of strings")
+    share = options.get("query_share")
+    if share is not None and not (isinstance(share, (int, float)) and 0 < share <= 1):
+        raise ValueError(f"card {ctx.card.id}: options.score.query_share {share!r} must be in (0, 1]")
+    activation = options.get("activation", "softmax")
+    if activation not in YES_NO_ACTIVATIONS:
+        raise ValueError(f"card {ctx.card.id}: options.score.activation {activation!r} is not one of "
+                         f"{YES_NO_ACTIVATIONS} for kind yes-no")
+    rows = weight.detach()[token_ids].to(device=ctx.device, dtype=ctx.dtype)
+    return YesNoHead(rows, difference=activation == "identity").eval()
 
 
 def build_score_head(ctx: HeadContext) -> dict[str, nn.Module]:

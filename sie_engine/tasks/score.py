@@ -75,9 +75,18 @@ async def run(engine: TaskContext, call: Call) -> ScoreResult:
     if score_kind == "yes-no":  # LLM reranker: one prompt per pair, P(yes) at its last token
         prompt = yes_no_options(card)
         instr = instruction if instruction is not None else prompt["instruction"]
-        texts_in = [prompt["template"].format(instruction=instr, query=query_text, document=t) for t in texts]
-        tokenized, tokenize_s = await engine.tokenize(card, "encode_wrapped", texts_in, prefix=prompt["prefix"],
-                                                      suffix=prompt["suffix"])
+        if instr and prompt.get("instruction_format"):  # mxbai-rerank v2: a line only when there is one
+            instr = prompt["instruction_format"].format(instruction=instr)
+        fill = dict(instruction=instr or "", query=query_text)
+        if all(isinstance(prompt[key], str) for key in ("prefix", "suffix", "template")):
+            texts_in = [prompt["template"].format(**fill, document=t) for t in texts]
+            tokenized, tokenize_s = await engine.tokenize(card, "encode_wrapped", texts_in, prefix=prompt["prefix"],
+                                                          suffix=prompt["suffix"])
+        else:  # parts tokenised on their own
+            parts_in = [[part.format(**fill, document=t) for part in _parts(prompt["template"])] for t in texts]
+            tokenized, tokenize_s = await engine.tokenize(
+                card, "encode_wrapped_parts", parts_in, prefix=_parts(prompt["prefix"]),
+                suffix=_parts(prompt["suffix"]), first_share=prompt.get("query_share"))
         check_truncation(tokenized, truncate)
         tokens = tokenized.num_tokens
         request = engine.new_request(call, "score", len(texts))
@@ -127,6 +136,11 @@ async def run(engine: TaskContext, call: Call) -> ScoreResult:
 
     ranked = rank(ids, [r["score"] for r in scores], top_k)
     return ScoreResult(card.id, ranked, tokens, engine.timings(request, call.started, tokenize_s))
+
+
+def _parts(value: str | Sequence[str]) -> list[str]:
+    """A yes/no prompt's prefix or suffix as its parts (a plain string is one part)."""
+    return [value] if isinstance(value, str) else list(value)
 
 
 def rank(ids: list[str], scores: Sequence[float], top_k: int | None) -> list[ScoredItem]:

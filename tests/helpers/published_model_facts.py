@@ -111,6 +111,11 @@ CLASSIFIER = "the model card (README) on the Hub: base architecture and labels; 
 MULTI_LABEL = CLASSIFIER + "; the README states multi-label classification (one sigmoid per label)"
 
 
+# Read from config.json itself (architectures, id2label, problem_type), in the repository or in an exact
+# export of it (Xenova's / ONNX conversions keep the config unchanged), the window from max_position_embeddings.
+CLASSIFIER_CONFIG = "config.json (architectures, id2label, problem_type) of the repository or an exact export of it"
+
+
 def classifier(model_type, num_labels, multi_label=False, source=CLASSIFIER):
     return Published(model_type, ("classifier",), source, 512, num_labels=num_labels, multi_label=multi_label)
 
@@ -225,6 +230,12 @@ PUBLISHED: dict[str, Published] = {
     "Qwen/Qwen3-Reranker-0.6B": other("qwen3", "score", 8192, "config.json + the README's recipe (max_length 8192)"),
     "Qwen/Qwen3-Reranker-4B": other("qwen3", "score", 8192, "config.json + the README's recipe (max_length 8192)"),
     "Qwen/Qwen3-Reranker-8B": other("qwen3", "score", 8192, "config.json + the README's recipe (max_length 8192)"),
+    # mxbai-rerank v2: config.json (Qwen2ForCausalLM, model_type qwen2, tie_word_embeddings, max_position_embeddings
+    # 32768; large-v2 as its duplicates carry it, base-v2 as its -seq conversion does) + mxbai-rerank 0.1.6's
+    # MxbaiRerankV2 (max_length 8192, the prompt, "1" / "0"; the card's options are checked against its constants
+    # in tests/engine/tasks/test_score_mxbai_rerank_v2.py)
+    "mixedbread-ai/mxbai-rerank-base-v2": other("qwen2", "score", 8192, "config.json + mxbai-rerank's MxbaiRerankV2"),
+    "mixedbread-ai/mxbai-rerank-large-v2": other("qwen2", "score", 8192, "config.json + mxbai-rerank's MxbaiRerankV2"),
     # IBM Granite
     "ibm-granite/granite-embedding-30m-english": dense("roberta", "cls", True, 384, 512),
     "ibm-granite/granite-embedding-125m-english": dense("roberta", "cls", True, 768, 512),
@@ -266,6 +277,12 @@ PUBLISHED: dict[str, Published] = {
     "cross-encoder/stsb-roberta-large": other("roberta", "score", 512, CE),
     "cross-encoder/stsb-distilroberta-base": other("roberta", "score", 512, CE),
     "cross-encoder/quora-distilroberta-base": other("roberta", "score", 512, CE),
+    # multilingual MiniLM rerankers: mmarco-mMiniLMv2's config.json (XLMRobertaForSequenceClassification, one label,
+    # max_position_embeddings 514: 512 tokens); the en-de ones: model_type bert (the Hub's tags) over XLM-R's
+    # sentencepiece vocabulary (sentencepiece.bpe.model in the repository), as paraphrase-multilingual-MiniLM
+    "cross-encoder/mmarco-mMiniLMv2-L12-H384-v1": other("xlm-roberta", "score", 512, CE),
+    "cross-encoder/msmarco-MiniLM-L6-en-de-v1": other("bert", "score", 512, CE),
+    "cross-encoder/msmarco-MiniLM-L12-en-de-v1": other("bert", "score", 512, CE),
     # NLI cross-encoders serving zero-shot classification
     "cross-encoder/nli-deberta-v3-base": other("deberta-v2", "zeroshot", 512, NLI),
     "cross-encoder/nli-deberta-v3-small": other("deberta-v2", "zeroshot", 512, NLI),
@@ -273,6 +290,18 @@ PUBLISHED: dict[str, Published] = {
     "cross-encoder/nli-roberta-base": other("roberta", "zeroshot", 512, NLI),
     "cross-encoder/nli-distilroberta-base": other("roberta", "zeroshot", 512, NLI),
     "cross-encoder/nli-MiniLM2-L6-H768": other("roberta", "zeroshot", 512, NLI),
+    # config.json on the Hub: DebertaV2ForSequenceClassification, id2label {0 entailment, 1 neutral, 2 contradiction},
+    # max_position_embeddings 512
+    "MoritzLaurer/DeBERTa-v3-base-mnli-fever-anli": other("deberta-v2", "zeroshot", 512, NLI),
+    # mDeBERTa-v3-base-mnli-xnli: blame/main config.json (three classes, entailment first) + tokenizer_config.json
+    # (model_max_length 512); bge-m3-zeroshot-v2.0: the repository's onnx/config.json
+    # (XLMRobertaForSequenceClassification, entailment / not_entailment, max_position_embeddings 8194: 8192 tokens);
+    # DeBERTa-v3-large-...-wanli: the Hub's
+    # tags (deberta-v2, zero-shot-classification), its config.json as models fine-tuned from it carry it (entailment,
+    # neutral, contradiction) and tokenizer_config.json model_max_length 512; the NLI head checks id2label at load
+    "MoritzLaurer/mDeBERTa-v3-base-mnli-xnli": other("deberta-v2", "zeroshot", 512, NLI),
+    "MoritzLaurer/bge-m3-zeroshot-v2.0": other("xlm-roberta", "zeroshot", 8192, NLI),
+    "MoritzLaurer/DeBERTa-v3-large-mnli-fever-anli-ling-wanli": other("deberta-v2", "zeroshot", 512, NLI),
     "MoritzLaurer/deberta-v3-base-zeroshot-v2.0": other("deberta-v2", "zeroshot", 512, NLI),
     "MoritzLaurer/deberta-v3-large-zeroshot-v2.0": other("deberta-v2", "zeroshot", 512, NLI),
     # fixed-label classifiers (transformers' text-classification pipeline); windows: max_position_embeddings
@@ -284,12 +313,33 @@ PUBLISHED: dict[str, Published] = {
     "unitary/toxic-bert": classifier("bert", 6, True, MULTI_LABEL),
     "papluca/xlm-roberta-base-language-detection": classifier("xlm-roberta", 20),
     "ProsusAI/finbert": classifier("bert", 3),
+    # nlptown: config.json as Xenova's export carries it (BertForSequenceClassification, id2label 1 star .. 5 stars);
+    # protectai v2: SAFE / INJECTION (its ONNX exports' config.json, DebertaV2ForSequenceClassification); cardiffnlp
+    # xlm-r: negative / neutral / positive (XLMRobertaForSequenceClassification, the README's labels); j-hartmann
+    # large: raw/main config.json (seven labels); unbiased-toxic-roberta: sixteen labels, problem_type
+    # multi_label_classification (its "fix wrong activation function for multi-label classification" commit);
+    # s-nlp: blob/main config.json (neutral, toxic); lxyuan: config.json (positive, neutral, negative; DistilBERT)
+    "nlptown/bert-base-multilingual-uncased-sentiment": classifier("bert", 5, source=CLASSIFIER_CONFIG),
+    "protectai/deberta-v3-base-prompt-injection-v2": classifier("deberta-v2", 2, source=CLASSIFIER_CONFIG),
+    "cardiffnlp/twitter-xlm-roberta-base-sentiment": classifier("xlm-roberta", 3, source=CLASSIFIER_CONFIG),
+    "j-hartmann/emotion-english-roberta-large": classifier("roberta", 7, source=CLASSIFIER_CONFIG),
+    "unitary/unbiased-toxic-roberta": classifier("roberta", 16, True, CLASSIFIER_CONFIG),
+    "s-nlp/roberta_toxicity_classifier": classifier("roberta", 2, source=CLASSIFIER_CONFIG),
+    "lxyuan/distilbert-base-multilingual-cased-sentiments-student": classifier("distilbert", 3,
+                                                                                source=CLASSIFIER_CONFIG),
+    # mrm8488: config.json as models fine-tuned from it carry it (RobertaForSequenceClassification, 6 layers,
+    # NEGATIVE / POSITIVE / NEUTRAL)
+    "mrm8488/distilroberta-finetuned-financial-news-sentiment-analysis": classifier("roberta", 3,
+                                                                                     source=CLASSIFIER_CONFIG),
     # SPLADE and other learned sparse encoders
     "naver/splade-cocondenser-ensembledistil": other("bert", "sparse", 512, SPLADE),
     "naver/splade-cocondenser-selfdistil": other("bert", "sparse", 512, SPLADE),
     "naver/splade_v2_max": other("bert", "sparse", 512, SPLADE),
     "naver/splade-v3": other("bert", "sparse", 512, SPLADE),
     "naver/splade_v2_distil": other("distilbert", "sparse", 512, SPLADE),
+    # naver/splade-v3-distilbert: the Hub's tags (fill-mask, distilbert: config.json's model_type), its README ("the
+    # DistilBERT version of naver/splade-v3"); 512 is DistilBERT's max_position_embeddings
+    "naver/splade-v3-distilbert": other("distilbert", "sparse", 512, SPLADE),
     "prithivida/Splade_PP_en_v1": other("bert", "sparse", 512, SPLADE),
     "prithivida/Splade_PP_en_v2": other("bert", "sparse", 512, SPLADE),
     "rasyosef/splade-mini": other("bert", "sparse", 512, SPLADE),
@@ -307,6 +357,11 @@ PUBLISHED: dict[str, Published] = {
     "colbert-ir/colbertv2.0": other("bert", "multivector", 180, "artifact.metadata (doc_maxlen 180, query_maxlen "
                                     "32, [unused0]/[unused1] markers, dim 128) on the Hub", query_length=32,
                                     markers=("[unused0]", "[unused1]")),
+    "mixedbread-ai/mxbai-colbert-large-v1": other("bert", "multivector", 256, "artifact.metadata (raw, commit be75239: "
+                                                  "query_maxlen 128, doc_maxlen 256, [unused0]/[unused1] markers, "
+                                                  "dim 128, attend_to_mask_tokens false, mask_punctuation) + "
+                                                  "config.json (HF_ColBERT, model_type bert) on the Hub",
+                                                  query_length=128, markers=("[unused0]", "[unused1]")),
     "answerdotai/answerai-colbert-small-v1": other("bert", "multivector", None, "artifact.metadata (query_maxlen "
                                                    "32, [unused0]/[unused1] markers, dim 96) on the Hub",
                                                    query_length=32, markers=("[unused0]", "[unused1]")),
@@ -367,7 +422,14 @@ PUBLISHED: dict[str, Published] = {
     "EmergentMethods/gliner_medium_news-v2.1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
     "EmergentMethods/gliner_large_news-v2.1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
     "numind/NuNER_Zero": other("deberta-v2", "extract", 512, GLINER, span_mode="token_level"),
-    "numind/NuNER_Zero-span": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    # NuNER_Zero-span's gliner_config.json (commit e7f47fe, "Upload gliner_config.json") names span_mode "marker"
+    "numind/NuNER_Zero-span": other("deberta-v2", "extract", 512, GLINER, span_mode="marker"),
+    # gliner_config.json as published: urchade/gliner_large-v1 (commit e95d251 "better version": model_name
+    # microsoft/deberta-v3-large, span_mode markerV0, max_width 12), urchade/gliner_large_bio-v0.2 (95e6a84: the same
+    # backbone, markerV0), knowledgator/gliner-multitask-large-v0.5 (87e2b84: deberta-v3-large, token_level)
+    "urchade/gliner_large-v1": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "urchade/gliner_large_bio-v0.2": other("deberta-v2", "extract", 512, GLINER, span_mode="markerV0"),
+    "knowledgator/gliner-multitask-large-v0.5": other("deberta-v2", "extract", 512, GLINER, span_mode="token_level"),
     # GLiREL (relation extraction over a DeBERTa backbone; tests/engine/heads/test_glirel.py runs the head)
     "jackboyla/glirel-large-v0": other("deberta-v2", "relations", 512, GLIREL),
     # GLiNER2 (span architecture: entities and classification in one pass; tests/engine/heads/test_gliner2.py runs it)
