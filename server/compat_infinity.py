@@ -15,6 +15,7 @@ fastapi_schemas/pymodels.py, commit fcb951c):
   label}, ...] per text], model, usage, id, created}`: every label of a fixed-label classifier, best first
   (Infinity runs transformers' text-classification pipeline with `top_k=None`); `raw_scores` the logits.
 - `/models`: `{object: list, data: [{id, object, owned_by, created, backend, capabilities, stats}]}`.
+- `/health`: `{unix: <time>}`, as Infinity answers it (its client's `health` call).
 
 Errors are Infinity's `{"error": {message, type, param, code: <status>}}` with SIE's statuses.
 
@@ -55,9 +56,16 @@ def infinity_error(error: SIEError, status: int) -> tuple[int, dict]:
 infinity = compat.foreign_errors(infinity_error)
 
 
+# What Infinity's request models (and so infinity_client) put in `model` when none is given
+UNNAMED = "default/not-specified"
+
+
 def _model(body: dict) -> tuple[str, bool | None]:
-    if body.get("model") is None:  # Infinity defaults to its only model; SIE serves many
-        raise InvalidRequest("model is required: name one of the served models (GET /models)", field="model")
+    # Infinity serving one model takes any name for it; serving several it answers 400 (`Invalid model`,
+    # with the names). SIE serves many, so it answers as that, also for its client's default name.
+    if body.get("model") is None or body["model"] == UNNAMED:
+        raise InvalidRequest(f"model is required (infinity_client sends {UNNAMED!r} when none is given): name one "
+                             "of the served models (GET /models)", field="model")
     return compat.split_mode(body["model"])
 
 
@@ -130,6 +138,12 @@ async def classify(request: web.Request) -> web.Response:
         "usage": {"prompt_tokens": result.tokens, "total_tokens": result.tokens},
         "id": f"infinity-{uuid.uuid4()}", "created": int(time.time()),
     })
+
+
+@infinity
+async def health(request: web.Request) -> web.Response:
+    """Infinity's `GET /health`: the server's clock (`{"unix": float}`), whatever the models' states."""
+    return await compat.answer(request, {"unix": time.time()})
 
 
 @infinity

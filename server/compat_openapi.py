@@ -186,6 +186,9 @@ PATHS = {
     "/classify": {"post": _op("infinity", "Infinity classify: every label of a fixed-label classifier, best first",
                               ref("InfinityClassifyResponse"), "InfinityError", "InfinityClassifyRequest")},
     "/models": {"get": _op("infinity", "Infinity's model list", {"type": "object"}, "InfinityError", errors=("401",))},
+    "/health": {"get": _op("infinity", "Infinity's health: the server's clock", {
+        "type": "object", "required": ["unix"], "properties": {"unix": {"type": "number"}}}, "InfinityError",
+        errors=("401",))},
 }
 
 # the routes added later (Cohere's embed v2), kept in their own file
