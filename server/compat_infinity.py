@@ -17,7 +17,9 @@ fastapi_schemas/pymodels.py, commit fcb951c):
 - `/models`: `{object: list, data: [{id, object, owned_by, created, backend, capabilities, stats}]}`.
 - `/health`: `{unix: <time>}`, as Infinity answers it (its client's `health` call).
 
-Errors are Infinity's `{"error": {message, type, param, code: <status>}}` with SIE's statuses.
+Errors are Infinity's: a request field that fails its checks FastAPI's 422 `{"detail": [{loc, msg,
+type}]}` (pydantic's request validation), the rest its `{"error": {message, type, param, code:
+<status>}}` with SIE's statuses (400 for a model named wrong or lacking the task, 404 unknown).
 
 As lenient as Infinity: its request models are pydantic `BaseModel`s with the default
 `extra="ignore"`, so fields it does not know (an OpenAI client's `input_type`) are ignored here too;
@@ -29,13 +31,14 @@ Infinity's own client (infinity_client) accepts.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 
 from aiohttp import web
 
 from sie_engine import validation
-from sie_engine.errors import InvalidRequest, SIEError
+from sie_engine.errors import InvalidRequest, SIEError, UnsupportedOutput, UnsupportedTask
 
 from . import compat, compat_classify
 from .handlers import body_of
@@ -49,8 +52,19 @@ CAPABILITIES = {"encode": "embed", "score": "rerank"}  # SIE's tasks -> Infinity
 
 
 def infinity_error(error: SIEError, status: int) -> tuple[int, dict]:
-    return status, {"error": {"message": error.message, "type": error.code, "param": getattr(error, "field", None),
-                              "code": status}}
+    """A request field that fails Infinity's pydantic request models is FastAPI's 422 with its
+    HTTPValidationError body (`{"detail": [{loc, msg, type}]}`, the model infinity_client parses a
+    422 into); Infinity's own errors (a model it does not serve, a task the model lacks, overload)
+    are its OpenAIException's `{"error": {message, type, param, code}}`."""
+    field = getattr(error, "field", None)
+    if status == 400 and not isinstance(error, UnsupportedTask | UnsupportedOutput) and field != "model":
+        return 422, {"detail": [{"loc": ["body", *_location(field)], "msg": error.message, "type": "value_error"}]}
+    return status, {"error": {"message": error.message, "type": error.code, "param": field, "code": status}}
+
+
+def _location(field: str | None) -> list[str | int]:
+    """`documents[2]` -> ["documents", 2], pydantic's `loc` below the body."""
+    return [int(part[1:-1]) if part.startswith("[") else part for part in re.findall(r"\[\d+\]|[^.\[\]]+", field or "")]
 
 
 infinity = compat.foreign_errors(infinity_error)

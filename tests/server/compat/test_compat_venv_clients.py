@@ -4,7 +4,7 @@ machine in the test cache, tests/helpers/side_venvs.py), against a real `sie-ser
 - infinity_client 0.0.78 (Infinity's generated OpenAPI client; needs httpx<0.28): embeddings,
   rerank, classify, models and health, every answer parsed by the client's own models
   (fixtures/infinity_client_calls.py), so a field, type or enum SIE answered differently from
-  Infinity fails the parse;
+  Infinity fails the parse, and a refused field is the 422 its HTTPValidationError reads;
 - litellm 1.110.2 (botocore's python-dateutil<3 conflicts with the test install's kubernetes):
   its `huggingface` provider on the TEI route, `infinity` on the Infinity routes, `cohere` on
   Cohere's embed v2 and rerank, `openai` on `/v1/embeddings` (fixtures/litellm_calls.py).
@@ -74,6 +74,8 @@ def infinity(server):
         call("rerank", "rerank", model=CROSS, query=QUERY, documents=DOCS, top_n=3, return_documents=True),
         call("rerank_bare", "rerank", model=CROSS, query=QUERY, documents=DOCS),
         call("classify_scorer", "classify", model=CROSS, input=DOCS[:1]),
+        call("top_n_zero", "rerank", model=CROSS, query=QUERY, documents=DOCS, top_n=0),  # Infinity: gt=0
+        call("no_documents", "rerank", model=CROSS, query=QUERY, documents=[]),  # Infinity: min_length=1
         {"name": "models", "call": "models"},
         {"name": "health", "call": "health"},
     ]
@@ -122,6 +124,10 @@ def test_infinity_client_models_health_and_refusals(infinity):
     for name, words in (("unnamed", "default/not-specified"), ("classify_scorer", "fixed-label classifier")):
         answer = infinity[name]
         assert answer["status"] == 400 and words in answer["content"], (name, answer)
+    # a field Infinity's pydantic models refuse: FastAPI's 422, which the client parses as HTTPValidationError
+    for name, field in (("top_n_zero", "top_n"), ("no_documents", "documents")):
+        [detail] = parsed(infinity, name, "HTTPValidationError")["detail"]
+        assert detail["loc"] == ["body", field] and field in detail["msg"], (name, detail)
 
 
 # ---- litellm ------------------------------------------------------------------------------------
