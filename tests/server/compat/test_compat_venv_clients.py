@@ -25,6 +25,9 @@ import pytest
 from compat_fixtures import ASYM, CROSS, DOCS, MATRYOSHKA, QUERY, encode, scores, start_compat_server
 from side_venvs import run_in_venv, side_venv
 
+# the first run on a machine builds the venvs (litellm's took about 4 minutes on a busy 2-core machine, past
+# the suite's 300 s per test); later runs reuse them and take well under a minute
+pytestmark = pytest.mark.timeout(900)
 FIXTURES = Path(__file__).parent / "fixtures"
 INFINITY_CLIENT = ("infinity_client==0.0.78", "httpx==0.27.2")
 LITELLM = ("litellm==1.110.2",)
