@@ -17,9 +17,9 @@ fastapi_schemas/pymodels.py, commit fcb951c):
 - `/models`: `{object: list, data: [{id, object, owned_by, created, backend, capabilities, stats}]}`.
 - `/health`: `{unix: <time>}`, as Infinity answers it (its client's `health` call).
 
-Errors are Infinity's: a request field that fails its checks FastAPI's 422 `{"detail": [{loc, msg,
-type}]}` (pydantic's request validation), the rest its `{"error": {message, type, param, code:
-<status>}}` with SIE's statuses (400 for a model named wrong or lacking the task, 404 unknown).
+Errors are Infinity's: a request field that fails its checks gets FastAPI's 422 `{"detail": [{loc,
+msg, type}]}` (pydantic's request validation), the rest its `{"error": {message, type, param, code:
+<status>}}` with SIE's statuses (400 for no model named or one lacking the task, 404 an unknown one).
 
 As lenient as Infinity: its request models are pydantic `BaseModel`s with the default
 `extra="ignore"`, so fields it does not know (an OpenAI client's `input_type`) are ignored here too;
