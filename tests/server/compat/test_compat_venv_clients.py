@@ -149,6 +149,9 @@ def litellm(server):
     calls = [
         call("hf", "embedding", f"huggingface/{ASYM}", f"{url}/tei/{ASYM}", input=DOCS, **hf),
         call("hf_query", "embedding", f"huggingface/{ASYM}", f"{url}/tei/{ASYM}%23query", input=[QUERY], **hf),
+        # a model name with `sentence-transformers` in it makes litellm send sentence-similarity's request
+        call("hf_similarity", "embedding", "huggingface/sentence-transformers/any", f"{url}/tei/{ASYM}", input=DOCS,
+             **hf),
         call("hf_rerank", "rerank", f"huggingface/{CROSS}", f"{url}/tei/{CROSS}", query=QUERY, documents=DOCS,
              top_n=2),
         call("infinity", "embedding", f"infinity/{ASYM}", url, input=DOCS),
@@ -181,6 +184,9 @@ def vectors(answers: dict, name: str) -> np.ndarray:
 def test_litellm_huggingface_provider_on_the_tei_route(litellm, reference):
     close(vectors(litellm, "hf"), reference["raw_docs"])  # TEI without prompt_name: the text as sent
     close(vectors(litellm, "hf_query")[0], reference["query"])  # the `#query` alias in api_base
+    # litellm's "embeddings" for a sentence-transformers name: TEI's similarity of the first text to the others
+    similarities = [d["embedding"] for d in sorted(litellm["hf_similarity"]["value"]["data"], key=lambda d: d["index"])]
+    close(similarities, reference["raw_docs"][1:] @ reference["raw_docs"][0])
     ranked = litellm["hf_rerank"]["value"]["results"]
     # TEI has no top_n and ignores it (so does SIE), and litellm does not cut: every text, best first
     assert [r["index"] for r in ranked] == best_first(reference["scores"])
