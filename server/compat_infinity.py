@@ -15,8 +15,11 @@ fastapi_schemas/pymodels.py, commit fcb951c):
   label}, ...] per text], model, usage, id, created}`: every label of a fixed-label classifier, best first
   (Infinity runs transformers' text-classification pipeline with `top_k=None`); `raw_scores` the logits.
 - `/models`: `{object: list, data: [{id, object, owned_by, created, backend, capabilities, stats}]}`.
+- `/health`: `{unix: <time>}`, as Infinity answers it (its client's `health` call).
 
-Errors are Infinity's `{"error": {message, type, param, code: <status>}}` with SIE's statuses.
+Errors are Infinity's: a request field that fails its checks gets FastAPI's 422 `{"detail": [{loc,
+msg, type}]}` (pydantic's request validation), the rest its `{"error": {message, type, param, code:
+<status>}}` with SIE's statuses (400 for no model named or one lacking the task, 404 an unknown one).
 
 As lenient as Infinity: its request models are pydantic `BaseModel`s with the default
 `extra="ignore"`, so fields it does not know (an OpenAI client's `input_type`) are ignored here too;
@@ -28,13 +31,14 @@ Infinity's own client (infinity_client) accepts.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 
 from aiohttp import web
 
 from sie_engine import validation
-from sie_engine.errors import InvalidRequest, SIEError
+from sie_engine.errors import InvalidRequest, SIEError, UnsupportedOutput, UnsupportedTask
 
 from . import compat, compat_classify
 from .handlers import body_of
@@ -48,16 +52,34 @@ CAPABILITIES = {"encode": "embed", "score": "rerank"}  # SIE's tasks -> Infinity
 
 
 def infinity_error(error: SIEError, status: int) -> tuple[int, dict]:
-    return status, {"error": {"message": error.message, "type": error.code, "param": getattr(error, "field", None),
-                              "code": status}}
+    """A request field that fails Infinity's pydantic request models is FastAPI's 422 with its
+    HTTPValidationError body (`{"detail": [{loc, msg, type}]}`, the model infinity_client parses a
+    422 into); Infinity's own errors (a model it does not serve, a task the model lacks, overload)
+    are its OpenAIException's `{"error": {message, type, param, code}}`."""
+    field = getattr(error, "field", None)
+    if status == 400 and not isinstance(error, UnsupportedTask | UnsupportedOutput) and field != "model":
+        return 422, {"detail": [{"loc": ["body", *_location(field)], "msg": error.message, "type": "value_error"}]}
+    return status, {"error": {"message": error.message, "type": error.code, "param": field, "code": status}}
+
+
+def _location(field: str | None) -> list[str | int]:
+    """`documents[2]` -> ["documents", 2], pydantic's `loc` below the body."""
+    return [int(part[1:-1]) if part.startswith("[") else part for part in re.findall(r"\[\d+\]|[^.\[\]]+", field or "")]
 
 
 infinity = compat.foreign_errors(infinity_error)
 
 
+# What Infinity's request models (and so infinity_client) put in `model` when none is given
+UNNAMED = "default/not-specified"
+
+
 def _model(body: dict) -> tuple[str, bool | None]:
-    if body.get("model") is None:  # Infinity defaults to its only model; SIE serves many
-        raise InvalidRequest("model is required: name one of the served models (GET /models)", field="model")
+    # Infinity serving one model takes any name for it; serving several it answers 400 (`Invalid model`,
+    # with the names). SIE serves many, so it answers as that, also for its client's default name.
+    if body.get("model") is None or body["model"] == UNNAMED:
+        raise InvalidRequest(f"model is required (infinity_client sends {UNNAMED!r} when none is given): name one "
+                             "of the served models (GET /models)", field="model")
     return compat.split_mode(body["model"])
 
 
@@ -130,6 +152,12 @@ async def classify(request: web.Request) -> web.Response:
         "usage": {"prompt_tokens": result.tokens, "total_tokens": result.tokens},
         "id": f"infinity-{uuid.uuid4()}", "created": int(time.time()),
     })
+
+
+@infinity
+async def health(request: web.Request) -> web.Response:
+    """Infinity's `GET /health`: the server's clock (`{"unix": float}`), whatever the models' states."""
+    return await compat.answer(request, {"unix": time.time()})
 
 
 @infinity

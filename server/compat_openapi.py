@@ -25,6 +25,10 @@ SCHEMAS = {
     "WeaviateError": obj({"error": {"type": "string"}}, ["error"]),
     "InfinityError": obj({"error": obj({"message": {"type": "string"}, "type": {"type": ["string", "null"]},
                                         "param": {"type": ["string", "null"]}, "code": {"type": "integer"}})}),
+    # FastAPI's HTTPValidationError: what Infinity answers (422) for a field its pydantic models refuse
+    "InfinityValidationError": obj({"detail": {"type": "array", "items": obj({
+        "loc": {"type": "array", "items": {"type": ["string", "integer"]}}, "msg": {"type": "string"},
+        "type": {"type": "string"}}, ["loc", "msg", "type"])}}, ["detail"]),
     "TEIEmbedRequest": obj({"inputs": TEXTS, "normalize": BOOL, "dimensions": {"type": "integer", "minimum": 1},
                             "encoding_format": {"enum": ["float"]}, **PROMPT, **TRUNCATION}, ["inputs"]),
     "TEIInputsRequest": obj({"inputs": TEXTS, **PROMPT, **TRUNCATION}, ["inputs"]),
@@ -104,7 +108,7 @@ MODEL = {"name": "model", "in": "path", "required": True, "schema": {"type": "st
 _ERRORS = {"400": "bad request", "401": "missing or wrong API key", "404": "unknown model",
            "408": "the body stopped arriving or took too long", "413": "too large",
            "415": "Content-Encoding other than gzip, deflate or identity",
-           "422": "invalid field (TEI)", "429": "overloaded (Retry-After)",
+           "422": "invalid field (TEI, Infinity)", "429": "overloaded (Retry-After)",
            "503": "not ready, draining, or the model failed to load (Retry-After)", "504": "deadline passed"}
 # What each kind of operation answers besides its success (each occurs: tests/server/test_openapi_replay.py).
 WORK = ("400", "401", "404", "408", "413", "415", "429", "503", "504")
@@ -112,10 +116,14 @@ TEI_WORK = ("401", "404", "408", "413", "415", "422", "429", "503", "504")  # TE
 BODY_ONLY = ("401", "404", "408", "413", "415", "422")  # tokenize: no model runs
 LOOKUP = ("401", "404")  # GETs about a model
 HEALTH = ("401", "404", "503")
+# Infinity: 422 for a field its request models refuse (FastAPI's shape), 400 for a model named wrong
+INFINITY_WORK: dict = {"errors": (*WORK, "422"), "shapes": {"422": "InfinityValidationError"}}
 
 
 def _op(api: str, summary: str, answer: dict | None, error: str, request: str | None = None, model: bool = False,
-        content_type: str = "application/json", errors: tuple[str, ...] = WORK, success: str = "200") -> dict:
+        content_type: str = "application/json", errors: tuple[str, ...] = WORK, success: str = "200",
+        shapes: dict[str, str] | None = None) -> dict:
+    """`shapes`: the error schema of a status whose body differs from `error`'s (Infinity's 422)."""
     operation: dict = {"tags": [f"compat:{api}"], "summary": summary}
     if model:
         operation["parameters"] = [MODEL]
@@ -124,8 +132,8 @@ def _op(api: str, summary: str, answer: dict | None, error: str, request: str | 
     ok: dict = {"description": "OK"}
     if answer is not None:
         ok["content"] = {content_type: {"schema": answer}}
-    described = {code: {"description": _ERRORS[code], "content": {"application/json": {"schema": ref(error)}}}
-                 for code in errors}
+    described = {code: {"description": _ERRORS[code], "content": {"application/json": {
+        "schema": ref((shapes or {}).get(code, error))}}} for code in errors}
     return {**operation, "responses": {success: ok if success == "200" else {"description": "no content"},
                                        **described}}
 
@@ -180,12 +188,16 @@ PATHS = {
     "/weaviate/{model}/.well-known/live": {"get": _op("weaviate", "204 while alive (any model name)", None,
                                                       "WeaviateError", model=True, errors=("401",), success="204")},
     "/embeddings": {"post": _op("infinity", "Infinity embeddings", ref("InfinityEmbeddingsResponse"), "InfinityError",
-                                "InfinityEmbeddingsRequest")},
+                                "InfinityEmbeddingsRequest", **INFINITY_WORK)},
     "/rerank": {"post": _op("infinity", "Infinity rerank", ref("InfinityRerankResponse"), "InfinityError",
-                            "InfinityRerankRequest")},
+                            "InfinityRerankRequest", **INFINITY_WORK)},
     "/classify": {"post": _op("infinity", "Infinity classify: every label of a fixed-label classifier, best first",
-                              ref("InfinityClassifyResponse"), "InfinityError", "InfinityClassifyRequest")},
+                              ref("InfinityClassifyResponse"), "InfinityError", "InfinityClassifyRequest",
+                              **INFINITY_WORK)},
     "/models": {"get": _op("infinity", "Infinity's model list", {"type": "object"}, "InfinityError", errors=("401",))},
+    "/health": {"get": _op("infinity", "Infinity's health: the server's clock", {
+        "type": "object", "required": ["unix"], "properties": {"unix": {"type": "number"}}}, "InfinityError",
+        errors=("401",))},
 }
 
 # the routes added later (Cohere's embed v2), kept in their own file

@@ -85,6 +85,7 @@ INFINITY = CompatApi("infinity", "compat_infinity", "body", (
     Route("POST", "/rerank", "rerank", "infinity_rerank"),
     Route("POST", "/classify", "classify", "infinity_classify"),
     Route("GET", "/models", "models", "infinity_models"),
+    Route("GET", "/health", "health", "infinity_health"),
 ))
 
 COHERE = CompatApi("cohere", "compat_cohere", "body", (Route("POST", "/v2/embed", "embed", "cohere_embed_v2"),))

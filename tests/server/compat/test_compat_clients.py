@@ -239,5 +239,6 @@ def test_the_router_routes_every_api_by_model(server, reference, tmp_path_factor
         assert httpx.get(f"{router.url}/weaviate/{ASYM}/.well-known/ready", timeout=10).status_code == 204
         assert httpx.get(f"{router.url}/tei/{ASYM}/info", timeout=10).json()["model_id"] == ASYM
         assert ASYM in {m["id"] for m in httpx.get(f"{router.url}/models", timeout=10).json()["data"]}
+        assert httpx.get(f"{router.url}/health", timeout=10).json()["unix"] > 0  # Infinity's, from any worker
     finally:
         router.stop()

@@ -247,12 +247,22 @@ def test_infinity_routes(http, server):
                for r in ranked["results"])
     models = {m["id"]: m for m in http.get("/models").json()["data"]}
     assert models[ASYM]["capabilities"] == ["embed"] and models[CROSS]["capabilities"] == ["rerank"]
-    for body, status in [({"model": ASYM, "input": "x", "modality": "image"}, 400),
-                         ({"model": CROSS, "query": "q", "documents": ["d"], "raw_scores": True}, 400),
+    for body, status in [({"model": CROSS, "input": "x"}, 400),  # a reranker: Infinity's ModelNotDeployedError
                          ({"model": "no/such-model", "input": "x"}, 404)]:
-        refused = http.post("/rerank" if "query" in body else "/embeddings", json=body)
+        refused = http.post("/embeddings", json=body)
         error = refused.json()["error"]
-        assert refused.status_code == status and error["code"] == status and error["message"]
+        assert refused.status_code == status and error["code"] == status and error["message"], refused.text
+    # a field its pydantic models refuse: FastAPI's 422 with the field's location
+    for path, body, loc in [("/embeddings", {"model": ASYM, "input": "x", "modality": "image"}, ["body", "modality"]),
+                            ("/rerank", {"model": CROSS, "query": "q", "documents": ["d"], "raw_scores": True},
+                             ["body", "raw_scores"]),
+                            ("/rerank", {"model": CROSS, "query": "q", "documents": ["d", None]},
+                             ["body", "documents", 1]),
+                            ("/embeddings", {"model": ASYM, "input": ["a"], "dimensions": -1}, ["body", "dimensions"])]:
+        refused = http.post(path, json=body)
+        assert refused.status_code == 422, (body, refused.text)
+        [detail] = refused.json()["detail"]
+        assert detail["loc"] == loc and detail["msg"] and detail["type"] == "value_error", (body, detail)
 
 
 def test_openapi_lists_every_compat_route(http):
@@ -277,6 +287,9 @@ def weaviate_shape(body) -> bool:
 
 
 def infinity_shape(body) -> bool:
+    """Infinity's OpenAIException body, or FastAPI's HTTPValidationError (its 422 for a field refused)."""
+    if isinstance(body, dict) and isinstance(body.get("detail"), list) and body["detail"]:
+        return all(set(d) == {"loc", "msg", "type"} and d["loc"][0] == "body" for d in body["detail"])
     return isinstance(body, dict) and isinstance(body.get("error"), dict) and isinstance(body["error"]["code"], int)
 
 
