@@ -17,20 +17,23 @@ and one script run per client for the module.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from compat_fixtures import ASYM, CROSS, DOCS, MATRYOSHKA, QUERY, encode, scores, start_compat_server
-from side_venvs import run_in_venv, side_venv
+from side_venvs import overlay, run_in_venv, side_venv
 
-# the first run on a machine builds the venvs (litellm's took about 4 minutes on a busy 2-core machine, past
-# the suite's 300 s per test); later runs reuse them and take well under a minute
+# the first run on a machine builds infinity_client's venv and litellm's overlay (under a minute); later
+# runs reuse them
 pytestmark = pytest.mark.timeout(900)
 FIXTURES = Path(__file__).parent / "fixtures"
 INFINITY_CLIENT = ("infinity_client==0.0.78", "httpx==0.27.2")
-LITELLM = ("litellm==1.110.2",)
+# litellm alone, over the test install (side_venvs.overlay): its other dependencies are there, but for
+# boto3 (AWS providers) and these three
+LITELLM = ("litellm==1.110.2", "fastuuid==0.14.0", "importlib-metadata==8.7.0", "zipp==4.1.2")
 TOLERANCE = 1e-5  # float32 vectors and scores written as JSON decimals and read back
 
 
@@ -170,8 +173,8 @@ def litellm(server):
         call("openai_query", "embedding", f"openai/{ASYM}", input=[QUERY], extra_body={"input_type": "query"},
              **openai),
     ]
-    python = side_venv("litellm-1.110.2", LITELLM)
-    return run_in_venv(python, FIXTURES / "litellm_calls.py", stdin=calls)
+    folder = overlay("litellm-1.110.2", LITELLM)
+    return run_in_venv(Path(sys.executable), FIXTURES / "litellm_calls.py", stdin=calls, pythonpath=folder)
 
 
 def vectors(answers: dict, name: str) -> np.ndarray:
