@@ -1,5 +1,6 @@
-"""Open-vocabulary object detection (OWLv2): the `extract` task's mode for a card whose outputs
-include `detect` (tasks/extract.py picks it).
+"""Open-vocabulary object detection (OWLv2, Grounding DINO): the `extract` task's mode for a card
+whose outputs include `detect` (tasks/extract.py picks it). A family that reads the labels as one
+prompt (Grounding DINO) is run by tasks/grounded_detect.py; this module runs the others (OWLv2):
 
 The labels run first, through the text tower (`queries` work, batched like any text), each into
 one query embedding; then every image, decoded and preprocessed on the image threads (padded to
@@ -37,8 +38,16 @@ DEFAULT_THRESHOLD = 0.1
 NO_IDS: np.ndarray = np.zeros(0, dtype=np.int32)
 
 
+# families whose labels are read together as one text prompt, fused with the image in the encoder
+PROMPTED_FAMILIES = frozenset({"grounding-dino"})
+
+
 async def run(engine: TaskContext, call: Call) -> ExtractResult:
     card, fields = call.card, call.fields
+    if card.family in PROMPTED_FAMILIES:
+        from . import grounded_detect
+
+        return await grounded_detect.run(engine, call, MODE.described(card.id))
     ids, texts, images = v.parse_encode_items(fields["items"], engine.limits)
     for i, text in enumerate(texts):
         if text is not None:

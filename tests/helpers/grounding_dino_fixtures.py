@@ -24,8 +24,13 @@ TINY_GDINO_EDGES = {"shortest_edge": 64, "longest_edge": 96}
 def make_tiny_grounding_dino(dest: Path, seed: int = 0) -> Path:
     """A random GroundingDinoForObjectDetection with its processor saved in `dest`; returns `dest`."""
     import torch
-    from transformers import (BertTokenizerFast, GroundingDinoConfig, GroundingDinoForObjectDetection,
-                              GroundingDinoImageProcessorPil, GroundingDinoProcessor)
+    from transformers import (
+        BertTokenizerFast,
+        GroundingDinoConfig,
+        GroundingDinoForObjectDetection,
+        GroundingDinoImageProcessorPil,
+        GroundingDinoProcessor,
+    )
 
     dest = Path(dest)
     tokenizer = BertTokenizerFast.from_pretrained(MINILM_DIR)
@@ -53,8 +58,12 @@ def make_tiny_grounding_dino(dest: Path, seed: int = 0) -> Path:
 
 def reference_grounding_dino(path: Path):
     """transformers' model and processor (its PIL image processor: SIE's machines have no torchvision)."""
-    from transformers import (BertTokenizerFast, GroundingDinoForObjectDetection, GroundingDinoImageProcessorPil,
-                              GroundingDinoProcessor)
+    from transformers import (
+        BertTokenizerFast,
+        GroundingDinoForObjectDetection,
+        GroundingDinoImageProcessorPil,
+        GroundingDinoProcessor,
+    )
 
     model = GroundingDinoForObjectDetection.from_pretrained(path).eval()
     processor = GroundingDinoProcessor(image_processor=GroundingDinoImageProcessorPil(size=TINY_GDINO_EDGES),

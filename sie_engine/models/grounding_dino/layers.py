@@ -148,7 +148,8 @@ class BiMultiHeadAttention(nn.Module):
         """vision `[1, S, D]`, text `[1, T, D]` -> their deltas, same shapes."""
         queries = self._heads(self.vision_proj(vision) * self.scale)
         keys = self._heads(self.text_proj(text))
-        vision_values, text_values = self._heads(self.values_vision_proj(vision)), self._heads(self.values_text_proj(text))
+        vision_values = self._heads(self.values_vision_proj(vision))
+        text_values = self._heads(self.values_text_proj(text))
         scores = queries @ keys.transpose(1, 2)  # [heads, S, T]
         # transformers' stabilisation (the global max, then a clamp for float16): kept for equal bits
         scores = torch.clamp(scores - scores.max(), min=-50000, max=50000)

@@ -18,7 +18,7 @@ decoder, the last layer's class logits (-inf past the prompt) and boxes (cx, cy,
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -91,8 +91,8 @@ class GroundingDinoDetector(Backbone):
         anchor="model.text_backbone.embeddings.word_embeddings.weight",
         # BERT's separate projections stacked into its fused QKV; renamed first so that the Swin's
         # `attention.self.query` (kept separate there) is not stacked too
-        renames=tuple((f"text_backbone.encoder.layer.{i}.attention.self.", f"text_backbone.encoder.layer.{i}.attention.text.")
-                      for i in range(48)),
+        renames=tuple((f"text_backbone.encoder.layer.{i}.attention.self.",
+                       f"text_backbone.encoder.layer.{i}.attention.text.") for i in range(48)),
         stacked=(("attention.text.query", "attention.qkv", 0), ("attention.text.key", "attention.qkv", 1),
                  ("attention.text.value", "attention.qkv", 2)),
         # the decoder's box head is one module shared by every layer (`decoder_bbox_embed_share`):
@@ -129,7 +129,8 @@ class GroundingDinoDetector(Backbone):
                        for i in config.out_stages]
         last = channels[config.out_stages[-1]]
         for _ in range(config.feature_levels - len(config.out_stages)):
-            projections.append(nn.Sequential(nn.Conv2d(last, d, kernel_size=3, stride=2, padding=1), nn.GroupNorm(32, d)))
+            projections.append(nn.Sequential(nn.Conv2d(last, d, kernel_size=3, stride=2, padding=1),
+                                             nn.GroupNorm(32, d)))
             last = d
         m.input_proj_vision = nn.ModuleList(projections)
         m.text_backbone = BertModel(config.text, backend)
@@ -263,8 +264,3 @@ def phrase_mask(ids: np.ndarray, spans: Sequence[tuple[int, int]], device: torch
         allowed[start:end, start:end] = True
     return (1.0 - allowed.to(dtype)).mul_(torch.finfo(dtype).min).to(device)
 
-
-def _typed(config: Mapping[str, Any]) -> GroundingDinoConfig:
-    from .config import grounding_dino_config
-
-    return grounding_dino_config(config)
