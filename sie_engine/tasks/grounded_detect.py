@@ -1,5 +1,7 @@
 """Open-vocabulary detection from one prompt (Grounding DINO): the detect mode's run for a family
-whose labels are read together as one text (tasks/detect.py hands it such cards).
+whose labels are read together as one text (tasks/detect.py hands it such cards). Items are
+images or PDF documents; each page of a document is an item of its own (its answer says which
+page, as a document model's do).
 
 The labels become the prompt "a cat. a dog." (GroundingDinoProcessor's merge), tokenised once;
 its phrases (models/grounding_dino/prompt.py) run through the text tower as `prompt` work, each
@@ -20,6 +22,7 @@ import numpy as np
 from sie_contract.values import Region
 
 from .. import validation as v
+from ..documents import expand_documents
 from ..errors import InvalidRequest
 from ..image_pool import on_image_threads
 from ..models.grounding_dino.head import PromptWork
@@ -54,8 +57,15 @@ async def run(engine: TaskContext, call: Call, described: str) -> ExtractResult:
     for i, text in enumerate(texts):
         if text is not None:
             raise InvalidRequest(f"items[{i}] is a text, but {described}: send each image as "
-                                 "{\"image\": <base64 or bytes>}", field=f"items[{i}]")
+                                 "{\"image\": <base64 or bytes>} or {\"document\": <PDF>}", field=f"items[{i}]")
     labels = _labels(fields, engine)
+    pages: list = [None] * len(ids)
+    paths = [f"items[{i}].image" for i in range(len(ids))]
+    prepare_s = 0.0
+    if any(isinstance(image, v.DocumentItem) for image in images):
+        expanded = await expand_documents(ids, texts, images, engine.limits)
+        ids, images, pages, paths, prepare_s = (expanded.ids, expanded.images, expanded.pages, expanded.fields,
+                                                expanded.seconds)
     threshold = float(fields.get("threshold", DEFAULT_BOX_THRESHOLD))
 
     tokenized, tokenize_s = await engine.tokenize(card, "encode", [merged_prompt(labels)])
@@ -73,7 +83,7 @@ async def run(engine: TaskContext, call: Call, described: str) -> ExtractResult:
 
     request = engine.new_request(call, "extract", len(ids))
     try:
-        image_tokens, image_s = await _submit_images(engine, card, request, images, prompt)
+        image_tokens, image_s = await _submit_images(engine, card, request, images, paths, prompt)
     except BaseException as exc:  # a bad image: the images already queued must not wait on it
         request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
         request.future.exception()  # raised below, not awaited: marked read so asyncio logs no traceback
@@ -82,12 +92,14 @@ async def run(engine: TaskContext, call: Call, described: str) -> ExtractResult:
     names, decode_s = await engine.with_tokenizer(card, _decode, [d.tokens for d in found])
     items = [ExtractedItem(id=item_id, entities=[], regions=[
         Region(label=name, score=float(s), box=[float(x) for x in box])
-        for s, box, name in zip(d.scores, d.boxes, box_names)]) for item_id, d, box_names in zip(ids, found, names)]
+        for s, box, name in zip(d.scores, d.boxes, box_names)], page=page)
+        for item_id, d, box_names, page in zip(ids, found, names, pages, strict=True)]
     return ExtractResult(card.id, items, len(prompt_ids) + image_tokens,
-                         engine.timings(request, call.started, tokenize_s + image_s + decode_s))
+                         engine.timings(request, call.started, tokenize_s + prepare_s + image_s + decode_s))
 
 
-async def _submit_images(engine: TaskContext, card, request, images: list, prompt: tuple) -> tuple[int, float]:
+async def _submit_images(engine: TaskContext, card, request, images: list, paths: list[str],
+                         prompt: tuple) -> tuple[int, float]:
     """Decode and preprocess the images on the image threads, chunk by chunk, and queue each chunk
     with its prompt; returns (encoder positions queued, seconds spent preparing)."""
     prompt_ids, features, positions, spans, threshold = prompt
@@ -96,7 +108,7 @@ async def _submit_images(engine: TaskContext, card, request, images: list, promp
     for start in range(0, len(images), IMAGE_CHUNK):
         chunk = list(range(start, min(start + IMAGE_CHUNK, len(images))))
         (pixels, sizes), spent = await on_image_threads(
-            inputs.images.encode_sized, [images[i] for i in chunk], [f"items[{i}].image" for i in chunk], limits)
+            inputs.images.encode_sized, [images[i] for i in chunk], [paths[i] for i in chunk], limits)
         seconds += spent
         counts = [inputs.images.positions(p) for p in pixels]
         tokens += sum(counts)

