@@ -185,8 +185,9 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
         for the tasks that take one, its text input as `prompt`, and answers `data` as transformers'
         `post_process_generation` does (`{task: answer}`) and boxes, quad boxes or polygons as `regions`;
         `max_new_tokens` bounds the generated tokens (the card's bound at most). On an
-        open-vocabulary detector (OWLv2), items are images too, and each answers `regions`: the boxes found
-        for the labels, in the image's pixels, scoring above `threshold` (default 0.1)."""
+        open-vocabulary detector (OWLv2, Grounding DINO), items are images too (PDFs for Grounding DINO), and
+        each answers `regions`: the boxes found for the labels, in the image's pixels, scoring above
+        `threshold` (default 0.1 for OWLv2, 0.25 for Grounding DINO, as transformers)."""
         return cast(ExtractT, self.run(
             "extract", model, items, labels, threshold=threshold, flat=flat, multi_label=multi_label,
             hypothesis_template=hypothesis_template, top_k=top_k, raw_scores=raw_scores, truncate=truncate,
