@@ -154,6 +154,9 @@ EXTRACT = Task(
         Field("max_new_tokens", type=PositiveInt,
               description="document models: the most tokens generated per item or page (default and most: "
                           "the card's)"),
+        Field("text_threshold", type=Score,
+              description="Grounding DINO: a region's label is the prompt's tokens scoring above this for its "
+                          "box (default 0.25, as transformers' post-processing)"),
     ),
     served_by=("extract", "zeroshot", "gliclass", "relations", "gliner2", "classifier", "generate", "detect"),
     implementation="sie_engine.tasks.extract:run",

@@ -48,6 +48,10 @@ async def run(engine: TaskContext, call: Call) -> ExtractResult:
         from . import grounded_detect
 
         return await grounded_detect.run(engine, call, MODE.described(card.id))
+    if "text_threshold" in fields:  # its labels are its own: no prompt tokens to threshold
+        raise InvalidRequest(f"text_threshold does not apply: {MODE.described(card.id)} and labels each box with one "
+                             "of them; text_threshold is Grounding DINO's (its labels come from the prompt's tokens)",
+                             field="text_threshold")
     ids, texts, images = v.parse_encode_items(fields["items"], engine.limits)
     for i, text in enumerate(texts):
         if text is not None:
@@ -109,6 +113,6 @@ def _itself(inputs):
 
 MODE = ExtractMode(
     kind="an open-vocabulary detector", family="open-vocabulary detector", labels="objects to find",
-    fields=frozenset({"threshold"}), answers=frozenset({"regions"}), run=run,
+    fields=frozenset({"threshold", "text_threshold"}), answers=frozenset({"regions"}), run=run,
     example="google/owlv2-base-patch16-ensemble", takes_images=True,
 )

@@ -38,7 +38,7 @@ IMAGE_QUEUE = "extract:image"  # the detect mode's queue of images (tasks/detect
 IMAGE_CHUNK = 32
 # transformers' defaults for GroundingDinoProcessor.post_process_grounded_object_detection
 DEFAULT_BOX_THRESHOLD = 0.25
-TEXT_THRESHOLD = 0.25
+DEFAULT_TEXT_THRESHOLD = 0.25
 NO_IDS: np.ndarray = np.zeros(0, dtype=np.int32)
 
 
@@ -67,6 +67,7 @@ async def run(engine: TaskContext, call: Call, described: str) -> ExtractResult:
         ids, images, pages, paths, prepare_s = (expanded.ids, expanded.images, expanded.pages, expanded.fields,
                                                 expanded.seconds)
     threshold = float(fields.get("threshold", DEFAULT_BOX_THRESHOLD))
+    text_threshold = float(fields.get("text_threshold", DEFAULT_TEXT_THRESHOLD))
 
     tokenized, tokenize_s = await engine.tokenize(card, "encode", [merged_prompt(labels)])
     if tokenized.truncated[0]:  # transformers cuts the prompt at max_text_len; its labels would vanish
@@ -79,7 +80,7 @@ async def run(engine: TaskContext, call: Call, described: str) -> ExtractResult:
         WorkItem(prompt_request, i, tokenized.ids[0][start:end], outputs=PROMPT) for i, (start, end) in enumerate(spans)
     ], prompt_request)
     features = np.concatenate([e["prompt"] for e in encoded])  # [T, d_model], the phrases in order
-    prompt = (prompt_ids, features, phrase_positions(prompt_ids), spans, threshold)
+    prompt = (prompt_ids, features, phrase_positions(prompt_ids), spans, threshold, text_threshold)
 
     request = engine.new_request(call, "extract", len(ids))
     try:
@@ -102,7 +103,7 @@ async def _submit_images(engine: TaskContext, card, request, images: list, paths
                          prompt: tuple) -> tuple[int, float]:
     """Decode and preprocess the images on the image threads, chunk by chunk, and queue each chunk
     with its prompt; returns (encoder positions queued, seconds spent preparing)."""
-    prompt_ids, features, positions, spans, threshold = prompt
+    prompt_ids, features, positions, spans, threshold, text_threshold = prompt
     inputs, seconds = await engine.with_tokenizer(card, _itself)
     limits, tokens = engine.limits, 0
     for start in range(0, len(images), IMAGE_CHUNK):
@@ -114,7 +115,7 @@ async def _submit_images(engine: TaskContext, card, request, images: list, paths
         tokens += sum(counts)
         engine.submit(card, IMAGE_QUEUE, [
             WorkItem(request, i, NO_IDS, outputs=DETECT, pixels=p, image_tokens=count,
-                     extra=PromptWork(prompt_ids, features, positions, spans, threshold, TEXT_THRESHOLD, size))
+                     extra=PromptWork(prompt_ids, features, positions, spans, threshold, text_threshold, size))
             for i, p, count, size in zip(chunk, pixels, counts, sizes)
         ], request)
     return tokens, seconds

@@ -114,6 +114,25 @@ def test_client_msgpack_raw_bytes_equal_transformers(server, expected):
     assert_regions([[(r.label, r.score, r.box) for r in item.regions or []] for item in result.items], regions)
 
 
+def test_text_threshold_picks_the_labels_words_as_transformers(server, reference):
+    """A higher text threshold keeps fewer of the prompt's words in each region's label."""
+    pictures = [Image.open(io.BytesIO(sample_images()[name])).convert("RGB") for name in NAMES[:2]]
+    outputs = reference_outputs(reference, pictures)
+    _, processor = reference
+    images = sample_images()
+    with SIEClient(server.url) as client:
+        result = client.extract("gdino", [images[name] for name in NAMES[:2]], LABELS, threshold=0.0,
+                                text_threshold=0.9)
+    theirs = [processor.post_process_grounded_object_detection(out, inputs["input_ids"], threshold=0.0,
+                                                               text_threshold=0.9,
+                                                               target_sizes=[(p.height, p.width)])[0]["text_labels"]
+              for p, (inputs, out) in zip(pictures, outputs)]
+    assert [[r.label for r in item.regions or []] for item in result.items] == theirs
+    with SIEClient(server.url) as client:
+        default = client.extract("gdino", [images[name] for name in NAMES[:2]], LABELS, threshold=0.0)
+    assert [[r.label for r in item.regions or []] for item in default.items] != theirs
+
+
 def test_a_pdf_answers_per_page_as_transformers_on_the_rendered_pages(server, reference):
     """Each page of a document item is an item of its own, with its page; its regions are those of
     transformers on pypdfium2's rendering of the page, in the page's pixels; without a threshold,
@@ -140,6 +159,7 @@ def test_a_pdf_answers_per_page_as_transformers_on_the_rendered_pages(server, re
      "longer than the model's"),
     ({"items": [{"image": "IMG", "text": "a cat"}], "labels": ["cat"]}, "items[0]", "both text and image"),
     ({"items": [{"image": "IMG"}], "labels": ["cat"], "threshold": 2}, "threshold", ""),
+    ({"items": [{"image": "IMG"}], "labels": ["cat"], "text_threshold": -1}, "text_threshold", ""),
 ])
 def test_what_it_cannot_serve_is_a_400_naming_the_field(server, body, field, fragment):
     png = base64.b64encode(sample_images()["png_rgb"]).decode()

@@ -44,7 +44,7 @@ def phrases(ids: np.ndarray) -> list[tuple[int, int]]:
 def phrase_positions(ids: np.ndarray) -> np.ndarray:
     """`[T]` int64: each token's position within its phrase, the delimiters' at 0 (the text tower's
     and the encoder's text position ids)."""
-    positions = np.zeros(len(ids), dtype=np.int64)
+    positions: np.ndarray = np.zeros(len(ids), dtype=np.int64)
     for start, end in phrases(ids):
         positions[start:end] = np.arange(end - start)
     positions[np.isin(ids, DELIMITERS)] = 0
