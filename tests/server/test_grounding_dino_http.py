@@ -170,6 +170,18 @@ def test_what_it_cannot_serve_is_a_400_naming_the_field(server, body, field, fra
     assert field in error["message"] and fragment in error["message"]
 
 
+def test_a_sliver_image_is_a_400_naming_it(server):
+    """A 1 x 2000 picture: the processor's resize would make its short side 0 pixels."""
+    from image_fixtures import encode_image
+
+    sliver = base64.b64encode(encode_image(Image.new("RGB", (1, 2000), "white"), "PNG")).decode()
+    response = httpx.post(f"{server.url}/v1/extract/gdino", json={"items": [{"image": sliver}], "labels": LABELS},
+                          timeout=60)
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "items[0].image" in message and "aspect ratio" in message
+
+
 def test_a_broken_image_is_a_4xx_and_the_server_keeps_serving(server):
     png = sample_images()["png_rgb"]
     body = msgpack.packb({"items": [{"image": png}, {"image": png[:len(png) // 2]}], "labels": LABELS},

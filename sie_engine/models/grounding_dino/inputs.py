@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ...checkpoints import CheckpointLayout, describe
+from ...errors import InvalidRequest, SIEError
 from ...images import ImagePreprocessor, load_image_processor, prepare_images
 from ...tokenizer import TextTokenizer
 from ...validation import Limits
@@ -33,12 +34,22 @@ class GroundingDinoImages(ImagePreprocessor):
     def encode_sized(self, values: Sequence[Any], fields: Sequence[str],
                      limits: Limits) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
         """Images as sent -> (pixels `[H, W, 3]` each, each picture's (height, width) as decoded)."""
-        sizes: list[tuple[int, int]] = []
         def own_size(processed) -> np.ndarray:  # [3, H, W] -> [H, W, 3]
-            return processed["pixel_values"][0].transpose(1, 2, 0)
+            return np.ascontiguousarray(processed["pixel_values"][0].transpose(1, 2, 0))
 
-        pixels = prepare_images(self.processor, values, fields, limits, own_size, sizes=sizes)
-        return [np.ascontiguousarray(p) for p in pixels], sizes
+        sizes: list[tuple[int, int]] = []
+        pixels: list[np.ndarray] = []
+        for value, field in zip(values, fields):  # one at a time, as prepare_images: an error names its item
+            try:
+                pixels.extend(prepare_images(self.processor, [value], [field], limits, own_size, sizes=sizes))
+            except SIEError:
+                raise
+            except ValueError as exc:  # the processor's resize: the short side of a sliver rounds to 0 pixels
+                raise InvalidRequest(f"{field} cannot be resized for this model: its aspect ratio is too extreme "
+                                     "(its short side would round to 0 pixels once the long side is cut to the "
+                                     f"processor's longest edge; {type(exc).__name__}): crop it",
+                                     field=field) from None
+        return pixels, sizes
 
     def positions(self, pixels: np.ndarray) -> int:
         return sum(h * w for h, w in level_shapes(self.config, int(pixels.shape[0]), int(pixels.shape[1])))
