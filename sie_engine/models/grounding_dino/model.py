@@ -108,10 +108,10 @@ class GroundingDinoDetector(Backbone):
         points per position and head width, dominate) plus the batch's flattened maps; the Swin's
         first stage holds about a dozen states of 4x level 0's positions."""
         size = torch.empty((), dtype=dtype).element_size()
-        positions = sum(h * w for h, w in level_shapes(config, *LARGEST_IMAGE))
+        shapes = level_shapes(config, *LARGEST_IMAGE)
+        positions = sum(h * w for h, w in shapes)
         per_position = 2 * config.feature_levels * config.encoder_points * config.d_model + 8 * config.encoder_ffn_dim
-        swin = 12 * 4 * level_shapes(config, *LARGEST_IMAGE)[0][0] * level_shapes(config, *LARGEST_IMAGE)[0][1]
-        swin *= config.swin.embed_dim
+        swin = 12 * 4 * shapes[0][0] * shapes[0][1] * config.swin.embed_dim
         return (positions * per_position + swin + batch_tokens * config.d_model * 4) * size
 
     def __init__(self, config: GroundingDinoConfig, backend: AttentionBackend):
