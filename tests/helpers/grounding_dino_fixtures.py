@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from image_fixtures import _perturb
 from tiny_models import MINILM_DIR
 
 TINY_GDINO_EDGES = {"shortest_edge": 64, "longest_edge": 96}
@@ -45,12 +46,16 @@ def make_tiny_grounding_dino(dest: Path, seed: int = 0) -> Path:
                                  decoder_n_points=2, num_feature_levels=4)
     torch.manual_seed(seed)
     model = GroundingDinoForObjectDetection(config).eval()
-    with torch.no_grad():  # the fusion's layer scales start at 1e-4: the text would barely reach the image
+    _perturb(model, seed)  # transformers' initialiser zeroes the box heads' last layers, the deformable
+    # attention's offsets and weights and most biases: each would hide a tensor the forward forgot
+    with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.endswith(("vision_param", "text_param")):
+            if name.endswith(("vision_param", "text_param")):  # layer scales at 1e-4: the text would not reach
                 param.fill_(0.5)
             elif name.endswith("level_embed"):
                 param.normal_(0.0, 1.0)
+            elif "sampling_offsets.weight" in name or "bbox_embed" in name and ".layers.2." in name:
+                param.normal_(0.0, 0.1)  # samples off the reference points, boxes moved off the proposals
     model.save_pretrained(dest)
     image_processor = GroundingDinoImageProcessorPil(size=TINY_GDINO_EDGES)
     GroundingDinoProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(dest)

@@ -30,7 +30,7 @@ def sine_embedding(coords: torch.Tensor, features: int, temperature: int = 10000
     parts = [torch.stack((p[..., 0::2].sin(), p[..., 1::2].cos()), dim=-1).flatten(-2) for p in parts]
     if len(parts) >= 2:
         parts[0], parts[1] = parts[1], parts[0]
-    return torch.cat(parts, dim=-1)
+    return torch.cat(parts, dim=-1).to(coords.dtype)
 
 
 def text_position_embedding(positions: torch.Tensor, features: int, dtype: torch.dtype) -> torch.Tensor:
