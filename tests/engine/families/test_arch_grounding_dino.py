@@ -218,3 +218,23 @@ def test_builtin_cards_detect_through_the_engine_as_transformers(tiny, reference
                 np.testing.assert_allclose(np.reshape([r.box for r in item.regions], (-1, 4)),
                                            ref["boxes"].numpy().reshape(-1, 4), atol=1e-3)
     assert sum(len(r["scores"]) for r in refs) > 0
+
+
+def test_the_published_configuration_parses_with_its_feature_levels():
+    """grounding-dino-tiny's config.json (transformers' GroundingDinoConfig defaults with its Swin-T):
+    4 levels at strides 8 to 64, 22,223 encoder positions for the processor's largest image (what
+    admission counts), the prompt window 256 tokens."""
+    from transformers import GroundingDinoConfig
+
+    from sie_engine.models.grounding_dino.config import grounding_dino_config
+    from sie_engine.models.grounding_dino.model import LARGEST_IMAGE, level_shapes
+
+    published = GroundingDinoConfig(backbone_config=dict(model_type="swin", embed_dim=96, depths=[2, 2, 6, 2],
+                                                         num_heads=[3, 6, 12, 24], window_size=7,
+                                                         out_indices=[2, 3, 4]),
+                                    text_config=dict(model_type="bert")).to_dict()
+    config = grounding_dino_config(published)
+    assert (config.d_model, config.num_queries, config.feature_levels, config.max_seq_len) == (256, 900, 4, 256)
+    assert config.out_stages == (2, 3, 4) and config.text.hidden_size == 768
+    assert level_shapes(config, *LARGEST_IMAGE) == [(100, 167), (50, 84), (25, 42), (13, 21)]
+    assert sum(h * w for h, w in level_shapes(config, *LARGEST_IMAGE)) == 22223
