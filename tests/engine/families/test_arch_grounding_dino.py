@@ -188,7 +188,8 @@ def test_a_config_this_forward_does_not_implement_is_refused_naming_it(tiny, key
 
 def test_builtin_cards_detect_through_the_engine_as_transformers(tiny, reference, pictures, expected):
     """The catalog's Grounding DINO cards, their weights pointed at the tiny model, through
-    Engine.extract with image items: the regions of transformers' post-processing."""
+    Engine.extract with image items: the regions of transformers' post-processing, also for two
+    requests with prompts of their own at once."""
     import dataclasses
 
     from sie_engine import Catalog, Engine, WeightsSource
@@ -198,12 +199,7 @@ def test_builtin_cards_detect_through_the_engine_as_transformers(tiny, reference
     assert {card.id for card in cards} == {"IDEA-Research/grounding-dino-tiny", "IDEA-Research/grounding-dino-base"}
     model, processor = reference
     labels = LABELS[0]
-    theirs = []
-    for picture in pictures:
-        inputs = processor(images=picture, text=[labels], return_tensors="pt")
-        with torch.no_grad():
-            out = model(**inputs)
-        theirs.append((inputs, out))
+    theirs = [_reference(model, processor, p, labels) for p in pictures]
     threshold = float(torch.cat([o.logits[0].sigmoid().max(-1).values for _, o in theirs]).median())
     refs = [processor.post_process_grounded_object_detection(o, i["input_ids"], threshold=threshold,
                                                              target_sizes=[(p.height, p.width)])[0]
@@ -212,12 +208,33 @@ def test_builtin_cards_detect_through_the_engine_as_transformers(tiny, reference
     with Engine(Catalog(cards), device="cpu") as engine:
         for card in cards[:1]:  # one engine load: the cards differ only in their published facts
             result = engine.extract_sync(card.id, files, labels, threshold=threshold)
-            for item, ref in zip(result.items, refs, strict=True):
-                assert [r.label for r in item.regions] == ref["text_labels"]
-                np.testing.assert_allclose([r.score for r in item.regions], ref["scores"].numpy(), atol=1e-5)
-                np.testing.assert_allclose(np.reshape([r.box for r in item.regions], (-1, 4)),
-                                           ref["boxes"].numpy().reshape(-1, 4), atol=1e-3)
+            assert_regions(result.items, refs)
+        # two requests at once, each its own prompt: each image answers against its own request's
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(engine.extract_sync, cards[0].id, files, prompt, threshold=0.5) for prompt in LABELS]
+            answers = [f.result() for f in futures]
+        for prompt, answer in zip(LABELS, answers):
+            outputs = [_reference(model, processor, p, prompt) for p in pictures]
+            assert_regions(answer.items, [processor.post_process_grounded_object_detection(
+                o, i["input_ids"], threshold=0.5, target_sizes=[(p.height, p.width)])[0]
+                for (i, o), p in zip(outputs, pictures)])
     assert sum(len(r["scores"]) for r in refs) > 0
+
+
+def _reference(model, processor, picture, labels):
+    inputs = processor(images=picture, text=[labels], return_tensors="pt")
+    with torch.no_grad():
+        return inputs, model(**inputs)
+
+
+def assert_regions(items, refs) -> None:
+    for item, ref in zip(items, refs, strict=True):
+        assert [r.label for r in item.regions] == ref["text_labels"]
+        np.testing.assert_allclose([r.score for r in item.regions], ref["scores"].numpy(), atol=1e-5)
+        np.testing.assert_allclose(np.reshape([r.box for r in item.regions], (-1, 4)),
+                                   ref["boxes"].numpy().reshape(-1, 4), atol=1e-3)
 
 
 def test_the_published_configuration_parses_with_its_feature_levels():
