@@ -24,6 +24,7 @@ from ..image_pool import on_image_threads
 from ..models.owlv2.head import DetectionWork
 from ..types import ExtractedItem, ExtractResult
 from ..work import WorkItem
+from . import grounded_detect
 from .common import check_labels, longest_first
 from .context import Call, TaskContext
 from .extract import ExtractMode
@@ -45,8 +46,6 @@ PROMPTED_FAMILIES = frozenset({"grounding-dino"})
 async def run(engine: TaskContext, call: Call) -> ExtractResult:
     card, fields = call.card, call.fields
     if card.family in PROMPTED_FAMILIES:
-        from . import grounded_detect
-
         return await grounded_detect.run(engine, call, MODE.described(card.id))
     if "text_threshold" in fields:  # its labels are its own: no prompt tokens to threshold
         raise InvalidRequest(f"text_threshold does not apply: {MODE.described(card.id)} and labels each box with one "
