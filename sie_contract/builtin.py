@@ -99,7 +99,8 @@ EXTRACT = Task(
               description="texts: strings or {id?, text} objects; for a relation model, {id?, text, entities}; "
                           "for a document model (Donut), page images {id?, image} and PDFs {id?, document, "
                           "pages?, dpi?} (one answer per page, with its page); for an open-vocabulary detector "
-                          "(OWLv2), images: {id?, image} objects"),
+                          "(OWLv2, Grounding DINO), images: {id?, image} objects (and, for Grounding DINO, PDFs, "
+                          "one answer per page)"),
         Field("labels", type=Labels, positional=True,
               description="the entity types to find, the candidate classes of a zero-shot classification model, "
                           "the relation types of a relation model or the objects a detector boxes (required for "
@@ -109,7 +110,7 @@ EXTRACT = Task(
               description="entities: keep spans scoring at least this (default 0.5); classifications: keep "
                           "labels scoring at least this (default: all labels); relations: keep triples scoring "
                           "above this (default: the card's, 0.5); regions: keep boxes scoring above this (default "
-                          "0.1, as transformers' post-processing)"),
+                          "0.1 for OWLv2, 0.25 for Grounding DINO, as transformers' post-processing)"),
         Field("flat", type=bool, description="entity models: no nested entities (default true)"),
         Field("multi_label", type=bool,
               description="entities: a span may carry several labels (default false); classifications: each label "
@@ -153,6 +154,9 @@ EXTRACT = Task(
         Field("max_new_tokens", type=PositiveInt,
               description="document models: the most tokens generated per item or page (default and most: "
                           "the card's)"),
+        Field("text_threshold", type=Score,
+              description="Grounding DINO: a region's label is the prompt's tokens scoring above this for its "
+                          "box (default 0.25, as transformers' post-processing)"),
     ),
     served_by=("extract", "zeroshot", "gliclass", "relations", "gliner2", "classifier", "generate", "detect"),
     implementation="sie_engine.tasks.extract:run",

@@ -169,6 +169,7 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
                 entity_labels: Sequence[str] | None = None, entity_threshold: float | None = None,
                 classify: Mapping[str, Any] | None = None, relation_labels: Sequence[str] | None = None,
                 task: str | None = None, prompt: str | None = None, max_new_tokens: int | None = None,
+                text_threshold: float | None = None,
                 batch_size: int | None = None, progress: bool | None = None) -> ExtractT:
         """Zero-shot entities with the given labels, per item (an `ExtractResult`; awaited on the async
         client); on a classification model (NLI or GLiClass), `classifications` per item, best first; on a
@@ -185,15 +186,17 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
         for the tasks that take one, its text input as `prompt`, and answers `data` as transformers'
         `post_process_generation` does (`{task: answer}`) and boxes, quad boxes or polygons as `regions`;
         `max_new_tokens` bounds the generated tokens (the card's bound at most). On an
-        open-vocabulary detector (OWLv2), items are images too, and each answers `regions`: the boxes found
-        for the labels, in the image's pixels, scoring above `threshold` (default 0.1)."""
+        open-vocabulary detector (OWLv2, Grounding DINO), items are images too (PDFs for Grounding DINO), and
+        each answers `regions`: the boxes found for the labels, in the image's pixels, scoring above
+        `threshold` (default 0.1 for OWLv2, 0.25 for Grounding DINO, as transformers); on Grounding DINO a
+        region's label is the prompt's words scoring above `text_threshold` (default 0.25) for its box."""
         return cast(ExtractT, self.run(
             "extract", model, items, labels, threshold=threshold, flat=flat, multi_label=multi_label,
             hypothesis_template=hypothesis_template, top_k=top_k, raw_scores=raw_scores, truncate=truncate,
             entity_model=entity_model,
             entity_labels=entity_labels, entity_threshold=entity_threshold, classify=classify,
             relation_labels=relation_labels, task=task, prompt=prompt, max_new_tokens=max_new_tokens,
-            batch_size=batch_size,
+            text_threshold=text_threshold, batch_size=batch_size,
             progress=progress))
 
     # each client's own: a method (SIEClient) or a coroutine function (AsyncSIEClient)

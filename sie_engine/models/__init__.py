@@ -51,6 +51,8 @@ FAMILIES: dict[str, str] = {
     "donut": f"{_M}.donut.family:FAMILY",
     # OWLv2 open-vocabulary detection (CLIP's towers, box and class heads): extract with image items and labels
     "owlv2": f"{_M}.owlv2.model:FAMILY",
+    # Grounding DINO open-vocabulary detection (Swin + BERT, deformable encoder/decoder): extract with images and labels
+    "grounding-dino": f"{_M}.grounding_dino.family:FAMILY",
     # Florence-2 (DaViT vision tower + BART): generates from images, prompted by task tokens
     "florence2": f"{_M}.florence2.family:FAMILY",
 }
@@ -81,6 +83,7 @@ ARCHITECTURES: dict[str, str] = {
     # transformers' generic image-to-text wrapper; DonutConfig refuses an encoder other than DonutSwin by name
     "VisionEncoderDecoderModel": "donut",
     "Owlv2ForObjectDetection": "owlv2",
+    "GroundingDinoForObjectDetection": "grounding-dino",
     "Florence2ForConditionalGeneration": "florence2",
 }
 
@@ -91,6 +94,7 @@ MODEL_TYPES: dict[str, str] = {
     "nomic_bert": "nomic_bert", "deberta-v2": "deberta-v2", "distilbert": "distilbert", "mpnet": "mpnet",
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
     "vision-encoder-decoder": "donut", "owlv2": "owlv2", "florence2": "florence2",
+    "grounding-dino": "grounding-dino",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the

@@ -1,5 +1,6 @@
-"""Open-vocabulary object detection (OWLv2): the `extract` task's mode for a card whose outputs
-include `detect` (tasks/extract.py picks it).
+"""Open-vocabulary object detection (OWLv2, Grounding DINO): the `extract` task's mode for a card
+whose outputs include `detect` (tasks/extract.py picks it). A family that reads the labels as one
+prompt (Grounding DINO) is run by tasks/grounded_detect.py; this module runs the others (OWLv2):
 
 The labels run first, through the text tower (`queries` work, batched like any text), each into
 one query embedding; then every image, decoded and preprocessed on the image threads (padded to
@@ -23,6 +24,7 @@ from ..image_pool import on_image_threads
 from ..models.owlv2.head import DetectionWork
 from ..types import ExtractedItem, ExtractResult
 from ..work import WorkItem
+from . import grounded_detect
 from .common import check_labels, longest_first
 from .context import Call, TaskContext
 from .extract import ExtractMode
@@ -37,8 +39,18 @@ DEFAULT_THRESHOLD = 0.1
 NO_IDS: np.ndarray = np.zeros(0, dtype=np.int32)
 
 
+# families whose labels are read together as one text prompt, fused with the image in the encoder
+PROMPTED_FAMILIES = frozenset({"grounding-dino"})
+
+
 async def run(engine: TaskContext, call: Call) -> ExtractResult:
     card, fields = call.card, call.fields
+    if card.family in PROMPTED_FAMILIES:
+        return await grounded_detect.run(engine, call, MODE.described(card.id))
+    if "text_threshold" in fields:  # its labels are its own: no prompt tokens to threshold
+        raise InvalidRequest(f"text_threshold does not apply: {MODE.described(card.id)} and labels each box with one "
+                             "of them; text_threshold is Grounding DINO's (its labels come from the prompt's tokens)",
+                             field="text_threshold")
     ids, texts, images = v.parse_encode_items(fields["items"], engine.limits)
     for i, text in enumerate(texts):
         if text is not None:
@@ -100,6 +112,6 @@ def _itself(inputs):
 
 MODE = ExtractMode(
     kind="an open-vocabulary detector", family="open-vocabulary detector", labels="objects to find",
-    fields=frozenset({"threshold"}), answers=frozenset({"regions"}), run=run,
+    fields=frozenset({"threshold", "text_threshold"}), answers=frozenset({"regions"}), run=run,
     example="google/owlv2-base-patch16-ensemble", takes_images=True,
 )

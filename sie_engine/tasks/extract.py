@@ -15,7 +15,8 @@ and runs it. The built-in modes:
 - `classifier`: fixed-label classifiers, the model's own labels (tasks/classify.py);
 - `extract`: GLiNER, zero-shot entities (tasks/gliner.py);
 - `generate`: document models (Donut), text and JSON read from page images and PDFs (tasks/generate.py).
-- `detect`: OWLv2, open-vocabulary object detection over image items (tasks/detect.py).
+- `detect`: OWLv2 and Grounding DINO, open-vocabulary object detection over image items (tasks/detect.py,
+  tasks/grounded_detect.py).
 
 `labels` is required by every mode but a fixed-label classifier's (`takes_labels`), which
 refuses them: its labels are its own.
@@ -242,7 +243,8 @@ def refuse_images(card: ModelCard, chosen: ExtractMode, fields: Mapping[str, Any
         if kind is not None:
             raise InvalidRequest(f"items[{i}] is {'a document' if kind == 'document' else 'an image'}, but "
                                  f"{chosen.described(card.id)}; send texts, or use a document model (Donut) to "
-                                 f"read {kind}s or an open-vocabulary detector (OWLv2) to find labels in images",
+                                 f"read {kind}s or an open-vocabulary detector (OWLv2, Grounding DINO) to find labels "
+                                 "in images",
                                  field=f"items[{i}].{kind}")
 
 

@@ -89,6 +89,8 @@ OWLV2 = ("Owlv2Config's defaults, documented as google/owlv2-base-patch16's (tex
          "and transformers' integration tests against it (tests/models/owlv2/test_modeling_owlv2.py: texts padded "
          "to max_length 16; box_bias -4.0717, a 60 x 60 grid of 16-pixel patches: image_size 960); the three "
          "checkpoints share the architecture (Owlv2ForObjectDetection)")
+GROUNDING_DINO = ("config.json (GroundingDinoForObjectDetection: max_text_len 256, 900 queries, a Swin backbone and "
+                  "bert-base-uncased) + preprocessor_config.json (shortest edge 800, longest 1333) of %s on the Hub")
 STATIC = "config.json + modules.json (StaticEmbedding, Normalize) of the model2vec repository on the Hub"
 MISTRAL = ("config.json (MistralModel, sliding_window 4096) + modules.json + 1_Pooling (lasttoken) + the README's "
            "get_detailed_instruct and max_length 4096 on the Hub")
@@ -400,6 +402,8 @@ PUBLISHED: dict[str, Published] = {
     "google/owlv2-base-patch16": other("owlv2", "detect", 16, OWLV2),
     "google/owlv2-base-patch16-ensemble": other("owlv2", "detect", 16, OWLV2),
     "google/owlv2-base-patch16-finetuned": other("owlv2", "detect", 16, OWLV2),
+    "IDEA-Research/grounding-dino-tiny": other("grounding-dino", "detect", 256, GROUNDING_DINO % "grounding-dino-tiny"),
+    "IDEA-Research/grounding-dino-base": other("grounding-dino", "detect", 256, GROUNDING_DINO % "grounding-dino-base"),
     # static embedders (model2vec)
     "minishlab/potion-base-8M": dense("model2vec", "mean", True, 256, None, STATIC),
     "minishlab/potion-base-32M": dense("model2vec", "mean", True, 512, None, STATIC),

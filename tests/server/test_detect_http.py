@@ -108,6 +108,7 @@ def test_msgpack_raw_bytes_and_default_threshold(server):
     ({"items": [{"image": "IMG"}], "labels": ["cat " * 40]}, "labels[0]", "longer than the model's text window"),
     ({"items": [{"image": "IMG", "text": "a cat"}], "labels": ["cat"]}, "items[0]", "both text and image"),
     ({"items": [{"image": "IMG"}], "labels": ["cat"], "threshold": 2}, "threshold", ""),
+    ({"items": [{"image": "IMG"}], "labels": ["cat"], "text_threshold": 0.3}, "text_threshold", "does not apply"),
 ])
 def test_what_a_detector_cannot_serve_is_a_400_naming_the_field(server, body, field, fragment):
     png = base64.b64encode(sample_images()["png_rgb"]).decode()
