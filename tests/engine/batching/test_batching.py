@@ -107,11 +107,19 @@ async def test_oldest_request_is_not_starved_by_a_stream_of_new_ones(setup):
         await engine.encode("tiny/a", texts)
         order.append(name)
 
-    # keep the engine busy, then queue an old long request and a stream of later short ones
+    async def until(condition, limit_s: float = 10.0) -> None:
+        deadline = time.monotonic() + limit_s
+        while not condition() and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+
+    # keep the engine busy, then queue an old long request and a stream of later short ones; each
+    # waits for the engine to have the one before queued (tokenising runs off the loop, and on a
+    # loaded machine a short request's tokens can be ready before a long one's)
+    recorder.batches.clear()
     busy = asyncio.ensure_future(tracked("busy", [text(i, 100) for i in range(20)]))
-    await asyncio.sleep(0.01)
+    await until(lambda: recorder.batches and engine.queued("tiny/a")[0] == 0)  # its last batch runs
     old = asyncio.ensure_future(tracked("old-long", [text(i, 110) for i in range(6)]))
-    await asyncio.sleep(0.005)
+    await until(lambda: engine.queued("tiny/a")[0] >= 6)
     newer = [asyncio.ensure_future(tracked(f"new-{i}", [text(i, 4)])) for i in range(30)]
     await asyncio.gather(busy, old, *newer)
     assert order.index("old-long") < order.index("new-29")
