@@ -388,6 +388,12 @@ def broken_model_answer(server, verb: str, path: str, method: str, model: str) -
     return call(server, verb, *compat_request(path, method, "broken-" + model))
 
 
+def bad_request(server, verb: str, url: str, path: str, body: dict) -> httpx.Response:
+    if path in INFINITY_ROUTES:  # Infinity answers a body it cannot read 422, as FastAPI does; 400 an unnamed model
+        return call(server, verb, url, {**body, "model": "default/not-specified"})
+    return call(server, verb, url, content=b"{not json", headers={"Content-Type": "application/json"})
+
+
 def compat_answer(server, path: str, method: str, status: str) -> httpx.Response:
     model, _ = COMPAT_VALID[(path, method)]
     url, body = compat_request(path, method, model)
@@ -396,10 +402,8 @@ def compat_answer(server, path: str, method: str, status: str) -> httpx.Response
         return call(server, verb, url, body)
     if body is None and status in ("400", "408", "413", "415", "422", "429"):
         raise AssertionError("a GET has no body to get this status from")
-    if status == "400" and path in INFINITY_ROUTES:  # Infinity answers a body it cannot read 422, as FastAPI does
-        return call(server, verb, url, {**body, "model": "default/not-specified"})
     if status == "400":
-        return call(server, verb, url, content=b"{not json", headers={"Content-Type": "application/json"})
+        return bad_request(server, verb, url, path, body)
     if status == "422":
         return call(server, verb, url, {"unknown_field": 1})
     if status == "401":
