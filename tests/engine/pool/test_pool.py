@@ -202,13 +202,15 @@ async def test_a_load_waiting_for_room_proceeds_when_the_load_ahead_of_it_ends_u
     ever runs on b, so no batch end frees the room: the end of b's load itself must wake c
     (the soak test hung here on a CI run, 2026-11-29)."""
     engine = engine_holding(cards, 1.5, Recorder())
-    gate = threading.Event()
-    before_each_build(engine, lambda card: card.id == "tiny/b" and gate.wait(10))
+    gate, building = threading.Event(), threading.Event()
+    before_each_build(engine, lambda card: card.id == "tiny/b" and (building.set() or gate.wait(10)))
     try:
         await engine.encode("tiny/c", TEXTS)  # c's plan is known: its reload goes straight to the room
         await engine.encode("tiny/a", TEXTS)
         b = asyncio.ensure_future(engine.encode("tiny/b", TEXTS))
-        while engine.pool.state("tiny/b") != "loading":
+        # b holds the room once its build starts; "loading" alone also covers the planning before,
+        # which on a loaded machine can outlast c's whole load
+        while not building.is_set():
             await asyncio.sleep(0.01)
         c = asyncio.ensure_future(engine.encode("tiny/c", TEXTS))
         while engine.pool.state("tiny/c") != "loading":
