@@ -7,10 +7,10 @@ SIE serves as a card-less directory."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-from collections.abc import Iterator
 from pathlib import Path
+
+from stand_ins import quiet_save  # the same bar, quieted the same way
 
 NAME = "tiny-florence2"
 WORDS = "the a of and to in is for with on disk file image text page library package tool data".split()
@@ -34,20 +34,6 @@ def missing_library() -> str | None:
     if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
         return f"{NAME} is built with transformers, which the server extra installs: pip install -e '.[server]'"
     return None
-
-
-@contextlib.contextmanager
-def _quiet_save() -> Iterator[None]:
-    """transformers' "Writing model shards" bar, which a 1-shard tiny model makes noise of."""
-    from transformers.utils import logging
-
-    was_enabled = logging.is_progress_bar_enabled()
-    logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            logging.enable_progress_bar()
 
 
 def _tokenizer():
@@ -96,7 +82,7 @@ def tiny_florence2(dest: Path, seed: int = 0) -> Path:
     images = CLIPImageProcessorPil(size={"height": 64, "width": 48}, do_center_crop=False, do_resize=True,
                                    do_rescale=True, do_normalize=True, image_mean=[0.485, 0.456, 0.406],
                                    image_std=[0.229, 0.224, 0.225], image_seq_length=IMAGE_TOKENS)
-    with _quiet_save():
+    with quiet_save():
         model.save_pretrained(dest)
         Florence2Processor(image_processor=images, tokenizer=tokenizer,
                            post_processor_config=POST_PROCESSOR).save_pretrained(dest)

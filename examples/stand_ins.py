@@ -41,7 +41,7 @@ TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermed
 
 
 @contextlib.contextmanager
-def _quiet_save() -> Iterator[None]:
+def quiet_save() -> Iterator[None]:
     """transformers' "Writing model shards" bar, which a 1-shard tiny model makes noise of."""
     from transformers.utils import logging
 
@@ -75,7 +75,7 @@ def tiny_nli(dest: Path, seed: int = 0) -> Path:
     id2label = {0: "contradiction", 1: "neutral", 2: "entailment"}
     config = BertConfig(vocab_size=30522, num_labels=3, id2label=id2label, label2id={v: k for k, v in id2label.items()},
                         initializer_range=0.3, **TINY)
-    with _quiet_save():
+    with quiet_save():
         BertForSequenceClassification(config).eval().save_pretrained(dest)
     return dest
 
@@ -98,7 +98,7 @@ def tiny_gliclass(dest: Path, seed: int = 0) -> Path:
     model = GLiClassModel(config).eval()
     with torch.no_grad():  # logits near 1 rather than saturated
         model.model.classes_projector.linear_2.weight.mul_(0.05)
-    with _quiet_save():
+    with quiet_save():
         model.save_pretrained(str(dest))
     return dest
 
