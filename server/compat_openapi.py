@@ -195,9 +195,10 @@ PATHS = {
                               ref("InfinityClassifyResponse"), "InfinityError", "InfinityClassifyRequest",
                               **INFINITY_WORK)},
     "/models": {"get": _op("infinity", "Infinity's model list", {"type": "object"}, "InfinityError", errors=("401",))},
-    "/health": {"get": _op("infinity", "Infinity's health: the server's clock", {
+    # open without a key, as Infinity leaves it (server/middleware.py's PUBLIC_ROUTES)
+    "/health": {"get": {**_op("infinity", "Infinity's health: the server's clock", {
         "type": "object", "required": ["unix"], "properties": {"unix": {"type": "number"}}}, "InfinityError",
-        errors=("401",))},
+        errors=()), "security": []}},
 }
 
 # the routes added later (Cohere's embed v2), kept in their own file

@@ -39,10 +39,11 @@ from .suggest import did_you_mean
 log = logging.getLogger(__name__)
 
 # Routes open without an API key: probes, scraping, the API description, and the
-# router's status poll (it shows no more than /metrics does).
-PUBLIC_ROUTES = frozenset({"healthz", "readyz", "metrics", "openapi", "status"})
+# router's status poll (it shows no more than /metrics does). Infinity's GET /health is one of
+# them because Infinity leaves it open with --api-key set, so its users' probes send no key.
+PUBLIC_ROUTES = frozenset({"healthz", "readyz", "metrics", "openapi", "status", "infinity_health"})
 # Probes and scrapes are not counted in sie_requests_total (they would drown the signal).
-UNCOUNTED_ROUTES = frozenset({"healthz", "readyz", "metrics"})
+UNCOUNTED_ROUTES = frozenset({"healthz", "readyz", "metrics", "infinity_health"})
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 

@@ -279,8 +279,8 @@ def test_public_routes_are_documented_as_public(document):
     from sie_server.middleware import PUBLIC_ROUTES
 
     public = {path for path, item in document["paths"].items() for op in item.values() if op.get("security") == []}
-    assert public == {"/healthz", "/readyz", "/metrics", "/openapi.json", "/v1/status"}
-    assert {"healthz", "readyz", "metrics", "openapi", "status"} == set(PUBLIC_ROUTES)
+    assert public == {"/healthz", "/readyz", "/metrics", "/openapi.json", "/v1/status", "/health"}
+    assert {"healthz", "readyz", "metrics", "openapi", "status", "infinity_health"} == set(PUBLIC_ROUTES)
 
 
 # ---- point 6's smaller items ---------------------------------------------------------
