@@ -190,7 +190,11 @@ class QwenModel(Backbone):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.embed_tokens(input_ids)
+        return self.forward_embeddings(self.embed_tokens(input_ids), positions, attn)
+
+    def forward_embeddings(self, x: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata) -> torch.Tensor:
+        """The decoder over input embeddings `[T, H]` -> hidden `[T, H]` (a vision-language family
+        places image features among the token embeddings: models/colqwen2)."""
         rotary = self.rotary(positions)  # once per batch, shared by every layer
         for layer in self.layers:
             x = layer(x, rotary, attn)
