@@ -43,10 +43,17 @@ def tiny_qwen2_tokenizer():
     return tokenizer
 
 
-def make_tiny_colqwen2(dest: Path, seed: int = 0) -> Path:
-    """A random ColQwen2ForRetrieval with its ColQwen2Processor saved in `dest`; returns `dest`."""
+# Qwen2.5-VL's vision tower (ColQwen2.5): 16-pixel windows are 2 x 2 merge windows, block 1 attends to the whole page
+QWEN2_5_VISION = dict(depth=2, hidden_size=16, intermediate_size=24, num_heads=2, out_hidden_size=32,
+                      patch_size=TINY_PATCH, spatial_merge_size=TINY_MERGE, temporal_patch_size=2,
+                      window_size=16, fullatt_block_indexes=[1])
+
+
+def make_tiny_colqwen2(dest: Path, seed: int = 0, qwen2_5: bool = False) -> Path:
+    """A random ColQwen2ForRetrieval (with `qwen2_5`, over a Qwen2.5-VL: ColQwen2.5) with its
+    ColQwen2Processor saved in `dest`; returns `dest`."""
     import torch
-    from transformers import ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor, Qwen2VLConfig
+    from transformers import ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor, Qwen2_5_VLConfig, Qwen2VLConfig
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     dest = Path(dest)
@@ -62,9 +69,10 @@ def make_tiny_colqwen2(dest: Path, seed: int = 0) -> Path:
                 eos_token_id=ids("<|im_end|>"))
     vision = dict(depth=2, embed_dim=16, hidden_size=32, num_heads=2, mlp_ratio=2, patch_size=TINY_PATCH,
                   spatial_merge_size=TINY_MERGE, temporal_patch_size=2)
-    vlm = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=ids("<|image_pad|>"),
-                        video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
-                        vision_end_token_id=ids("<|vision_end|>"))
+    vlm = (Qwen2_5_VLConfig if qwen2_5 else Qwen2VLConfig)(
+        text_config=text, vision_config=QWEN2_5_VISION if qwen2_5 else vision, image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"))
     config = ColQwen2Config(vlm_config=vlm, embedding_dim=TINY_EMBEDDING_DIM)
     torch.manual_seed(seed)
     model = ColQwen2ForRetrieval(config).eval()

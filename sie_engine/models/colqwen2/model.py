@@ -19,6 +19,10 @@ merger), the model. The input preparation (prompts, smart resize) is inputs.py.
   plain rotary, which is what SIE runs (equal to transformers, as tests/engine/families/
   test_colqwen2.py checks); a 3D-position variant would answer differently from the reference.
 - Attention in the decoder is causal (Qwen2's); every position yields a vector.
+- ColQwen2.5 (a `vlm_config` of model_type qwen2_5_vl): the same retriever over Qwen2.5-VL, whose
+  vision blocks use RMSNorm and a SwiGLU MLP with biases and attend within windows of
+  `window_size` pixels (the patches laid out window by window: `window_order`) except in
+  `fullatt_block_indexes`; its decoder is the same Qwen2 decoder.
 
 `forward(input_ids, positions, attn)` runs a query's tokens; `forward_images(patches, attn, grids)`
 runs pages (attn over each page's prompt + image-feature positions) and returns
@@ -37,28 +41,47 @@ from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata
 from ...batch import Grids
-from ...layers.blocks import activation
+from ...layers.blocks import RMSNorm, activation
 from ...layers.rotary import RotaryEmbedding, apply_rotary
 from ...layers.weights import WeightSpec
 from ..base import Backbone
 from ..colpali.vlm_config import RetrieverConfig, complete_config, decoder_config
-from ..qwen.model import FUSED_KV_AND_GATE_UP, QwenConfig, QwenModel
+from ..qwen.model import FUSED_KV_AND_GATE_UP, QwenConfig, QwenMLP, QwenModel
 
 
 @dataclass(frozen=True)
 class VisionConfig:
-    """Qwen2-VL's `vision_config`: `embed_dim` wide blocks, `hidden_size` the merger's output (the
-    decoder's width)."""
+    """The vision tower of Qwen2-VL's `vision_config` (`embed_dim` wide blocks) or Qwen2.5-VL's
+    (`hidden_size` wide), its merger into the decoder's width.
+
+    window_size: Qwen2.5-VL's blocks (None: Qwen2-VL's): RMSNorm, a SwiGLU MLP with biases, and
+    attention within windows of `window_size` pixels a side except in `full_attention_blocks`.
+    """
 
     depth: int
     embed_dim: int
     num_heads: int
-    mlp_ratio: float
+    intermediate_size: int
     hidden_act: str
     in_channels: int
     patch_size: int
     temporal_patch_size: int
     spatial_merge_size: int
+    window_size: int | None = None
+    full_attention_blocks: tuple[int, ...] = ()
+
+    @staticmethod
+    def from_hf(vision: Mapping[str, Any], model_type: str) -> VisionConfig:
+        common = dict(depth=vision["depth"], num_heads=vision["num_heads"], hidden_act=vision["hidden_act"],
+                      in_channels=vision["in_channels"], patch_size=vision["patch_size"],
+                      temporal_patch_size=vision["temporal_patch_size"],
+                      spatial_merge_size=vision["spatial_merge_size"])
+        if model_type == "qwen2_vl":
+            return VisionConfig(embed_dim=vision["embed_dim"],
+                                intermediate_size=int(vision["embed_dim"] * vision["mlp_ratio"]), **common)
+        return VisionConfig(embed_dim=vision["hidden_size"], intermediate_size=vision["intermediate_size"],
+                            window_size=vision["window_size"],
+                            full_attention_blocks=tuple(vision["fullatt_block_indexes"]), **common)
 
 
 @dataclass(frozen=True)
@@ -79,24 +102,21 @@ class ColQwen2Config(RetrieverConfig):
     def from_hf(config: Mapping[str, Any]) -> ColQwen2Config:
         """Every key completed by transformers' config classes (a published config.json lists only
         what differs from their defaults)."""
-        full, text, vision = complete_config(config, "colqwen2", "qwen2_vl",
-                                             "only Qwen2-VL-based ColQwen2 is supported (ColQwen2.5's "
-                                             "Qwen2.5-VL windowed vision attention is not)")
+        # ColQwen2.5's vlm_config is a Qwen2.5-VL; anything else is refused as not Qwen2-VL
+        vlm_type = "qwen2_5_vl" if (config.get("vlm_config") or {}).get("model_type") == "qwen2_5_vl" else "qwen2_vl"
+        full, text, vision = complete_config(config, "colqwen2", vlm_type,
+                                             "only Qwen2-VL (ColQwen2) and Qwen2.5-VL (ColQwen2.5) are supported")
         if text.get("use_sliding_window"):
             raise ValueError("use_sliding_window=true is not supported (no published ColQwen2 uses it)")
         # Qwen2VLAttention's: biases on q/k/v, none on o; causal; head_dim = hidden_size / heads
         decoder = decoder_config({**text, "head_dim": None}, hidden_act="silu", max_positions=32768,
                                  rope_theta=1_000_000.0, qkv_bias=True, o_bias=False, causal=True)
-        if vision["hidden_size"] != decoder.hidden_size:
-            raise ValueError(f"vision_config hidden_size {vision['hidden_size']} != text hidden_size "
-                             f"{decoder.hidden_size}")
+        merged = vision["hidden_size"] if vlm_type == "qwen2_vl" else vision["out_hidden_size"]
+        if merged != decoder.hidden_size:
+            raise ValueError(f"the vision merger's width {merged} != text hidden_size {decoder.hidden_size}")
         return ColQwen2Config(
-            vision=VisionConfig(
-                depth=vision["depth"], embed_dim=vision["embed_dim"], num_heads=vision["num_heads"],
-                mlp_ratio=float(vision["mlp_ratio"]), hidden_act=vision["hidden_act"],
-                in_channels=vision["in_channels"], patch_size=vision["patch_size"],
-                temporal_patch_size=vision["temporal_patch_size"], spatial_merge_size=vision["spatial_merge_size"]),
-            text=decoder, image_token_id=int(full.vlm_config.image_token_id), embedding_dim=int(full.embedding_dim),
+            vision=VisionConfig.from_hf(vision, vlm_type), text=decoder,
+            image_token_id=int(full.vlm_config.image_token_id), embedding_dim=int(full.embedding_dim),
         )
 
 
@@ -126,6 +146,27 @@ def patch_positions(grids: Grids, merge: int) -> np.ndarray:
     return np.concatenate(pages)
 
 
+def window_order(grids: Grids, merge: int, side: int) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Qwen2.5-VL's windows (transformers' `get_vision_window_index`): the order `[N / merge**2]` in
+    which the merge windows of the pages are laid out so that each attention window of `side` x
+    `side` merge windows (row of windows by row, each in raster order; partial at the page's right
+    and bottom edges) is contiguous, and each attention window's length in patches."""
+    order: list[np.ndarray] = []
+    lengths: list[int] = []
+    offset = 0
+    for h, w in grids:
+        rows, columns = h // merge, w // merge
+        padded = np.full((-(-rows // side) * side, -(-columns // side) * side), -1)
+        padded[:rows, :columns] = np.arange(rows * columns).reshape(rows, columns)
+        windows = padded.reshape(padded.shape[0] // side, side, padded.shape[1] // side, side).transpose(0, 2, 1, 3)
+        for window in windows.reshape(-1, side * side):
+            kept = window[window >= 0]
+            order.append(kept + offset)
+            lengths.append(len(kept) * merge ** 2)
+        offset += rows * columns
+    return np.concatenate(order), tuple(lengths)
+
+
 class VisionAttention(nn.Module):
     """Fused qkv, 2D rotary on q and k, bidirectional attention within each page, output proj."""
 
@@ -147,24 +188,31 @@ class VisionAttention(nn.Module):
 
 
 class VisionMlp(nn.Module):
+    """Qwen2-VL's: fc1, activation, fc2."""
+
     def __init__(self, config: VisionConfig):
         super().__init__()
-        hidden = int(config.embed_dim * config.mlp_ratio)
-        self.fc1 = nn.Linear(config.embed_dim, hidden)
-        self.fc2 = nn.Linear(hidden, config.embed_dim)
+        self.fc1 = nn.Linear(config.embed_dim, config.intermediate_size)
+        self.fc2 = nn.Linear(config.intermediate_size, config.embed_dim)
         self.act = activation(config.hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.act(self.fc1(x)))
 
 
+def vision_norm(config: VisionConfig, width: int) -> nn.Module:
+    """Qwen2-VL's LayerNorm, Qwen2.5-VL's RMSNorm (both eps 1e-6)."""
+    return nn.LayerNorm(width, eps=1e-6) if config.window_size is None else RMSNorm(width, 1e-6)
+
+
 class VisionBlock(nn.Module):
     def __init__(self, config: VisionConfig, backend: AttentionBackend):
         super().__init__()
-        self.norm1 = nn.LayerNorm(config.embed_dim, eps=1e-6)
+        self.norm1 = vision_norm(config, config.embed_dim)
         self.attn = VisionAttention(config, backend)
-        self.norm2 = nn.LayerNorm(config.embed_dim, eps=1e-6)
-        self.mlp = VisionMlp(config)
+        self.norm2 = vision_norm(config, config.embed_dim)
+        self.mlp: nn.Module = (VisionMlp(config) if config.window_size is None else  # Qwen2.5-VL: SwiGLU, biases
+                               QwenMLP(config.embed_dim, config.intermediate_size, config.hidden_act, bias=True))
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
                 attn: AttentionMetadata) -> torch.Tensor:
@@ -179,7 +227,7 @@ class PatchMerger(nn.Module):
     def __init__(self, config: VisionConfig, hidden_size: int):
         super().__init__()
         self.width = config.embed_dim * config.spatial_merge_size ** 2
-        self.ln_q = nn.LayerNorm(config.embed_dim, eps=1e-6)
+        self.ln_q = vision_norm(config, config.embed_dim)
         self.mlp = nn.Sequential(nn.Linear(self.width, self.width), nn.GELU(), nn.Linear(self.width, hidden_size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -187,7 +235,9 @@ class PatchMerger(nn.Module):
 
 
 class VisionTower(nn.Module):
-    """Qwen2-VL's vision transformer: `[N, C * T * p * p]` patches of the pages -> `[N / merge**2, H]`."""
+    """Qwen2-VL's vision transformer: `[N, C * T * p * p]` patches of the pages -> `[N / merge**2, H]`.
+    Qwen2.5-VL's lays the patches out window by window first (`window_order`), attends within each
+    window except in its full-attention blocks, and puts the merged features back in page order."""
 
     def __init__(self, config: VisionConfig, hidden_size: int, backend: AttentionBackend):
         super().__init__()
@@ -200,16 +250,27 @@ class VisionTower(nn.Module):
         self.merger = PatchMerger(config, hidden_size)
 
     def forward(self, patches: torch.Tensor, grids: Grids) -> torch.Tensor:
-        device = patches.device
-        positions = torch.from_numpy(patch_positions(grids, self.config.spatial_merge_size)).to(device)
-        freqs = (positions.float()[:, :, None] * self.rotary.inv_freq(device)).flatten(1)  # [N, head_dim / 2]
-        emb = torch.cat((freqs, freqs), dim=-1)  # [N, head_dim]
+        config, device = self.config, patches.device
+        merge = config.spatial_merge_size
+        positions = patch_positions(grids, merge)  # [N, 2]
+        x = self.patch_embed(patches)  # [N, E]
+        pages = self.backend.prepare(tuple(h * w for h, w in grids), device)  # each page attends to itself
+        windows, order = pages, None
+        if config.window_size is not None:
+            order, lengths = window_order(grids, merge, config.window_size // merge // config.patch_size)
+            units = torch.from_numpy(order).to(device)
+            x = x.view(-1, merge ** 2, x.shape[-1])[units].flatten(0, 1)  # [N, E], window by window
+            positions = positions.reshape(-1, merge ** 2, 2)[order].reshape(-1, 2)
+            windows = self.backend.prepare(lengths, device)
+        freqs = torch.from_numpy(positions).to(device).float()[:, :, None] * self.rotary.inv_freq(device)
+        emb = torch.cat((freqs.flatten(1), freqs.flatten(1)), dim=-1)  # [N, head_dim]
         rotary = (emb.cos(), emb.sin())
-        attn = self.backend.prepare(tuple(h * w for h, w in grids), device)  # each page attends to itself
-        x = self.patch_embed(patches)
-        for block in self.blocks:
-            x = block(x, rotary, attn)
-        return self.merger(x)
+        for index, block in enumerate(self.blocks):
+            x = block(x, rotary, pages if order is None or index in config.full_attention_blocks else windows)
+        merged = self.merger(x)  # [N / merge**2, H]
+        if order is None:
+            return merged
+        return merged[torch.from_numpy(np.argsort(order)).to(device)]  # back in page order
 
 
 class ColQwen2Model(Backbone):

@@ -134,12 +134,13 @@ class QwenAttention(nn.Module):
 
 
 class QwenMLP(nn.Module):
-    """SwiGLU: gate_up_proj projects to [gate | up], down_proj(act(gate) * up)."""
+    """SwiGLU: gate_up_proj projects to [gate | up], down_proj(act(gate) * up) (biases: Qwen2.5-VL's
+    vision blocks)."""
 
-    def __init__(self, hidden_size: int, intermediate_size: int, act: str):
+    def __init__(self, hidden_size: int, intermediate_size: int, act: str, bias: bool = False):
         super().__init__()
-        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
         self.act = activation(act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

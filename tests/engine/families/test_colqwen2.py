@@ -148,3 +148,26 @@ def test_the_cards_bfloat16_stays_close_to_float32(engine, reference):
     ours = encode(engine, [{"image": sample_images()[PAGES[0]]}, QUERIES[0]], precision="bfloat16")
     for got, want in zip(ours, [pages[0], queries[0]]):
         assert got.shape == want.shape and (got * want).sum(1).min() > 0.99
+
+
+# ---- ColQwen2.5: the same retriever over a Qwen2.5-VL (windowed vision attention, RMSNorm, SwiGLU) ----
+
+@pytest.fixture(scope="module")
+def tiny_2_5(tmp_path_factory) -> Path:
+    return make_tiny_colqwen2(tmp_path_factory.mktemp("colqwen2.5") / "colqwen2.5", qwen2_5=True)
+
+
+def test_colqwen2_5_pages_and_queries_equal_transformers_alone_and_in_a_batch(tiny_2_5):
+    """Each page's patches attend within 16-pixel windows in block 0 (a window cut at the page's
+    right and bottom edges where its grid is not a multiple), the whole page in block 1."""
+    images = sample_images()
+    pages, queries, scores = colqwen2_reference(tiny_2_5, [images[name] for name in PAGES], QUERIES)
+    with Engine(Catalog([card_from_local_dir("colqwen2.5", tiny_2_5)]), device="cpu") as engine:
+        result = engine.encode_sync("colqwen2.5", [{"image": images[name]} for name in PAGES] + QUERIES,
+                                    output_types=["multivector"])
+        ours = [np.asarray(item.multivector) for item in result.items]
+        alone = engine.encode_sync("colqwen2.5", [{"image": images[PAGES[2]]}], output_types=["multivector"])
+        np.testing.assert_allclose(np.asarray(alone.items[0].multivector), ours[2], atol=VECTOR_TOL)
+    assert_vectors_equal(ours, pages + queries)
+    ours_scores = np.array([[maxsim(q, p) for p in ours[:len(PAGES)]] for q in ours[len(PAGES):]])
+    np.testing.assert_allclose(ours_scores, scores, atol=SCORE_TOL)
