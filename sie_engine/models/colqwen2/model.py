@@ -282,8 +282,9 @@ class ColQwen2Model(Backbone):
     patch_grids = True  # each page at its own resolution, its patches as the processor flattens them
 
     weight_spec = WeightSpec(
-        # transformers 5 saves `vlm.visual.*` / `vlm.language_model.*`; checkpoints converted under
-        # transformers 4 (vidore/colqwen2-v1.0-hf) nest both in `vlm.model.`: the anchor finds either prefix
+        # transformers 5 saves `vlm.visual.*` / `vlm.language_model.*`; checkpoints saved under transformers 4
+        # nest both in `vlm.model.` (which transformers 5 strips on load: conversion_mapping.py's colqwen2
+        # entry): the anchor finds either prefix
         anchor="visual.merger.ln_q.weight",
         stacked=FUSED_KV_AND_GATE_UP,
     )
