@@ -88,3 +88,24 @@ def colqwen2_reference(path: Path, images: list[bytes], queries: list[str]):
     from transformers import ColQwen2ForRetrieval, ColQwen2Processor
 
     return retrieval_reference(ColQwen2ForRetrieval, ColQwen2Processor, path, images, queries)
+
+
+def colqwen2_mrope_pages(path: Path, images: list[bytes]):
+    """transformers' ColQwen2 page embeddings (padding dropped) under the 3D positions
+    `get_rope_index` computes for them (colpali-engine's ColQwen2.forward passes those), rather than
+    the 1D ones ColQwen2ForRetrieval falls back to."""
+    import io
+
+    import torch
+    from PIL import Image
+    from transformers import ColQwen2ForRetrieval, ColQwen2Processor
+
+    processor = ColQwen2Processor.from_pretrained(path)
+    model = ColQwen2ForRetrieval.from_pretrained(path, dtype=torch.float32).eval()
+    pages = processor.process_images(images=[Image.open(io.BytesIO(b)).convert("RGB") for b in images])
+    image_tokens = (pages["input_ids"] == model.config.vlm_config.image_token_id).int()
+    positions, _ = model.vlm.get_rope_index(pages["input_ids"], image_tokens, image_grid_thw=pages["image_grid_thw"],
+                                            attention_mask=pages["attention_mask"])
+    with torch.no_grad():
+        out = model(**pages, position_ids=positions).embeddings
+    return [e[m.bool()].numpy() for e, m in zip(out, pages["attention_mask"])]

@@ -16,8 +16,12 @@ merger), the model. The input preparation (prompts, smart resize) is inputs.py.
   into `inputs_embeds` itself and calls the `Qwen2VLModel` with neither `input_ids` nor
   `image_grid_thw`, so `get_rope_index` never runs and every token, image feature or text, gets
   the 1D position of its place in the sequence on all three M-RoPE axes. M-RoPE with equal axes is
-  plain rotary, which is what SIE runs (equal to transformers, as tests/engine/families/
-  test_colqwen2.py checks); a 3D-position variant would answer differently from the reference.
+  plain rotary, which is what SIE runs by default (equal to transformers, as tests/engine/families/
+  test_colqwen2.py checks). colpali-engine's ColQwen2 (the training code: illuin-tech/colpali,
+  `ColQwen2.forward`) passes `get_rope_index`'s 3D positions instead, which move a page's image
+  features and the prompt after them; a card turns those on with `options.backbone:
+  {mrope_positions: true}` (`mrope_positions`; equal to transformers' model given those
+  position_ids). Queries are text only: the same 1D positions either way.
 - Attention in the decoder is causal (Qwen2's); every position yields a vector.
 - ColQwen2.5 (a `vlm_config` of model_type qwen2_5_vl): the same retriever over Qwen2.5-VL, whose
   vision blocks use RMSNorm and a SwiGLU MLP with biases and attend within windows of
@@ -42,11 +46,14 @@ from torch import nn
 from ...attention import AttentionBackend, AttentionMetadata
 from ...batch import Grids
 from ...layers.blocks import RMSNorm, activation
-from ...layers.rotary import RotaryEmbedding, apply_rotary
+from ...layers.rotary import RotaryEmbedding, apply_rotary, multimodal_rotary
 from ...layers.weights import WeightSpec
 from ..base import Backbone
 from ..colpali.vlm_config import RetrieverConfig, complete_config, decoder_config
 from ..qwen.model import FUSED_KV_AND_GATE_UP, QwenConfig, QwenMLP, QwenModel
+
+# The card's switch (`options.backbone`, laid over config.json) to 3D M-RoPE positions over pages
+MROPE_SWITCH = "mrope_positions"
 
 
 @dataclass(frozen=True)
@@ -90,13 +97,16 @@ class ColQwen2Config(RetrieverConfig):
 
     vision: the vision tower; text: the Qwen2 decoder as models/qwen/model.py's config (causal,
     biases on q/k/v); image_token_id: the placeholder the processor writes once per image feature;
-    embedding_dim: the width of ColQwen2's token vectors (128).
+    embedding_dim: the width of ColQwen2's token vectors (128); mrope_section: where a card turns
+    on M-RoPE over pages (`options.backbone: {mrope_positions: true}`), the rotary channels per
+    axis (text_config's `rope_parameters.mrope_section`); None: transformers' 1D positions.
     """
 
     vision: VisionConfig
     text: QwenConfig
     image_token_id: int
     embedding_dim: int
+    mrope_section: tuple[int, ...] | None = None
 
     @staticmethod
     def from_hf(config: Mapping[str, Any]) -> ColQwen2Config:
@@ -104,6 +114,8 @@ class ColQwen2Config(RetrieverConfig):
         what differs from their defaults)."""
         # ColQwen2.5's vlm_config is a Qwen2.5-VL; anything else is refused as not Qwen2-VL
         vlm_type = "qwen2_5_vl" if (config.get("vlm_config") or {}).get("model_type") == "qwen2_5_vl" else "qwen2_vl"
+        mrope = bool(config.get(MROPE_SWITCH, False))
+        config = {key: value for key, value in config.items() if key != MROPE_SWITCH}  # not a ColQwen2Config key
         full, text, vision = complete_config(config, "colqwen2", vlm_type,
                                              "only Qwen2-VL (ColQwen2) and Qwen2.5-VL (ColQwen2.5) are supported")
         if text.get("use_sliding_window"):
@@ -117,6 +129,7 @@ class ColQwen2Config(RetrieverConfig):
         return ColQwen2Config(
             vision=VisionConfig.from_hf(vision, vlm_type), text=decoder,
             image_token_id=int(full.vlm_config.image_token_id), embedding_dim=int(full.embedding_dim),
+            mrope_section=tuple(text["rope_parameters"]["mrope_section"]) if mrope else None,
         )
 
 
@@ -273,6 +286,22 @@ class VisionTower(nn.Module):
         return merged[torch.from_numpy(np.argsort(order)).to(device)]  # back in page order
 
 
+def mrope_positions(before: int, grids: Grids, after: int, merge: int) -> np.ndarray:
+    """`[3, sum of sequence lengths]` (temporal, height, width) positions of the pages' sequences as
+    transformers' `get_rope_index` computes them: the prompt's first `before` tokens count 0, 1, ...
+    on all three axes; the page's image features (a rows x columns grid of merge windows, raster
+    order) sit at `before` in time and `before + row`, `before + column`; the last `after` tokens
+    count on from `before + max(rows, columns)`."""
+    pages = []
+    for h, w in grids:
+        rows, columns = h // merge, w // merge
+        row, column = np.divmod(np.arange(rows * columns), columns)
+        image = np.stack([np.full(rows * columns, before), before + row, before + column])
+        text_after: np.ndarray = before + max(rows, columns) + np.arange(after)
+        pages.append(np.concatenate([np.tile(np.arange(before), (3, 1)), image, np.tile(text_after, (3, 1))], axis=1))
+    return np.concatenate(pages, axis=1)
+
+
 class ColQwen2Model(Backbone):
     """Packed Qwen2-VL (ColQwen2's `vlm`); see the module docstring. `image_prompt`: the tokens
     before and after each page's image features, set from the checkpoint's processor when the
@@ -325,4 +354,9 @@ class ColQwen2Model(Backbone):
         lengths = np.asarray(counts) + len(before) + len(after)
         starts: np.ndarray = np.repeat(np.cumsum(lengths) - lengths, lengths)
         positions = torch.from_numpy(np.arange(int(lengths.sum())) - starts).to(x.device)
-        return self.language_model.forward_embeddings(x, positions, attn)
+        sections = self.config.mrope_section
+        if sections is None:  # transformers' ColQwen2ForRetrieval: 1D positions (module docstring)
+            return self.language_model.forward_embeddings(x, positions, attn)
+        spatial = torch.from_numpy(mrope_positions(len(before), grids, len(after), self.merge)).to(x.device)
+        rotary = multimodal_rotary(self.language_model.rotary, spatial, sections)
+        return self.language_model.forward_embeddings(x, positions, attn, rotary=rotary)

@@ -193,10 +193,13 @@ class QwenModel(Backbone):
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         return self.forward_embeddings(self.embed_tokens(input_ids), positions, attn)
 
-    def forward_embeddings(self, x: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata) -> torch.Tensor:
+    def forward_embeddings(self, x: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
+                           rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """The decoder over input embeddings `[T, H]` -> hidden `[T, H]` (a vision-language family
-        places image features among the token embeddings: models/colqwen2)."""
-        rotary = self.rotary(positions)  # once per batch, shared by every layer
+        places image features among the token embeddings: models/colqwen2, which may bring its own
+        rotary tables: M-RoPE's)."""
+        if rotary is None:
+            rotary = self.rotary(positions)  # once per batch, shared by every layer
         for layer in self.layers:
             x = layer(x, rotary, attn)
         return self.norm(x)

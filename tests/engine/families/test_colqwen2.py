@@ -18,7 +18,7 @@ import pytest
 import torch
 from PIL import Image
 
-from colqwen2_fixtures import TINY_EMBEDDING_DIM, colqwen2_reference, make_tiny_colqwen2
+from colqwen2_fixtures import TINY_EMBEDDING_DIM, colqwen2_mrope_pages, colqwen2_reference, make_tiny_colqwen2
 from image_fixtures import encode_image, sample_images
 from sie_engine import Catalog, Engine, WeightsSource, card_from_local_dir
 from sie_engine.attention import select_backend
@@ -148,6 +148,22 @@ def test_the_cards_bfloat16_stays_close_to_float32(engine, reference):
     ours = encode(engine, [{"image": sample_images()[PAGES[0]]}, QUERIES[0]], precision="bfloat16")
     for got, want in zip(ours, [pages[0], queries[0]]):
         assert got.shape == want.shape and (got * want).sum(1).min() > 0.99
+
+
+def test_the_cards_mrope_switch_gives_get_rope_indexs_3d_positions_over_pages(tiny, engine, reference):
+    """`options.backbone: {mrope_positions: true}`: pages equal transformers' model under the position_ids
+    `get_rope_index` computes (colpali-engine's), which differ from its default 1D ones; queries unchanged."""
+    pages, queries, _ = reference
+    images = sample_images()
+    wanted = colqwen2_mrope_pages(tiny, [images[name] for name in PAGES])
+    card = card_from_local_dir("mrope", tiny)
+    card = dataclasses.replace(card, options={**card.options, "backbone": {"mrope_positions": True}})
+    with Engine(Catalog([card]), device="cpu") as mrope:
+        result = mrope.encode_sync("mrope", [{"image": images[name]} for name in PAGES] + QUERIES,
+                                   output_types=["multivector"])
+    ours = [np.asarray(item.multivector) for item in result.items]
+    assert_vectors_equal(ours, wanted + queries)
+    assert max(np.abs(got - plain).max() for got, plain in zip(ours, pages)) > 1e-3  # the positions matter
 
 
 # ---- ColQwen2.5: the same retriever over a Qwen2.5-VL (windowed vision attention, RMSNorm, SwiGLU) ----
