@@ -175,7 +175,8 @@ def tiny_2_5(tmp_path_factory) -> Path:
 
 def test_colqwen2_5_pages_and_queries_equal_transformers_alone_and_in_a_batch(tiny_2_5):
     """Each page's patches attend within 16-pixel windows in block 0 (a window cut at the page's
-    right and bottom edges where its grid is not a multiple), the whole page in block 1."""
+    right and bottom edges where its grid is not a multiple), the whole page in block 1; the M-RoPE
+    switch works the same over Qwen2.5-VL."""
     images = sample_images()
     pages, queries, scores = colqwen2_reference(tiny_2_5, [images[name] for name in PAGES], QUERIES)
     with Engine(Catalog([card_from_local_dir("colqwen2.5", tiny_2_5)]), device="cpu") as engine:
@@ -187,3 +188,10 @@ def test_colqwen2_5_pages_and_queries_equal_transformers_alone_and_in_a_batch(ti
     assert_vectors_equal(ours, pages + queries)
     ours_scores = np.array([[maxsim(q, p) for p in ours[:len(PAGES)]] for q in ours[len(PAGES):]])
     np.testing.assert_allclose(ours_scores, scores, atol=SCORE_TOL)
+    # and under the M-RoPE switch, get_rope_index's positions
+    card = card_from_local_dir("mrope", tiny_2_5)
+    card = dataclasses.replace(card, options={**card.options, "backbone": {"mrope_positions": True}})
+    with Engine(Catalog([card]), device="cpu") as mrope:
+        result = mrope.encode_sync("mrope", [{"image": images[name]} for name in PAGES], output_types=["multivector"])
+    assert_vectors_equal([np.asarray(item.multivector) for item in result.items],
+                         colqwen2_mrope_pages(tiny_2_5, [images[name] for name in PAGES]))
