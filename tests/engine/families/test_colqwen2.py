@@ -150,15 +150,19 @@ def test_the_cards_bfloat16_stays_close_to_float32(engine, reference):
         assert got.shape == want.shape and (got * want).sum(1).min() > 0.99
 
 
+def mrope_card(path: Path):
+    """The directory's card with the M-RoPE switch on (as a card turns it on: options.backbone)."""
+    card = card_from_local_dir("mrope", path)
+    return dataclasses.replace(card, options={**card.options, "backbone": {"mrope_positions": True}})
+
+
 def test_the_cards_mrope_switch_gives_get_rope_indexs_3d_positions_over_pages(tiny, engine, reference):
     """`options.backbone: {mrope_positions: true}`: pages equal transformers' model under the position_ids
     `get_rope_index` computes (colpali-engine's), which differ from its default 1D ones; queries unchanged."""
     pages, queries, _ = reference
     images = sample_images()
     wanted = colqwen2_mrope_pages(tiny, [images[name] for name in PAGES])
-    card = card_from_local_dir("mrope", tiny)
-    card = dataclasses.replace(card, options={**card.options, "backbone": {"mrope_positions": True}})
-    with Engine(Catalog([card]), device="cpu") as mrope:
+    with Engine(Catalog([mrope_card(tiny)]), device="cpu") as mrope:
         result = mrope.encode_sync("mrope", [{"image": images[name]} for name in PAGES] + QUERIES,
                                    output_types=["multivector"])
     ours = [np.asarray(item.multivector) for item in result.items]
@@ -189,9 +193,7 @@ def test_colqwen2_5_pages_and_queries_equal_transformers_alone_and_in_a_batch(ti
     ours_scores = np.array([[maxsim(q, p) for p in ours[:len(PAGES)]] for q in ours[len(PAGES):]])
     np.testing.assert_allclose(ours_scores, scores, atol=SCORE_TOL)
     # and under the M-RoPE switch, get_rope_index's positions
-    card = card_from_local_dir("mrope", tiny_2_5)
-    card = dataclasses.replace(card, options={**card.options, "backbone": {"mrope_positions": True}})
-    with Engine(Catalog([card]), device="cpu") as mrope:
+    with Engine(Catalog([mrope_card(tiny_2_5)]), device="cpu") as mrope:
         result = mrope.encode_sync("mrope", [{"image": images[name]} for name in PAGES], output_types=["multivector"])
     assert_vectors_equal([np.asarray(item.multivector) for item in result.items],
                          colqwen2_mrope_pages(tiny_2_5, [images[name] for name in PAGES]))
