@@ -82,8 +82,8 @@ def pack(
 class ImageBatch:
     """
     pixel_values: `[B, C, S, S]` in the model's dtype (every image of a model has one size), or
-        for a model that takes each image's own patch grid (SigLIP 2 NaFlex) `[T, C * p * p]`,
-        the images' patches back to back.
+        for a model that takes each image's own patch grid (SigLIP 2 NaFlex, Qwen2-VL) `[T, C * p * p]`
+        (Qwen2-VL: `[T, C * 2 * p * p]`, two frames a patch), the images' patches back to back.
     attn: attention metadata over the vision tower's packed positions.
     seq_lens: host copy of the B lengths (positions per image).
     grids: each image's patch grid (h, w) when the images come as their own grids; else None.

@@ -251,15 +251,21 @@ def first_image(processed: Mapping[str, Any]) -> np.ndarray:
 
 def prepare_images(processor, values: Sequence[Any], fields: Sequence[str], limits: Limits,
                    take: Callable[[Mapping[str, Any]], np.ndarray] = first_image,
-                   sizes: list[tuple[int, int]] | None = None) -> list[np.ndarray]:
+                   sizes: list[tuple[int, int]] | None = None,
+                   check_size: Callable[[int, int, str], None] | None = None) -> list[np.ndarray]:
     """Images as sent -> float32 pixel values each (`take` picks them from the processor's output),
     decoded and preprocessed one at a time (one bad image names its item; at most one full-size
     decoded image is held at once). `sizes`, where given, receives each picture's (height, width)
-    as decoded (a detector's boxes are answered in those pixels)."""
+    as decoded (a detector's boxes are answered in those pixels). `check_size(width, height, field)`
+    refuses a picture from its header (default: `check_resize` of the processor's `size`; a
+    processor whose `size` means something else brings its own)."""
     pixels: list[np.ndarray] = []
     for value, field in zip(values, fields):
         def check(width: int, height: int, field: str = field) -> None:
-            check_resize(processor, width, height, field)
+            if check_size is not None:
+                check_size(width, height, field)
+            else:
+                check_resize(processor, width, height, field)
 
         if isinstance(value, PictureSource):  # a document's page: its size is known before it is rendered
             check(*value.size)

@@ -228,9 +228,12 @@ class ImageTextInputs(TextTokenizer):
         if not isinstance(layout, CheckpointLayout):
             layout = describe(layout)
         self.load_text(layout, max_length, trust_remote_code)
-        config = self.read_config(layout.config)
-        self.images = self.image_role(load_image_processor(layout.root), config.image_size,
-                                      config.num_patches + self.class_tokens)
+        self.images = self.image_preprocessor(load_image_processor(layout.root), self.read_config(layout.config))
+
+    def image_preprocessor(self, processor: Any, config: Any) -> ImagePreprocessor:
+        """The image role over the checkpoint's processor: a fixed-size tower's patches plus class
+        tokens (a family whose processor decides each image's size counts from the processor)."""
+        return self.image_role(processor, config.image_size, config.num_patches + self.class_tokens)
 
     def load_text(self, layout: CheckpointLayout, max_length: int, trust_remote_code: bool) -> None:
         """The text side (TextTokenizer's; a family whose checkpoints ship a slow tokenizer overrides it)."""

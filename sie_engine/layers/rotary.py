@@ -54,3 +54,16 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     half = x.shape[-1] // 2
     rotated = torch.cat((-xf[..., half:], xf[..., :half]), dim=-1)  # rotate_half
     return (xf * cos[:, None, :] + rotated * sin[:, None, :]).to(x.dtype)
+
+
+def multimodal_rotary(rotary: RotaryEmbedding, positions: torch.Tensor,
+                      sections: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """M-RoPE (Qwen2-VL's `apply_multimodal_rotary_pos_emb`): `[3, T]` (temporal, height, width)
+    positions -> float32 (cos, sin), each `[T, D]`, where the i-th block of `sections` channels (in
+    each half of the table) rotates by axis i % 3. Equal axes give `rotary(positions[0])`."""
+    freqs = positions.float()[:, :, None] * rotary.inv_freq(positions.device)[None, None, :]  # [3, T, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1)  # [3, T, D]
+    axis = torch.tensor([i % 3 for i, width in enumerate(sections * 2) for _ in range(width)],
+                        device=positions.device)  # [D]: the axis each channel rotates by
+    chosen = emb.gather(0, axis[None, None, :].expand(1, emb.shape[1], -1)).squeeze(0)  # [T, D]
+    return chosen.cos(), chosen.sin()

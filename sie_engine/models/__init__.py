@@ -47,6 +47,8 @@ FAMILIES: dict[str, str] = {
     "siglip2": f"{_M}.siglip.siglip2:FAMILY",
     # ColPali (PaliGemma: SigLIP vision tower, projector, Gemma decoder): multi-vector pages and queries
     "colpali": f"{_M}.colpali.model:FAMILY",
+    # ColQwen2 (Qwen2-VL: vision tower at each page's own resolution, patch merger, Qwen2 decoder): the same outputs
+    "colqwen2": f"{_M}.colqwen2.family:FAMILY",
     # Donut (DonutSwin encoder + MBart decoder): generates from page images (sie_engine/generation)
     "donut": f"{_M}.donut.family:FAMILY",
     # OWLv2 open-vocabulary detection (CLIP's towers, box and class heads): extract with image items and labels
@@ -80,6 +82,7 @@ ARCHITECTURES: dict[str, str] = {
     "SiglipModel": "siglip",
     "Siglip2Model": "siglip2",
     "ColPaliForRetrieval": "colpali",
+    "ColQwen2ForRetrieval": "colqwen2",
     # transformers' generic image-to-text wrapper; DonutConfig refuses an encoder other than DonutSwin by name
     "VisionEncoderDecoderModel": "donut",
     "Owlv2ForObjectDetection": "owlv2",
@@ -93,7 +96,7 @@ MODEL_TYPES: dict[str, str] = {
     "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "gemma3_text": "gemma3_text",
     "nomic_bert": "nomic_bert", "deberta-v2": "deberta-v2", "distilbert": "distilbert", "mpnet": "mpnet",
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
-    "vision-encoder-decoder": "donut", "owlv2": "owlv2", "florence2": "florence2",
+    "colqwen2": "colqwen2", "vision-encoder-decoder": "donut", "owlv2": "owlv2", "florence2": "florence2",
     "grounding-dino": "grounding-dino",
 }
 

@@ -31,6 +31,8 @@ from .context import Call, TaskContext
 from .encode import submit_images
 
 SCORE = frozenset({"score"})  # the head score work runs
+# multi-vector kinds whose documents are page images (their text items are queries): ColPali, ColQwen2
+PAGE_RETRIEVERS = ("colpali", "colqwen2")
 
 
 def parse_query(query: Any, limits: v.Limits) -> str:
@@ -61,7 +63,7 @@ async def run(engine: TaskContext, call: Call) -> ScoreResult:
                              field=f"items[{documents[0]}].document")
     text_positions = [i for i, text in enumerate(maybe_texts) if text is not None]
     texts = [text for text in maybe_texts if text is not None]  # the texts at text_positions
-    if text_positions and (card.options or {}).get("multivector", {}).get("kind") == "colpali":
+    if text_positions and (card.options or {}).get("multivector", {}).get("kind") in PAGE_RETRIEVERS:
         first = text_positions[0]
         raise InvalidRequest(f"items[{first}] is a text, but model {card.id!r} ranks page images: send each page as "
                              "{\"image\": ...} (its text items are queries)", field=f"items[{first}]")

@@ -92,6 +92,7 @@ ELSEWHERE = {
     "mixedbread-ai/mxbai-rerank-base-v2": "tests/engine/tasks/test_score_mxbai_rerank_v2.py",
     "mixedbread-ai/mxbai-rerank-large-v2": "tests/engine/tasks/test_score_mxbai_rerank_v2.py",
     "vidore/colpali-v1.3-hf": "tests/engine/families/test_colpali.py",
+    "vidore/colqwen2-v1.0-hf": "tests/engine/families/test_colqwen2.py",
 }
 LOADED = [card for card in LOADED if card.id not in ELSEWHERE]
 

@@ -64,15 +64,22 @@ def make_tiny_colpali(dest: Path, seed: int = 0) -> Path:
 
 
 def colpali_reference(path: Path, images: list[bytes], queries: list[str]):
-    """transformers' ColPali embeddings (padding dropped: a list of `[n, D]` float32 arrays) for
-    the encoded images (decoded to RGB) and the query texts, and ColPaliProcessor.score_retrieval
-    of the queries against the images: `model(**processor(...))`, as ColPali's model card runs it."""
-    import torch
-    from PIL import Image
+    """transformers' ColPali embeddings and scores (`retrieval_reference` with ColPaliForRetrieval)."""
     from transformers import ColPaliForRetrieval, ColPaliProcessor
 
-    processor = ColPaliProcessor.from_pretrained(path)
-    model = ColPaliForRetrieval.from_pretrained(path, dtype=torch.float32).eval()
+    return retrieval_reference(ColPaliForRetrieval, ColPaliProcessor, path, images, queries)
+
+
+def retrieval_reference(model_class, processor_class, path: Path, images: list[bytes], queries: list[str]):
+    """A ColVision retriever's embeddings in transformers (padding dropped: a list of `[n, D]` float32
+    arrays) for the encoded images (decoded to RGB) and the query texts, and the processor's
+    score_retrieval of the queries against the images: `model(**processor(...))`, as the model cards
+    of ColPali and ColQwen2 run them."""
+    import torch
+    from PIL import Image
+
+    processor = processor_class.from_pretrained(path)
+    model = model_class.from_pretrained(path, dtype=torch.float32).eval()
     with torch.no_grad():
         pages = processor.process_images(images=[Image.open(io.BytesIO(b)).convert("RGB") for b in images])
         page_out = model(**pages).embeddings

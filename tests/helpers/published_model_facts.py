@@ -376,6 +376,12 @@ PUBLISHED: dict[str, Published] = {
                                     "ColPaliForRetrieval, embedding_dim 128, vlm_config paligemma) + "
                                     "preprocessor_config.json (448 x 448, image_seq_length 1024) + ColPaliProcessor's "
                                     "prompts on the Hub"),
+    # ColQwen2's (tests/engine/families/test_colqwen2.py); the -hf conversion is merged (vidore/colqwen2-v1.0
+    # itself is a LoRA adapter on vidore/colqwen2-base)
+    "vidore/colqwen2-v1.0-hf": other("colqwen2", "multivector", None, "transformers' colqwen2 package "
+                                     "(ColQwen2ForRetrieval's docstring checkpoint; ColQwen2Config: model_type "
+                                     "colqwen2, embedding_dim 128, vlm_config qwen2_vl) + ColQwen2Processor's "
+                                     "prompts + Qwen2VLImageProcessor's defaults (patch 14, merge 2)"),
     # document models (Donut): what the fine-tunes were converted with
     "naver-clova-ix/donut-base-finetuned-cord-v2": other("vision-encoder-decoder", "generate", 768, DONUT % "cord",
                                                          image_size=(1280, 960), task_prompt="<s_cord-v2>"),

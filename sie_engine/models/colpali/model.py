@@ -44,12 +44,13 @@ from ..clip.model import Encoder, PatchEmbeddings, SelfAttention, TowerConfig
 from ..gemma3.model import Gemma3RMSNorm
 from ..qwen.model import FUSED_KV_AND_GATE_UP, QwenConfig, QwenDecoderLayer
 from .card import colpali_card
+from .vlm_config import RetrieverConfig, complete_config, decoder_config
 
 QUERY_AUGMENTATION_TOKENS = 10  # ColPaliProcessor's suffix: the pad token ten times
 
 
 @dataclass(frozen=True)
-class PaliGemmaConfig:
+class PaliGemmaConfig(RetrieverConfig):
     """config.json of a ColPali checkpoint (`vlm_config` with its `vision_config` and `text_config`).
 
     vision: the SigLIP tower; image_size, patch_size, num_channels: its input.
@@ -66,59 +67,28 @@ class PaliGemmaConfig:
     image_token_id: int
     embedding_dim: int
 
-    towers = ("text", "image")
-
     @property
     def num_patches(self) -> int:
         return (self.image_size // self.patch_size) ** 2
-
-    @property
-    def hidden_size(self) -> int:
-        return self.text.hidden_size
-
-    @property
-    def max_seq_len(self) -> int:
-        return self.text.max_position_embeddings
 
     @staticmethod
     def from_hf(config: Mapping[str, Any]) -> PaliGemmaConfig:
         """Every key completed by transformers' config classes (a published config.json lists only
         what differs from their defaults)."""
-        from transformers import CONFIG_MAPPING
-
-        if config.get("model_type") != "colpali":
-            raise ValueError(f"model_type={config.get('model_type')!r} is not a ColPali checkpoint")
-        full = CONFIG_MAPPING["colpali"].from_dict(dict(config))
-        vlm = full.vlm_config
-        if vlm.model_type != "paligemma":
-            raise ValueError(f"vlm_config.model_type={vlm.model_type!r}: only PaliGemma-based ColPali is supported")
-        text, vision = vlm.text_config.to_dict(), vlm.vision_config.to_dict()
+        full, text, vision = complete_config(config, "colpali", "paligemma",
+                                             "only PaliGemma-based ColPali is supported")
         if text.get("model_type") != "gemma":
             raise ValueError(f"text_config.model_type={text.get('model_type')!r}: only a Gemma (1) decoder is "
                              "supported (PaliGemma 2's Gemma 2 is not)")
-        rope = text.get("rope_parameters") or {}
-        if (rope.get("rope_type") or "default") != "default":
-            raise ValueError(f"rope_type={rope.get('rope_type')!r} is not supported (only 'default')")
-        heads = text["num_attention_heads"]
-        decoder = QwenConfig(
-            vocab_size=text["vocab_size"], hidden_size=text["hidden_size"],
-            num_hidden_layers=text["num_hidden_layers"], num_attention_heads=heads,
-            num_key_value_heads=text.get("num_key_value_heads") or heads,
-            intermediate_size=text["intermediate_size"],
-            head_dim=text.get("head_dim") or text["hidden_size"] // heads,
-            hidden_act=text.get("hidden_act") or "gelu_pytorch_tanh",
-            max_position_embeddings=text.get("max_position_embeddings", 8192),
-            rms_norm_eps=text.get("rms_norm_eps", 1e-6),
-            rope_theta=float(rope.get("rope_theta") or text.get("rope_theta") or 10_000.0),
-            qkv_bias=bool(text.get("attention_bias", False)), o_bias=bool(text.get("attention_bias", False)),
-            causal=False,
-        )
-        projection = vision.get("projection_dim") or vlm.projection_dim
+        bias = bool(text.get("attention_bias", False))
+        decoder = decoder_config(text, hidden_act="gelu_pytorch_tanh", max_positions=8192, rope_theta=10_000.0,
+                                 qkv_bias=bias, o_bias=bias, causal=False)
+        projection = vision.get("projection_dim") or full.vlm_config.projection_dim
         if projection != decoder.hidden_size:
             raise ValueError(f"vision projection_dim {projection} != text hidden_size {decoder.hidden_size}")
         return PaliGemmaConfig(
             vision=TowerConfig.from_hf(vision), image_size=vision["image_size"], patch_size=vision["patch_size"],
-            num_channels=vision["num_channels"], text=decoder, image_token_id=int(vlm.image_token_id),
+            num_channels=vision["num_channels"], text=decoder, image_token_id=int(full.vlm_config.image_token_id),
             embedding_dim=int(full.embedding_dim),
         )
 

@@ -134,12 +134,13 @@ class QwenAttention(nn.Module):
 
 
 class QwenMLP(nn.Module):
-    """SwiGLU: gate_up_proj projects to [gate | up], down_proj(act(gate) * up)."""
+    """SwiGLU: gate_up_proj projects to [gate | up], down_proj(act(gate) * up) (biases: Qwen2.5-VL's
+    vision blocks)."""
 
-    def __init__(self, hidden_size: int, intermediate_size: int, act: str):
+    def __init__(self, hidden_size: int, intermediate_size: int, act: str, bias: bool = False):
         super().__init__()
-        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
         self.act = activation(act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -190,8 +191,15 @@ class QwenModel(Backbone):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.embed_tokens(input_ids)
-        rotary = self.rotary(positions)  # once per batch, shared by every layer
+        return self.forward_embeddings(self.embed_tokens(input_ids), positions, attn)
+
+    def forward_embeddings(self, x: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
+                           rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """The decoder over input embeddings `[T, H]` -> hidden `[T, H]` (a vision-language family
+        places image features among the token embeddings: models/colqwen2, which may bring its own
+        rotary tables: M-RoPE's)."""
+        if rotary is None:
+            rotary = self.rotary(positions)  # once per batch, shared by every layer
         for layer in self.layers:
             x = layer(x, rotary, attn)
         return self.norm(x)
