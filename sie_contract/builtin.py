@@ -93,24 +93,27 @@ SCORE = Task(
 EXTRACT = Task(
     name="extract",
     summary="Zero-shot entity extraction, classification (zero-shot and fixed-label), relation extraction and "
-            "document reading (text and JSON from page images and PDFs) and open-vocabulary object detection",
+            "document reading (text and JSON from page images and PDFs), open-vocabulary object detection and "
+            "layout detection",
     fields=(
         Field("items", type=ExtractItems, wire_type=WireExtractItems, required=True,
               description="texts: strings or {id?, text} objects; for a relation model, {id?, text, entities}; "
                           "for a document model (Donut), page images {id?, image} and PDFs {id?, document, "
                           "pages?, dpi?} (one answer per page, with its page); for an open-vocabulary detector "
                           "(OWLv2, Grounding DINO), images: {id?, image} objects (and, for Grounding DINO, PDFs, "
-                          "one answer per page)"),
+                          "one answer per page); for a layout model (PP-DocLayout), images and PDFs (one answer "
+                          "per page)"),
         Field("labels", type=Labels, positional=True,
               description="the entity types to find, the candidate classes of a zero-shot classification model, "
                           "the relation types of a relation model or the objects a detector boxes (required for "
-                          "them); a fixed-label "
-                          "classifier takes none: it answers its own labels (config.json's id2label)"),
+                          "them); a fixed-label classifier or a layout model takes none: it answers its own labels "
+                          "(config.json's id2label)"),
         Field("threshold", type=Score,
               description="entities: keep spans scoring at least this (default 0.5); classifications: keep "
                           "labels scoring at least this (default: all labels); relations: keep triples scoring "
                           "above this (default: the card's, 0.5); regions: keep boxes scoring above this (default "
-                          "0.1 for OWLv2, 0.25 for Grounding DINO, as transformers' post-processing)"),
+                          "0.1 for OWLv2, 0.25 for Grounding DINO, as transformers' post-processing; layout models: "
+                          "at least this, default 0.5)"),
         Field("flat", type=bool, description="entity models: no nested entities (default true)"),
         Field("multi_label", type=bool,
               description="entities: a span may carry several labels (default false); classifications: each label "
@@ -158,7 +161,8 @@ EXTRACT = Task(
               description="Grounding DINO: a region's label is the prompt's tokens scoring above this for its "
                           "box (default 0.25, as transformers' post-processing)"),
     ),
-    served_by=("extract", "zeroshot", "gliclass", "relations", "gliner2", "classifier", "generate", "detect"),
+    served_by=("extract", "zeroshot", "gliclass", "relations", "gliner2", "classifier", "generate", "detect",
+               "layout"),
     implementation="sie_engine.tasks.extract:run",
     answer_type=ExtractAnswer,
 )

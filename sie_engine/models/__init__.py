@@ -55,6 +55,8 @@ FAMILIES: dict[str, str] = {
     "owlv2": f"{_M}.owlv2.model:FAMILY",
     # Grounding DINO open-vocabulary detection (Swin + BERT, deformable encoder/decoder): extract with images and labels
     "grounding-dino": f"{_M}.grounding_dino.family:FAMILY",
+    # PP-DocLayoutV3 layout detection (HGNetV2 + RT-DETR's hybrid encoder and deformable decoder, reading order)
+    "pp-doclayout": f"{_M}.pp_doclayout.family:FAMILY",
     # Florence-2 (DaViT vision tower + BART): generates from images, prompted by task tokens
     "florence2": f"{_M}.florence2.family:FAMILY",
 }
@@ -88,6 +90,7 @@ ARCHITECTURES: dict[str, str] = {
     "Owlv2ForObjectDetection": "owlv2",
     "GroundingDinoForObjectDetection": "grounding-dino",
     "Florence2ForConditionalGeneration": "florence2",
+    "PPDocLayoutV3ForObjectDetection": "pp-doclayout",
 }
 
 # config.json `model_type` -> family, for checkpoints without `architectures`.
@@ -97,7 +100,7 @@ MODEL_TYPES: dict[str, str] = {
     "nomic_bert": "nomic_bert", "deberta-v2": "deberta-v2", "distilbert": "distilbert", "mpnet": "mpnet",
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
     "colqwen2": "colqwen2", "vision-encoder-decoder": "donut", "owlv2": "owlv2", "florence2": "florence2",
-    "grounding-dino": "grounding-dino",
+    "grounding-dino": "grounding-dino", "pp_doclayout_v3": "pp-doclayout",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the
@@ -130,6 +133,8 @@ HEADS: dict[str, str] = {
     "generate": "sie_engine.generation.head:build",
     # open-vocabulary detection (OWLv2): the labels' query embeddings and each image's boxes
     "detect": f"{_M}.owlv2.head:build_detect_heads",
+    # layout detection (PP-DocLayout): each page's regions by the model's own classes, in reading order
+    "layout": f"{_M}.pp_doclayout.head:build_layout_heads",
 }
 
 

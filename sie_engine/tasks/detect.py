@@ -12,15 +12,12 @@ in its own pixels (models/owlv2/postprocess.py: transformers' post-processing).
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 
 from sie_contract.values import Region
 
 from .. import validation as v
 from ..errors import InvalidRequest
-from ..image_pool import on_image_threads
 from ..models.owlv2.head import DetectionWork
 from ..types import ExtractedItem, ExtractResult
 from ..work import WorkItem
@@ -28,12 +25,10 @@ from . import grounded_detect
 from .common import check_labels, longest_first
 from .context import Call, TaskContext
 from .extract import ExtractMode
+from .image_work import submit_images
 
 QUERIES = frozenset({"queries"})
 DETECT = frozenset({"detect"})
-# the scheduler's queue of detection images: batches never mix the vision tower's inputs with labels
-IMAGE_QUEUE = "extract:image"
-IMAGE_CHUNK = 32  # images decoded per step, each step queued at once (encode's reason: tasks/encode.py)
 # transformers' default for `post_process_grounded_object_detection`
 DEFAULT_THRESHOLD = 0.1
 NO_IDS: np.ndarray = np.zeros(0, dtype=np.int32)
@@ -71,43 +66,15 @@ async def run(engine: TaskContext, call: Call) -> ExtractResult:
     queries = np.stack([e["queries"] for e in encoded])  # [Q, D]
 
     request = engine.new_request(call, "extract", len(ids))
-    try:
-        image_tokens, image_s = await _submit_images(engine, card, request, images, queries, threshold)
-    except BaseException as exc:  # a bad image: the images already queued must not wait on it
-        request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
-        request.future.exception()  # raised below, not awaited: marked read so asyncio logs no traceback
-        raise
+    paths = [f"items[{i}].image" for i in range(len(ids))]
+    image_tokens, image_s = await submit_images(engine, card, request, images, paths, DETECT,
+                                                lambda size: DetectionWork(queries, threshold, size))
     found = [r["detect"] for r in await request.future]
     items = [ExtractedItem(id=item_id, entities=[], regions=[
         Region(label=labels[int(k)], score=float(s), box=[float(x) for x in box])
         for s, k, box in zip(d.scores, d.labels, d.boxes)]) for item_id, d in zip(ids, found)]
     return ExtractResult(card.id, items, tokenized.num_tokens + image_tokens,
                          engine.timings(request, call.started, tokenize_s + image_s))
-
-
-async def _submit_images(engine: TaskContext, card, request, images: list, queries: np.ndarray,
-                         threshold: float) -> tuple[int, float]:
-    """Decode and preprocess the images on the image threads, chunk by chunk, and queue each chunk
-    with its detection settings; returns (vision positions queued, seconds spent preparing)."""
-    inputs, seconds = await engine.with_tokenizer(card, _itself)
-    limits, tokens = engine.limits, 0
-    for start in range(0, len(images), IMAGE_CHUNK):
-        chunk = list(range(start, min(start + IMAGE_CHUNK, len(images))))
-        (pixels, sizes), spent = await on_image_threads(
-            inputs.images.encode_sized, [images[i] for i in chunk], [f"items[{i}].image" for i in chunk], limits)
-        seconds += spent
-        counts = [inputs.images.positions(p) for p in pixels]
-        tokens += sum(counts)
-        engine.submit(card, IMAGE_QUEUE, [
-            WorkItem(request, i, NO_IDS, outputs=DETECT, pixels=p, image_tokens=count,
-                     extra=DetectionWork(queries, threshold, size))
-            for i, p, count, size in zip(chunk, pixels, counts, sizes)
-        ], request)
-    return tokens, seconds
-
-
-def _itself(inputs):
-    return inputs
 
 
 MODE = ExtractMode(

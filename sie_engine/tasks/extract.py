@@ -108,6 +108,7 @@ MODES: dict[str, str] = {
     "extract": "sie_engine.tasks.gliner:MODE",
     "generate": "sie_engine.tasks.generate:MODE",
     "detect": "sie_engine.tasks.detect:MODE",
+    "layout": "sie_engine.tasks.layout:MODE",
 }
 _loaded: dict[str, ExtractMode] = {}  # by target
 

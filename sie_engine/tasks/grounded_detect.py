@@ -15,31 +15,24 @@ a label is the prompt's words the box matched, which may join several of the req
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 
 from sie_contract.values import Region
 
-from .. import validation as v
-from ..documents import expand_documents
 from ..errors import InvalidRequest
-from ..image_pool import on_image_threads
 from ..models.grounding_dino.head import PromptWork
 from ..models.grounding_dino.prompt import merged_prompt, phrase_positions, phrases
 from ..types import ExtractedItem, ExtractResult
 from ..work import WorkItem
 from .common import check_labels
 from .context import Call, TaskContext
+from .image_work import read_pictures, submit_images
 
 PROMPT = frozenset({"prompt"})
 DETECT = frozenset({"detect"})
-IMAGE_QUEUE = "extract:image"  # the detect mode's queue of images (tasks/detect.py)
-IMAGE_CHUNK = 32
 # transformers' defaults for GroundingDinoProcessor.post_process_grounded_object_detection
 DEFAULT_BOX_THRESHOLD = 0.25
 DEFAULT_TEXT_THRESHOLD = 0.25
-NO_IDS: np.ndarray = np.zeros(0, dtype=np.int32)
 
 
 def _labels(fields, engine: TaskContext) -> list[str]:
@@ -53,19 +46,8 @@ def _labels(fields, engine: TaskContext) -> list[str]:
 
 async def run(engine: TaskContext, call: Call, described: str) -> ExtractResult:
     card, fields = call.card, call.fields
-    ids, texts, images = v.parse_encode_items(fields["items"], engine.limits)
-    for i, text in enumerate(texts):
-        if text is not None:
-            raise InvalidRequest(f"items[{i}] is a text, but {described}: send each image as "
-                                 "{\"image\": <base64 or bytes>} or {\"document\": <PDF>}", field=f"items[{i}]")
+    pictures = await read_pictures(engine, fields["items"], described)
     labels = _labels(fields, engine)
-    pages: list = [None] * len(ids)
-    paths = [f"items[{i}].image" for i in range(len(ids))]
-    prepare_s = 0.0
-    if any(isinstance(image, v.DocumentItem) for image in images):
-        expanded = await expand_documents(ids, texts, images, engine.limits)
-        ids, images, pages, paths, prepare_s = (expanded.ids, expanded.images, expanded.pages, expanded.fields,
-                                                expanded.seconds)
     threshold = float(fields.get("threshold", DEFAULT_BOX_THRESHOLD))
     text_threshold = float(fields.get("text_threshold", DEFAULT_TEXT_THRESHOLD))
 
@@ -80,49 +62,20 @@ async def run(engine: TaskContext, call: Call, described: str) -> ExtractResult:
         WorkItem(prompt_request, i, tokenized.ids[0][start:end], outputs=PROMPT) for i, (start, end) in enumerate(spans)
     ], prompt_request)
     features = np.concatenate([e["prompt"] for e in encoded])  # [T, d_model], the phrases in order
-    prompt = (prompt_ids, features, phrase_positions(prompt_ids), spans, threshold, text_threshold)
+    positions = phrase_positions(prompt_ids)
 
-    request = engine.new_request(call, "extract", len(ids))
-    try:
-        image_tokens, image_s = await _submit_images(engine, card, request, images, paths, prompt)
-    except BaseException as exc:  # a bad image: the images already queued must not wait on it
-        request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
-        request.future.exception()  # raised below, not awaited: marked read so asyncio logs no traceback
-        raise
+    request = engine.new_request(call, "extract", len(pictures.ids))
+    image_tokens, image_s = await submit_images(
+        engine, card, request, pictures.images, pictures.paths, DETECT,
+        lambda size: PromptWork(prompt_ids, features, positions, spans, threshold, text_threshold, size))
     found = [r["detect"] for r in await request.future]
     names, decode_s = await engine.with_tokenizer(card, _decode, [d.tokens for d in found])
     items = [ExtractedItem(id=item_id, entities=[], regions=[
         Region(label=name, score=float(s), box=[float(x) for x in box])
         for s, box, name in zip(d.scores, d.boxes, box_names)], page=page)
-        for item_id, d, box_names, page in zip(ids, found, names, pages, strict=True)]
+        for item_id, d, box_names, page in zip(pictures.ids, found, names, pictures.pages, strict=True)]
     return ExtractResult(card.id, items, len(prompt_ids) + image_tokens,
-                         engine.timings(request, call.started, tokenize_s + prepare_s + image_s + decode_s))
-
-
-async def _submit_images(engine: TaskContext, card, request, images: list, paths: list[str],
-                         prompt: tuple) -> tuple[int, float]:
-    """Decode and preprocess the images on the image threads, chunk by chunk, and queue each chunk
-    with its prompt; returns (encoder positions queued, seconds spent preparing)."""
-    prompt_ids, features, positions, spans, threshold, text_threshold = prompt
-    inputs, seconds = await engine.with_tokenizer(card, _itself)
-    limits, tokens = engine.limits, 0
-    for start in range(0, len(images), IMAGE_CHUNK):
-        chunk = list(range(start, min(start + IMAGE_CHUNK, len(images))))
-        (pixels, sizes), spent = await on_image_threads(
-            inputs.images.encode_sized, [images[i] for i in chunk], [paths[i] for i in chunk], limits)
-        seconds += spent
-        counts = [inputs.images.positions(p) for p in pixels]
-        tokens += sum(counts)
-        engine.submit(card, IMAGE_QUEUE, [
-            WorkItem(request, i, NO_IDS, outputs=DETECT, pixels=p, image_tokens=count,
-                     extra=PromptWork(prompt_ids, features, positions, spans, threshold, text_threshold, size))
-            for i, p, count, size in zip(chunk, pixels, counts, sizes)
-        ], request)
-    return tokens, seconds
-
-
-def _itself(inputs):
-    return inputs
+                         engine.timings(request, call.started, tokenize_s + pictures.seconds + image_s + decode_s))
 
 
 def _decode(inputs, tokens: list[list[list[int]]]) -> list[list[str]]:

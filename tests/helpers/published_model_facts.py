@@ -91,6 +91,9 @@ OWLV2 = ("Owlv2Config's defaults, documented as google/owlv2-base-patch16's (tex
          "checkpoints share the architecture (Owlv2ForObjectDetection)")
 GROUNDING_DINO = ("config.json (GroundingDinoForObjectDetection: max_text_len 256, 900 queries, a Swin backbone and "
                   "bert-base-uncased) + preprocessor_config.json (shortest edge 800, longest 1333) of %s on the Hub")
+PP_DOCLAYOUT = ("transformers' PPDocLayoutV3Config (its docstring names PaddlePaddle/PP-DocLayoutV3_safetensors; "
+                "modeling_pp_doclayout_v3's example loads it as PPDocLayoutV3ForObjectDetection, model_type "
+                "pp_doclayout_v3) + PPDocLayoutV3ImageProcessor's defaults (800 x 800, bicubic, mean 0, std 1)")
 STATIC = "config.json + modules.json (StaticEmbedding, Normalize) of the model2vec repository on the Hub"
 MISTRAL = ("config.json (MistralModel, sliding_window 4096) + modules.json + 1_Pooling (lasttoken) + the README's "
            "get_detailed_instruct and max_length 4096 on the Hub")
@@ -410,6 +413,8 @@ PUBLISHED: dict[str, Published] = {
     "google/owlv2-base-patch16-finetuned": other("owlv2", "detect", 16, OWLV2),
     "IDEA-Research/grounding-dino-tiny": other("grounding-dino", "detect", 256, GROUNDING_DINO % "grounding-dino-tiny"),
     "IDEA-Research/grounding-dino-base": other("grounding-dino", "detect", 256, GROUNDING_DINO % "grounding-dino-base"),
+    # layout detection (PP-DocLayoutV3): no text window
+    "PaddlePaddle/PP-DocLayoutV3_safetensors": other("pp_doclayout_v3", "layout", None, PP_DOCLAYOUT),
     # static embedders (model2vec)
     "minishlab/potion-base-8M": dense("model2vec", "mean", True, 256, None, STATIC),
     "minishlab/potion-base-32M": dense("model2vec", "mean", True, 512, None, STATIC),

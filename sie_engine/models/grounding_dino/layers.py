@@ -6,7 +6,9 @@ text cross- and deformable cross-attention). Module names are transformers' so t
 loads by name.
 
 One image at a time: every tensor carries a leading batch dimension of 1, since each image has
-its own feature-map sizes and its own prompt (nothing is padded, so nothing is masked).
+its own feature-map sizes and its own prompt (nothing is padded, so nothing is masked). The
+deformable attention takes any batch of images sharing their map sizes (PP-DocLayout's pages,
+models/pp_doclayout, all at the processor's fixed side).
 """
 
 from __future__ import annotations
@@ -58,20 +60,21 @@ def image_position_embedding(height: int, width: int, d_model: int, temperature:
 # ---- multi-scale deformable attention ------------------------------------------------------
 def deformable_sample(value: torch.Tensor, shapes: list[tuple[int, int]], locations: torch.Tensor,
                       weights: torch.Tensor) -> torch.Tensor:
-    """value `[1, S, heads, d]`, locations `[1, Q, heads, levels, points, 2]` in [0, 1], weights
-    `[1, Q, heads, levels, points]` -> `[1, Q, heads * d]`: each head's bilinear samples of each
-    level (zeros outside), weighted and summed (transformers' pure-torch MultiScaleDeformableAttention)."""
-    _, _, heads, d = value.shape
+    """value `[B, S, heads, d]`, locations `[B, Q, heads, levels, points, 2]` in [0, 1], weights
+    `[B, Q, heads, levels, points]` -> `[B, Q, heads * d]`: each head's bilinear samples of each
+    level (zeros outside), weighted and summed (transformers' pure-torch MultiScaleDeformableAttention).
+    Images of one batch share their map sizes (PP-DocLayout's fixed side); Grounding DINO passes one."""
+    batch, _, heads, d = value.shape
     _, queries, _, levels, points, _ = locations.shape
     per_level = value.split([h * w for h, w in shapes], dim=1)
     grids = 2 * locations - 1
     sampled = []
     for level, (h, w) in enumerate(shapes):
-        v = per_level[level].flatten(2).transpose(1, 2).reshape(heads, d, h, w)  # [heads, d, H, W]
-        grid = grids[:, :, :, level].transpose(1, 2).flatten(0, 1)  # [heads, Q, points, 2]
+        v = per_level[level].flatten(2).transpose(1, 2).reshape(batch * heads, d, h, w)  # [B * heads, d, H, W]
+        grid = grids[:, :, :, level].transpose(1, 2).flatten(0, 1)  # [B * heads, Q, points, 2]
         sampled.append(F.grid_sample(v, grid, mode="bilinear", padding_mode="zeros", align_corners=False))
-    weights = weights.transpose(1, 2).reshape(heads, 1, queries, levels * points)
-    out = (torch.stack(sampled, dim=-2).flatten(-2) * weights).sum(-1).view(1, heads * d, queries)
+    weights = weights.transpose(1, 2).reshape(batch * heads, 1, queries, levels * points)
+    out = (torch.stack(sampled, dim=-2).flatten(-2) * weights).sum(-1).view(batch, heads * d, queries)
     return out.transpose(1, 2)
 
 
@@ -86,13 +89,13 @@ class MultiscaleDeformableAttention(nn.Module):
 
     def forward(self, queries: torch.Tensor, memory: torch.Tensor, reference: torch.Tensor,
                 shapes: list[tuple[int, int]], normalizer: torch.Tensor) -> torch.Tensor:
-        """queries `[1, Q, D]` (position already added), memory `[1, S, D]`, reference `[1, Q, levels, 2]`
-        points or `[1, Q, levels, 4]` boxes (cx, cy, w, h), normalizer `[levels, 2]` (w, h) -> `[1, Q, D]`."""
-        _, q, _ = queries.shape
-        value = self.value_proj(memory).view(1, memory.shape[1], self.heads, -1)
-        offsets = self.sampling_offsets(queries).view(1, q, self.heads, self.levels, self.points, 2)
-        weights = self.attention_weights(queries).view(1, q, self.heads, self.levels * self.points)
-        weights = F.softmax(weights, -1).view(1, q, self.heads, self.levels, self.points)
+        """queries `[B, Q, D]` (position already added), memory `[B, S, D]`, reference `[B, Q, levels, 2]`
+        points or `[B, Q, levels, 4]` boxes (cx, cy, w, h), normalizer `[levels, 2]` (w, h) -> `[B, Q, D]`."""
+        b, q, _ = queries.shape
+        value = self.value_proj(memory).view(b, memory.shape[1], self.heads, -1)
+        offsets = self.sampling_offsets(queries).view(b, q, self.heads, self.levels, self.points, 2)
+        weights = self.attention_weights(queries).view(b, q, self.heads, self.levels * self.points)
+        weights = F.softmax(weights, -1).view(b, q, self.heads, self.levels, self.points)
         if reference.shape[-1] == 2:
             locations = reference[:, :, None, :, None, :] + offsets / normalizer[None, None, None, :, None, :]
         else:  # a box: offsets scaled by its half size, per point

@@ -1,0 +1,1 @@
+"""PP-DocLayoutV3 (layout detection): the family's package; its registry entry is family.py."""
