@@ -29,7 +29,8 @@ class OCRPage:
     """One page as the model read it. `number` is 1-based, `total` the pages read from the file; `width` / `height`
     the page's size (points, 1/72 inch, for a PDF; pixels for an image; None when Pillow is not
     installed to read an image's size) and `width_px` / `height_px` the pixels the model saw,
-    in which `regions` are (`{"label", "box": [x0, y0, x1, y1], "text"?, "quad_box"?, ...}`)."""
+    in which `regions` are (`{"label", "box": [x0, y0, x1, y1], "text"?, "quad_box"?, ...}`); `data` the
+    page's parsed JSON where the model gives one (Donut's `token2json`: a receipt's fields, an answer)."""
 
     text: str
     number: int
@@ -39,6 +40,7 @@ class OCRPage:
     width_px: int | None
     height_px: int | None
     regions: list[dict[str, Any]] | None = None
+    data: Any = None
 
 
 def is_pdf(data: bytes) -> bool:
@@ -123,15 +125,20 @@ def pages_of(result: ExtractResult, data: bytes) -> list[OCRPage]:
         width, height = _image_size(data)
         item = items[0]
         regions = None if item.regions is None else [_region(r) for r in item.regions]
-        return [OCRPage(page_text(item.text, regions), 1, 1, width, height, width, height, regions)]
+        return [OCRPage(page_text(item.text, regions), 1, 1, width, height, width, height, regions, item.data)]
     pages = []
     for item in items:
         assert item.page is not None  # a document item's answers each carry their page
         regions = None if item.regions is None else [_region(r) for r in item.regions]
         where = item.page
         pages.append(OCRPage(page_text(item.text, regions), where.number, len(items), where.width, where.height,
-                             where.width_px, where.height_px, regions))
+                             where.width_px, where.height_px, regions, item.data))
     return pages
+
+
+def page_extras(page: OCRPage) -> dict[str, Any]:
+    """The metadata a page adds where its model gives it: `regions` (boxes) and `data` (parsed JSON)."""
+    return {key: value for key, value in (("regions", page.regions), ("data", page.data)) if value is not None}
 
 
 def read_pages(client: Any, model: str, name: str, data: bytes, *, dpi: int | None = None,

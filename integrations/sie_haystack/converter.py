@@ -21,6 +21,7 @@ from sie_client.documents import (
     aread_pages,
     blames_the_file,
     ocr_options,
+    page_extras,
     read_pages,
 )
 
@@ -41,7 +42,8 @@ class SIEDocumentConverter(SIEConnection):
     own), `meta` given to `run`, `page_number` (1-based, the name Haystack's splitters use),
     `total_pages` (pages read from the source), `page_width` / `page_height` (points for a PDF,
     pixels for an image), `width_px` / `height_px` (the pixels the model saw), `model`, and, where
-    the model gives boxes, `regions`: `{"label", "box": [x0, y0, x1, y1], "text"?, "quad_box"?}`.
+    the model gives boxes, `regions`: `{"label", "box": [x0, y0, x1, y1], "text"?, "quad_box"?}`, and where
+    it parses the page (Donut), `data`: its JSON.
 
     As Haystack's converters, a source that cannot be read (missing, or refused by SIE with a 4xx
     about the file) is logged with its name and the reason and skipped; `raise_on_failure=True`
@@ -100,8 +102,7 @@ class SIEDocumentConverter(SIEConnection):
             page_meta: dict[str, Any] = {**stream.meta, **meta, "page_number": page.number, "total_pages": page.total,
                                          "page_width": page.width, "page_height": page.height,
                                          "width_px": page.width_px, "height_px": page.height_px, "model": self.model}
-            if page.regions is not None:
-                page_meta["regions"] = page.regions
+            page_meta.update(page_extras(page))
             out.append(Document(content=page.text, meta=page_meta))
         return out
 

@@ -17,6 +17,7 @@ from sie_client.documents import (
     OCRPage,
     aread_pages,
     ocr_options,
+    page_extras,
     read_pages,
     read_source,
 )
@@ -40,7 +41,8 @@ class SIEDocumentLoader(SIEConnection, BaseLoader):
     `total_pages` (pages read from the file), `page_width` / `page_height` (points for a PDF,
     pixels for an image), `width_px` / `height_px` (the pixels the model saw), `model`, and, where
     the model gives boxes, `regions`: `{"label", "box": [x0, y0, x1, y1], "text"?, "quad_box"?}` in
-    those pixels (nested: `filter_complex_metadata` drops it for stores that take flat values only).
+    those pixels (nested: `filter_complex_metadata` drops it for stores that take flat values only), and
+    where the model parses the page (Donut), `data`: its JSON.
     With regions that carry text (OCR with regions) `page_content` is their texts, one per line.
     A file SIE refuses raises `SIEError` whose message starts with the file's path.
     """
@@ -63,8 +65,7 @@ class SIEDocumentLoader(SIEConnection, BaseLoader):
         metadata: dict[str, Any] = {"source": str(path), "page": page.number - 1, "total_pages": page.total,
                                     "page_width": page.width, "page_height": page.height,
                                     "width_px": page.width_px, "height_px": page.height_px, "model": self.model}
-        if page.regions is not None:
-            metadata["regions"] = page.regions
+        metadata.update(page_extras(page))
         return Document(page_content=page.text, metadata=metadata)
 
     def lazy_load(self) -> Iterator[Document]:

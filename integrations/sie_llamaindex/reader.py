@@ -18,6 +18,7 @@ from sie_client.documents import (
     OCRPage,
     aread_pages,
     ocr_options,
+    page_extras,
     read_pages,
     read_source,
 )
@@ -25,8 +26,10 @@ from sie_client.documents import (
 from .connection import SIEConnection
 
 # metadata kept out of the text LlamaIndex embeds and shows an LLM (and out of its splitters' chunk
-# budget, which counts metadata): boxes and sizes are for the application, not for retrieval
-NOT_FOR_TEXT = ["regions", "page_width", "page_height", "width_px", "height_px", "model", "file_path", "total_pages"]
+# budget, which counts metadata): boxes, sizes and parsed JSON (its text is the page's) are for the
+# application, not for retrieval
+NOT_FOR_TEXT = ["regions", "data", "page_width", "page_height", "width_px", "height_px", "model", "file_path",
+                "total_pages"]
 
 
 class SIEDocumentReader(SIEConnection, BasePydanticReader):
@@ -41,7 +44,8 @@ class SIEDocumentReader(SIEConnection, BasePydanticReader):
     1-based page number as a string, as `PDFReader`), `total_pages` (pages read from the file),
     `page_width` / `page_height` (points for a PDF, pixels for an image), `width_px` / `height_px`
     (the pixels the model saw), `model`, and, where the model gives boxes, `regions`: `{"label",
-    "box": [x0, y0, x1, y1], "text"?, "quad_box"?}` in those pixels; `extra_info` is merged in. All
+    "box": [x0, y0, x1, y1], "text"?, "quad_box"?}` in those pixels, where the model parses the page
+    (Donut), `data`: its JSON; `extra_info` is merged in. All
     but the file name and page label are excluded from the embedded and the LLM's text.
     A file SIE refuses raises `SIEError` whose message starts with the file's path.
     """
@@ -70,8 +74,7 @@ class SIEDocumentReader(SIEConnection, BasePydanticReader):
                                     "page_label": str(page.number), "total_pages": page.total,
                                     "page_width": page.width, "page_height": page.height,
                                     "width_px": page.width_px, "height_px": page.height_px, "model": self.model}
-        if page.regions is not None:
-            metadata["regions"] = page.regions
+        metadata.update(page_extras(page))
         hidden = [key for key in NOT_FOR_TEXT if key in metadata]
         return Document(text=page.text, metadata=metadata, excluded_embed_metadata_keys=hidden,
                         excluded_llm_metadata_keys=hidden)

@@ -1,6 +1,7 @@
 """The document loaders (LangChain's `SIEDocumentLoader`, LlamaIndex's `SIEDocumentReader`, Haystack's
 `SIEDocumentConverter`) against one real SIE server serving a tiny random Florence-2
-(tests/helpers/florence2_fixtures.py): each loader's Documents, for a two-page PDF and a PNG, equal
+(tests/helpers/florence2_fixtures.py) and a tiny random Donut under the CORD card: each loader's Documents
+(for Donut also each page's parsed `data`), for a two-page PDF and a PNG, equal
 what the server's extract answers over plain JSON for the same file (text, page number and size,
 region boxes), the PDF's pages stay apart, and a bad file gives an error naming it and quoting the
 server's message, the way each framework reports one (LlamaIndex's SimpleDirectoryReader and Haystack's
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import io
 import logging
 from pathlib import Path
@@ -20,14 +22,17 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 
+from donut_fixtures import tiny_donut, tiny_donut_processor
 from florence2_fixtures import tiny_florence2
 from pdf_fixtures import make_pdf
 from server_fixtures import start_server
 from sie_client import SIEError
 
 MODEL = "tiny/florence2"
+DONUT = "naver-clova-ix/donut-base-finetuned-cord-v2"  # its built-in card, on tiny random weights
 TASK = "<OCR_WITH_REGION>"  # boxes per line: the tiny model emits enough location tokens in 40 tokens
 NEW = 40
 DPI = 36  # half a pixel per point: small pages, fast encoders
@@ -46,11 +51,25 @@ def files(tmp_path_factory):
     return folder
 
 
+def donut_cards(tmp_path_factory) -> Path:
+    """A folder with the CORD Donut card pointed at a tiny random Donut (tests/helpers/donut_fixtures.py)."""
+    from sie_engine import Catalog, WeightsSource
+
+    root = tmp_path_factory.mktemp("tiny-donut")
+    tiny_donut(root, decoder={"max_position_embeddings": 1024})  # room for the card's max_new_tokens (767)
+    tiny_donut_processor(root)
+    card = dataclasses.replace(Catalog.builtin().get(DONUT), weights=WeightsSource(path=str(root)))
+    cards = tmp_path_factory.mktemp("donut-cards")
+    (cards / "cord.yaml").write_text(yaml.safe_dump(card.to_dict()))
+    return cards
+
+
 @pytest.fixture(scope="module")
 def sie_url(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny-florence2")
     tiny_florence2(root)
     with start_server("--device", "cpu", "--model", f"{MODEL}={root}", "--preload", MODEL,
+                      "--models", str(donut_cards(tmp_path_factory)),
                       log_dir=tmp_path_factory.mktemp("sie-server")) as process:
         yield process.url
 
@@ -204,3 +223,27 @@ def test_haystack_converter_in_a_pipeline(sie_url, files, expected, caplog):
         strict.run(sources=[files / "broken.pdf"])
     result = asyncio.run(converter.run_async(sources=[files / "two.pdf"]))
     assert [d.content for d in result["documents"]] == [p["text"] for p in expected["two.pdf"]]
+
+
+def test_donut_pages_carry_their_parsed_data_in_every_loader(sie_url, files):
+    """Donut takes no task: each loader's page is the server's text with its token2json `data` beside it."""
+    from sie_haystack import SIEDocumentConverter
+    from sie_langchain import SIEDocumentLoader
+    from sie_llamaindex import SIEDocumentReader
+
+    pdf = base64.b64encode((files / "two.pdf").read_bytes()).decode()
+    response = httpx.post(f"{sie_url}/v1/extract/{DONUT}", json={
+        "items": [{"document": pdf, "dpi": DPI}], "max_new_tokens": NEW}, timeout=120)
+    assert response.status_code == 200, response.text
+    expected = [(item["text"], item["data"]) for item in response.json()["items"]]
+    assert len(expected) == 2 and all(data is not None for _, data in expected), expected
+
+    options = {"model": DONUT, "url": sie_url, "task": None, "max_new_tokens": NEW, "dpi": DPI}
+    langchain = SIEDocumentLoader(file_path=files / "two.pdf", **options).load()
+    assert [(d.page_content, d.metadata["data"]) for d in langchain] == expected
+    assert all("regions" not in d.metadata for d in langchain)  # Donut gives no boxes
+    llama = SIEDocumentReader(**options).load_data(files / "two.pdf")
+    assert [(d.text, d.metadata["data"]) for d in llama] == expected
+    assert "data" in llama[0].excluded_embed_metadata_keys  # the page's JSON is not embedded beside its text
+    haystack = SIEDocumentConverter(**options).run(sources=[files / "two.pdf"])["documents"]
+    assert [(d.content, d.meta["data"]) for d in haystack] == expected
