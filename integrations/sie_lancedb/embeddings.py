@@ -13,7 +13,8 @@ bounded wait, and a 400, 401 or 404 will not change by waiting. Where LanceDB's
 Python code calls the function (`search`, its retry loop when `max_retries` turns
 it on) the `SIEError` itself comes out; `table.add` embeds inside LanceDB's Rust
 writer, which can only pass on the error's text (a `RuntimeError` whose message
-is SIE's "<status> <code>: <message>"). Rows whose text
+is SIE's "<status> <code>: <message>"); `compute_source_embeddings(texts)` before `add`
+raises the `SIEError` itself, and LanceDB embeds no row whose vector is given. Rows whose text
 is empty or None get no vector (None), as LanceDB's built-in functions do; the
 table's `on_bad_vectors` policy decides what becomes of them.
 

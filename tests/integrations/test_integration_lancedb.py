@@ -234,9 +234,10 @@ def lancedb_sleeps(monkeypatch):
 def test_sie_errors_raise_at_once(mode, lancedb_sleeps, tmp_path):
     """An SIE error (an unknown model here) comes out of `search` as the SIEError itself and
     out of `table.add` with SIE's message (LanceDB's Rust writer wraps what its row reader
-    raises in a RuntimeError), with no LanceDB retry: its loop would sleep 2 s, 4 s, ...
-    7 times around SIE's own retries (minutes). With its loop turned on, the SIEError still
-    comes out (LanceDB's loop raised Exception("Maximum number of retries ...") instead)."""
+    raises in a RuntimeError; embedding first gives the SIEError), with no LanceDB retry: its
+    loop would sleep 2 s, 4 s, ... 7 times around SIE's own retries (minutes). With its loop
+    turned on, the SIEError still comes out (LanceDB's loop raised Exception("Maximum number of
+    retries ...") instead)."""
     url, _ = mode
     func = get_registry().get("sie").create(model="test/no-such-model", url=url, dims=384)  # dims: no /v1/models probe
 
@@ -247,6 +248,13 @@ def test_sie_errors_raise_at_once(mode, lancedb_sleeps, tmp_path):
     table = lancedb.connect(tmp_path).create_table("unknown-model", schema=Doc)
     with pytest.raises(Exception, match="404 model_not_found: model 'test/no-such-model'"):
         table.add([{"text": "apt installs Debian packages"}])
+    # the README's way to the SIEError itself: embed first, then add rows whose vectors are there
+    # (LanceDB embeds only a missing or all-null vector column, so that add calls no function)
+    with pytest.raises(SIEError) as raised:
+        func.compute_source_embeddings(["apt installs Debian packages"])
+    assert raised.value.status == 404
+    table.add([{"text": "apt installs Debian packages", "vector": [0.5] * func.ndims()}])
+    assert table.count_rows() == 1
     with pytest.raises(SIEError) as raised:
         table.search("install a package").limit(1).to_list()
     assert raised.value.status == 404
