@@ -26,7 +26,7 @@ from ..types import ExtractedItem, ExtractResult
 from ..work import WorkItem
 from .common import check_labels
 from .context import Call, TaskContext
-from .image_work import read_pictures, submit_images
+from .image_work import picture_items, read_pictures, submit_images
 
 PROMPT = frozenset({"prompt"})
 DETECT = frozenset({"detect"})
@@ -46,8 +46,9 @@ def _labels(fields, engine: TaskContext) -> list[str]:
 
 async def run(engine: TaskContext, call: Call, described: str) -> ExtractResult:
     card, fields = call.card, call.fields
-    pictures = await read_pictures(engine, fields["items"], described)
-    labels = _labels(fields, engine)
+    parsed = picture_items(engine, fields["items"], described)
+    labels = _labels(fields, engine)  # refused before any document page is rendered
+    pictures = await read_pictures(engine, parsed)
     threshold = float(fields.get("threshold", DEFAULT_BOX_THRESHOLD))
     text_threshold = float(fields.get("text_threshold", DEFAULT_TEXT_THRESHOLD))
 

@@ -36,13 +36,20 @@ class Pictures:
     seconds: float
 
 
-async def read_pictures(engine: TaskContext, items: Any, described: str) -> Pictures:
-    """Image items as they are and each PDF page as an item of its own; a text item is a 400."""
+def picture_items(engine: TaskContext, items: Any, described: str) -> tuple[list[str], list, list]:
+    """(ids, texts, pictures) of a request's items, checked: a text item is a 400. Cheap: a mode checks
+    its other fields after this and before `read_pictures` renders any document page."""
     ids, texts, images = v.parse_encode_items(items, engine.limits)
     for i, text in enumerate(texts):
         if text is not None:
             raise InvalidRequest(f"items[{i}] is a text, but {described}: send each image as "
                                  "{\"image\": <base64 or bytes>} or {\"document\": <PDF>}", field=f"items[{i}]")
+    return ids, texts, images
+
+
+async def read_pictures(engine: TaskContext, parsed: tuple[list[str], list, list]) -> Pictures:
+    """`picture_items`' answer as pictures: image items as they are and each PDF page as an item of its own."""
+    ids, texts, images = parsed
     pages: list[Any] = [None] * len(ids)
     paths = [f"items[{i}].image" for i in range(len(ids))]
     if not any(isinstance(image, v.DocumentItem) for image in images):

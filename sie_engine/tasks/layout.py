@@ -17,7 +17,7 @@ from ..models.pp_doclayout.head import LayoutWork
 from ..types import ExtractedItem, ExtractResult
 from .context import Call, TaskContext
 from .extract import ExtractMode
-from .image_work import read_pictures, submit_images
+from .image_work import picture_items, read_pictures, submit_images
 
 LAYOUT = frozenset({"layout"})
 # transformers' default for PPDocLayoutV3ImageProcessor.post_process_object_detection
@@ -26,7 +26,7 @@ DEFAULT_THRESHOLD = 0.5
 
 async def run(engine: TaskContext, call: Call) -> ExtractResult:
     card, fields = call.card, call.fields
-    pictures = await read_pictures(engine, fields["items"], MODE.described(card.id))
+    pictures = await read_pictures(engine, picture_items(engine, fields["items"], MODE.described(card.id)))
     threshold = float(fields.get("threshold", DEFAULT_THRESHOLD))
     names, _ = await engine.with_tokenizer(card, _class_names)
     request = engine.new_request(call, "extract", len(pictures.ids))
