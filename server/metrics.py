@@ -71,6 +71,10 @@ class ServerMetrics:
                                       buckets=LOAD_BUCKETS, registry=r)
         self.rejected = Counter("sie_rejected_total", "Requests refused by admission (429/503/504)",
                                 ["model", "reason"], registry=r)
+        # the cold allowance (sie_engine/admission.py): a preloaded model admits about one batch at a
+        # time until its first batch has measured its throughput
+        self.cold_admissions = Counter("sie_cold_admissions_total", "Requests admitted before their model's "
+                                       "throughput was measured (the cold allowance)", ["model"], registry=r)
         # queue mode (server/queue/consumer.py): what became of each message this server pulled
         self.queue_messages = Counter("sie_queue_messages_total", "Queue messages pulled, by outcome (answered, "
                                       "expired, dead_lettered, handed_back)", ["outcome"], registry=r)

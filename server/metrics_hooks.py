@@ -32,6 +32,9 @@ class SchedulerHooks(SchedulerEvents):
     def queue_wait(self, model_id: str, seconds: float) -> None:
         self.m.queue_children(model_id)[2].set(seconds)
 
+    def admitted_cold(self, model_id: str) -> None:
+        self.m.cold_admissions.labels(model_id).inc()
+
 
 class PoolHooks(PoolEvents):
     def __init__(self, metrics: Any):

@@ -87,6 +87,7 @@ class SchedulerEvents:
     def batch(self, model_id: str, items: int, tokens: int, padded: int, seconds: float) -> None: ...
     def queue_changed(self, model_id: str, items: int, tokens: int) -> None: ...
     def queue_wait(self, model_id: str, seconds: float) -> None: ...
+    def admitted_cold(self, model_id: str) -> None: ...
 
 
 @dataclass
@@ -253,8 +254,13 @@ class Scheduler:
         releases the reservation when the request has been queued or has ended."""
         if self._draining:
             raise Draining()
-        return self.admission.admit(model_id, tokens, self.queued_tokens(), largest=self.max_queued_tokens,
-                                    cold_batch=cold_batch)
+        admission = self.admission
+        cold = cold_batch is not None and admission.bounded and not admission.throughput.measured(model_id)
+        reservation = admission.admit(model_id, tokens, self.queued_tokens(), largest=self.max_queued_tokens,
+                                      cold_batch=cold_batch)
+        if cold and reservation.refusal is None:
+            self.events.admitted_cold(model_id)
+        return reservation
 
     # ---- submit ------------------------------------------------------------
     def submit(self, model_id: str, task: str, items: Sequence[WorkItem], request: Request) -> Request:
