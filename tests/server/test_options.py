@@ -21,6 +21,7 @@ import pytest
 
 from checkout import REPO
 from sie_server import compat_routes
+from sie_server.cli import main as cli_main
 from sie_server.cli import parse
 from sie_server.launch import server_command
 from sie_server.options import SERVE, UNITS, positive_size, resolve, size
@@ -188,11 +189,21 @@ def test_a_size_with_a_space_in_one_word_is_read():
     ("{}", "is not supported; supported: "),
     ('{"architectures": ["NoSuchModel"], "model_type": "nope"}', "['NoSuchModel'] (model_type 'nope') is not"),
 ])
-def test_a_local_model_whose_config_cannot_serve_is_refused_at_start(tmp_path, config, expected):
+def test_a_local_model_whose_config_cannot_serve_is_refused_at_start(tmp_path, config, expected, capsys):
     (tmp_path / "config.json").write_text(config)
+    # the CLI's own entry point in this process (a fresh interpreter costs seconds of imports each);
+    # the installed script is run once below, and by test_cli.py
     for command in ("models", "serve"):
-        line = one_line(sie_server(command, "--model", f"mine={tmp_path}"))
+        code = cli_main([command, "--model", f"mine={tmp_path}"])
+        refused = subprocess.CompletedProcess([command], code, *capsys.readouterr())
+        line = one_line(refused)
         assert line.startswith(f"sie-server: --model mine={tmp_path}: ") and expected in line, line
+
+
+def test_the_installed_script_refuses_a_local_model_it_cannot_serve(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    line = one_line(sie_server("serve", "--model", f"mine={tmp_path}"))
+    assert line.startswith(f"sie-server: --model mine={tmp_path}: ") and "is not supported" in line, line
 
 
 # ---- start-up: no torch before serving ---------------------------------------------------------
