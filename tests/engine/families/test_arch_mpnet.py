@@ -215,11 +215,11 @@ def real_dir():
 
 
 def _dev_texts() -> list[str]:
-    """Dev queries and documents (about 3,800 tokens; MPNet-base takes ~8 CPU-seconds a side here),
+    """Dev queries and documents (about 2,000 tokens; MPNet-base takes ~4 CPU-seconds a side here),
     the three longest of the first 300 documents cut at the 384-token window."""
     docs = [d["text"] for d in load_docs(300)]
     longest = sorted(docs, key=len)[-3:]
-    return [q["query"] for q in load_queries(128)] + docs[:16] + longest
+    return [q["query"] for q in load_queries(32)] + docs[:8] + longest
 
 
 def test_all_mpnet_card_matches_its_real_files(real_dir):
