@@ -1,0 +1,70 @@
+"""Qwen3-VL-Embedding's input preparation, as its published script (QwenLM/Qwen3-VL-Embedding,
+`src/models/qwen3_vl_embedding.py`, `Qwen3VLEmbedder`) builds an item: a chat of a system turn (the
+instruction, "Represent the user's input." by default) and a user turn (an image item's image, a
+text item's text), rendered by the Qwen3-VL chat template with the generation prompt.
+
+- A text item: the card's templates write that chat around it (`query_template` with the
+  request's instruction, `document_template` with the default one); tokenised whole.
+- An image item: the chat with the default instruction and the image's one `<|image_pad|>`
+  standing for its N image features (N = h * w / merge**2 of its patch grid): the tokens before
+  the placeholder, the N features, the tokens after it (`image_prompt`).
+- An image's pixels: the script resizes it (qwen_vl_utils' smart resize, factor patch * merge = 32)
+  so both sides are multiples of 32 pixels and its area lies within 4 and 1800 such 32 x 32 tokens
+  (its MIN_PIXELS, MAX_PIXELS), then hands it to the processor with `do_resize=False`; here the
+  processor's own smart resize runs at those bounds, whatever its preprocessor_config.json says
+  (the checkpoints' larger defaults are not what the scripts use).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...tokenizer import ImageTextInputs
+from ..colqwen2.inputs import IMAGE_TOKEN, Qwen2VLImages
+from .model import Qwen3VLConfig
+
+DEFAULT_INSTRUCTION = "Represent the user's input."  # Qwen3VLEmbedder's default_instruction
+# Qwen3VLEmbedder's MIN_PIXELS and MAX_PIXELS, in tokens of (patch * merge)**2 pixels
+MIN_IMAGE_TOKENS = 4
+MAX_IMAGE_TOKENS = 1800
+
+
+def chat_prompt(system: str, user: str) -> str:
+    """The Qwen3-VL chat template's text of a system turn and a user turn, with the generation prompt."""
+    return f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+IMAGE_CONTENT = f"<|vision_start|>{IMAGE_TOKEN}<|vision_end|>"  # the chat template's rendering of an image
+
+
+class Qwen3VLInputs(ImageTextInputs):
+    """Qwen3-VL-Embedding's input preparation (see the module docstring)."""
+
+    class_tokens = 0
+    images: Qwen2VLImages
+
+    def __init__(self, layout, max_length: int, trust_remote_code: bool = False):
+        super().__init__(layout, max_length, trust_remote_code)
+        ids = self.plain_ids(chat_prompt(DEFAULT_INSTRUCTION, IMAGE_CONTENT))
+        places = np.flatnonzero(ids == self.token_id(IMAGE_TOKEN))
+        if len(places) != 1:  # a tokenizer without the placeholder as one special token
+            raise ValueError(f"{self.layout_root}: the tokenizer splits {IMAGE_TOKEN}; a Qwen3-VL tokenizer keeps it "
+                             "whole")
+        self.image_prompt = (ids[:places[0]], ids[places[0] + 1:])
+        self.images.prompt_tokens = len(ids) - 1
+        self.images.image_tokens += self.images.prompt_tokens
+
+    @staticmethod
+    def read_config(config: Any) -> Any:
+        return Qwen3VLConfig.from_hf(config)
+
+    def image_preprocessor(self, processor: Any, config: Any) -> Qwen2VLImages:
+        area = (int(processor.patch_size) * int(processor.merge_size)) ** 2
+        processor.size = {"shortest_edge": MIN_IMAGE_TOKENS * area, "longest_edge": MAX_IMAGE_TOKENS * area}
+        return Qwen2VLImages(processor)
+
+    def load_text(self, layout, max_length: int, trust_remote_code: bool) -> None:
+        self.layout_root = layout.root
+        super().load_text(layout, max_length, trust_remote_code)
