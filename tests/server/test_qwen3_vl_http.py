@@ -1,10 +1,10 @@
 """Qwen3-VL-Embedding and Qwen3-VL-Reranker over HTTP: a real `sie-server serve` with the built-in cards
-on a tiny random Qwen3-VL (a `--models` directory of the cards with their weights replaced): image and
-text items through `POST /v1/encode` in JSON (base64 images) and msgpack (raw bytes, tensor objects),
-and through the typed client, each vector equal to the in-process Engine's (1e-6) and to the published
-embedding recipe (1e-4, tests/helpers/qwen3_vl_fixtures.py); text pairs through `POST /v1/score` and
-the Cohere/Jina `POST /v1/rerank` equal to the published reranker recipe (1e-5); what the models
-cannot take answered with a 400 naming the item."""
+on a tiny random Qwen3-VL (a `--models` directory of the cards with their weights replaced): image,
+text and image-with-text items through `POST /v1/encode` in JSON (base64 images) and msgpack (raw
+bytes, tensor objects), and through the typed client, each vector equal to the in-process Engine's
+(1e-6) and to the published embedding recipe (1e-4, tests/helpers/qwen3_vl_fixtures.py); text pairs
+through `POST /v1/score` and the Cohere/Jina `POST /v1/rerank` equal to the published reranker recipe
+(1e-5); what the models cannot take answered with a 400 naming the item."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import msgpack
 import numpy as np
 import pytest
 import yaml
+from PIL import Image
 
-from image_fixtures import sample_images
+from image_fixtures import encode_image, sample_images
 from qwen3_vl_fixtures import embedding_reference, make_tiny_qwen3_vl, reranker_reference
 from server_fixtures import start_server
 from sie_client import SIEClient
@@ -60,10 +61,15 @@ def expected(cards):
     """(the published recipe's vectors, the Engine's) of the image items then the text items."""
     root, _, made = cards
     images = sample_images()
-    items = [{"image": images[name]} for name in IMAGES] + [{"text": t} for t in TEXTS]
+    items = [{"image": images[name]} for name in IMAGES] + [{"text": t} for t in TEXTS] + [paired_item(images)]
     with Engine(Catalog(made), device="cpu") as engine:
         ours = engine.encode_sync(EMBED, items).items
     return np.stack(embedding_reference(root, items)), np.stack([np.asarray(item.dense) for item in ours])
+
+
+def paired_item(images, wire=lambda picture: picture) -> dict:
+    """An image with its text: one item, one vector (the script's `{image, text}` input)."""
+    return {"image": wire(images["jpeg_rgb"]), "text": "the cat on the beach"}
 
 
 def assert_vectors(got: np.ndarray, expected) -> None:
@@ -75,7 +81,8 @@ def assert_vectors(got: np.ndarray, expected) -> None:
 def test_json_image_and_text_items_equal_the_engine_and_the_published_recipe(server, expected):
     images = sample_images()
     items = [{"id": name, "image": base64.b64encode(images[name]).decode()} for name in IMAGES]
-    response = httpx.post(f"{server.url}/v1/encode/{EMBED}", json={"items": items + TEXTS}, timeout=120)
+    paired = paired_item(images, lambda picture: base64.b64encode(picture).decode())
+    response = httpx.post(f"{server.url}/v1/encode/{EMBED}", json={"items": items + TEXTS + [paired]}, timeout=120)
     assert response.status_code == 200, response.text
     answer = response.json()
     assert [item["id"] for item in answer["items"]][:len(IMAGES)] == IMAGES
@@ -84,7 +91,8 @@ def test_json_image_and_text_items_equal_the_engine_and_the_published_recipe(ser
 
 def test_msgpack_raw_bytes_answer_tensor_objects_equal_the_engine_and_the_published_recipe(server, expected):
     images = sample_images()
-    body = {"items": [{"image": images[name]} for name in IMAGES] + [{"text": t} for t in TEXTS]}
+    body = {"items": [{"image": images[name]} for name in IMAGES] + [{"text": t} for t in TEXTS]
+            + [paired_item(images)]}
     response = httpx.post(f"{server.url}/v1/encode/{EMBED}", content=msgpack.packb(body, use_bin_type=True),
                           headers=MSGPACK, timeout=120)
     assert response.status_code == 200, response.text
@@ -96,7 +104,7 @@ def test_msgpack_raw_bytes_answer_tensor_objects_equal_the_engine_and_the_publis
 def test_the_typed_client_encodes_images_and_texts(server, expected):
     images = sample_images()
     with SIEClient(server.url) as client:
-        result = client.encode(EMBED, [{"image": images[name]} for name in IMAGES] + TEXTS)
+        result = client.encode(EMBED, [{"image": images[name]} for name in IMAGES] + TEXTS + [paired_item(images)])
     assert_vectors(np.stack([np.asarray(item.dense) for item in result.items]), expected)
 
 
@@ -117,13 +125,13 @@ def test_text_pairs_score_and_rerank_as_the_published_reranker_recipe(server, ca
 
 
 @pytest.mark.parametrize("route, model, body, field", [
-    ("encode", EMBED, {"items": [{"text": "a cat", "image": "PNG"}]}, "items[0]"),
+    ("encode", EMBED, {"items": [{"text": "a cat", "image": "SLIVER"}]}, "items[0].image"),
     ("encode", EMBED, {"items": [{"image": "PNG"}, {"image": "BROKEN"}]}, "items[1].image"),
     ("score", RERANK, {"query": "the cat", "items": [{"image": "PNG"}]}, "items[0]"),
 ])
 def test_what_they_cannot_take_is_a_400_naming_the_item(server, route, model, body, field):
     png = sample_images()["png_rgb"]
-    stand_ins = {"PNG": png, "BROKEN": png[:60]}
+    stand_ins = {"PNG": png, "BROKEN": png[:60], "SLIVER": encode_image(Image.new("RGB", (1000, 4), "white"), "PNG")}
     items = [{**item, "image": stand_ins[item["image"]]} if "image" in item else item for item in body["items"]]
     response = httpx.post(f"{server.url}/v1/{route}/{model}", content=msgpack.packb({**body, "items": items},
                                                                                    use_bin_type=True),

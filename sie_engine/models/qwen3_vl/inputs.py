@@ -5,9 +5,10 @@ text item's text), rendered by the Qwen3-VL chat template with the generation pr
 
 - A text item: the card's templates write that chat around it (`query_template` with the
   request's instruction, `document_template` with the default one); tokenised whole.
-- An image item: the chat with the default instruction and the image's one `<|image_pad|>`
-  standing for its N image features (N = h * w / merge**2 of its patch grid): the tokens before
-  the placeholder, the N features, the tokens after it (`image_prompt`).
+- An image item (with or without a text beside it): the same templates around the image's one
+  `<|image_pad|>` (between `<|vision_start|>` and `<|vision_end|>`) and then its text, the
+  placeholder standing for its N image features (N = h * w / merge**2 of its patch grid)
+  (`image_prompts`; `image_prompt`: the default one, without a text).
 - An image's pixels: the script resizes it (qwen_vl_utils' smart resize, factor patch * merge = 32)
   so both sides are multiples of 32 pixels and its area lies within 4 and 1800 such 32 x 32 tokens
   (its MIN_PIXELS, MAX_PIXELS), then hands it to the processor with `do_resize=False`; here the
@@ -17,10 +18,12 @@ text item's text), rendered by the Qwen3-VL chat template with the generation pr
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ...errors import InvalidRequest
 from ...tokenizer import ImageTextInputs
 from ..colqwen2.inputs import IMAGE_TOKEN, Qwen2VLImages
 from .model import Qwen3VLConfig
@@ -64,6 +67,26 @@ class Qwen3VLInputs(ImageTextInputs):
         area = (int(processor.patch_size) * int(processor.merge_size)) ** 2
         processor.size = {"shortest_edge": MIN_IMAGE_TOKENS * area, "longest_edge": MAX_IMAGE_TOKENS * area}
         return Qwen2VLImages(processor)
+
+    image_prompted = True
+
+    def image_prompts(self, texts: Sequence[str | None], wrap: Callable[[list[str]], list[str]],
+                      pixels: Sequence[np.ndarray], fields: Sequence[str]) -> tuple[list[np.ndarray], list[int]]:
+        """The chat of each image item (the user turn: its image, then its text, as the script orders
+        them) through the card's template, and its positions: the image's features stand for its one
+        placeholder. Refused (400) when the image and the text pass the window: nothing is cut."""
+        whole = self._untruncated()
+        prompts = [np.asarray(whole.encode(prompt, add_special_tokens=False).ids, dtype=np.int32)
+                   for prompt in wrap([IMAGE_CONTENT + (text or "") for text in texts])]
+        merge = self.images.merge
+        counts = [int(values.shape[0] * values.shape[1]) // merge ** 2 + len(ids) - 1  # [h, w, ...] patch grids
+                  for values, ids in zip(pixels, prompts)]
+        for count, field, text in zip(counts, fields, texts):
+            if count > self.max_length:
+                raise InvalidRequest(f"{field}: the image and its prompt{' and text' if text else ''} take {count} "
+                                     f"positions; this model reads at most {self.max_length} (shorten the text or "
+                                     "send a smaller image)", field=field)
+        return prompts, counts
 
     def load_text(self, layout, max_length: int, trust_remote_code: bool) -> None:
         self.layout_root = layout.root

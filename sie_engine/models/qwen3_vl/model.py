@@ -231,6 +231,7 @@ class Qwen3VLModel(Backbone):
 
     supports_images = True
     patch_grids = True  # each image at its own resolution, its patches as the processor flattens them
+    image_prompts = True  # each image inside its item's chat prompt (its text beside it)
 
     # Qwen3VLForConditionalGeneration keeps `model.visual.*`, `model.language_model.*` and `lm_head`;
     # Qwen3VLModel alone `visual.*` and `language_model.*`: the anchor finds either prefix
@@ -276,15 +277,28 @@ class Qwen3VLModel(Backbone):
 
     def forward_images(self, pixel_values: torch.Tensor, attn: AttentionMetadata,
                        grids: Grids | None = None) -> torch.Tensor:
-        """`[N, C * T * p * p]` patches of B images with their grids -> `[sum of B sequence lengths, H]`:
-        each image's prompt start, its image features, its prompt end."""
-        if self.image_prompt is None:
-            raise RuntimeError("the image prompt was not set (the qwen3_vl dense head sets it at load: "
-                               "models/qwen3_vl/head.py)")
+        """`[N, C * T * p * p]` patches of B images with their grids -> `[sum of B sequence lengths, H]`,
+        each image inside the default prompt (`image_prompt`)."""
+        return self.forward_image_prompts(pixel_values, attn, grids, [np.zeros(0, dtype=np.int64)] * len(grids or ()))
+
+    def forward_image_prompts(self, pixel_values: torch.Tensor, attn: AttentionMetadata, grids: Grids | None,
+                              prompts: Sequence[np.ndarray]) -> torch.Tensor:
+        """B images, each inside its item's prompt ids (Qwen3VLInputs.image_prompts: one
+        `<|image_pad|>`, expanded here to the image's features; an empty prompt: the default
+        `image_prompt`) -> `[sum of B sequence lengths, H]`."""
         if grids is None:
             raise ValueError("a Qwen3-VL image batch carries each image's patch grid (patch_grids)")
-        before, after = self.image_prompt
-        sequences = [np.concatenate([before, np.full(h * w // self.merge ** 2, self.config.image_token_id), after])
-                     for h, w in grids]
-        ids = torch.from_numpy(np.concatenate(sequences)).to(pixel_values.device)
+        image_id = self.config.image_token_id
+        sequences = []
+        for (h, w), prompt in zip(grids, prompts, strict=True):
+            if len(prompt):
+                place = int(np.flatnonzero(prompt == image_id)[0])
+                before, after = prompt[:place], prompt[place + 1:]
+            elif self.image_prompt is not None:
+                before, after = self.image_prompt
+            else:
+                raise RuntimeError("the image prompt was not set (the qwen3_vl dense head sets it at load: "
+                                   "models/qwen3_vl/head.py)")
+            sequences.append(np.concatenate([before, np.full(h * w // self.merge ** 2, image_id), after]))
+        ids = torch.from_numpy(np.concatenate(sequences).astype(np.int64)).to(pixel_values.device)
         return self.forward_mixed(ids, [len(s) for s in sequences], pixel_values, grids, attn)

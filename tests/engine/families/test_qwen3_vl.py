@@ -2,9 +2,10 @@
 own forward equals transformers' `Qwen3VLModel` hidden states within 1e-4 at float32 for text-only,
 image-only and mixed sequences (two images of different sizes in one sequence: the learned position
 grid resampled per image, DeepStack after both decoder layers, interleaved M-RoPE), packed in one batch
-and each alone; Qwen3-VL-Embedding's dense vectors of text and image items through the Engine (the
-built-in card on the tiny stand-in) equal the published script's recipe (`Qwen3VLEmbedder.process`,
-written out in the fixtures) within 1e-4, alone and in a batch of images of other sizes; and
+and each alone; Qwen3-VL-Embedding's dense vectors of text, image and image-with-text items, as documents and as
+queries with the request's instruction, through the Engine (the built-in card on the tiny stand-in)
+equal the published script's recipe (`Qwen3VLEmbedder.process`, written out in the fixtures) within
+1e-4, each alone and in a batch of images of other sizes; and
 Qwen3-VL-Reranker's scores of text pairs equal `Qwen3VLReranker.process`'s within 1e-5.
 HTTP: tests/server/test_qwen3_vl_http.py."""
 
@@ -19,7 +20,7 @@ import pytest
 import torch
 from PIL import Image
 
-from image_fixtures import sample_images
+from image_fixtures import encode_image, sample_images
 from qwen3_vl_fixtures import MERGE, chat, embedding_reference, make_tiny_qwen3_vl, reranker_reference
 from sie_engine import Catalog, Engine, WeightsSource
 from sie_engine.attention import select_backend
@@ -133,22 +134,29 @@ def encode(engine, items, **fields) -> np.ndarray:
     return np.stack([np.asarray(item.dense) for item in engine.encode_sync(EMBEDDING, items, **fields).items])
 
 
-def test_text_and_image_items_equal_the_published_embedding_recipe(engine, tiny):
+def test_text_image_and_text_with_image_items_equal_the_published_embedding_recipe(engine, tiny):
     images = sample_images()
-    items = [{"image": images[name]} for name in IMAGES] + [{"text": t} for t in TEXTS]
+    items = ([{"image": images[name]} for name in IMAGES] + [{"text": t} for t in TEXTS]
+             + [{"image": images["jpeg_rgb"], "text": TEXTS[1]}, {"image": images["png_gray"], "text": "x"}])
     wanted = np.stack(embedding_reference(tiny, items))
     ours = encode(engine, items)
     assert ours.shape == (len(items), 32)
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
     np.testing.assert_allclose(ours, wanted, atol=VECTOR_TOL)
-    # a query with the request's instruction: the recipe's `instruction`
+    # each image alone equals itself in the batch of images of other sizes (and of images with texts)
+    for i, item in enumerate(items):
+        if "image" in item:
+            np.testing.assert_allclose(encode(engine, [item])[0], ours[i], atol=1e-5)
+
+
+def test_queries_carry_the_requests_instruction_as_the_recipe_does(engine, tiny):
     instruction = "Retrieve images or text relevant to the user's query."
-    query = encode(engine, [TEXTS[1]], is_query=True, instruction=instruction)
-    np.testing.assert_allclose(query[0], embedding_reference(tiny, [{"text": TEXTS[1]}], instruction)[0],
-                               atol=VECTOR_TOL)
-    # each image alone equals itself in the batch of images of other sizes
-    for i, name in enumerate(IMAGES):
-        np.testing.assert_allclose(encode(engine, [{"image": images[name]}])[0], ours[i], atol=1e-5)
+    items = [{"text": TEXTS[1]}, {"image": sample_images()["webp_rgb"]},
+             {"image": sample_images()["png_rgb"], "text": TEXTS[0]}]
+    ours = encode(engine, items, is_query=True, instruction=instruction)
+    np.testing.assert_allclose(ours, np.stack(embedding_reference(tiny, items, instruction)), atol=VECTOR_TOL)
+    # documents keep the default instruction: the query's changes the vectors
+    assert np.abs(ours - encode(engine, items)).max() > 1e-3
 
 
 def test_text_pairs_equal_the_published_reranker_recipe(engine, tiny):
@@ -162,8 +170,10 @@ def test_text_pairs_equal_the_published_reranker_recipe(engine, tiny):
 
 def test_what_the_models_cannot_take_is_refused(engine):
     png = sample_images()["png_rgb"]
-    with pytest.raises(InvalidRequest, match=r"items\[0\] has both text and image"):
-        encode(engine, [{"text": "a cat", "image": png}])
+    with pytest.raises(InvalidRequest, match=r"items\[0\] has both text and document"):
+        encode(engine, [{"text": "a cat", "document": png}])
+    with pytest.raises(InvalidRequest, match=r"items\[0\]\.image.*at most 200 times"):
+        encode(engine, [{"image": encode_image(Image.new("RGB", (1000, 4), "white"), "PNG"), "text": "a cat"}])
     with pytest.raises(InvalidRequest, match=r"items\[1\]\.image"):
         encode(engine, [{"image": png}, {"image": png[:60]}])  # truncated
     with pytest.raises(InvalidRequest, match=r"items\[0\]"):
