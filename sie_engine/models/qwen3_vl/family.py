@@ -1,5 +1,5 @@
-"""The qwen3_vl family: the backbone (model.py), its input preparation (inputs.py) and its dense
-head (head.py); the reranker's score is the shared yes/no head (heads/classifier.py)."""
+"""The qwen3_vl family: the backbone (model.py) and its input preparation (inputs.py); the
+embedder's dense head (last token) and the reranker's yes/no score head are the shared ones."""
 
 from __future__ import annotations
 
@@ -7,5 +7,4 @@ from ..base import Family
 from .inputs import Qwen3VLInputs
 from .model import Qwen3VLConfig, Qwen3VLModel
 
-FAMILY = Family("qwen3_vl", Qwen3VLConfig.from_hf, Qwen3VLModel, "last", tokenizer=Qwen3VLInputs,
-                heads=(("dense", "sie_engine.models.qwen3_vl.head:build_qwen3_vl_dense"),))
+FAMILY = Family("qwen3_vl", Qwen3VLConfig.from_hf, Qwen3VLModel, "last", tokenizer=Qwen3VLInputs)

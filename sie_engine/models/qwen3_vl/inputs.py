@@ -8,7 +8,7 @@ text item's text), rendered by the Qwen3-VL chat template with the generation pr
 - An image item (with or without a text beside it): the same templates around the image's one
   `<|image_pad|>` (between `<|vision_start|>` and `<|vision_end|>`) and then its text, the
   placeholder standing for its N image features (N = h * w / merge**2 of its patch grid)
-  (`image_prompts`; `image_prompt`: the default one, without a text).
+  (`image_prompts`).
 - An image's pixels: the script resizes it (qwen_vl_utils' smart resize, factor patch * merge = 32)
   so both sides are multiples of 32 pixels and its area lies within 4 and 1800 such 32 x 32 tokens
   (its MIN_PIXELS, MAX_PIXELS), then hands it to the processor with `do_resize=False`; here the
@@ -55,7 +55,7 @@ class Qwen3VLInputs(ImageTextInputs):
         if len(places) != 1:  # a tokenizer without the placeholder as one special token
             raise ValueError(f"{self.layout_root}: the tokenizer splits {IMAGE_TOKEN}; a Qwen3-VL tokenizer keeps it "
                              "whole")
-        self.image_prompt = (ids[:places[0]], ids[places[0] + 1:])
+        # the default chat around an image: admission's bound on an image item's positions counts it
         self.images.prompt_tokens = len(ids) - 1
         self.images.image_tokens += self.images.prompt_tokens
 

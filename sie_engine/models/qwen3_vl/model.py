@@ -23,8 +23,9 @@ Read top to bottom: the config, the vision tower, 3D positions, the model. The i
 
 `forward(input_ids, positions, attn)` runs text sequences; `forward_mixed(input_ids, seq_lens,
 pixel_values, grids, attn)` runs sequences whose `<|image_pad|>` runs take the images' features in
-order; `forward_images(patches, attn, grids)` runs one image per sequence inside the prompt the
-input preparation set (`set_image_prompt`). Each returns hidden `[T, H]` after the final norm.
+order; `forward_image_prompts(patches, attn, grids, prompts)` runs one image per sequence inside its
+item's prompt ids (the input preparation's chat, one placeholder each). Each returns hidden `[T, H]`
+after the final norm.
 """
 
 from __future__ import annotations
@@ -226,8 +227,7 @@ def rope_positions(input_ids: np.ndarray, seq_lens: Sequence[int], image_token_i
 
 
 class Qwen3VLModel(Backbone):
-    """Packed Qwen3-VL; see the module docstring. `image_prompt`: the tokens before and after an
-    image item's features, set from the input preparation when the family's dense head is built."""
+    """Packed Qwen3-VL; see the module docstring."""
 
     supports_images = True
     patch_grids = True  # each image at its own resolution, its patches as the processor flattens them
@@ -243,14 +243,9 @@ class Qwen3VLModel(Backbone):
         self.merge = config.vision.spatial_merge_size
         self.visual = VisionTower(config.vision, config.text.hidden_size, backend)
         self.language_model = QwenModel(config.text, backend)
-        self.image_prompt: tuple[np.ndarray, np.ndarray] | None = None
 
     def input_embeddings(self) -> nn.Embedding:
         return self.language_model.embed_tokens
-
-    def set_image_prompt(self, before: Sequence[int], after: Sequence[int]) -> None:
-        """The tokens before and after an image item's features (Qwen3VLInputs.image_prompt)."""
-        self.image_prompt = (np.asarray(before, dtype=np.int64), np.asarray(after, dtype=np.int64))
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -277,28 +272,21 @@ class Qwen3VLModel(Backbone):
 
     def forward_images(self, pixel_values: torch.Tensor, attn: AttentionMetadata,
                        grids: Grids | None = None) -> torch.Tensor:
-        """`[N, C * T * p * p]` patches of B images with their grids -> `[sum of B sequence lengths, H]`,
-        each image inside the default prompt (`image_prompt`)."""
-        return self.forward_image_prompts(pixel_values, attn, grids, [np.zeros(0, dtype=np.int64)] * len(grids or ()))
+        raise RuntimeError("Qwen3-VL image items run inside prompts of their own (forward_image_prompts)")
 
     def forward_image_prompts(self, pixel_values: torch.Tensor, attn: AttentionMetadata, grids: Grids | None,
                               prompts: Sequence[np.ndarray]) -> torch.Tensor:
         """B images, each inside its item's prompt ids (Qwen3VLInputs.image_prompts: one
-        `<|image_pad|>`, expanded here to the image's features; an empty prompt: the default
-        `image_prompt`) -> `[sum of B sequence lengths, H]`."""
+        `<|image_pad|>`, expanded here to the image's features) -> `[sum of B sequence lengths, H]`."""
         if grids is None:
             raise ValueError("a Qwen3-VL image batch carries each image's patch grid (patch_grids)")
         image_id = self.config.image_token_id
         sequences = []
         for (h, w), prompt in zip(grids, prompts, strict=True):
-            if len(prompt):
-                place = int(np.flatnonzero(prompt == image_id)[0])
-                before, after = prompt[:place], prompt[place + 1:]
-            elif self.image_prompt is not None:
-                before, after = self.image_prompt
-            else:
-                raise RuntimeError("the image prompt was not set (the qwen3_vl dense head sets it at load: "
-                                   "models/qwen3_vl/head.py)")
-            sequences.append(np.concatenate([before, np.full(h * w // self.merge ** 2, image_id), after]))
-        ids = torch.from_numpy(np.concatenate(sequences).astype(np.int64)).to(pixel_values.device)
+            place = np.flatnonzero(prompt == image_id)
+            if len(place) != 1:
+                raise ValueError(f"an image item's prompt holds {len(place)} image placeholders; it takes one")
+            features = np.full(h * w // self.merge ** 2, image_id)
+            sequences.append(np.concatenate([prompt[:place[0]], features, prompt[place[0] + 1:]]).astype(np.int64))
+        ids = torch.from_numpy(np.concatenate(sequences)).to(pixel_values.device)
         return self.forward_mixed(ids, [len(s) for s in sequences], pixel_values, grids, attn)
