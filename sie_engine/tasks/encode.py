@@ -11,7 +11,7 @@ worker thread: the model runs the multivector head once for both.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,7 +91,7 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
         work_request = engine.new_request(call, "encode", len(ids))
         tokens, tokenize_s = await _submit(engine, card, work_request, templated, text_positions, images,
                                            image_positions, wanted, fields, truncate, is_query, adapter,
-                                           ImagePrompts(texts, template))
+                                           ImagePrompts(texts, template_wrap(template)))
         raw = await work_request.future
     finally:
         if adapter is not None:
@@ -186,17 +186,24 @@ NO_IDS: np.ndarray = np.zeros(0, dtype=np.int32)
 @dataclass(frozen=True)
 class ImagePrompts:
     """What an image item's own prompt is written from, where the model gives image items one
-    (`ImageTextInputs.image_prompted`): each item's text (None: an image alone) and the card's
-    template with its instruction (None: the request's `template: false`)."""
+    (`ImageTextInputs.image_prompted`): each item's text (None: an image alone, indexed by the item's
+    place in the request) and `wrap`, the task's prompt around each item's content (the family's image
+    placeholder and the text): encode's card templates, the score task's yes/no prompt."""
 
     texts: Sequence[str | None]
-    template: tuple[str, str | None] | None
-
-    def wrap(self, contents: list[str]) -> list[str]:
-        return apply_template(contents, *self.template) if self.template is not None else contents
+    wrap: Callable[[list[str]], list[str]]
 
 
-NO_PROMPTS = ImagePrompts((), None)
+def _unwrapped(contents: list[str]) -> list[str]:
+    return contents
+
+
+NO_PROMPTS = ImagePrompts((), _unwrapped)
+
+
+def template_wrap(template: tuple[str, str | None] | None) -> Callable[[list[str]], list[str]]:
+    """The card's template with its instruction around each content (None: the request's `template: false`)."""
+    return _unwrapped if template is None else lambda contents: apply_template(contents, *template)
 
 
 async def _check_image_texts(engine: TaskContext, card, position: int) -> None:

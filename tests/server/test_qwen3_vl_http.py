@@ -3,8 +3,9 @@ on a tiny random Qwen3-VL (a `--models` directory of the cards with their weight
 text and image-with-text items through `POST /v1/encode` in JSON (base64 images) and msgpack (raw
 bytes, tensor objects), and through the typed client, each vector equal to the in-process Engine's
 (1e-6) and to the published embedding recipe (1e-4, tests/helpers/qwen3_vl_fixtures.py); text pairs
-through `POST /v1/score` and the Cohere/Jina `POST /v1/rerank` equal to the published reranker recipe
-(1e-5); what the models cannot take answered with a 400 naming the item."""
+through `POST /v1/score` and the Cohere/Jina `POST /v1/rerank`, and image documents through `/v1/score`
+in msgpack, equal to the published reranker recipe (1e-5); what the models cannot take answered with
+a 400 naming the item."""
 
 from __future__ import annotations
 
@@ -124,10 +125,23 @@ def test_text_pairs_score_and_rerank_as_the_published_reranker_recipe(server, ca
     np.testing.assert_allclose([r["relevance_score"] for r in results], sorted(wanted, reverse=True), atol=1e-5)
 
 
+def test_msgpack_image_documents_score_as_the_published_reranker_recipe(server, cards):
+    images = sample_images()
+    documents = [{"image": images["png_rgb"]}, "a dog on the beach", {"image": images["webp_rgb"], "text": "a cat"}]
+    wanted = reranker_reference(cards[0], [(["the cat"], [images["png_rgb"]]), (["the cat"], [documents[1]]),
+                                           (["the cat"], [images["webp_rgb"], "a cat"])])
+    body = {"query": "the cat", "items": documents}
+    response = httpx.post(f"{server.url}/v1/score/{RERANK}", content=msgpack.packb(body, use_bin_type=True),
+                          headers=MSGPACK, timeout=120)
+    assert response.status_code == 200, response.text
+    scores = sorted(msgpack.unpackb(response.content, raw=False)["scores"], key=lambda s: s["index"])
+    np.testing.assert_allclose([s["score"] for s in scores], wanted, atol=1e-5)
+
+
 @pytest.mark.parametrize("route, model, body, field", [
     ("encode", EMBED, {"items": [{"text": "a cat", "image": "SLIVER"}]}, "items[0].image"),
     ("encode", EMBED, {"items": [{"image": "PNG"}, {"image": "BROKEN"}]}, "items[1].image"),
-    ("score", RERANK, {"query": "the cat", "items": [{"image": "PNG"}]}, "items[0]"),
+    ("score", RERANK, {"query": "the cat", "items": ["a cat", {"image": "PNG", "dpi": 72}]}, "items[1]"),
 ])
 def test_what_they_cannot_take_is_a_400_naming_the_item(server, route, model, body, field):
     png = sample_images()["png_rgb"]

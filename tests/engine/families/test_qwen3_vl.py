@@ -6,7 +6,8 @@ and each alone; Qwen3-VL-Embedding's dense vectors of text, image and image-with
 queries with the request's instruction, through the Engine (the built-in card on the tiny stand-in)
 equal the published script's recipe (`Qwen3VLEmbedder.process`, written out in the fixtures) within
 1e-4, each alone and in a batch of images of other sizes; and
-Qwen3-VL-Reranker's scores of text pairs equal `Qwen3VLReranker.process`'s within 1e-5.
+Qwen3-VL-Reranker's scores of text, image and image-with-text documents equal
+`Qwen3VLReranker.process`'s within 1e-5.
 HTTP: tests/server/test_qwen3_vl_http.py."""
 
 from __future__ import annotations
@@ -159,13 +160,20 @@ def test_queries_carry_the_requests_instruction_as_the_recipe_does(engine, tiny)
     assert np.abs(ours - encode(engine, items)).max() > 1e-3
 
 
-def test_text_pairs_equal_the_published_reranker_recipe(engine, tiny):
-    documents = ["the cat sat on the mat", "no", "a long document about the dog and the beach at sunset"]
+def test_text_and_image_documents_score_as_the_published_reranker_recipe(engine, tiny):
+    images = sample_images()
+    documents = ["the cat sat on the mat", {"image": images["jpeg_rgb"]}, "no",
+                 {"image": images["webp_rgb"], "text": "a dog on the beach at sunset"},
+                 {"image": images["png_gray"]}]
+    parts = [[d] if isinstance(d, str) else [d["image"], *([d["text"]] if "text" in d else [])] for d in documents]
     for instruction in (None, "Find the animal."):
-        wanted = reranker_reference(tiny, [(["the cat"], [d]) for d in documents], instruction)
+        wanted = reranker_reference(tiny, [(["the cat"], p) for p in parts], instruction)
         result = engine.score_sync(RERANKER, "the cat", documents, instruction=instruction)
         got = {s.index: s.score for s in result.scores}
         np.testing.assert_allclose([got[i] for i in range(len(documents))], wanted, atol=1e-5)
+    # an image document alone scores as in the batch of texts and images of other sizes
+    alone = engine.score_sync(RERANKER, "the cat", [documents[3]], instruction=instruction).scores[0].score
+    np.testing.assert_allclose(alone, got[3], atol=1e-6)
 
 
 def test_what_the_models_cannot_take_is_refused(engine):
@@ -176,6 +184,6 @@ def test_what_the_models_cannot_take_is_refused(engine):
         encode(engine, [{"image": encode_image(Image.new("RGB", (1000, 4), "white"), "PNG"), "text": "a cat"}])
     with pytest.raises(InvalidRequest, match=r"items\[1\]\.image"):
         encode(engine, [{"image": png}, {"image": png[:60]}])  # truncated
-    with pytest.raises(InvalidRequest, match=r"items\[0\]"):
-        engine.score_sync(RERANKER, "the cat", [{"image": png}])
+    with pytest.raises(InvalidRequest, match=r"items\[0\] is a document"):
+        engine.score_sync(RERANKER, "the cat", [{"document": png}])
     assert encode(engine, [{"image": png}]).shape == (1, 32)  # and it goes on serving
