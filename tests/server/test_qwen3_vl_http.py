@@ -1,11 +1,11 @@
 """Qwen3-VL-Embedding and Qwen3-VL-Reranker over HTTP: a real `sie-server serve` with the built-in cards
 on a tiny random Qwen3-VL (a `--models` directory of the cards with their weights replaced): image,
 text and image-with-text items through `POST /v1/encode` in JSON (base64 images) and msgpack (raw
-bytes, tensor objects), and through the typed client, each vector equal to the in-process Engine's
-(1e-6) and to the published embedding recipe (1e-4, tests/helpers/qwen3_vl_fixtures.py); text pairs
-through `POST /v1/score` and the Cohere/Jina `POST /v1/rerank`, and image documents through `/v1/score`
-in msgpack, equal to the published reranker recipe (1e-5); what the models cannot take answered with
-a 400 naming the item."""
+bytes, tensor objects), through the typed client and (texts) OpenAI's `/v1/embeddings`, each vector
+equal to the in-process Engine's (1e-6) and to the published embedding recipe (1e-4,
+tests/helpers/qwen3_vl_fixtures.py); text pairs through `POST /v1/score` and the Cohere/Jina
+`POST /v1/rerank`, and image documents through `/v1/score` in msgpack, equal to the published
+reranker recipe (1e-5); what the models cannot take answered with a 400 naming the item."""
 
 from __future__ import annotations
 
@@ -107,6 +107,16 @@ def test_the_typed_client_encodes_images_and_texts(server, expected):
     with SIEClient(server.url) as client:
         result = client.encode(EMBED, [{"image": images[name]} for name in IMAGES] + TEXTS + [paired_item(images)])
     assert_vectors(np.stack([np.asarray(item.dense) for item in result.items]), expected)
+
+
+def test_openais_embeddings_route_answers_the_text_items_vectors(server, expected):
+    response = httpx.post(f"{server.url}/v1/embeddings", json={"model": EMBED, "input": TEXTS}, timeout=120)
+    assert response.status_code == 200, response.text
+    vectors = np.asarray([row["embedding"] for row in response.json()["data"]], dtype=np.float32)
+    recipe, engine = expected
+    texts = slice(len(IMAGES), len(IMAGES) + len(TEXTS))
+    np.testing.assert_allclose(vectors, engine[texts], atol=1e-6)
+    np.testing.assert_allclose(vectors, recipe[texts], atol=1e-4)
 
 
 def test_text_pairs_score_and_rerank_as_the_published_reranker_recipe(server, cards):

@@ -176,6 +176,13 @@ def test_text_and_image_documents_score_as_the_published_reranker_recipe(engine,
     np.testing.assert_allclose(alone, got[3], atol=1e-6)
 
 
+def test_the_cards_bfloat16_stays_close_to_float32(engine):
+    images = sample_images()
+    items = [{"image": images["jpeg_rgb"]}, TEXTS[1], {"image": images["png_rgb"], "text": TEXTS[0]}]
+    full, half = encode(engine, items), encode(engine, items, precision="bfloat16")
+    assert (full * half).sum(1).min() > 0.99
+
+
 def test_what_the_models_cannot_take_is_refused(engine):
     png = sample_images()["png_rgb"]
     with pytest.raises(InvalidRequest, match=r"items\[0\] has both text and document"):
