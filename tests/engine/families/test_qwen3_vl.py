@@ -187,6 +187,18 @@ def test_the_cards_bfloat16_stays_close_to_float32(engine):
     assert (full * half).sum(1).min() > 0.99
 
 
+def test_a_processor_saved_as_transformers_4s_fast_one_loads_as_the_pil_one(tiny, tmp_path):
+    import json
+
+    from sie_engine.images import load_image_processor
+
+    config = json.loads((tiny / "preprocessor_config.json").read_text())
+    saved = {**config, "image_processor_type": "Qwen2VLImageProcessorFast"}
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(saved))
+    processor = load_image_processor(tmp_path)
+    assert type(processor).__name__ == "Qwen2VLImageProcessorPil" and processor.patch_size == 16
+
+
 def test_what_the_models_cannot_take_is_refused(engine):
     png = sample_images()["png_rgb"]
     with pytest.raises(InvalidRequest, match=r"items\[0\] has both text and document"):
