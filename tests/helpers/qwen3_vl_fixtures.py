@@ -37,8 +37,9 @@ RERANK_INSTRUCTION = "Given a search query, retrieve relevant candidates that an
 IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"  # the chat template's rendering of an image
 
 
-def make_tiny_qwen3_vl(dest: Path, seed: int = 0) -> Path:
-    """A random Qwen3VLForConditionalGeneration with its tokenizer and image processor in `dest`."""
+def make_tiny_qwen3_vl(dest: Path, seed: int = 0, tied: bool = False) -> Path:
+    """A random Qwen3VLForConditionalGeneration with its tokenizer and image processor in `dest`
+    (`tied`: its LM head is the input embeddings, saved once, as `tie_word_embeddings` checkpoints are)."""
     import torch
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -57,7 +58,7 @@ def make_tiny_qwen3_vl(dest: Path, seed: int = 0) -> Path:
                   deepstack_visual_indexes=[0, 1], hidden_act="gelu_pytorch_tanh")
     config = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=ids("<|image_pad|>"),
                            video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
-                           vision_end_token_id=ids("<|vision_end|>"))
+                           vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=tied)
     torch.manual_seed(seed)
     model = Qwen3VLForConditionalGeneration(config).eval()
     _perturb(model, seed)

@@ -180,6 +180,20 @@ def test_text_and_image_documents_score_as_the_published_reranker_recipe(engine,
     np.testing.assert_allclose(alone, got[3], atol=1e-6)
 
 
+def test_a_reranker_whose_lm_head_is_tied_to_its_embeddings_scores_as_the_recipe(tmp_path):
+    from safetensors import safe_open
+
+    tied = make_tiny_qwen3_vl(tmp_path / "tied", seed=1, tied=True)
+    with safe_open(str(tied / "model.safetensors"), "pt") as saved:
+        assert "lm_head.weight" not in set(saved.keys())  # the head is the embeddings
+    documents = ["the cat sat on the mat", {"image": sample_images()["png_rgb"]}]
+    wanted = reranker_reference(tied, [(["the cat"], ["the cat sat on the mat"]),
+                                       (["the cat"], [sample_images()["png_rgb"]])])
+    with Engine(Catalog([tiny_card(RERANKER, tied)]), device="cpu") as engine:
+        result = engine.score_sync(RERANKER, "the cat", documents)
+    np.testing.assert_allclose([s.score for s in sorted(result.scores, key=lambda s: s.index)], wanted, atol=1e-5)
+
+
 def test_the_cards_bfloat16_stays_close_to_float32(engine):
     images = sample_images()
     items = [{"image": images["jpeg_rgb"]}, TEXTS[1], {"image": images["png_rgb"], "text": TEXTS[0]}]
