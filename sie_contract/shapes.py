@@ -107,7 +107,9 @@ class TextItem(_Shape):
 
 class EncodeItem(_Shape):
     """`{id?, text}`, `{id?, image}` or `{id?, document, pages?, dpi?}` (image models only): one of
-    text, image and document. A document answers one item per page rendered (`PageOut`)."""
+    text, image and document, or `{id?, image, text}` for a model that reads an image with its text
+    in one prompt (Qwen3-VL-Embedding; other models refuse it). A document answers one item per
+    page rendered (`PageOut`)."""
 
     text: Text | None = None
     image: Image = None
@@ -117,14 +119,16 @@ class EncodeItem(_Shape):
     id: ItemId | None = None
 
     def __post_init__(self) -> None:
-        _check_one_input(self)
+        _check_one_input(self, image_text=True)
 
 
-def _check_one_input(item: EncodeItem | ExtractItem) -> None:
-    """An item carries one of text, image and document; pages and dpi only with a document."""
+def _check_one_input(item: EncodeItem | ExtractItem, image_text: bool = False) -> None:
+    """An item carries one of text, image and document (with `image_text`, a text may come with its
+    image); pages and dpi only with a document."""
     sent = [name for name in ("text", "image", "document") if getattr(item, name) is not None]
-    if len(sent) > 1:
-        raise Refusal("", f"has both {sent[0]} and {sent[1]}; an item carries one of text, image and document")
+    if len(sent) > 1 and not (image_text and sent == ["text", "image"]):
+        raise Refusal("", f"has both {sent[0]} and {sent[1]}; an item carries one of text, image and document"
+                      + (" (or an image and its text)" if image_text else ""))
     if item.document is None and (item.pages is not None or item.dpi is not None):
         raise Refusal("pages" if item.pages is not None else "dpi", "applies to a document item only")
     for name in ("image", "document"):

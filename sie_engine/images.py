@@ -235,6 +235,9 @@ def load_image_processor(root: Path):
     config = read_image_processor_config(Path(root))
     name = config.get("image_processor_type") or config.get("feature_extractor_type") or ""
     name = name.replace("FeatureExtractor", "ImageProcessor")  # the older checkpoints' name for the same class
+    # transformers 4 saved its torchvision processors as `...ImageProcessorFast`; transformers 5 dropped the
+    # suffix (the name left is a placeholder that needs torchvision): the same settings, the PIL class
+    name = name.removesuffix("Fast")
     # transformers' class by the name the checkpoint's config gives (a lookup, not a capability probe)
     cls = getattr(transformers, name + "Pil", None) or getattr(transformers, name, None)
     if cls is None or not name:

@@ -215,7 +215,11 @@ class ModelRunner:
         batch = pack_images(pixels, [it.num_tokens for it in items], self.backend, self.device,
                             self.dtype, patch_grids=self.backbone.patch_grids)
         self._local.padded_tokens = batch.attn.padded_tokens
-        hidden = self.backbone.forward_images(batch.pixel_values, batch.attn, batch.grids)
+        if self.backbone.image_prompts:  # each image inside its item's own prompt (Qwen3-VL's chat)
+            hidden = self.backbone.forward_image_prompts(batch.pixel_values, batch.attn, batch.grids,
+                                                         [it.ids for it in items])
+        else:
+            hidden = self.backbone.forward_images(batch.pixel_values, batch.attn, batch.grids)
         wanted = set().union(*(it.outputs for it in items))
         per_head = {name: self.heads[name](hidden, batch, items) for name in wanted}
         return [{name: per_head[name][i] for name in it.outputs} for i, it in enumerate(items)]

@@ -8,7 +8,7 @@ since batches are packed.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -243,3 +243,13 @@ class ImageTextInputs(TextTokenizer):
     def read_config(config: Any) -> Any:
         """The family's typed config (with `image_size` and `num_patches`)."""
         raise NotImplementedError
+
+    # Image items run inside a prompt of their own (`image_prompts`), which may hold the item's text
+    # beside its image (Qwen3-VL-Embedding's chat); False: an image item is its pixels alone.
+    image_prompted: ClassVar[bool] = False
+
+    def image_prompts(self, texts: Sequence[str | None], wrap: Callable[[list[str]], list[str]],
+                      pixels: Sequence[np.ndarray], fields: Sequence[str]) -> tuple[list[np.ndarray], list[int]]:
+        """Each image item's prompt ids (its text, or None, where the family puts it beside the image,
+        through the card's template: `wrap`) and the positions it runs (only where `image_prompted`)."""
+        raise NotImplementedError(f"{type(self).__name__} gives image items no prompt of their own")

@@ -61,19 +61,20 @@ def parse_items(items: Any, limits: Limits, field: str = "items") -> tuple[list[
     return ids, texts
 
 
-def parse_encode_items(items: Any, limits: Limits,
-                       field: str = "items") -> tuple[list[str], list[str | None], list[Any | None]]:
+def parse_encode_items(items: Any, limits: Limits, field: str = "items",
+                       image_text: bool = False) -> tuple[list[str], list[str | None], list[Any | None]]:
     """Encode's items: strings, `{id?, text}` or `{id?, image}` objects -> (ids, texts, images), each
-    position holding a text or an image (the other None). An image is only type-checked here: its
-    bytes are decoded off the event loop (images.py)."""
-    return _parse_items(items, limits, field, images=True)
+    position holding a text or an image (the other None); with `image_text`, an `{id?, image, text}`
+    object too (both set: the encode task asks the model whether it takes them). An image is only
+    type-checked here: its bytes are decoded off the event loop (images.py)."""
+    return _parse_items(items, limits, field, images=True, image_text=image_text)
 
 
 _ITEM_FIELDS = frozenset({"id", "text"})
 _ENCODE_ITEM_FIELDS = frozenset({"id", "text", "image", "document", "pages", "dpi"})
 
 
-def _parse_items(items: Any, limits: Limits, field: str, images: bool):
+def _parse_items(items: Any, limits: Limits, field: str, images: bool, image_text: bool = False):
     kinds = "{id?, text} or {id?, image} objects" if images else "{id?, text} objects"
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
         raise InvalidRequest(f"{field} must be a list of {kinds} or strings", field=field)
@@ -100,7 +101,7 @@ def _parse_items(items: Any, limits: Limits, field: str, images: bool):
         if isinstance(item, str):
             item_id, text = str(i), item
         elif isinstance(item, dict):
-            item_id, text, image = _object_item(item, f"{field}[{i}]", str(i), allowed, images)
+            item_id, text, image = _object_item(item, f"{field}[{i}]", str(i), allowed, images, image_text)
         else:
             raise InvalidRequest(f"{field}[{i}] must be a string or an object with a "
                                  f"{'text or image' if images else 'text'} field", field=f"{field}[{i}]")
@@ -108,6 +109,8 @@ def _parse_items(items: Any, limits: Limits, field: str, images: bool):
             if type(text) is not str or len(text) > max_chars:
                 text = check_text(text, limits, f"{field}[{i}].text")
             texts.append(text)
+        elif image_text and text is not None:  # a text beside its image (a document refused one above)
+            texts.append(check_text(text, limits, f"{field}[{i}].text"))
         else:
             texts.append(None)
         pictures.append(image)
@@ -116,8 +119,9 @@ def _parse_items(items: Any, limits: Limits, field: str, images: bool):
 
 
 def _object_item(item: dict[str, Any], where: str, default_id: str, allowed: frozenset[str],
-                 images: bool) -> tuple[str, Any, Any]:
-    """An `{id?, text}` (or `{id?, image}`) item -> (id, text, image); the text is checked by the caller."""
+                 images: bool, image_text: bool = False) -> tuple[str, Any, Any]:
+    """An `{id?, text}` (or `{id?, image}`, with `image_text` `{id?, image, text}`) item -> (id, text,
+    image); the text is checked by the caller."""
     if not allowed.issuperset(item):
         unknown = set(item) - allowed
         raise InvalidRequest(f"{where} has unknown fields {sorted(unknown)} "
@@ -133,7 +137,7 @@ def _object_item(item: dict[str, Any], where: str, default_id: str, allowed: fro
     if len(item_id) > MAX_ID_CHARS:
         raise InvalidRequest(f"{where}.id is longer than {MAX_ID_CHARS} characters", field=f"{where}.id")
     if images and item.get("image") is not None:
-        image = _binary_member(item, "image", text, where)
+        image = _binary_member(item, "image", None if image_text else text, where)
     elif images and item.get("document") is not None:
         document = _binary_member(item, "document", text, where)
         image = DocumentItem(document, item.get("pages"), item.get("dpi"))  # rendered off the event loop

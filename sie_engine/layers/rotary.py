@@ -56,14 +56,19 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return (xf * cos[:, None, :] + rotated * sin[:, None, :]).to(x.dtype)
 
 
-def multimodal_rotary(rotary: RotaryEmbedding, positions: torch.Tensor,
-                      sections: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+def multimodal_rotary(rotary: RotaryEmbedding, positions: torch.Tensor, sections: tuple[int, ...],
+                      interleaved: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """M-RoPE (Qwen2-VL's `apply_multimodal_rotary_pos_emb`): `[3, T]` (temporal, height, width)
     positions -> float32 (cos, sin), each `[T, D]`, where the i-th block of `sections` channels (in
-    each half of the table) rotates by axis i % 3. Equal axes give `rotary(positions[0])`."""
+    each half of the table) rotates by axis i % 3. `interleaved` (Qwen3-VL's `apply_interleaved_mrope`):
+    channel j of each half rotates by axis j % 3 instead, height and width only within their first
+    `3 * sections[axis]` channels (temporal elsewhere). Equal axes give `rotary(positions[0])`."""
     freqs = positions.float()[:, :, None] * rotary.inv_freq(positions.device)[None, None, :]  # [3, T, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)  # [3, T, D]
-    axis = torch.tensor([i % 3 for i, width in enumerate(sections * 2) for _ in range(width)],
-                        device=positions.device)  # [D]: the axis each channel rotates by
+    if interleaved:
+        half = [j % 3 if j % 3 and j < 3 * sections[j % 3] else 0 for j in range(freqs.shape[-1])]
+    else:
+        half = [i % 3 for i, width in enumerate(sections) for _ in range(width)]
+    axis = torch.tensor(half * 2, device=positions.device)  # [D]: the axis each channel rotates by
     chosen = emb.gather(0, axis[None, None, :].expand(1, emb.shape[1], -1)).squeeze(0)  # [T, D]
     return chosen.cos(), chosen.sin()

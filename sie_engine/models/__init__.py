@@ -49,6 +49,8 @@ FAMILIES: dict[str, str] = {
     "colpali": f"{_M}.colpali.model:FAMILY",
     # ColQwen2 (Qwen2-VL: vision tower at each page's own resolution, patch merger, Qwen2 decoder): the same outputs
     "colqwen2": f"{_M}.colqwen2.family:FAMILY",
+    # Qwen3-VL (vision tower + DeepStack, Qwen3 decoder, interleaved M-RoPE): Qwen3-VL-Embedding and -Reranker
+    "qwen3_vl": f"{_M}.qwen3_vl.family:FAMILY",
     # Donut (DonutSwin encoder + MBart decoder): generates from page images (sie_engine/generation)
     "donut": f"{_M}.donut.family:FAMILY",
     # OWLv2 open-vocabulary detection (CLIP's towers, box and class heads): extract with image items and labels
@@ -85,6 +87,7 @@ ARCHITECTURES: dict[str, str] = {
     "Siglip2Model": "siglip2",
     "ColPaliForRetrieval": "colpali",
     "ColQwen2ForRetrieval": "colqwen2",
+    **dict.fromkeys(["Qwen3VLForConditionalGeneration", "Qwen3VLModel"], "qwen3_vl"),
     # transformers' generic image-to-text wrapper; DonutConfig refuses an encoder other than DonutSwin by name
     "VisionEncoderDecoderModel": "donut",
     "Owlv2ForObjectDetection": "owlv2",
@@ -99,8 +102,8 @@ MODEL_TYPES: dict[str, str] = {
     "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "gemma3_text": "gemma3_text",
     "nomic_bert": "nomic_bert", "deberta-v2": "deberta-v2", "distilbert": "distilbert", "mpnet": "mpnet",
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
-    "colqwen2": "colqwen2", "vision-encoder-decoder": "donut", "owlv2": "owlv2", "florence2": "florence2",
-    "grounding-dino": "grounding-dino", "pp_doclayout_v3": "pp-doclayout",
+    "colqwen2": "colqwen2", "qwen3_vl": "qwen3_vl", "vision-encoder-decoder": "donut", "owlv2": "owlv2",
+    "florence2": "florence2", "grounding-dino": "grounding-dino", "pp_doclayout_v3": "pp-doclayout",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the

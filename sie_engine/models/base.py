@@ -8,11 +8,12 @@ never probes for an attribute.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -69,6 +70,9 @@ class Backbone(nn.Module):
     # arrives as its own patch grid (SigLIP 2 NaFlex) and `forward_images` gets the grids.
     supports_images: ClassVar[bool] = False
     patch_grids: ClassVar[bool] = False
+    # Image items carry prompt ids of their own (the input preparation's `image_prompts`: the family's
+    # image placeholder once, the item's text beside it) and run through `forward_image_prompts`.
+    image_prompts: ClassVar[bool] = False
     # The dense head may call `mean_of_rows` (a table lookup fused with mean pooling) instead of
     # pooling hidden states.
     fuses_mean_pool: ClassVar[bool] = False
@@ -111,6 +115,12 @@ class Backbone(nn.Module):
         """The vision side over a batch of images -> `[positions of the batch, H]`. `grids`: each
         image's patch grid (h, w) where `patch_grids`, else None. Only where `supports_images`."""
         raise NotImplementedError(f"{type(self).__name__} has no vision side")
+
+    def forward_image_prompts(self, pixel_values: torch.Tensor, attn: AttentionMetadata, grids: Grids | None,
+                              prompts: Sequence[np.ndarray]) -> torch.Tensor:
+        """The vision side over a batch of images, each inside its item's prompt ids (one image
+        placeholder each) -> `[positions of the batch, H]`. Only where `image_prompts`."""
+        raise NotImplementedError(f"{type(self).__name__} takes no image prompts")
 
     def mean_of_rows(self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
         """`[B, H]` float32: each sequence's mean row (only where `fuses_mean_pool`)."""

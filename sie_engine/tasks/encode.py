@@ -11,7 +11,8 @@ worker thread: the model runs the multivector head once for both.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -29,6 +30,7 @@ from ..images import PictureSource
 from ..layers.lora import LoRAAdapter
 from ..muvera import MuveraEncoder, muvera_encoder
 from ..postprocess import convert_dtype, truncate_and_normalize
+from ..tokenizer import ImageTextInputs
 from ..types import EncodedItem, EncodeResult
 from ..work import WorkItem
 from .common import check_truncation, longest_first
@@ -41,8 +43,11 @@ TOKENIZE_CHUNK = 2048
 
 async def run(engine: TaskContext, call: Call) -> EncodeResult:
     card, request = call.card, call.fields
-    ids, texts, images = v.parse_encode_items(request["items"], engine.limits)
+    ids, texts, images = v.parse_encode_items(request["items"], engine.limits, image_text=True)
     image_positions = [i for i, image in enumerate(images) if image is not None]
+    paired = [i for i in image_positions if texts[i] is not None]
+    if paired:  # an image with its text: only a model that writes both into one prompt takes it
+        await _check_image_texts(engine, card, paired[0])
     if image_positions and "image" not in card.modalities:
         first = image_positions[0]
         kind = "document" if isinstance(images[first], v.DocumentItem) else "image"
@@ -72,10 +77,11 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
             expanded.fields
         prepare_s = expanded.seconds
         image_positions = [i for i, image in enumerate(images) if image is not None]
-    text_positions = [i for i, text in enumerate(texts) if text is not None]
-    templated = [text for text in texts if text is not None]  # the texts at text_positions
-    if request.get("template", True):
-        templated = apply_template(templated, *card.template_for(is_query, instruction))
+    text_positions = [i for i, text in enumerate(texts) if text is not None and images[i] is None]
+    templated = [text for text, image in zip(texts, images) if text is not None and image is None]  # at text_positions
+    template = card.template_for(is_query, instruction) if request.get("template", True) else None
+    if template is not None:
+        templated = apply_template(templated, *template)
 
     wanted = frozenset("multivector" if output == "muvera" else output for output in outputs)  # the heads run
     lora_id = request.get("lora_id")  # one of the card's adapters (the engine checked the name)
@@ -84,7 +90,8 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     try:
         work_request = engine.new_request(call, "encode", len(ids))
         tokens, tokenize_s = await _submit(engine, card, work_request, templated, text_positions, images,
-                                           image_positions, wanted, fields, truncate, is_query, adapter)
+                                           image_positions, wanted, fields, truncate, is_query, adapter,
+                                           ImagePrompts(texts, template_wrap(template)))
         raw = await work_request.future
     finally:
         if adapter is not None:
@@ -110,7 +117,8 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
 
 async def _submit(engine: TaskContext, card, work_request, templated: list[str], text_positions: list[int],
                   images: list, image_positions: list[int], wanted: frozenset, fields: list[str] | None,
-                  truncate: bool | None, is_query: bool, adapter: LoRAAdapter | None) -> tuple[int, float]:
+                  truncate: bool | None, is_query: bool, adapter: LoRAAdapter | None,
+                  prompts: ImagePrompts | None = None) -> tuple[int, float]:
     """Queue the texts, then the images, of a request; returns (tokens, seconds spent preparing).
     A failure fails the request's work (what was queued is dropped) and is raised."""
     try:
@@ -118,7 +126,7 @@ async def _submit(engine: TaskContext, card, work_request, templated: list[str],
                                                  truncate, is_query, adapter)
         if image_positions:
             image_tokens, seconds = await submit_images(engine, card, work_request, images, image_positions, wanted,
-                                                        fields=fields)
+                                                        fields=fields, prompts=prompts)
             tokens, tokenize_s = tokens + image_tokens, tokenize_s + seconds
     except BaseException as exc:
         work_request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
@@ -175,29 +183,70 @@ IMAGE_CHUNK = 32
 NO_IDS: np.ndarray = np.zeros(0, dtype=np.int32)
 
 
+@dataclass(frozen=True)
+class ImagePrompts:
+    """What an image item's own prompt is written from, where the model gives image items one
+    (`ImageTextInputs.image_prompted`): each item's text (None: an image alone, indexed by the item's
+    place in the request) and `wrap`, the task's prompt around each item's content (the family's image
+    placeholder and the text): encode's card templates, the score task's yes/no prompt."""
+
+    texts: Sequence[str | None]
+    wrap: Callable[[list[str]], list[str]]
+
+
+def _unwrapped(contents: list[str]) -> list[str]:
+    return contents
+
+
+NO_PROMPTS = ImagePrompts((), _unwrapped)
+
+
+def template_wrap(template: tuple[str, str | None] | None) -> Callable[[list[str]], list[str]]:
+    """The card's template with its instruction around each content (None: the request's `template: false`)."""
+    return _unwrapped if template is None else lambda contents: apply_template(contents, *template)
+
+
+async def _check_image_texts(engine: TaskContext, card, position: int) -> None:
+    """Refuse an item with both an image and a text unless the model writes both into one prompt."""
+    takes, _ = await engine.with_tokenizer(card, _takes_image_texts)
+    if not takes:
+        raise InvalidRequest(f"items[{position}] has both text and image; model {card.id!r} takes one of them per "
+                             "item (send them as two items)", field=f"items[{position}]")
+
+
+def _takes_image_texts(inputs) -> bool:
+    return isinstance(inputs, ImageTextInputs) and inputs.image_prompted
+
+
 async def submit_images(engine: TaskContext, card, work_request, images: list, positions: list[int],
                         wanted: frozenset, queue: str | None = None, extra: Any = None,
-                        fields: Sequence[str] | None = None) -> tuple[int, float]:
+                        fields: Sequence[str] | None = None,
+                        prompts: ImagePrompts | None = None) -> tuple[int, float]:
     """Decode, check and preprocess the image items on the tokenizer pool and queue them (apart from
     texts: the scheduler batches them by patches for the vision tower); returns (positions the vision
     tower runs, seconds spent preparing). `queue` and `extra`: the score task's (MaxSim against a query);
-    `fields`: the path each item's refusal names (default `items[i].image`)."""
+    `fields`: the path each item's refusal names (default `items[i].image`); `prompts`: what a model
+    whose image items run inside prompts of their own writes them from (default: no texts, no template)."""
     limits = engine.limits
 
-    def prepare(inputs, values, fields):
+    def prepare(inputs, values, fields, texts):
         if inputs.images is None:
             raise InvalidRequest(f"model {card.id!r} has no vision tower; it takes text items only", field="items")
         pixels = inputs.images.encode_images(values, fields, limits)
-        return pixels, [inputs.images.positions(values) for values in pixels]
+        if isinstance(inputs, ImageTextInputs) and inputs.image_prompted:
+            prompt_ids, counts = inputs.image_prompts(texts, (prompts or NO_PROMPTS).wrap, pixels, fields)
+            return prompt_ids, pixels, counts
+        return [NO_IDS] * len(pixels), pixels, [inputs.images.positions(values) for values in pixels]
 
     tokens = 0
     # the model's input preparation (loaded on the tokenizer pool); its images go to threads of their own
     inputs, seconds = await engine.with_tokenizer(card, _itself)
     for start in range(0, len(positions), IMAGE_CHUNK):
         chunk = positions[start:start + IMAGE_CHUNK]
-        (pixels, counts), spent = await on_image_threads(
+        (prompt_ids, pixels, counts), spent = await on_image_threads(
             prepare, inputs, [images[i] for i in chunk],
-            [fields[i] if fields is not None else f"items[{i}].image" for i in chunk])
+            [fields[i] if fields is not None else f"items[{i}].image" for i in chunk],
+            [prompts.texts[i] if prompts is not None else None for i in chunk])
         seconds += spent
         tokens += sum(counts)
         ticket = work_request.reservation.decoding if work_request.reservation is not None else None
@@ -205,8 +254,8 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
             ticket.decoded(len(chunk) / len(positions), spent,
                            measured=not any(isinstance(images[i], PictureSource) for i in chunk))
         engine.submit(card, queue or IMAGE_QUEUE, [
-            WorkItem(work_request, position, NO_IDS, outputs=wanted, pixels=values, image_tokens=count, extra=extra)
-            for position, values, count in zip(chunk, pixels, counts)
+            WorkItem(work_request, position, ids, outputs=wanted, pixels=values, image_tokens=count, extra=extra)
+            for position, ids, values, count in zip(chunk, prompt_ids, pixels, counts)
         ], work_request)
     return tokens, seconds
 

@@ -1,11 +1,14 @@
 """The `score` task: rank items against a query.
 
-Two kinds of model score:
+Three kinds of model score:
 
 - cross-encoders (card output `score`): every (query, item) pair is tokenised as a
   sentence pair and runs through the backbone as one packed sequence; the
   classification head gives its score. Pairs of concurrent requests share batches
   like any other work.
+- LLM rerankers (`options.score.kind: yes-no`): every pair is the card's prompt around the query
+  and the item, P(yes) at its last token; a vision-language one (Qwen3-VL-Reranker: `image` among
+  its modalities) takes image items, with or without their text, inside its own image prompts.
 - late-interaction models (card output `multivector`): the query is encoded once
   (with its query marker and expansion), then the items run as `score` work whose
   head computes MaxSim against the query's vectors on the device, so item vectors
@@ -28,7 +31,7 @@ from ..types import ScoredItem, ScoreResult
 from ..work import WorkItem
 from .common import check_truncation, longest_first
 from .context import Call, TaskContext
-from .encode import submit_images
+from .encode import ImagePrompts, submit_images
 
 SCORE = frozenset({"score"})  # the head score work runs
 # multi-vector kinds whose documents are page images (their text items are queries): ColPali, ColQwen2
@@ -51,8 +54,11 @@ async def run(engine: TaskContext, call: Call) -> ScoreResult:
     card, fields = call.card, call.fields
     query_text = parse_query(fields["query"], engine.limits)
     maybe_texts: Sequence[str | None]
+    score_kind = ((card.options or {}).get("score") or {}).get("kind")
     if "image" in card.modalities and "multivector" in card.outputs:  # ColPali: pages are image items
         ids, maybe_texts, images = v.parse_encode_items(fields["items"], engine.limits)
+    elif "image" in card.modalities and score_kind == "yes-no":  # Qwen3-VL-Reranker: images, with their texts
+        ids, maybe_texts, images = v.parse_encode_items(fields["items"], engine.limits, image_text=True)
     else:
         (ids, maybe_texts), images = v.parse_items(fields["items"], engine.limits), []
     image_positions = [i for i, image in enumerate(images) if image is not None]
@@ -61,48 +67,31 @@ async def run(engine: TaskContext, call: Call) -> ScoreResult:
         raise InvalidRequest(f"items[{documents[0]}] is a document; score ranks page images: encode the document "
                              "(one multivector per page) and score those, or send each page as {\"image\": ...}",
                              field=f"items[{documents[0]}].document")
-    text_positions = [i for i, text in enumerate(maybe_texts) if text is not None]
-    texts = [text for text in maybe_texts if text is not None]  # the texts at text_positions
+    text_positions = [i for i, text in enumerate(maybe_texts) if text is not None and i not in image_positions]
+    texts = [maybe_texts[i] or "" for i in text_positions]
     if text_positions and (card.options or {}).get("multivector", {}).get("kind") in PAGE_RETRIEVERS:
         first = text_positions[0]
         raise InvalidRequest(f"items[{first}] is a text, but model {card.id!r} ranks page images: send each page as "
                              "{\"image\": ...} (its text items are queries)", field=f"items[{first}]")
     top_k, truncate = fields.get("top_k"), fields.get("truncate")
     instruction = v.check_instruction(fields.get("instruction"), engine.limits)
-    score_kind = ((card.options or {}).get("score") or {}).get("kind")
     if instruction is not None and score_kind != "yes-no":
         raise InvalidRequest(f"model {card.id!r} takes no instruction (only prompted LLM rerankers do)",
                              field="instruction")
 
     if score_kind == "yes-no":  # LLM reranker: one prompt per pair, P(yes) at its last token
-        prompt = yes_no_options(card)
-        instr = instruction if instruction is not None else prompt["instruction"]
-        if instr and prompt.get("instruction_format"):  # mxbai-rerank v2: a line only when there is one
-            instr = prompt["instruction_format"].format(instruction=instr)
-        fill = dict(instruction=instr or "", query=query_text)
-        if all(isinstance(prompt[key], str) for key in ("prefix", "suffix", "template")):
-            texts_in = [prompt["template"].format(**fill, document=t) for t in texts]
-            tokenized, tokenize_s = await engine.tokenize(card, "encode_wrapped", texts_in, prefix=prompt["prefix"],
-                                                          suffix=prompt["suffix"])
-        else:  # parts tokenised on their own
-            parts_in = [[part.format(**fill, document=t) for part in _parts(prompt["template"])] for t in texts]
-            tokenized, tokenize_s = await engine.tokenize(
-                card, "encode_wrapped_parts", parts_in, prefix=_parts(prompt["prefix"]),
-                suffix=_parts(prompt["suffix"]), first_share=prompt.get("query_share"))
-        check_truncation(tokenized, truncate)
-        tokens = tokenized.num_tokens
-        request = engine.new_request(call, "score", len(texts))
-        work: list[WorkItem[None]] = [WorkItem(request, i, tokenized.ids[i], outputs=SCORE)
-                                      for i in longest_first(tokenized.ids)]
-        scores = await engine.run_items(card, "score", work, request)
+        request = engine.new_request(call, "score", len(ids))
+        tokens, tokenize_s = await _submit_yes_no(engine, card, request, query_text, instruction, truncate, texts,
+                                                  text_positions, images, image_positions, maybe_texts)
+        scores = await request.future
     elif "score" in card.outputs:
         tokenized, tokenize_s = await engine.tokenize(card, "encode_pairs", [query_text] * len(texts), texts)
         check_truncation(tokenized, truncate)
         tokens = tokenized.num_tokens
         request = engine.new_request(call, "score", len(texts))
         types = tokenized.type_ids
-        work = [WorkItem(request, i, tokenized.ids[i], type_ids=types[i] if types else None, outputs=SCORE)
-                for i in longest_first(tokenized.ids)]
+        work: list[WorkItem[None]] = [WorkItem(request, i, tokenized.ids[i], type_ids=types[i] if types else None,
+                                               outputs=SCORE) for i in longest_first(tokenized.ids)]
         scores = await engine.run_items(card, "score", work, request)
     else:  # late interaction: MaxSim against the query's multivector
         q_tok, q_s = await engine.tokenize(card, "encode_marked", [query_text], **marked_encode_args(card, True))
@@ -138,6 +127,57 @@ async def run(engine: TaskContext, call: Call) -> ScoreResult:
 
     ranked = rank(ids, [r["score"] for r in scores], top_k)
     return ScoreResult(card.id, ranked, tokens, engine.timings(request, call.started, tokenize_s))
+
+
+async def _submit_yes_no(engine: TaskContext, card, request, query_text: str, instruction: str | None,
+                         truncate: bool | None, texts: list[str], text_positions: list[int], images: Sequence[Any],
+                         image_positions: list[int], item_texts: Sequence[str | None]) -> tuple[int, float]:
+    """Queue every pair's prompt (the card's yes/no prompt with the query and the item): text items
+    tokenised as the card's parts say, image items (Qwen3-VL-Reranker's: an image, its text after it)
+    through the model's own image prompts; returns (tokens, seconds spent preparing)."""
+    prompt = yes_no_options(card)
+    instr = instruction if instruction is not None else prompt["instruction"]
+    if instr and prompt.get("instruction_format"):  # mxbai-rerank v2: a line only when there is one
+        instr = prompt["instruction_format"].format(instruction=instr)
+    fill = dict(instruction=instr or "", query=query_text)
+    whole = all(isinstance(prompt[key], str) for key in ("prefix", "suffix", "template"))
+    tokens, tokenize_s = 0, 0.0
+    if texts:
+        tokenized, tokenize_s = await _tokenize_yes_no(engine, card, prompt, fill, texts, whole)
+        check_truncation(tokenized, truncate, positions=text_positions)
+        tokens = tokenized.num_tokens
+        engine.submit(card, "score", [WorkItem(request, text_positions[i], tokenized.ids[i], outputs=SCORE)
+                                      for i in longest_first(tokenized.ids)], request)
+    if image_positions:
+        if not whole:
+            raise ValueError(f"card {card.id}: image items need a yes/no prompt of whole strings")
+
+        def wrap(contents: list[str]) -> list[str]:
+            return [prompt["prefix"] + prompt["template"].format(**fill, document=c) + prompt["suffix"]
+                    for c in contents]
+
+        try:
+            image_tokens, image_s = await submit_images(engine, card, request, list(images), image_positions, SCORE,
+                                                        queue="score:image", prompts=ImagePrompts(item_texts, wrap))
+        except BaseException as exc:  # a bad image: the texts already queued must not wait on it
+            request.fail(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            request.future.exception()
+            raise
+        tokens, tokenize_s = tokens + image_tokens, tokenize_s + image_s
+    return tokens, tokenize_s
+
+
+async def _tokenize_yes_no(engine: TaskContext, card, prompt: Mapping[str, Any], fill: Mapping[str, str],
+                           texts: list[str], whole: bool):
+    """The text pairs' prompts as ids: prefix, template and suffix each tokenised on its own (`whole`:
+    three strings; else each a list of parts, mxbai-rerank v2's)."""
+    if whole:
+        texts_in = [prompt["template"].format(**fill, document=t) for t in texts]
+        return await engine.tokenize(card, "encode_wrapped", texts_in, prefix=prompt["prefix"],
+                                     suffix=prompt["suffix"])
+    parts_in = [[part.format(**fill, document=t) for part in _parts(prompt["template"])] for t in texts]
+    return await engine.tokenize(card, "encode_wrapped_parts", parts_in, prefix=_parts(prompt["prefix"]),
+                                 suffix=_parts(prompt["suffix"]), first_share=prompt.get("query_share"))
 
 
 def _parts(value: str | Sequence[str]) -> list[str]:

@@ -27,7 +27,7 @@ REFUSED = [
     (ENCODE, {"items": [{"id": "i" * 600, "text": "x"}]}, "items[0].id", "longer than 512"),
     (ENCODE, {"items": [{"id": True, "text": "x"}]}, "items[0].id", "got bool"),
     (ENCODE, {"items": [{"text": "x", "vector": [1]}]}, "items[0]", "unknown fields ['vector']"),
-    (ENCODE, {"items": [{"text": "x", "image": "aGk="}]}, "items[0]", "both text and image"),
+    (ENCODE, {"items": [{"image": "aGk=", "document": "aGk="}]}, "items[0]", "both image and document"),
     (ENCODE, {"items": [{"image": 5}]}, "items[0].image", "must be bytes"),
     (ENCODE, {"items": ["x"], "normalise": True}, "normalise", "unknown field"),
     (ENCODE, {"items": []}, "items", "must not be empty"),

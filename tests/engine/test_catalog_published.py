@@ -93,6 +93,8 @@ ELSEWHERE = {
     "mixedbread-ai/mxbai-rerank-large-v2": "tests/engine/tasks/test_score_mxbai_rerank_v2.py",
     "vidore/colpali-v1.3-hf": "tests/engine/families/test_colpali.py",
     "vidore/colqwen2-v1.0-hf": "tests/engine/families/test_colqwen2.py",
+    "Qwen/Qwen3-VL-Reranker-2B": "tests/engine/families/test_qwen3_vl.py",
+    "Qwen/Qwen3-VL-Reranker-8B": "tests/engine/families/test_qwen3_vl.py",
 }
 LOADED = [card for card in LOADED if card.id not in ELSEWHERE]
 

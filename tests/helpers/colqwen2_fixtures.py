@@ -24,16 +24,16 @@ QWEN2_VL_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_st
                      "<|image_pad|>", "<|video_pad|>"]
 
 
-def tiny_qwen2_tokenizer():
-    """Qwen2Tokenizer (byte-level BPE) over the 256 byte characters, a few merges and Qwen2-VL's
-    special tokens."""
+def tiny_qwen2_tokenizer(extra_merges: tuple[tuple[str, str], ...] = ()):
+    """Qwen2Tokenizer (byte-level BPE) over the 256 byte characters, a few merges (and `extra_merges`)
+    and Qwen2-VL's special tokens."""
     from transformers import Qwen2Tokenizer
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     vocab: dict[str, int] = {}
     for char in sorted(set(bytes_to_unicode().values())):
         vocab[char] = len(vocab)
-    merges = [("t", "h"), ("h", "e"), ("Ġ", "t"), ("Ġt", "he"), ("a", "t"), ("Ġ", "c"), ("Ġc", "at")]
+    merges = [("t", "h"), ("h", "e"), ("Ġ", "t"), ("Ġt", "he"), ("a", "t"), ("Ġ", "c"), ("Ġc", "at"), *extra_merges]
     for left, right in merges:
         vocab.setdefault(left + right, len(vocab))
     for token in QWEN2_VL_SPECIALS:

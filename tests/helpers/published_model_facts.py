@@ -99,6 +99,14 @@ MISTRAL = ("config.json (MistralModel, sliding_window 4096) + modules.json + 1_P
            "get_detailed_instruct and max_length 4096 on the Hub")
 QWEN_EMB = "config.json + modules.json + 1_Pooling (lasttoken) + config_sentence_transformers.json prompts on the Hub"
 
+QWEN3_VL_EMB = ("QwenLM/Qwen3-VL-Embedding: README (model table) + src/models/qwen3_vl_embedding.py "
+                "(Qwen3VLEmbedder: format_model_input, _pooling_last, normalize, MAX_LENGTH)")
+QWEN3_VL_RERANK = ("QwenLM/Qwen3-VL-Embedding: src/models/qwen3_vl_reranker.py (Qwen3VLReranker: "
+                   "format_mm_instruction, compute_scores, MAX_LENGTH) + examples/reranker_template.jinja")
+# the Qwen3-VL chat template's text of Qwen3VLEmbedder's conversation for a text, default instruction
+QWEN3_VL_QUERY = ("<|im_start|>system\nRepresent the user's input.<|im_end|>\n<|im_start|>user\n{text}<|im_end|>\n"
+                  "<|im_start|>assistant\n")
+
 BGE_EN = "Represent this sentence for searching relevant passages: {text}"
 BGE_ZH = "为这个句子生成表示以用于检索相关文章：{text}"
 WEB = "Given a web search query, retrieve relevant passages that answer the query"
@@ -385,6 +393,14 @@ PUBLISHED: dict[str, Published] = {
                                      "(ColQwen2ForRetrieval's docstring checkpoint; ColQwen2Config: model_type "
                                      "colqwen2, embedding_dim 128, vlm_config qwen2_vl) + ColQwen2Processor's "
                                      "prompts + Qwen2VLImageProcessor's defaults (patch 14, merge 2)"),
+    # Qwen3-VL-Embedding / -Reranker: QwenLM/Qwen3-VL-Embedding's README (model table: 2048 / 4096 dims, MRL,
+    # instruction aware) and its src/models/qwen3_vl_embedding.py (Qwen3VLEmbedder: the chat of a system
+    # instruction, default "Represent the user's input.", and the user's input, last-token pooling, normalize,
+    # max_length 8192) / src/models/qwen3_vl_reranker.py (Qwen3VLReranker: yes/no at the last token,
+    # max_length 10240); model_type qwen3_vl: transformers' Qwen3VLModel, which both scripts load
+    **{f"Qwen/Qwen3-VL-Embedding-{size}": dense("qwen3_vl", "last", True, dims, 8192, QWEN3_VL_EMB, QWEN3_VL_QUERY)
+       for size, dims in (("2B", 2048), ("8B", 4096))},
+    **{f"Qwen/Qwen3-VL-Reranker-{size}": other("qwen3_vl", "score", 10240, QWEN3_VL_RERANK) for size in ("2B", "8B")},
     # document models (Donut): what the fine-tunes were converted with
     "naver-clova-ix/donut-base-finetuned-cord-v2": other("vision-encoder-decoder", "generate", 768, DONUT % "cord",
                                                          image_size=(1280, 960), task_prompt="<s_cord-v2>"),

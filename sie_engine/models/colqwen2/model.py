@@ -135,13 +135,13 @@ class ColQwen2Config(RetrieverConfig):
 
 class PatchEmbed(nn.Module):
     """`[N, C * T * p * p]` flattened patches -> `[N, E]` through Qwen2-VL's Conv3d (kernel = stride =
-    the patch: one output per patch)."""
+    the patch: one output per patch; Qwen3-VL's has a bias)."""
 
-    def __init__(self, config: VisionConfig):
+    def __init__(self, config: VisionConfig, bias: bool = False):
         super().__init__()
         self.shape = (config.in_channels, config.temporal_patch_size, config.patch_size, config.patch_size)
         self.proj = nn.Conv3d(config.in_channels, config.embed_dim, kernel_size=self.shape[1:],
-                              stride=self.shape[1:], bias=False)
+                              stride=self.shape[1:], bias=bias)
 
     def forward(self, patches: torch.Tensor) -> torch.Tensor:
         return self.proj(patches.view(-1, *self.shape)).flatten(1)  # [N, E, 1, 1, 1] -> [N, E]
@@ -157,6 +157,15 @@ def patch_positions(grids: Grids, merge: int) -> np.ndarray:
         column = np.tile(np.arange(w), h).reshape(window)
         pages.append(np.stack([a.transpose(0, 2, 1, 3).reshape(-1) for a in (row, column)], axis=1))
     return np.concatenate(pages)
+
+
+def patch_rotary(rotary: RotaryEmbedding, positions: np.ndarray,
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The vision blocks' 2D rotary tables `[N, head_dim]` (cos, sin) of `[N, 2]` (row, column)
+    patch positions: half of each head's channels rotate by the row, half by the column."""
+    freqs = torch.from_numpy(positions).to(device).float()[:, :, None] * rotary.inv_freq(device)  # [N, 2, D/4]
+    emb = torch.cat((freqs.flatten(1), freqs.flatten(1)), dim=-1)  # [N, head_dim]
+    return emb.cos(), emb.sin()
 
 
 def window_order(grids: Grids, merge: int, side: int) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -275,9 +284,7 @@ class VisionTower(nn.Module):
             x = x.view(-1, merge ** 2, x.shape[-1])[units].flatten(0, 1)  # [N, E], window by window
             positions = positions.reshape(-1, merge ** 2, 2)[order].reshape(-1, 2)
             windows = self.backend.prepare(lengths, device)
-        freqs = torch.from_numpy(positions).to(device).float()[:, :, None] * self.rotary.inv_freq(device)
-        emb = torch.cat((freqs.flatten(1), freqs.flatten(1)), dim=-1)  # [N, head_dim]
-        rotary = (emb.cos(), emb.sin())
+        rotary = patch_rotary(self.rotary, positions, device)
         for index, block in enumerate(self.blocks):
             x = block(x, rotary, pages if order is None or index in config.full_attention_blocks else windows)
         merged = self.merger(x)  # [N / merge**2, H]

@@ -18,7 +18,7 @@ Every tensor is `[T, ...]` with T the batch's real tokens.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,14 +194,19 @@ class QwenModel(Backbone):
         return self.forward_embeddings(self.embed_tokens(input_ids), positions, attn)
 
     def forward_embeddings(self, x: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
-                           rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                           rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+                           deepstack: tuple[torch.Tensor, Sequence[torch.Tensor]] | None = None) -> torch.Tensor:
         """The decoder over input embeddings `[T, H]` -> hidden `[T, H]` (a vision-language family
         places image features among the token embeddings: models/colqwen2, which may bring its own
-        rotary tables: M-RoPE's)."""
+        rotary tables: M-RoPE's). `deepstack`: (rows `[V]`, features `[V, H]` per layer), Qwen3-VL's
+        DeepStack: the i-th features are added to those rows after the i-th layer."""
         if rotary is None:
             rotary = self.rotary(positions)  # once per batch, shared by every layer
-        for layer in self.layers:
+        rows, features = deepstack if deepstack is not None else (None, ())
+        for index, layer in enumerate(self.layers):
             x = layer(x, rotary, attn)
+            if rows is not None and index < len(features):
+                x = x.index_add(0, rows, features[index].to(x.dtype))
         return self.norm(x)
 
 

@@ -1,0 +1,164 @@
+"""Qwen3-VL-Embedding and Qwen3-VL-Reranker over HTTP: a real `sie-server serve` with the built-in cards
+on a tiny random Qwen3-VL (a `--models` directory of the cards with their weights replaced): image,
+text and image-with-text items through `POST /v1/encode` in JSON (base64 images) and msgpack (raw
+bytes, tensor objects), through the typed client and (texts) OpenAI's `/v1/embeddings`, each vector
+equal to the in-process Engine's (1e-6) and to the published embedding recipe (1e-4,
+tests/helpers/qwen3_vl_fixtures.py); text pairs through `POST /v1/score` and the Cohere/Jina
+`POST /v1/rerank`, and image documents through `/v1/score` in msgpack, equal to the published
+reranker recipe (1e-5); what the models cannot take answered with a 400 naming the item."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+
+import httpx
+import msgpack
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from image_fixtures import encode_image, sample_images
+from qwen3_vl_fixtures import embedding_reference, make_tiny_qwen3_vl, reranker_reference
+from server_fixtures import start_server
+from sie_client import SIEClient
+from sie_client.wire import loads
+from sie_engine import Catalog, Engine, WeightsSource
+
+EMBEDDING = "Qwen/Qwen3-VL-Embedding-2B"
+RERANKER = "Qwen/Qwen3-VL-Reranker-2B"
+EMBED, RERANK = "qwen3-vl-embedding", "qwen3-vl-reranker"  # the cards' names on this server
+IMAGES = ["png_rgb", "webp_rgb"]
+TEXTS = ["the cat", "x"]
+DOCUMENTS = ["the cat sat on the mat", "a dog on the beach"]
+MSGPACK = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
+
+
+@pytest.fixture(scope="module")
+def cards(tmp_path_factory):
+    """The built-in cards on the tiny weights at float32, as a `--models` directory would hold them."""
+    root = make_tiny_qwen3_vl(tmp_path_factory.mktemp("qwen3-vl") / "qwen3-vl")
+    builtin = Catalog.builtin()
+    made = [dataclasses.replace(builtin.get(card_id), id=name, weights=WeightsSource(path=str(root)),
+                                dtype="float32") for card_id, name in ((EMBEDDING, EMBED), (RERANKER, RERANK))]
+    directory = tmp_path_factory.mktemp("qwen3-vl-cards")
+    for card in made:
+        (directory / f"{card.id}.yaml").write_text(yaml.safe_dump(card.to_dict()))
+    return root, directory, made
+
+
+@pytest.fixture(scope="module")
+def server(cards, tmp_path_factory):
+    process = start_server("--models", str(cards[1]), "--preload", EMBED, log_dir=tmp_path_factory.mktemp("sie-server"))
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def expected(cards):
+    """(the published recipe's vectors, the Engine's) of the image items then the text items."""
+    root, _, made = cards
+    images = sample_images()
+    items = [{"image": images[name]} for name in IMAGES] + [{"text": t} for t in TEXTS] + [paired_item(images)]
+    with Engine(Catalog(made), device="cpu") as engine:
+        ours = engine.encode_sync(EMBED, items).items
+    return np.stack(embedding_reference(root, items)), np.stack([np.asarray(item.dense) for item in ours])
+
+
+def paired_item(images, wire=lambda picture: picture) -> dict:
+    """An image with its text: one item, one vector (the script's `{image, text}` input)."""
+    return {"image": wire(images["jpeg_rgb"]), "text": "the cat on the beach"}
+
+
+def assert_vectors(got: np.ndarray, expected) -> None:
+    recipe, engine = expected
+    np.testing.assert_allclose(got, engine, atol=1e-6)
+    np.testing.assert_allclose(got, recipe, atol=1e-4)
+
+
+def test_json_image_and_text_items_equal_the_engine_and_the_published_recipe(server, expected):
+    images = sample_images()
+    items = [{"id": name, "image": base64.b64encode(images[name]).decode()} for name in IMAGES]
+    paired = paired_item(images, lambda picture: base64.b64encode(picture).decode())
+    response = httpx.post(f"{server.url}/v1/encode/{EMBED}", json={"items": items + TEXTS + [paired]}, timeout=120)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert [item["id"] for item in answer["items"]][:len(IMAGES)] == IMAGES
+    assert_vectors(np.asarray([item["dense"] for item in answer["items"]], dtype=np.float32), expected)
+
+
+def test_msgpack_raw_bytes_answer_tensor_objects_equal_the_engine_and_the_published_recipe(server, expected):
+    images = sample_images()
+    body = {"items": [{"image": images[name]} for name in IMAGES] + [{"text": t} for t in TEXTS]
+            + [paired_item(images)]}
+    response = httpx.post(f"{server.url}/v1/encode/{EMBED}", content=msgpack.packb(body, use_bin_type=True),
+                          headers=MSGPACK, timeout=120)
+    assert response.status_code == 200, response.text
+    assert set(msgpack.unpackb(response.content, raw=False)["items"][0]["dense"]) == {"dtype", "shape", "data"}
+    answer = loads(response.content, response.headers["Content-Type"])
+    assert_vectors(np.stack([np.asarray(item["dense"]) for item in answer["items"]]), expected)
+
+
+def test_the_typed_client_encodes_images_and_texts(server, expected):
+    images = sample_images()
+    with SIEClient(server.url) as client:
+        result = client.encode(EMBED, [{"image": images[name]} for name in IMAGES] + TEXTS + [paired_item(images)])
+    assert_vectors(np.stack([np.asarray(item.dense) for item in result.items]), expected)
+
+
+def test_openais_embeddings_route_answers_the_text_items_vectors(server, expected):
+    response = httpx.post(f"{server.url}/v1/embeddings", json={"model": EMBED, "input": TEXTS}, timeout=120)
+    assert response.status_code == 200, response.text
+    vectors = np.asarray([row["embedding"] for row in response.json()["data"]], dtype=np.float32)
+    recipe, engine = expected
+    texts = slice(len(IMAGES), len(IMAGES) + len(TEXTS))
+    np.testing.assert_allclose(vectors, engine[texts], atol=1e-6)
+    np.testing.assert_allclose(vectors, recipe[texts], atol=1e-4)
+
+
+def test_text_pairs_score_and_rerank_as_the_published_reranker_recipe(server, cards):
+    wanted = reranker_reference(cards[0], [(["the cat"], [d]) for d in DOCUMENTS])
+    response = httpx.post(f"{server.url}/v1/score/{RERANK}", json={"query": "the cat", "items": DOCUMENTS},
+                          timeout=120)
+    assert response.status_code == 200, response.text
+    scores = sorted(response.json()["scores"], key=lambda s: s["index"])
+    np.testing.assert_allclose([s["score"] for s in scores], wanted, atol=1e-5)
+    # Cohere's / Jina's rerank route: the same scores, best first
+    response = httpx.post(f"{server.url}/v1/rerank", json={"model": RERANK, "query": "the cat",
+                                                           "documents": DOCUMENTS}, timeout=120)
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [r["index"] for r in results] == list(np.argsort(-np.asarray(wanted), kind="stable"))
+    np.testing.assert_allclose([r["relevance_score"] for r in results], sorted(wanted, reverse=True), atol=1e-5)
+
+
+def test_msgpack_image_documents_score_as_the_published_reranker_recipe(server, cards):
+    images = sample_images()
+    documents = [{"image": images["png_rgb"]}, "a dog on the beach", {"image": images["webp_rgb"], "text": "a cat"}]
+    wanted = reranker_reference(cards[0], [(["the cat"], [images["png_rgb"]]), (["the cat"], [documents[1]]),
+                                           (["the cat"], [images["webp_rgb"], "a cat"])])
+    body = {"query": "the cat", "items": documents}
+    response = httpx.post(f"{server.url}/v1/score/{RERANK}", content=msgpack.packb(body, use_bin_type=True),
+                          headers=MSGPACK, timeout=120)
+    assert response.status_code == 200, response.text
+    scores = sorted(msgpack.unpackb(response.content, raw=False)["scores"], key=lambda s: s["index"])
+    np.testing.assert_allclose([s["score"] for s in scores], wanted, atol=1e-5)
+
+
+@pytest.mark.parametrize("route, model, body, field", [
+    ("encode", EMBED, {"items": [{"text": "a cat", "image": "SLIVER"}]}, "items[0].image"),
+    ("encode", EMBED, {"items": [{"image": "PNG"}, {"image": "BROKEN"}]}, "items[1].image"),
+    ("score", RERANK, {"query": "the cat", "items": ["a cat", {"image": "PNG", "dpi": 72}]}, "items[1]"),
+])
+def test_what_they_cannot_take_is_a_400_naming_the_item(server, route, model, body, field):
+    png = sample_images()["png_rgb"]
+    stand_ins = {"PNG": png, "BROKEN": png[:60], "SLIVER": encode_image(Image.new("RGB", (1000, 4), "white"), "PNG")}
+    items = [{**item, "image": stand_ins[item["image"]]} if "image" in item else item for item in body["items"]]
+    response = httpx.post(f"{server.url}/v1/{route}/{model}", content=msgpack.packb({**body, "items": items},
+                                                                                   use_bin_type=True),
+                          headers=MSGPACK, timeout=60)
+    assert response.status_code == 400, response.content
+    assert field in msgpack.unpackb(response.content, raw=False)["error"]["message"]
