@@ -53,6 +53,8 @@ class LightOnOcrInputs(VocabularyLookup):
     decoded as the processor decodes them) and, as `images`, its image processor; a page counts,
     before it is seen, as the image features of the largest page (`longest_edge` square)."""
 
+    images: ImagePreprocessor
+
     def __init__(self, layout: CheckpointLayout | Path, max_length: int, trust_remote_code: bool = False):
         from transformers import AutoTokenizer
 
@@ -100,7 +102,8 @@ class LightOnOcrGeneration(GenerationHead):
     encode_batch = ENCODE_BATCH
 
     def __init__(self, model: LightOnOcrModel, tokenizer: Any, root: Path, options: Mapping[str, Any],
-                 card_id: str, dtype: torch.dtype):
+                 card_id: str, dtype: torch.dtype, image_tokens: int):
+        """image_tokens: the image features of the largest page (the processor's longest_edge square)."""
         super().__init__()
         self.hold(model)
         self.tokenizer = tokenizer
@@ -114,6 +117,14 @@ class LightOnOcrGeneration(GenerationHead):
         self.element_size = torch.empty((), dtype=dtype).element_size()
         self.image_token_id = model.config.image_token_id
         self.block = model.config.block
+        # the largest page's features, the chat prompt's tokens beside them and the answer fit the decoder
+        # (a request's own text is checked per request)
+        prompt = len(tokenizer(task_prompt.replace(IMAGE, "").replace("{prompt}", ""), add_special_tokens=False)
+                     ["input_ids"])
+        if image_tokens + prompt + self.max_new_tokens > model.decoder_positions:
+            raise ValueError(f"card {card_id}: options.generate.max_new_tokens {self.max_new_tokens} plus the "
+                             f"largest page's {image_tokens} image tokens exceed the decoder's "
+                             f"{model.decoder_positions} positions")
 
     def settings(self, max_new_tokens: int) -> GenerationSettings:
         return self.default.with_overrides(max_new_tokens=max_new_tokens)
@@ -144,8 +155,9 @@ class LightOnOcrGeneration(GenerationHead):
 def build_generation_head(ctx: HeadContext) -> dict[str, GenerationHead]:
     if not isinstance(ctx.tokenizer, LightOnOcrInputs):
         raise TypeError(f"{ctx.card.id}: the LightOnOCR family prepares its inputs with LightOnOcrInputs")
-    head = LightOnOcrGeneration(ctx.backbone, ctx.tokenizer.hf, Path(ctx.root), ctx.options("generate"),  # type: ignore[arg-type]
-                                ctx.card.id, ctx.dtype)
+    inputs = ctx.tokenizer
+    head = LightOnOcrGeneration(ctx.backbone, inputs.hf, Path(ctx.root), ctx.options("generate"),  # type: ignore[arg-type]
+                                ctx.card.id, ctx.dtype, inputs.images.image_tokens)
     return {"generate": head}
 
 

@@ -48,7 +48,7 @@ def lighton(tmp_path_factory):
     model, tensors, report = load_sie_lighton_ocr(root)
     inputs = LightOnOcrInputs(root, 256)
     head = LightOnOcrGeneration(model, inputs.hf, root, {"task_prompt": "{image}", "max_new_tokens": 10}, "tiny",
-                                torch.float32)
+                                torch.float32, inputs.images.image_tokens)
     prompt = inputs.prompt_ids("{image}")
     pixels = inputs.images.encode_images([_png(p) for p in PAGES], [f"items[{i}]" for i in range(len(PAGES))],
                                          Limits())
