@@ -23,13 +23,15 @@ TEXT = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_l
             tie_word_embeddings=False)
 
 
-def tiny_lighton_ocr(dest: Path, seed: int = 0, tie: bool = False):
-    """Save a tiny LightOnOCR under `dest`; returns the transformers model (eval mode)."""
+def tiny_lighton_ocr(dest: Path, seed: int = 0, tie: bool = False, vision: dict | None = None,
+                     text: dict | None = None):
+    """Save a tiny LightOnOCR under `dest` (`vision` / `text`: config fields laid over the defaults);
+    returns the transformers model (eval mode)."""
     from transformers import LightOnOcrConfig, LightOnOcrForConditionalGeneration
 
     torch.manual_seed(seed)
-    config = LightOnOcrConfig(vision_config={**VISION, "model_type": "pixtral"},
-                              text_config={**TEXT, "model_type": "qwen3", "tie_word_embeddings": tie},
+    config = LightOnOcrConfig(vision_config={**VISION, **(vision or {}), "model_type": "pixtral"},
+                              text_config={**TEXT, **(text or {}), "model_type": "qwen3", "tie_word_embeddings": tie},
                               image_token_id=IMAGE_TOKEN, spatial_merge_size=2, tie_word_embeddings=tie)
     model = LightOnOcrForConditionalGeneration(config).eval()
     with torch.no_grad():

@@ -201,3 +201,15 @@ def test_tied_lm_head_checkpoint(tmp_path):
     got = DecodeLoop(model, CPU, torch.float32).run([GenerationRequest(None, ids, settings,
                                                                        prompt_embeddings=embeddings)])
     assert got[0].tokens == expected
+
+
+def test_a_card_less_directory_reads_pages_alone(lighton):
+    import json
+
+    from sie_engine.models import family_for
+
+    root = lighton[0]
+    config = json.loads((root / "config.json").read_text())
+    card = family_for(config).local_card("tiny", root, config)
+    assert card.family == "lighton_ocr" and card.outputs == ("generate",) and card.image_size == 40
+    assert card.options["generate"] == {"task_prompt": "{image}", "max_new_tokens": 128}
