@@ -16,7 +16,6 @@ Only generation is timed (the encoder runs once for both, outside the clock).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"))
-from common import print_generation_comparison, until_stop  # noqa: E402
+from common import generation_arguments, print_generation_comparison, until_stop  # noqa: E402
 
 from donut_fixtures import load_sie_donut, tiny_donut  # noqa: E402
 from sie_engine.generation import DecodeLoop, GenerationRequest, GenerationSettings  # noqa: E402
@@ -36,13 +35,7 @@ DECODER = dict(vocab_size=8000, d_model=512, decoder_layers=4, decoder_attention
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--pages", type=int, default=32)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--beams", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(2)
+    args = generation_arguments("pages", 32, 8, 48, 1)
     root = Path(tempfile.mkdtemp())
     reference = tiny_donut(root, decoder=DECODER, **ENCODER)
     model, _, _ = load_sie_donut(root)

@@ -17,7 +17,6 @@ Only generation is timed (the tower and encoder run once for both, outside the c
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -28,7 +27,7 @@ import torch
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"))
-from common import print_generation_comparison, until_stop  # noqa: E402
+from common import generation_arguments, print_generation_comparison, until_stop  # noqa: E402
 
 from florence2_fixtures import load_sie_florence2, tiny_florence2  # noqa: E402
 from sie_engine.generation import DecodeLoop, GenerationRequest, GenerationSettings  # noqa: E402
@@ -42,13 +41,7 @@ TEXT = dict(vocab_size=51289, tie_word_embeddings=True, d_model=768, encoder_lay
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--images", type=int, default=16)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--beams", type=int, default=3)
-    args = parser.parse_args()
-    torch.set_num_threads(2)
+    args = generation_arguments("images", 16, 4, 32, 3)
     root = Path(tempfile.mkdtemp())
     reference, processor = tiny_florence2(root, text=TEXT, **VISION)
     model, _, _ = load_sie_florence2(root)

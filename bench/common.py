@@ -72,3 +72,23 @@ def print_generation_comparison(setup: str, sie_tokens: list[list[int]], ref_tok
           f"equal token sequences {same}/{len(sie_tokens)}")
     print(f"transformers generate: {hf_s:.2f} s, {generated / hf_s:.1f} tokens/s")
     print(f"SIE decode loop:       {sie_s:.2f} s, {generated / sie_s:.1f} tokens/s ({hf_s / sie_s:.2f}x)")
+
+
+def generation_arguments(items: str, count: int, batch: int, max_new_tokens: int, beams: int,
+                         rounds: int | None = None):
+    """The generation benchmarks' command line (`--<items>`, `--batch`, `--max-new-tokens`, `--beams`,
+    and `--rounds` where the benchmark repeats), parsed, with torch on the box's two cores."""
+    import argparse
+
+    import torch
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument(f"--{items}", type=int, default=count)
+    parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    parser.add_argument("--beams", type=int, default=beams)
+    if rounds is not None:
+        parser.add_argument("--rounds", type=int, default=rounds)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    return args

@@ -51,6 +51,9 @@ class GenerationHead(Head):
     max_new_tokens: int
     takes_prompt: bool
     encoder_prompt_tokens: int | None = None
+    # tokens a page adds to the decoder prompt beyond `decoder_prompt(prompt)`, at most (a vision-language
+    # model's image tokens for its largest page): the request's room for max_new_tokens leaves them
+    page_prompt_tokens: int = 0
 
     @property
     def model(self) -> EncoderDecoderLM | DecoderOnlyLM:

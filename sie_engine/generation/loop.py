@@ -145,14 +145,10 @@ class DecodeLoop:
             raise ValueError(f"num_beams {request.settings.num_beams} exceeds the decode batch's {self.max_rows} rows")
         if not request.prompt:
             raise ValueError("a generation request needs a decoder prompt of at least one token")
-        if (request.memory is None) != self.decoder_only:
-            raise ValueError("a decoder-only model's requests carry no encoder memory; an encoder-decoder's do")
-        p = len(request.prompt)
-        if request.prompt_embeddings is not None and request.prompt_embeddings.shape[0] != p:
-            raise ValueError(f"prompt_embeddings has {request.prompt_embeddings.shape[0]} rows for {p} prompt tokens")
-        if request.prompt_positions is not None and tuple(request.prompt_positions.shape) != (
-                getattr(self.model, "position_axes", 1), p):
-            raise ValueError(f"prompt_positions is {tuple(request.prompt_positions.shape)}, not [position_axes, {p}]")
+        if self.decoder_only:
+            self._check_decoder_only(request)
+        elif request.memory is None or request.prompt_embeddings is not None or request.prompt_positions is not None:
+            raise ValueError("an encoder-decoder model's requests carry encoder memory and decoder token ids only")
         needed = len(request.prompt) + request.settings.max_new_tokens
         if needed > self.model.decoder_positions:
             raise ValueError(f"prompt ({len(request.prompt)} tokens) plus max_new_tokens "
@@ -161,6 +157,18 @@ class DecodeLoop:
         handle = next(self._ids)
         self._pending[handle] = request
         return handle
+
+    def _check_decoder_only(self, request: GenerationRequest) -> None:
+        model: DecoderOnlyLM = self.model  # type: ignore[assignment]
+        p = len(request.prompt)
+        if request.memory is not None:
+            raise ValueError("a decoder-only model's requests carry no encoder memory")
+        if request.prompt_embeddings is not None and request.prompt_embeddings.shape[0] != p:
+            raise ValueError(f"prompt_embeddings has {request.prompt_embeddings.shape[0]} rows for {p} prompt tokens")
+        axes = model.position_axes
+        if request.prompt_positions is not None and tuple(request.prompt_positions.shape) != (axes, p):
+            raise ValueError(f"prompt_positions is {tuple(request.prompt_positions.shape)}, not [{axes}, {p}] "
+                             "(position_axes, prompt tokens)")
 
     def cancel(self, handle: int) -> None:
         """Drop a request now (between steps): its cache rows are freed at once."""

@@ -117,6 +117,7 @@ class LightOnOcrGeneration(GenerationHead):
         self.element_size = torch.empty((), dtype=dtype).element_size()
         self.image_token_id = model.config.image_token_id
         self.block = model.config.block
+        self.page_prompt_tokens = image_tokens - 1  # the rendered prompt holds one image token already
         # the largest page's features, the chat prompt's tokens beside them and the answer fit the decoder
         # (a request's own text is checked per request)
         prompt = len(tokenizer(task_prompt.replace(IMAGE, "").replace("{prompt}", ""), add_special_tokens=False)

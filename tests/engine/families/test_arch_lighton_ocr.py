@@ -9,7 +9,9 @@ steps, a cancelled page's rows freed at once) and the rotary position offset of 
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import re
 
 import numpy as np
 import pytest
@@ -213,3 +215,18 @@ def test_a_card_less_directory_reads_pages_alone(lighton):
     card = family_for(config).local_card("tiny", root, config)
     assert card.family == "lighton_ocr" and card.outputs == ("generate",) and card.image_size == 40
     assert card.options["generate"] == {"task_prompt": "{image}", "max_new_tokens": 128}
+
+
+def test_malformed_decoder_only_requests_are_refused(lighton):
+    model = lighton[3]
+    settings = settings_for(lighton)
+    (good,) = requests(lighton, settings, [2])
+    loop = DecodeLoop(model, CPU, torch.float32)
+    p = len(good.prompt)
+    for bad, words in ((dataclasses.replace(good, memory=torch.zeros(4, 32)), "no encoder memory"),
+                       (dataclasses.replace(good, prompt_embeddings=good.prompt_embeddings[1:]), f"for {p} prompt"),
+                       (dataclasses.replace(good, prompt_positions=torch.zeros(3, p, dtype=torch.long)),
+                        f"not [1, {p}]")):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            loop.add(bad)
+    assert loop.idle
