@@ -21,7 +21,7 @@ from .loop import DecoderOnlyLM, EncoderDecoderLM, GenerationRequest
 from .settings import GenerationSettings
 
 if TYPE_CHECKING:
-    from .worker import Job
+    from .job import Job
 
 
 @dataclass

@@ -32,7 +32,7 @@ from .model import LightOnOcrConfig, LightOnOcrModel
 
 if TYPE_CHECKING:
     from ...card import ModelCard
-    from ...generation.worker import Job
+    from ...generation.job import Job
     from ...heads.context import HeadContext
 
 IMAGE = "{image}"
