@@ -16,7 +16,6 @@ Only generation is timed (the encoder runs once for both, outside the clock).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
@@ -25,6 +24,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"))
+from common import generation_arguments, print_generation_comparison, until_stop  # noqa: E402
+
 from donut_fixtures import load_sie_donut, tiny_donut  # noqa: E402
 from sie_engine.generation import DecodeLoop, GenerationRequest, GenerationSettings  # noqa: E402
 
@@ -34,13 +35,7 @@ DECODER = dict(vocab_size=8000, d_model=512, decoder_layers=4, decoder_attention
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--pages", type=int, default=32)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--beams", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(2)
+    args = generation_arguments("pages", 32, 8, 48, 1)
     root = Path(tempfile.mkdtemp())
     reference = tiny_donut(root, decoder=DECODER, **ENCODER)
     model, _, _ = load_sie_donut(root)
@@ -64,7 +59,7 @@ def main() -> None:
                                      max_new_tokens=args.max_new_tokens, num_beams=args.beams, eos_token_id=eos,
                                      early_stopping=args.beams > 1)
             for row in out[:, len(prompt):].tolist():
-                ref_tokens.append(row[:next((i + 1 for i, t in enumerate(row) if t in eos), len(row))])
+                ref_tokens.append(until_stop(row, eos))
     hf_s = time.perf_counter() - t0
 
     settings = GenerationSettings(max_new_tokens=args.max_new_tokens, num_beams=args.beams,
@@ -75,15 +70,9 @@ def main() -> None:
     results = loop.run([GenerationRequest(memory[i], prompt, settings) for i in range(args.pages)])
     sie_s = time.perf_counter() - t0
 
-    sie_tokens = [r.tokens for r in results]
-    same = sum(a == b for a, b in zip(sie_tokens, ref_tokens, strict=True))
-    generated = sum(len(t) for t in sie_tokens)
-    lengths = sorted(len(t) for t in sie_tokens)
-    print(f"pages {args.pages}, batch rows {args.batch * args.beams}, beams {args.beams}, max_new_tokens "
-          f"{args.max_new_tokens}; generated lengths min {lengths[0]} median {lengths[len(lengths) // 2]} "
-          f"max {lengths[-1]}; equal token sequences {same}/{args.pages}")
-    print(f"transformers generate: {hf_s:.2f} s, {generated / hf_s:.0f} tokens/s")
-    print(f"SIE decode loop:       {sie_s:.2f} s, {generated / sie_s:.0f} tokens/s ({hf_s / sie_s:.2f}x)")
+    setup = (f"pages {args.pages}, batch rows {args.batch * args.beams}, beams {args.beams}, max_new_tokens "
+             f"{args.max_new_tokens}")
+    print_generation_comparison(setup, [r.tokens for r in results], ref_tokens, hf_s, sie_s)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ Only generation is timed (the tower and encoder run once for both, outside the c
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -28,6 +27,8 @@ import torch
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"))
+from common import generation_arguments, print_generation_comparison, until_stop  # noqa: E402
+
 from florence2_fixtures import load_sie_florence2, tiny_florence2  # noqa: E402
 from sie_engine.generation import DecodeLoop, GenerationRequest, GenerationSettings  # noqa: E402
 
@@ -40,13 +41,7 @@ TEXT = dict(vocab_size=51289, tie_word_embeddings=True, d_model=768, encoder_lay
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--images", type=int, default=16)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--beams", type=int, default=3)
-    args = parser.parse_args()
-    torch.set_num_threads(2)
+    args = generation_arguments("images", 16, 4, 32, 3)
     root = Path(tempfile.mkdtemp())
     reference, processor = tiny_florence2(root, text=TEXT, **VISION)
     model, _, _ = load_sie_florence2(root)
@@ -70,7 +65,7 @@ def main() -> None:
             out = reference.generate(encoder_outputs=BaseModelOutput(last_hidden_state=batch),
                                      decoder_input_ids=torch.full((len(batch), 1), 2), **generate)
             for row in out[:, 1:].tolist():
-                ref_tokens.append(row[:next((i + 1 for i, t in enumerate(row) if t in eos), len(row))])
+                ref_tokens.append(until_stop(row, eos))
     hf_s = time.perf_counter() - t0
 
     generation = json.loads((root / "generation_config.json").read_text())
@@ -80,15 +75,9 @@ def main() -> None:
     results = loop.run([GenerationRequest(m, [2], settings) for m in memory])
     sie_s = time.perf_counter() - t0
 
-    sie_tokens = [r.tokens for r in results]
-    same = sum(a == b for a, b in zip(sie_tokens, ref_tokens, strict=True))
-    generated = sum(len(t) for t in sie_tokens)
-    lengths = sorted(len(t) for t in sie_tokens)
-    print(f"images {args.images}, batch rows {args.batch * args.beams}, beams {args.beams}, max_new_tokens "
-          f"{args.max_new_tokens}, memory {states.shape[1]} positions; generated lengths min {lengths[0]} median "
-          f"{lengths[len(lengths) // 2]} max {lengths[-1]}; equal token sequences {same}/{args.images}")
-    print(f"transformers generate: {hf_s:.2f} s, {generated / hf_s:.1f} tokens/s")
-    print(f"SIE decode loop:       {sie_s:.2f} s, {generated / sie_s:.1f} tokens/s ({hf_s / sie_s:.2f}x)")
+    setup = (f"images {args.images}, batch rows {args.batch * args.beams}, beams {args.beams}, max_new_tokens "
+             f"{args.max_new_tokens}, memory {states.shape[1]} positions")
+    print_generation_comparison(setup, [r.tokens for r in results], ref_tokens, hf_s, sie_s)
 
 
 if __name__ == "__main__":

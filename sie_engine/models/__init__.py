@@ -61,6 +61,8 @@ FAMILIES: dict[str, str] = {
     "pp-doclayout": f"{_M}.pp_doclayout.family:FAMILY",
     # Florence-2 (DaViT vision tower + BART): generates from images, prompted by task tokens
     "florence2": f"{_M}.florence2.family:FAMILY",
+    # LightOnOCR (Pixtral vision tower at each page's size, patch merger, Qwen3 decoder): generates a page's text
+    "lighton_ocr": f"{_M}.lighton_ocr.family:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,
@@ -94,6 +96,7 @@ ARCHITECTURES: dict[str, str] = {
     "GroundingDinoForObjectDetection": "grounding-dino",
     "Florence2ForConditionalGeneration": "florence2",
     "PPDocLayoutV3ForObjectDetection": "pp-doclayout",
+    "LightOnOcrForConditionalGeneration": "lighton_ocr",
 }
 
 # config.json `model_type` -> family, for checkpoints without `architectures`.
@@ -104,6 +107,7 @@ MODEL_TYPES: dict[str, str] = {
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
     "colqwen2": "colqwen2", "qwen3_vl": "qwen3_vl", "vision-encoder-decoder": "donut", "owlv2": "owlv2",
     "florence2": "florence2", "grounding-dino": "grounding-dino", "pp_doclayout_v3": "pp-doclayout",
+    "lighton_ocr": "lighton_ocr",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the

@@ -139,11 +139,13 @@ async def run(engine: TaskContext, call: Call) -> ExtractResult:
     if head.encoder_prompt_tokens is not None and len(prompt) > head.encoder_prompt_tokens:
         raise InvalidRequest(f"the prompt ({len(prompt)} tokens) exceeds the {head.encoder_prompt_tokens} tokens "
                              f"model {card.id!r}'s encoder reads beside an image; shorten it", field="prompt")
-    room = head.model.decoder_positions - len(head.decoder_prompt(prompt))  # they hold prompt and answer
+    # they hold prompt (and a vision-language model's page) and answer
+    room = head.model.decoder_positions - len(head.decoder_prompt(prompt)) - head.page_prompt_tokens
     if room < 1 or (max_new is not None and max_new > room):
-        raise InvalidRequest(f"the prompt ({len(prompt)} tokens) plus max_new_tokens ({max_new or 1}) exceed model "
-                             f"{card.id!r}'s {head.model.decoder_positions} decoder positions; shorten the prompt "
-                             "or lower max_new_tokens", field="prompt")
+        page = f", a page's {head.page_prompt_tokens} image tokens" if head.page_prompt_tokens else ""
+        raise InvalidRequest(f"the prompt ({len(prompt)} tokens{page}) plus max_new_tokens ({max_new or 1}) exceed "
+                             f"model {card.id!r}'s {head.model.decoder_positions} decoder positions; shorten the "
+                             "prompt or lower max_new_tokens", field="prompt")
     # not asked for: the card's bound, within what the prompt leaves (a DocVQA question takes some)
     settings = head.settings(max_new if max_new is not None else min(head.max_new_tokens, room))
     inputs, _ = await engine.with_tokenizer(card, _itself)

@@ -94,6 +94,11 @@ GROUNDING_DINO = ("config.json (GroundingDinoForObjectDetection: max_text_len 25
 PP_DOCLAYOUT = ("transformers' PPDocLayoutV3Config (its docstring names PaddlePaddle/PP-DocLayoutV3_safetensors; "
                 "modeling_pp_doclayout_v3's example loads it as PPDocLayoutV3ForObjectDetection, model_type "
                 "pp_doclayout_v3) + PPDocLayoutV3ImageProcessor's defaults (800 x 800, bicubic, mean 0, std 1)")
+LIGHTON_OCR = ("transformers' LightOnOcrConfig defaults (its docstring names lightonai/LightOnOCR-1B-1025: Qwen3 "
+               "text max_position_embeddings 40960) + a published LightOnOCR-2 processor_config.json "
+               "(PixtralImageProcessor, longest_edge 1540, patch 14, merge 2) + the model cards' usage (the page alone "
+               "as the user turn; max_new_tokens 1024 in transformers' LightOnOcr docs). LightOnOCR-2-1B's own "
+               "config.json was not reachable (its Hub page tags mistral3): its layout is assumed lighton_ocr")
 STATIC = "config.json + modules.json (StaticEmbedding, Normalize) of the model2vec repository on the Hub"
 MISTRAL = ("config.json (MistralModel, sliding_window 4096) + modules.json + 1_Pooling (lasttoken) + the README's "
            "get_detailed_instruct and max_length 4096 on the Hub")
@@ -409,6 +414,9 @@ PUBLISHED: dict[str, Published] = {
         task_prompt="<s_docvqa><s_question>{prompt}</s_question><s_answer>"),
     "naver-clova-ix/donut-base-finetuned-rvlcdip": other("vision-encoder-decoder", "generate", 8, DONUT % "rvlcdip",
                                                          image_size=(2560, 1920), task_prompt="<s_rvlcdip>"),
+    # document models (LightOnOCR): a page alone in the chat prompt, its text as markdown
+    **{f"lightonai/LightOnOCR-{v}": other("lighton_ocr", "generate", 40960, LIGHTON_OCR, image_size=(1540, 1540),
+                                          task_prompt="{image}") for v in ("2-1B", "1B-1025")},
     # document models (Florence-2): the original remote-code checkpoints, prompted by the request's task token
     **{f"microsoft/Florence-2-{v}": other("florence2", "generate", 1024, FLORENCE2 % v, image_size=(768, 768),
                                           task_prompt="{task}", generation=FLORENCE2_GENERATION,
