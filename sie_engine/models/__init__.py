@@ -59,6 +59,8 @@ FAMILIES: dict[str, str] = {
     "pp-doclayout": f"{_M}.pp_doclayout.family:FAMILY",
     # Florence-2 (DaViT vision tower + BART): generates from images, prompted by task tokens
     "florence2": f"{_M}.florence2.family:FAMILY",
+    # GLM-OCR (CogViT vision tower at each page's own resolution + GLM decoder): generates a page's text
+    "glm_ocr": f"{_M}.glm_ocr.family:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,
@@ -91,6 +93,7 @@ ARCHITECTURES: dict[str, str] = {
     "GroundingDinoForObjectDetection": "grounding-dino",
     "Florence2ForConditionalGeneration": "florence2",
     "PPDocLayoutV3ForObjectDetection": "pp-doclayout",
+    "GlmOcrForConditionalGeneration": "glm_ocr",
 }
 
 # config.json `model_type` -> family, for checkpoints without `architectures`.
@@ -100,7 +103,7 @@ MODEL_TYPES: dict[str, str] = {
     "nomic_bert": "nomic_bert", "deberta-v2": "deberta-v2", "distilbert": "distilbert", "mpnet": "mpnet",
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
     "colqwen2": "colqwen2", "vision-encoder-decoder": "donut", "owlv2": "owlv2", "florence2": "florence2",
-    "grounding-dino": "grounding-dino", "pp_doclayout_v3": "pp-doclayout",
+    "grounding-dino": "grounding-dino", "pp_doclayout_v3": "pp-doclayout", "glm_ocr": "glm_ocr",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the

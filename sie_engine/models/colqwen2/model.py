@@ -159,6 +159,16 @@ def patch_positions(grids: Grids, merge: int) -> np.ndarray:
     return np.concatenate(pages)
 
 
+def patch_rotary(rotary: RotaryEmbedding, positions: np.ndarray,
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """2D rotary tables (cos, sin) `[N, head_dim]` of patches at `[N, 2]` (row, column): the first
+    quarter of a head's frequencies by the row, the second by the column, the half-table repeated
+    (Qwen2-VL's `VisionRotaryEmbedding`, shared by GLM-OCR's vision tower)."""
+    freqs = torch.from_numpy(positions).to(device).float()[:, :, None] * rotary.inv_freq(device)  # [N, 2, D / 4]
+    emb = torch.cat((freqs.flatten(1), freqs.flatten(1)), dim=-1)  # [N, head_dim]
+    return emb.cos(), emb.sin()
+
+
 def window_order(grids: Grids, merge: int, side: int) -> tuple[np.ndarray, tuple[int, ...]]:
     """Qwen2.5-VL's windows (transformers' `get_vision_window_index`): the order `[N / merge**2]` in
     which the merge windows of the pages are laid out so that each attention window of `side` x
@@ -275,9 +285,7 @@ class VisionTower(nn.Module):
             x = x.view(-1, merge ** 2, x.shape[-1])[units].flatten(0, 1)  # [N, E], window by window
             positions = positions.reshape(-1, merge ** 2, 2)[order].reshape(-1, 2)
             windows = self.backend.prepare(lengths, device)
-        freqs = torch.from_numpy(positions).to(device).float()[:, :, None] * self.rotary.inv_freq(device)
-        emb = torch.cat((freqs.flatten(1), freqs.flatten(1)), dim=-1)  # [N, head_dim]
-        rotary = (emb.cos(), emb.sin())
+        rotary = patch_rotary(self.rotary, positions, device)
         for index, block in enumerate(self.blocks):
             x = block(x, rotary, pages if order is None or index in config.full_attention_blocks else windows)
         merged = self.merger(x)  # [N / merge**2, H]
