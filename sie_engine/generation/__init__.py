@@ -1,4 +1,5 @@
-"""Autoregressive generation: SIE's first decode path (encoder-decoder models such as Donut).
+"""Autoregressive generation: encoder-decoder models (Donut, Florence-2) and decoder-only
+vision-language ones (LightOnOCR), one loop, search and cache for both (loop.py's protocols).
 
 - `settings.py`: what one request asks of the decoder (max_new_tokens, beams, stop tokens), read
   from a checkpoint's generation_config.json the way transformers reads it;
@@ -10,7 +11,8 @@
   step and leave it the step they finish.
 """
 
-from .loop import DecodeLoop, EncoderDecoderLM, GenerationRequest, GenerationResult
+from .loop import DecodeLoop, DecoderOnlyLM, EncoderDecoderLM, GenerationRequest, GenerationResult
 from .settings import GenerationSettings
 
-__all__ = ["DecodeLoop", "EncoderDecoderLM", "GenerationRequest", "GenerationResult", "GenerationSettings"]
+__all__ = ["DecodeLoop", "DecoderOnlyLM", "EncoderDecoderLM", "GenerationRequest", "GenerationResult",
+           "GenerationSettings"]

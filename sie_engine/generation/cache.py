@@ -3,9 +3,11 @@
 Per decoder layer: self-attention keys/values `[rows, heads, positions, head_dim]`, one position
 written per generated token (a prompt's positions in its first step), and cross-attention
 keys/values `[rows, heads, memory, head_dim]`, projected once from the encoder's states when the
-sequence joins. Buffers are allocated with spare rows and positions and grow by doubling, so a
-step writes in place; a sequence leaving moves the last rows into its place (a copy of the rows
-moved, not of the batch) and a beam taking over another's history copies that row's positions.
+sequence joins (a decoder-only model's rows have no memory: 0 positions). `heads` are the
+key/value heads: under grouped-query attention `attend_self` repeats them for the query heads.
+Buffers are allocated with spare rows and positions and grow by doubling, so a step writes in
+place; a sequence leaving moves the last rows into its place (a copy of the rows moved, not of
+the batch) and a beam taking over another's history copies that row's positions.
 
 A step: `begin_step(q_lens)` (new tokens per row: 1 while decoding, the prompt's length when the
 row joins), the model's layers call `attend_self` / `attend_cross`, then `end_step()`.
@@ -68,16 +70,19 @@ class DecodeCache:
 
     # --- rows joining, moving and leaving (between steps) ---
 
-    def add_rows(self, cross_kv: list[tuple[torch.Tensor, torch.Tensor]], positions: int) -> range:
+    def add_rows(self, cross_kv: list[tuple[torch.Tensor, torch.Tensor]] | None, positions: int, m: int) -> range:
         """Append `m` rows whose cross-attention keys/values are `cross_kv` (per layer, `[m, heads, S, d]`
-        each), with room for `positions` self-attention positions. Returns the new rows' indices."""
-        m, _, s, _ = cross_kv[0][0].shape
-        n = self.rows
-        for i, (k, v) in enumerate(cross_kv):
+        each; None: rows without encoder memory, a decoder-only model's), with room for `positions`
+        self-attention positions. Returns the new rows' indices."""
+        n, s = self.rows, 0
+        for i, (k, v) in enumerate(cross_kv or []):
+            s = k.shape[2]
+            assert k.shape[0] == m, "a row of cross-attention keys/values per new row"
             self.cross_k[i] = _grown(self.cross_k[i], n + m, s)
             self.cross_v[i] = _grown(self.cross_v[i], n + m, s)
             self.cross_k[i][n:n + m, :, :s] = k
             self.cross_v[i][n:n + m, :, :s] = v
+        for i in range(self.layers):
             self.self_k[i] = _grown(self.self_k[i], n + m, positions)
             self.self_v[i] = _grown(self.self_v[i], n + m, positions)
         self.rows = n + m
@@ -111,8 +116,9 @@ class DecodeCache:
             for i in range(self.layers):
                 self.self_k[i][d, :, :used] = self.self_k[i][s, :, :used]
                 self.self_v[i][d, :, :used] = self.self_v[i][s, :, :used]
-                self.cross_k[i][d, :, :mem] = self.cross_k[i][s, :, :mem]
-                self.cross_v[i][d, :, :mem] = self.cross_v[i][s, :, :mem]
+                if mem:  # rows without encoder memory (a decoder-only model's) have no cross buffers
+                    self.cross_k[i][d, :, :mem] = self.cross_k[i][s, :, :mem]
+                    self.cross_v[i][d, :, :mem] = self.cross_v[i][s, :, :mem]
             for a, b in zip(holes, movers, strict=True):
                 self.lengths[a], self.memory_lengths[a] = self.lengths[b], self.memory_lengths[b]
         del self.lengths[keep:], self.memory_lengths[keep:]
@@ -162,8 +168,11 @@ class DecodeCache:
         keys, values = self.self_k[layer][st.lo:st.hi], self.self_v[layer][st.lo:st.hi]  # views: writes land
         keys[st.write_rows, :, st.write_positions] = k[st.write_rows, :, st.write_cols]
         values[st.write_rows, :, st.write_positions] = v[st.write_rows, :, st.write_cols]
-        return F.scaled_dot_product_attention(q, keys[:, :, :st.kv_len], values[:, :, :st.kv_len],
-                                              attn_mask=st.self_mask, scale=scale)
+        keys, values = keys[:, :, :st.kv_len], values[:, :, :st.kv_len]
+        if q.shape[1] != keys.shape[1]:  # grouped-query attention: the cache holds the key/value heads
+            group = q.shape[1] // keys.shape[1]
+            keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=st.self_mask, scale=scale)
 
     def attend_cross(self, layer: int, q: torch.Tensor, scale: float | None = None) -> torch.Tensor:
         """Attention of this step's queries `[rows, heads, Q, d]` over each row's encoder memory."""

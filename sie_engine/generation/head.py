@@ -11,13 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 import torch
 
 from ..heads.base import Head
-from .loop import EncoderDecoderLM
+from .loop import DecoderOnlyLM, EncoderDecoderLM, GenerationRequest
 from .settings import GenerationSettings
+
+if TYPE_CHECKING:
+    from .worker import Job
 
 
 @dataclass
@@ -33,7 +37,8 @@ class Answer:
 
 class GenerationHead(Head):
     """A generative model's reading of pages. `model` is the backbone (an EncoderDecoderLM with
-    `encode_images`); it is held, not registered, so the runner's tensors are the backbone's once.
+    `encode_images`, or a DecoderOnlyLM whose head builds its requests); it is held, not registered, so the runner's
+    tensors are the backbone's once.
 
     max_new_tokens: the card's bound (and default) of generated tokens per page;
     takes_prompt: whether a request's `prompt` goes into the decoder prompt (DocVQA's question);
@@ -48,10 +53,10 @@ class GenerationHead(Head):
     encoder_prompt_tokens: int | None = None
 
     @property
-    def model(self) -> EncoderDecoderLM:
+    def model(self) -> EncoderDecoderLM | DecoderOnlyLM:
         return self.__dict__["_model"]  # type: ignore[no-any-return]
 
-    def hold(self, model: EncoderDecoderLM) -> None:
+    def hold(self, model: EncoderDecoderLM | DecoderOnlyLM) -> None:
         self.__dict__["_model"] = model  # not an nn.Module child: its tensors are counted once, as the backbone's
 
     def settings(self, max_new_tokens: int) -> GenerationSettings:
@@ -63,6 +68,18 @@ class GenerationHead(Head):
         `[S_i, H]` (a `[B, S, H]` tensor where all have one length). Donut's encoder reads the pixels
         only; a model whose encoder reads the prompt beside the image (Florence-2) uses `prompts`."""
         raise NotImplementedError
+
+    def requests(self, jobs: Sequence[Job], device: torch.device, dtype: torch.dtype) -> list[GenerationRequest]:
+        """Pages joining the decode batch together -> their generation requests (on an inference
+        thread, in inference mode). An encoder-decoder model's (this default): the pages stacked,
+        `encode`d, each page's states its memory and `decoder_prompt(prompt)` its prompt. A
+        decoder-only (vision-language) model overrides it: each page at its own size through the
+        vision tower, its features spliced into the prompt's embeddings where its image tokens are,
+        with the prompt's position ids and offset (loop.DecoderOnlyLM says what they mean)."""
+        pixels = torch.from_numpy(np.stack([job.pixels for job in jobs]))
+        memory = self.encode(pixels.to(device, dtype), [job.prompt for job in jobs])
+        return [GenerationRequest(states, self.decoder_prompt(job.prompt), job.settings)
+                for states, job in zip(memory, jobs, strict=True)]
 
     def decoder_prompt(self, prompt: list[int]) -> list[int]:
         """The decoder's first tokens for a page prompted with `prompt` (Donut: the prompt itself;
@@ -78,7 +95,8 @@ class GenerationHead(Head):
 
     def kv_bytes(self, rows: int, positions: int, memory: int) -> int:
         """Bytes the decode cache holds for `rows` rows of `positions` self-attention positions and
-        `memory` encoder positions each (the pool's charge for sequences in flight)."""
+        `memory` encoder positions each (the pool's charge for sequences in flight; a decoder-only
+        model's rows have no memory, `decoder_heads` are its key/value heads)."""
         m = self.model
         per_position = 2 * m.decoder_layers * m.decoder_heads * m.decoder_head_dim * self.element_size
         return rows * (positions + memory) * per_position

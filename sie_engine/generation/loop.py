@@ -3,15 +3,25 @@ token per step in one batched decoder call; requests added between steps join at
 (their prompt is that step's input for their rows), and a request leaves the batch, its cache rows
 freed, the step it finishes or when it is cancelled.
 
-The model is an `EncoderDecoderLM`: the loop asks it for the cross-attention keys/values of a
-joining request's encoder states once, then for each step's last-position logits.
+The model is one of two kinds, and one loop, search and cache serve both:
+
+- an `EncoderDecoderLM` (Donut, Florence-2): the loop asks it for the cross-attention keys/values
+  of a joining request's encoder states once, then for each step's last-position logits;
+- a `DecoderOnlyLM` (a vision-language model: LightOnOCR, GLM-OCR): no encoder memory, no
+  cross-attention; a request's prompt is token ids whose input embeddings the model made (image
+  features spliced in where its image tokens are), prefilled in the request's first step, with the
+  rotary position ids the model gave them (M-RoPE's 3D ones) and a position offset for the tokens
+  it generates after them.
+
+Rows that join in a step run apart from the running rows (each running row feeds one token), and
+joining rows run in groups of equal prompt length: no row is padded to another's length.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -38,14 +48,61 @@ class EncoderDecoderLM(Protocol):
         ...
 
 
+@runtime_checkable
+class DecoderOnlyLM(Protocol):
+    """What the decode loop asks of a decoder-only (vision-language) model. It implements:
+
+    - `decoder_layers`, `decoder_heads` (its KEY/VALUE heads: the cache holds those; under
+      grouped-query attention the queries have more, `DecodeCache.attend_self` repeats the keys),
+      `decoder_head_dim`, `decoder_positions` (the most prompt plus generated tokens a row holds),
+      and `position_axes`: rotary position ids per token (1: RoPE; 3: M-RoPE's t, h, w);
+    - `token_embeddings(tokens [rows, Q]) -> [rows, Q, H]`: its input embeddings of token ids (the
+      loop calls it for generated tokens, and for a prompt that brings no embeddings of its own);
+    - `decode_embedded(embeddings [rows, Q, H], positions [A, rows, Q], cache) -> float32 logits
+      [rows, V]` of each row's last new token (`cache.last_index`): one step, called after
+      `cache.begin_step`; its layers attend with `cache.attend_self(layer, q, k, v)` (no
+      `attend_cross`: its rows have no encoder memory). `positions` are the rotary position ids of
+      each new token (A = `position_axes`); padding queries (none today: the loop groups rows of
+      equal length) would carry zeros and are never read.
+
+    A request (`GenerationRequest` with `memory=None`) brings its prompt's token ids (what the
+    search and the logits processors see, image placeholder ids included), optionally their
+    embeddings `prompt_embeddings [P, H]` (the image features spliced in) and position ids
+    `prompt_positions [A, P]` (None: 0..P-1 on every axis), and `position_offset`: the generated
+    token at sequence index i (i >= P) gets position i + position_offset on every axis (M-RoPE's
+    `rope_deltas`: max prompt position + 1 - P, so that generation continues at max position + 1).
+    """
+
+    decoder_layers: int
+    decoder_heads: int
+    decoder_head_dim: int
+    decoder_positions: int
+    position_axes: int
+
+    def token_embeddings(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Token ids `[rows, Q]` -> input embeddings `[rows, Q, H]` (in the model's dtype)."""
+        ...
+
+    def decode_embedded(self, embeddings: torch.Tensor, positions: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
+        """One step: `embeddings` `[rows, Q, H]`, rotary `positions` `[A, rows, Q]` (after
+        `cache.begin_step`) -> float32 logits `[rows, V]` of each row's last new token."""
+        ...
+
+
 @dataclass
 class GenerationRequest:
-    """One sequence to generate: the encoder's states of its input `[S, H_enc]`, the decoder prompt
-    (task start token and any question), and its decoding settings."""
+    """One sequence to generate and its decoding settings. An encoder-decoder model's: the encoder's
+    states of its input `memory` `[S, H_enc]` and the decoder prompt (task start token and any
+    question). A decoder-only model's (`memory` None): the prompt's token ids, and where the model
+    made them, their input embeddings `[P, H]`, rotary position ids `[A, P]` and the position offset
+    of the generated tokens (see `DecoderOnlyLM`)."""
 
-    memory: torch.Tensor
+    memory: torch.Tensor | None
     prompt: list[int]
     settings: GenerationSettings
+    prompt_embeddings: torch.Tensor | None = None
+    prompt_positions: torch.Tensor | None = None
+    position_offset: int = 0
 
 
 @dataclass
@@ -61,13 +118,16 @@ class _Running:
     search: GreedySearch | BeamSearch
     rows: list[int] = field(default_factory=list)
     feed: list[list[int]] = field(default_factory=list)  # next step's new tokens, per row
+    prefill: bool = True  # its next step feeds the prompt (its first)
 
 
 class DecodeLoop:
     """The running batch of one model. Not thread-safe: one thread adds, cancels and steps."""
 
-    def __init__(self, model: EncoderDecoderLM, device: torch.device, dtype: torch.dtype, max_rows: int = 64):
+    def __init__(self, model: EncoderDecoderLM | DecoderOnlyLM, device: torch.device, dtype: torch.dtype,
+                 max_rows: int = 64):
         self.model = model
+        self.decoder_only = isinstance(model, DecoderOnlyLM)
         self.max_rows = max_rows
         self.cache = DecodeCache(model.decoder_layers, model.decoder_heads, model.decoder_head_dim, device, dtype)
         self.device, self.dtype = device, dtype
@@ -85,6 +145,14 @@ class DecodeLoop:
             raise ValueError(f"num_beams {request.settings.num_beams} exceeds the decode batch's {self.max_rows} rows")
         if not request.prompt:
             raise ValueError("a generation request needs a decoder prompt of at least one token")
+        if (request.memory is None) != self.decoder_only:
+            raise ValueError("a decoder-only model's requests carry no encoder memory; an encoder-decoder's do")
+        p = len(request.prompt)
+        if request.prompt_embeddings is not None and request.prompt_embeddings.shape[0] != p:
+            raise ValueError(f"prompt_embeddings has {request.prompt_embeddings.shape[0]} rows for {p} prompt tokens")
+        if request.prompt_positions is not None and tuple(request.prompt_positions.shape) != (
+                getattr(self.model, "position_axes", 1), p):
+            raise ValueError(f"prompt_positions is {tuple(request.prompt_positions.shape)}, not [position_axes, {p}]")
         needed = len(request.prompt) + request.settings.max_new_tokens
         if needed > self.model.decoder_positions:
             raise ValueError(f"prompt ({len(request.prompt)} tokens) plus max_new_tokens "
@@ -122,16 +190,16 @@ class DecodeLoop:
             rows += request.settings.num_beams
             joining.append((handle, request))
             del self._pending[handle]
-        by_length: dict[int, list[tuple[int, GenerationRequest]]] = {}
+        # joining rows are grouped by prompt length (their first step runs each group as one call,
+        # unpadded) and, for an encoder-decoder, by memory length (their keys/values projected together)
+        by_length: dict[tuple[int, int], list[tuple[int, GenerationRequest]]] = {}
         for handle, request in joining:
-            by_length.setdefault(int(request.memory.shape[0]), []).append((handle, request))
-        for group in by_length.values():
-            memory = torch.stack([r.memory for _, r in group]).to(self.device, self.dtype)
-            kv = self.model.cross_attention_kv(memory)
-            beams = torch.tensor([r.settings.num_beams for _, r in group], device=self.device)
-            kv = [(k.repeat_interleave(beams, dim=0), v.repeat_interleave(beams, dim=0)) for k, v in kv]
+            memory = 0 if request.memory is None else int(request.memory.shape[0])
+            by_length.setdefault((len(request.prompt), memory), []).append((handle, request))
+        for group in sorted(by_length.values(), key=lambda g: len(g[0][1].prompt)):
             positions = max(len(r.prompt) + r.settings.max_new_tokens for _, r in group)
-            new_rows = iter(self.cache.add_rows(kv, positions))
+            new_rows = iter(self.cache.add_rows(self._cross_kv(group), positions,
+                                                sum(r.settings.num_beams for _, r in group)))
             for handle, request in group:
                 search = new_search(request.prompt, request.settings)
                 running = _Running(request, search)
@@ -139,6 +207,16 @@ class DecodeLoop:
                 running.feed = [list(request.prompt) for _ in range(search.rows)]
                 self._running[handle] = running
         return first_joined
+
+    def _cross_kv(self, group: list[tuple[int, GenerationRequest]]) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """The group's cross-attention keys/values, a row per beam (None: a decoder-only model's)."""
+        if self.decoder_only:
+            return None
+        model: EncoderDecoderLM = self.model  # type: ignore[assignment]
+        memory = torch.stack([r.memory for _, r in group if r.memory is not None]).to(self.device, self.dtype)
+        kv = model.cross_attention_kv(memory)
+        beams = torch.tensor([r.settings.num_beams for _, r in group], device=self.device)
+        return [(k.repeat_interleave(beams, dim=0), v.repeat_interleave(beams, dim=0)) for k, v in kv]
 
     def step(self) -> dict[int, GenerationResult]:
         """Admit what fits, run one decoder step over every row, advance each request's search.
@@ -148,13 +226,19 @@ class DecodeLoop:
             return {}
         n = self.cache.rows
         feeds: list[list[int]] = [[] for _ in range(n)]
+        owners: list[_Running] = [None] * n  # type: ignore[list-item]
         for running in self._running.values():
             for row, tokens in zip(running.rows, running.feed, strict=True):
-                feeds[row] = tokens
-        # Rows that joined this step (their prompts) sit after the running ones (add_rows appends):
-        # the two groups run as separate calls, so that no running row is padded to a prompt's length.
-        parts = [(lo, hi) for lo, hi in ((0, first_joined), (first_joined, n)) if hi > lo]
-        logits = torch.cat([self._decode(feeds, lo, hi) for lo, hi in parts])
+                feeds[row], owners[row] = tokens, running
+        # Rows that joined this step (their prompts) sit after the running ones (add_rows appends),
+        # grouped by prompt length: the running rows run as one call, each length of prompt as one,
+        # so that no row is padded to another's length.
+        bounds = sorted({0, first_joined, n} | {r for r in range(first_joined + 1, n)
+                                                  if len(feeds[r]) != len(feeds[r - 1])})
+        parts = [(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+        logits = torch.cat([self._decode(feeds, owners, lo, hi) for lo, hi in parts])
+        for running in self._running.values():
+            running.prefill = False
         finished: dict[int, GenerationResult] = {}
         dst: list[int] = []
         src: list[int] = []
@@ -178,17 +262,40 @@ class DecodeLoop:
             self._free(freed)
         return finished
 
-    def _decode(self, feeds: list[list[int]], lo: int, hi: int) -> torch.Tensor:
+    def _decode(self, feeds: list[list[int]], owners: list[_Running], lo: int, hi: int) -> torch.Tensor:
         """One decoder call over rows lo..hi -> their float32 logits on the CPU `[hi - lo, V]`."""
         q_lens = [len(f) for f in feeds[lo:hi]]
         tokens = torch.zeros((hi - lo, max(q_lens)), dtype=torch.long)
         for i, f in enumerate(feeds[lo:hi]):
             tokens[i, :len(f)] = torch.tensor(f, dtype=torch.long)
-        self.cache.begin_step(q_lens, first_row=lo)
+        slots = self.cache.begin_step(q_lens, first_row=lo)
         with torch.inference_mode():
-            logits = self.model.decode(tokens.to(self.device), self.cache).float().cpu()
+            if self.decoder_only:
+                logits = self._decode_embedded(tokens.to(self.device), slots, owners[lo:hi])
+            else:
+                model: EncoderDecoderLM = self.model  # type: ignore[assignment]
+                logits = model.decode(tokens.to(self.device), self.cache)
         self.cache.end_step()
-        return logits
+        return logits.float().cpu()
+
+    def _decode_embedded(self, tokens: torch.Tensor, slots: torch.Tensor, owners: list[_Running]) -> torch.Tensor:
+        """A decoder-only model's step over rows whose new tokens are `tokens` `[rows, Q]` at cache
+        slots `slots` `[rows, Q]`: a prefilling row's embeddings and positions are its request's
+        (where it brought them), a generating row's are its token's at slot + position offset."""
+        model: DecoderOnlyLM = self.model  # type: ignore[assignment]
+        x = model.token_embeddings(tokens)
+        offsets = torch.tensor([0 if o.prefill else o.request.position_offset for o in owners], device=self.device)
+        positions = (slots + offsets[:, None])[None].repeat(model.position_axes, 1, 1)  # [A, rows, Q]
+        for i, owner in enumerate(owners):
+            if not owner.prefill:
+                continue
+            request = owner.request
+            p = len(request.prompt)
+            if request.prompt_embeddings is not None:
+                x[i, :p] = request.prompt_embeddings.to(x.device, x.dtype)
+            if request.prompt_positions is not None:
+                positions[:, i, :p] = request.prompt_positions.to(self.device)
+        return model.decode_embedded(x, positions, self.cache)
 
     def run(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         """Generate for `requests` together (all join, each leaves when done); results in order."""

@@ -31,14 +31,16 @@ import torch
 
 from ..parallelism import on_threads
 from .head import Answer, GenerationHead
-from .loop import DecodeLoop, GenerationRequest, GenerationResult
+from .loop import DecodeLoop, GenerationResult
 from .settings import GenerationSettings
 
 
 @dataclass
 class Job:
-    """One page to read: its pixels `[C, H, W]`, its prompt (token ids: the decoder's for Donut; a
-    model whose encoder reads the prompt too, as Florence-2's, takes it there) and settings."""
+    """One page to read: its pixels `[C, H, W]` (each page its own size where the model reads pages
+    at their size: a vision-language model's), its prompt (token ids: the decoder's for Donut; a
+    model whose encoder reads the prompt too, as Florence-2's, takes it there; a vision-language
+    model's text prompt, its image tokens added by the head) and settings."""
 
     pixels: np.ndarray | None  # None once encoded
     prompt: list[int]
@@ -47,9 +49,10 @@ class Job:
 
     @property
     def charge_positions(self) -> int:
-        return len(self.prompt) + self.settings.max_new_tokens
+        return (self.prompt_length or len(self.prompt)) + self.settings.max_new_tokens
 
     memory_length: int = 0  # encoder positions, once encoded
+    prompt_length: int = 0  # the decoder prompt's tokens, once joined (a vision-language model's: its image's too)
     task: str | None = None  # the request's task token (Florence-2's), for the answer
     size: tuple[int, int] | None = None  # the page's (width, height) as sent: its answer's boxes are in these
 
@@ -160,16 +163,14 @@ class DecodeWorker:
             step = self.head.encode_batch
             for lo in range(0, len(joining), step):  # a few pages at a time: their activations are large
                 group = joining[lo:lo + step]
-                pixels = torch.from_numpy(np.stack([job.pixels for job in group]))
                 with torch.inference_mode():
-                    memory = self.head.encode(pixels.to(self.decode.device, self.decode.dtype),
-                                              [job.prompt for job in group])
-                for states, job in zip(memory, group, strict=True):
-                    request = GenerationRequest(states, self.head.decoder_prompt(job.prompt), job.settings)
+                    requests = self.head.requests(group, self.decode.device, self.decode.dtype)
+                for request, job in zip(requests, group, strict=True):
                     joined[self.decode.add(request)] = job
                     job.pixels = None  # encoded: the page's pixels are no longer held
-                    job.memory_length = int(states.shape[0])
-                    tokens += job.memory_length + len(job.prompt)
+                    job.memory_length = 0 if request.memory is None else int(request.memory.shape[0])
+                    job.prompt_length = len(request.prompt)
+                    tokens += job.memory_length + job.prompt_length
         results = self.decode.step()
         tokens += self.decode.cache.rows + sum(len(r.tokens) > 0 for r in results.values())
         everyone = {**running, **joined}

@@ -13,7 +13,9 @@ back): SIE runs no sliding window, so a Mistral checkpoint's window caps the seq
 within which full causal attention is the same computation. Attention is causal unless
 config.json says `is_causal: false` (transformers' switch for bidirectional decoders).
 Grouped-query attention hands the backend fewer K/V heads; no backend repeats them.
-Every tensor is `[T, ...]` with T the batch's real tokens.
+Every tensor is `[T, ...]` with T the batch's real tokens, except in the cached decode path
+(`decode_embedded`, a generating model's: LightOnOCR's decoder), whose rows are the running
+decode batch's, `[rows, Q, ...]`, attending over generation/cache.py's KV cache.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata, default_scale
+from ...generation.cache import DecodeCache
 from ...layers.blocks import RMSNorm, activation
 from ...layers.rotary import RotaryEmbedding, apply_rotary
 from ...layers.weights import WeightSpec
@@ -120,17 +123,36 @@ class QwenAttention(nn.Module):
         self.backend = backend
         self.scale = default_scale(self.head_dim)
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
-                attn: AttentionMetadata) -> torch.Tensor:
+    def project(self, x: torch.Tensor,
+                rotary: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`[T, H]` -> rotated q `[T, Hq, D]`, rotated k and v `[T, Hkv, D]`."""
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.head_dim)  # [T, Hq, D]
         k, v = self.kv_proj(x).view(T, 2, self.num_kv_heads, self.head_dim).unbind(1)  # each [T, Hkv, D]
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = rotary
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
+                attn: AttentionMetadata) -> torch.Tensor:
+        q, k, v = self.project(x, rotary)
         context = self.backend(q, k, v, attn, scale=self.scale, causal=self.causal)  # [T, Hq, D]
-        return self.o_proj(context.reshape(T, self.num_heads * self.head_dim))
+        return self.o_proj(context.reshape(x.shape[0], self.num_heads * self.head_dim))
+
+    def decode(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], index: int,
+               cache: DecodeCache) -> torch.Tensor:
+        """A decode step of rows `[rows, Q, H]` (rotary tables over the rows' tokens flattened,
+        `[rows * Q, D]`): causal attention over each row's cached history (generation/cache.py,
+        which stores this step's keys and values) -> `[rows, Q, H]`."""
+        rows, q_len = x.shape[0], x.shape[1]
+        q, k, v = self.project(x.reshape(rows * q_len, -1), rotary)
+
+        def heads_first(t: torch.Tensor) -> torch.Tensor:  # [rows * Q, h, D] -> [rows, h, Q, D]
+            return t.view(rows, q_len, t.shape[1], self.head_dim).transpose(1, 2)
+
+        context = cache.attend_self(index, heads_first(q), heads_first(k), heads_first(v), scale=self.scale)
+        return self.o_proj(context.transpose(1, 2).reshape(rows, q_len, self.num_heads * self.head_dim))
 
 
 class QwenMLP(nn.Module):
@@ -159,6 +181,11 @@ class QwenDecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
                 attn: AttentionMetadata) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rotary, attn)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def decode(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], index: int,
+               cache: DecodeCache) -> torch.Tensor:
+        x = x + self.self_attn.decode(self.input_layernorm(x), rotary, index, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -203,6 +230,19 @@ class QwenModel(Backbone):
         for layer in self.layers:
             x = layer(x, rotary, attn)
         return self.norm(x)
+
+    def decode_embedded(self, x: torch.Tensor, positions: torch.Tensor, cache: DecodeCache,
+                        rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """The cached decode path (a generating model's step, generation/loop.py's DecoderOnlyLM):
+        input embeddings `[rows, Q, H]` of each row's new tokens at rotary `positions` `[rows, Q]`
+        (or the caller's `rotary` tables over the flattened tokens, M-RoPE's), after
+        `cache.begin_step` -> the final-normed hidden state of each row's last new token `[rows, H]`."""
+        if rotary is None:
+            rotary = self.rotary(positions.reshape(-1))
+        for i, layer in enumerate(self.layers):
+            x = layer.decode(x, rotary, i, cache)
+        last = x[torch.arange(x.shape[0], device=x.device), cache.last_index]  # [rows, H]
+        return self.norm(last)
 
 
 # A card-less directory of any of the three gets the generic encoder card at the family's
