@@ -105,6 +105,10 @@ def tiny_glm_ocr(dest: Path, seed: int = 0, generation: dict | None = None):
     images = Glm46VImageProcessorPil(patch_size=PATCH, merge_size=MERGE, temporal_patch_size=2,
                                      size={"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS})
     images.save_pretrained(dest)
+    config_path = dest / "preprocessor_config.json"  # the class names GLM-OCR's checkpoint gives
+    saved = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**saved, "image_processor_type": "Glm46VImageProcessor",
+                                       "processor_class": "Glm46VProcessor"}))
     tokenizer.save_pretrained(dest)
     (dest / "chat_template.jinja").write_text(CHAT_TEMPLATE)  # where GLM-OCR's checkpoint keeps it
     return model, reference_processor(images, tokenizer)

@@ -36,6 +36,8 @@ from torch import nn
 from ...attention import AttentionBackend, AttentionMetadata, default_scale
 from ...batch import Grids
 from ...generation.cache import DecodeCache
+from ...generation.head import GenerationHead
+from ...images import MAX_RESIZED_PIXELS
 from ...layers.blocks import RMSNorm
 from ...layers.weights import WeightSpec
 from ..base import Backbone
@@ -230,6 +232,17 @@ class GlmOcrModel(Backbone):
     patch_grids = True  # each page at its own resolution, its patches as the processor flattens them
     # no packed text batches: the decode worker runs it (generation/worker.py)
     cpu_float32_batch_tokens = None
+
+    @classmethod
+    def activation_bytes(cls, batch_tokens: int, config: Any, dtype: torch.dtype) -> int | None:
+        """The vision tower's activations for the pages that join the decode batch together (the
+        generation head's `encode_batch`), each at SIE's bound of resized pixels: the tower's states,
+        q/k/v and MLP of every patch (a page's prefill through the decoder is a 196th of that); the
+        decode cache is charged apart, while it runs (generation/worker.py)."""
+        vision: GlmOcrVisionConfig = config.vision  # config: the family's GlmOcrConfig
+        patches = MAX_RESIZED_PIXELS // vision.patch_size ** 2
+        per_patch = 8 * vision.hidden_size + 2 * vision.intermediate_size
+        return GenerationHead.encode_batch * patches * per_patch * torch.empty((), dtype=dtype).element_size()
 
     def __init__(self, config: GlmOcrConfig, backend: AttentionBackend):
         super().__init__()

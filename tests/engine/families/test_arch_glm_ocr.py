@@ -43,7 +43,7 @@ def glm(tmp_path_factory):
         text = processor.apply_chat_template(messages, add_generation_prompt=True)
         pages.append(processor(text=[text], images=[page(size, i)], return_tensors="pt"))
     generation = json.loads((root / "generation_config.json").read_text())
-    return reference, model, tensors, report, pages, generation
+    return reference, model, tensors, report, pages, generation, root
 
 
 def grid_of(inputs) -> tuple[int, int]:
@@ -72,12 +72,12 @@ def reference_generate(reference, inputs, settings: GenerationSettings, **extra)
 
 
 def test_every_weight_loaded(glm):
-    _, _, tensors, report, _, _ = glm
+    _, _, tensors, report, *_ = glm
     assert set(tensors) == report.loaded
 
 
 def test_image_features_of_packed_pages_equal_transformers(glm):
-    reference, model, _, _, pages, _ = glm
+    reference, model, _, _, pages, *_ = glm
     patches = torch.cat([p["pixel_values"] for p in pages])
     with torch.no_grad():
         got = model.encode_images(patches, tuple(grid_of(p) for p in pages))  # all pages in one packed pass
@@ -89,7 +89,7 @@ def test_image_features_of_packed_pages_equal_transformers(glm):
 
 
 def test_rope_index_equals_transformers(glm):
-    reference, model, _, _, pages, _ = glm
+    reference, model, _, _, pages, *_ = glm
     for inputs in pages:
         positions, delta = rope_index(inputs["input_ids"][0].tolist(), model.config.image_token_id,
                                       grid_of(inputs), model.merge)
@@ -98,12 +98,33 @@ def test_rope_index_equals_transformers(glm):
         assert torch.equal(torch.from_numpy(positions), expected[:, 0]) and delta == int(deltas[0, 0])
 
 
+def test_input_preparation_equals_the_processor(glm, tmp_path):
+    """SIE's prompt (the chat template, its image placeholder repeated per feature) and pixels
+    (Glm46VImageProcessor's patches, each page its own grid) against Glm46VProcessor's."""
+    from sie_engine.models.glm_ocr.serving import GlmOcrInputs, expand_image
+    from sie_engine.validation import Limits
+
+    _, model, _, _, pages, _, root = glm
+    inputs = GlmOcrInputs(root, 512)
+    pngs = []
+    for i, size in enumerate(SIZES):
+        path = tmp_path / f"{i}.png"
+        page(size, i).save(path)
+        pngs.append(path.read_bytes())
+    pixels = inputs.images.encode_images(pngs, [f"items[{i}].image" for i in range(len(pngs))], Limits())
+    for task, expected, values in zip(TASKS, pages, pixels, strict=True):
+        assert values.shape[:2] == grid_of(expected)
+        assert np.array_equal(values.reshape(-1, values.shape[-1]), expected["pixel_values"].numpy())
+        ids = expand_image(inputs.prompt_ids(task), model.config.image_token_id, values.shape[0] * values.shape[1] // 4)
+        assert ids == expected["input_ids"][0].tolist()
+
+
 def test_prefill_and_cached_step_logits_equal_transformers(glm):
     """Every prompt position's logits from the prefill, then each cached step's against the logits
     transformers' `generate` computed at that step (its own cache)."""
     from sie_engine.generation.cache import DecodeCache
 
-    reference, model, _, _, pages, generation = glm
+    reference, model, _, _, pages, generation, _ = glm
     settings = GenerationSettings.from_generation_config(generation, max_new_tokens=4, eos_token_id=[])
     text = model.config.text
     for inputs in pages[:2]:
@@ -128,7 +149,7 @@ def test_prefill_and_cached_step_logits_equal_transformers(glm):
 
 @pytest.mark.parametrize("beams", [1, 3])
 def test_generate_equals_transformers(glm, beams):
-    reference, model, _, _, pages, generation = glm
+    reference, model, _, _, pages, generation, _ = glm
     settings = GenerationSettings.from_generation_config(generation, max_new_tokens=10, num_beams=beams,
                                                          early_stopping=True, eos_token_id=EOS)
     got = DecodeLoop(model, CPU, torch.float32).run([request(model, p, settings) for p in pages])
@@ -140,7 +161,7 @@ def test_generate_equals_transformers(glm, beams):
 def test_batch_invariance_with_pages_of_other_sizes_joining(glm):
     """Greedy and beam requests for pages of four sizes in one running batch, two joining after the
     others started: each page's tokens are the tokens it gets alone."""
-    _, model, _, _, pages, generation = glm
+    _, model, _, _, pages, generation, _ = glm
     greedy = GenerationSettings.from_generation_config(generation, max_new_tokens=10, eos_token_id=EOS)
     beam = GenerationSettings.from_generation_config(generation, max_new_tokens=8, num_beams=2,
                                                      early_stopping=True, eos_token_id=EOS)
