@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import io
 
 import httpx
 import msgpack
-import numpy as np
 import pytest
 import torch
 import yaml
 from PIL import Image
 
 from glm_ocr_fixtures import tiny_glm_ocr
+from image_fixtures import encode_image, noise_page
 from pdf_fixtures import make_pdf, reference_render
 from server_fixtures import start_server
 from sie_client import SIEClient
@@ -33,20 +32,9 @@ NEW = 10  # the test card's max_new_tokens bound (and default)
 POSITIONS = 512  # the tiny decoder's positions
 
 
-def _page(width: int, height: int, seed: int) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
-
-
-def _png(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 # each resizes to its own patch grid: wide, tall, small (scaled up to the minimum pixels)
-PAGES = [_page(45, 27, 0), _page(24, 40, 1), _page(12, 10, 2)]
-PNGS = [_png(p) for p in PAGES]
+PAGES = [noise_page(45, 27, 0), noise_page(24, 40, 1), noise_page(12, 10, 2)]
+PNGS = [encode_image(p, "PNG") for p in PAGES]
 
 
 def _card(root) -> ModelCard:

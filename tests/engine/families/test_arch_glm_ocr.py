@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from glm_ocr_fixtures import load_sie_glm_ocr, tiny_glm_ocr
+from image_fixtures import noise_page
 from sie_engine.generation import DecodeLoop, GenerationRequest, GenerationSettings
 from sie_engine.models.glm_ocr.model import rope_index
 
@@ -26,10 +27,7 @@ TASKS = ["Text Recognition:", "Table Recognition:", "Formula Recognition:", "Tex
 
 
 def page(size: tuple[int, int], seed: int):
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 255, (*size, 3), dtype=np.uint8))
+    return noise_page(size[1], size[0], seed)
 
 
 @pytest.fixture(scope="module")
