@@ -14,6 +14,7 @@ model card's `processor.decode(..., skip_special_tokens=True)` does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ from ...checkpoints import CheckpointLayout, describe
 from ...generation.head import Answer, GenerationHead, generate_options
 from ...generation.loop import GenerationRequest
 from ...generation.settings import GenerationSettings
-from ...images import load_image_processor
+from ...images import load_image_processor, read_image_processor_config
 from ...tokenizer import VocabularyLookup
 from ..colqwen2.inputs import Qwen2VLImages
 from ..florence2.reader import generation_config
@@ -150,8 +151,9 @@ def build_generation_head(ctx: HeadContext) -> dict[str, GenerationHead]:
     return {"generate": head}
 
 
-# GLM-OCR's model card generates up to 8192 tokens a page (its transformers example: 512)
-LOCAL_MAX_NEW_TOKENS = 8192
+# new tokens a page of a card-less directory may ask for (the built-in card's bound)
+LOCAL_MAX_NEW_TOKENS = 4096
+DEFAULT_MAX_PIXELS = 28 * 28 * 15000  # Glm46VImageProcessor's default size.longest_edge
 
 
 def local_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
@@ -159,8 +161,11 @@ def local_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
     from ...card import ModelCard, WeightsSource
 
     positions = GlmOcrConfig.from_hf(config).max_seq_len
+    # admission's bound before the processor loads: the side of a square of its max pixels (as the card's)
+    most = (read_image_processor_config(Path(root)).get("size") or {}).get("longest_edge") or DEFAULT_MAX_PIXELS
     return ModelCard(id=name, weights=WeightsSource(path=str(root)), family="glm_ocr", outputs=("generate",),
-                     modalities=("image",), query_tower="image", image_size=1024, max_seq_len=positions,
+                     modalities=("image",), query_tower="image", image_size=math.isqrt(int(most)),
+                     max_seq_len=positions,
                      max_batch_tokens=positions, pooling="none", normalize=False,
                      options={"generate": {"task_prompt": "{task}",
                                            "max_new_tokens": min(LOCAL_MAX_NEW_TOKENS, positions // 2)}},
