@@ -63,6 +63,8 @@ FAMILIES: dict[str, str] = {
     "florence2": f"{_M}.florence2.family:FAMILY",
     # LightOnOCR (Pixtral vision tower at each page's size, patch merger, Qwen3 decoder): generates a page's text
     "lighton_ocr": f"{_M}.lighton_ocr.family:FAMILY",
+    # GLM-OCR (CogViT vision tower at each page's own resolution + GLM decoder): generates a page's text
+    "glm_ocr": f"{_M}.glm_ocr.family:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,
@@ -97,6 +99,7 @@ ARCHITECTURES: dict[str, str] = {
     "Florence2ForConditionalGeneration": "florence2",
     "PPDocLayoutV3ForObjectDetection": "pp-doclayout",
     "LightOnOcrForConditionalGeneration": "lighton_ocr",
+    "GlmOcrForConditionalGeneration": "glm_ocr",
 }
 
 # config.json `model_type` -> family, for checkpoints without `architectures`.
@@ -107,7 +110,7 @@ MODEL_TYPES: dict[str, str] = {
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
     "colqwen2": "colqwen2", "qwen3_vl": "qwen3_vl", "vision-encoder-decoder": "donut", "owlv2": "owlv2",
     "florence2": "florence2", "grounding-dino": "grounding-dino", "pp_doclayout_v3": "pp-doclayout",
-    "lighton_ocr": "lighton_ocr",
+    "lighton_ocr": "lighton_ocr", "glm_ocr": "glm_ocr",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the

@@ -89,13 +89,14 @@ def _in_task_prompt(card: ModelCard, task_prompt: str, fields: Mapping[str, Any]
 
 
 # The families whose cards are prompted by task (`options.generate.task_prompt: "{task}"`): the module
-# whose `TASKS` are the task tokens and whose `task_prompt(task, text)` builds the processor's prompt
-# (raising ValueError, naming what the task takes). Read before the model loads: a bad task costs no load.
-TASK_PROMPTS = {"florence2": "sie_engine.models.florence2.tasks"}
+# whose `TASKS` are the task tokens, whose `DEFAULT_TASK` is a request's that names none (None: task is
+# required) and whose `task_prompt(task, text)` builds the processor's prompt (raising ValueError, naming
+# what the task takes). Read before the model loads: a bad task costs no load.
+TASK_PROMPTS = {"florence2": "sie_engine.models.florence2.tasks", "glm_ocr": "sie_engine.models.glm_ocr.tasks"}
 
 
 def _by_task(card: ModelCard, fields: Mapping[str, Any]) -> str:
-    """A card prompted by task (Florence-2's): the request's `task` (required) and its text input
+    """A card prompted by task (Florence-2's, GLM-OCR's): the request's `task` and its text input
     (`prompt`, for the tasks that take one) -> the prompt text, or a 400 naming the field and the tasks."""
     module = TASK_PROMPTS.get(card.family or "")
     if module is None:
@@ -103,6 +104,8 @@ def _by_task(card: ModelCard, fields: Mapping[str, Any]) -> str:
                              f"{', '.join(TASK_PROMPTS)}, not {card.family!r}", field="task")
     tasks = importlib.import_module(module)
     task, prompt = fields.get("task"), fields.get("prompt")
+    if task is None:
+        task = tasks.DEFAULT_TASK
     if task not in tasks.TASKS:
         what = "task is required" if task is None else f"unknown task {task!r}"
         raise InvalidRequest(f"{what}: model {card.id!r} reads images by task token; send task as one of "

@@ -168,6 +168,15 @@ def _picture(width: int, height: int, seed: int):
     return Image.fromarray(small).resize((width, height), Image.BILINEAR)
 
 
+def noise_page(width: int, height: int, seed: int):
+    """A page of random RGB pixels (every pixel its own: a document model's tiny stand-in reads each)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+
+
 def sample_pil_images() -> dict[str, object]:
     """Pictures of different sizes and modes, as PIL images: RGB, grayscale (L), RGBA, palette (P)."""
     rgba = _picture(40, 64, 3).convert("RGBA")

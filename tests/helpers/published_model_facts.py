@@ -74,6 +74,10 @@ FLORENCE2_GENERATION = dict(num_beams=3, early_stopping=True, no_repeat_ngram_si
                             forced_bos_token_id=0, forced_eos_token_id=2)
 FLORENCE2_BASE = dict(d_model=768, decoder_layers=6, vocab_size=51289, max_position_embeddings=1024)
 FLORENCE2_LARGE = dict(d_model=1024, encoder_layers=12, decoder_layers=12, max_position_embeddings=1024)
+GLM_OCR = ("zai-org/GLM-OCR on the Hub, read from exact mirrors of the repository (\"Duplicate from zai-org/GLM-OCR\" "
+           "copies): config.json (text_config max_position_embeddings 131072), preprocessor_config.json "
+           "(Glm46VImageProcessor, max 9633792 pixels: a 3103-pixel square), the model card's task prompts "
+           "(Text / Formula / Table Recognition:, a request names its task: {task}); generation_config.json not read")
 GLINER = "gliner_config.json (model_name: the DeBERTa backbone, span_mode) on the Hub"
 GLINER2 = ("config.json (model_type extractor) + encoder_config/config.json (DeBERTa-v3-base) on the Hub; "
            "microsoft/deberta-v3-base's tokenizer_config.json gives model_max_length 512")
@@ -422,6 +426,10 @@ PUBLISHED: dict[str, Published] = {
                                           task_prompt="{task}", generation=FLORENCE2_GENERATION,
                                           text_config=FLORENCE2_LARGE if v.startswith("large") else FLORENCE2_BASE)
        for v in ("base", "large", "base-ft", "large-ft")},
+    # document models (GLM-OCR): a vision-language model prompted by the request's task
+    "zai-org/GLM-OCR": other("glm_ocr", "generate", 131072, GLM_OCR, image_size=(3103, 3103), task_prompt="{task}",
+                             text_config=dict(hidden_size=1536, num_hidden_layers=16, vocab_size=59392,
+                                              max_position_embeddings=131072)),
     # image-text (CLIP and SigLIP; the text tower pools at the end-of-text token, or SigLIP's last position)
     "openai/clip-vit-base-patch32": dense("clip", "last", None, 512, 77, CLIP),
     "openai/clip-vit-large-patch14": dense("clip", "last", None, 768, 77, CLIP),

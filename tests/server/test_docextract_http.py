@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
-import io
 import json
 import re
 import socket
@@ -27,7 +26,6 @@ from urllib.parse import urlparse
 
 import httpx
 import msgpack
-import numpy as np
 import pytest
 import torch
 import yaml
@@ -35,6 +33,7 @@ from PIL import Image
 
 from donut_fixtures import tiny_donut, tiny_donut_processor
 from florence2_fixtures import GENERATION, tiny_florence2
+from image_fixtures import encode_image, noise_page
 from pdf_fixtures import make_pdf, reference_render
 from published_model_facts import PUBLISHED
 from server_fixtures import start_server
@@ -50,15 +49,11 @@ NEW = 12  # max_new_tokens of the equality checks (the tiny decoder rarely stops
 QUESTION = "what is the total ?"
 
 
-def _page(width: int, height: int, seed: int) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+_page = noise_page
 
 
 def _png(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
+    return encode_image(image, "PNG")
 
 
 # wide (rotated by align_long_axis), tall (resized, thumbnailed), small (padded only)

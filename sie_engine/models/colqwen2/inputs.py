@@ -55,6 +55,12 @@ def smart_resize(processor: Any, width: int, height: int) -> tuple[int, int]:
     return w, h
 
 
+def own_grid(processed: Any) -> np.ndarray:
+    """The processor's patches of one page as `[h, w, C * T * p * p]` (its grid kept with its pixels)."""
+    _, height, width = (int(n) for n in processed["image_grid_thw"][0])
+    return processed["pixel_values"].reshape(height, width, -1)  # type: ignore[no-any-return]
+
+
 class Qwen2VLImages(ImagePreprocessor):
     """The image role: a page is its own grid of patches, `[h, w, C * T * p * p]`; it costs its
     image features plus the prompt around them (`prompt_tokens`, set by ColQwen2Inputs), at most
@@ -74,18 +80,26 @@ class Qwen2VLImages(ImagePreprocessor):
         if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
             raise InvalidRequest(f"{field} is {width} x {height} pixels: this model takes pages whose longer side is "
                                  f"at most {MAX_ASPECT_RATIO} times the shorter (crop or pad it)", field=field)
-        new_w, new_h = smart_resize(self.processor, width, height)
+        new_w, new_h = self.resized(width, height)
         if new_w * new_h > MAX_RESIZED_PIXELS:
             raise PayloadTooLarge(f"{field} is {width} x {height} pixels: this model's preprocessing would resize it "
                                   f"to {new_w} x {new_h}; at most {MAX_RESIZED_PIXELS} pixels (downscale it)",
                                   field=field)
 
-    def encode_images(self, values: Sequence[Any], fields: Sequence[str], limits) -> list[np.ndarray]:
-        def own_grid(processed) -> np.ndarray:
-            _, height, width = (int(n) for n in processed["image_grid_thw"][0])
-            return processed["pixel_values"].reshape(height, width, -1)
+    def resized(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) the processor resizes a page to (Qwen2-VL's smart resize)."""
+        return smart_resize(self.processor, width, height)
 
-        return prepare_images(self.processor, values, fields, limits, own_grid, check_size=self.check_size)
+    def encode_images(self, values: Sequence[Any], fields: Sequence[str], limits,
+                      sizes: list[tuple[int, int]] | None = None) -> list[np.ndarray]:
+        return prepare_images(self.processor, values, fields, limits, own_grid, sizes=sizes,
+                              check_size=self.check_size)
+
+    def encode_images_sized(self, values: Sequence[Any], fields: Sequence[str],
+                            limits) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+        sizes: list[tuple[int, int]] = []
+        pixels = self.encode_images(values, fields, limits, sizes)
+        return pixels, [(width, height) for height, width in sizes]
 
     def positions(self, pixels: np.ndarray) -> int:
         return int(pixels.shape[0] * pixels.shape[1]) // self.merge ** 2 + self.prompt_tokens

@@ -161,9 +161,10 @@ def patch_positions(grids: Grids, merge: int) -> np.ndarray:
 
 def patch_rotary(rotary: RotaryEmbedding, positions: np.ndarray,
                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The vision blocks' 2D rotary tables `[N, head_dim]` (cos, sin) of `[N, 2]` (row, column)
-    patch positions: half of each head's channels rotate by the row, half by the column."""
-    freqs = torch.from_numpy(positions).to(device).float()[:, :, None] * rotary.inv_freq(device)  # [N, 2, D/4]
+    """2D rotary tables (cos, sin) `[N, head_dim]` of patches at `[N, 2]` (row, column): the first
+    quarter of a head's frequencies by the row, the second by the column, the half-table repeated
+    (Qwen2-VL's `VisionRotaryEmbedding`, shared by the Qwen3-VL and GLM-OCR vision towers)."""
+    freqs = torch.from_numpy(positions).to(device).float()[:, :, None] * rotary.inv_freq(device)  # [N, 2, D / 4]
     emb = torch.cat((freqs.flatten(1), freqs.flatten(1)), dim=-1)  # [N, head_dim]
     return emb.cos(), emb.sin()
 

@@ -46,6 +46,7 @@ PROMPTS_WITH_INPUT: dict[str, str] = {
 }
 
 TASKS = tuple(POST_PROCESSING)
+DEFAULT_TASK = None  # a request names its task token
 
 
 def construct_prompt(prompt: str) -> str:
