@@ -59,7 +59,7 @@ def build_reference(dest: Path, backbone: Path, seed: int = 0, **settings):
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.model.named_parameters():
-            if not name.startswith("token_rep_layer.bert_layer"):
+            if not name.startswith(("token_rep_layer.bert_layer", "token_rep_layer.labels_encoder")):  # encoders
                 scale = 1.0 / math.sqrt(param.shape[1]) if param.dim() >= 2 else 0.1
                 param.copy_(torch.randn(param.shape, generator=generator) * scale)
         if settings.get("span_mode") == "token_level":
