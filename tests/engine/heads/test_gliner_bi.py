@@ -44,20 +44,22 @@ def tiny_modernbert(dest: Path, seed: int) -> Path:
     return dest
 
 
+def build_bi_encoder(tmp: Path, name: str, seed: int):
+    """A VARIANTS bi-encoder saved under `tmp / name` -> (directory, the reloaded gliner reference)."""
+    text, labels_width, settings = VARIANTS[name]
+    text_dir = (tiny_modernbert(tmp / f"{name}-text", seed) if text == "modernbert"
+                else make_tiny_bert(tmp / f"{name}-text", seed=seed))
+    labels_dir = make_tiny_bert(tmp / f"{name}-labels", seed=10 + seed, hidden_size=labels_width)
+    reference = build_reference(tmp / name, text_dir, seed=seed, labels_encoder=str(labels_dir), **settings)
+    assert type(reference.model).__name__ == "BiEncoderSpanModel"
+    return tmp / name, reference
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """variant -> (directory, reference bi-encoder GLiNER)."""
     tmp = tmp_path_factory.mktemp("gliner-bi")
-    built = {}
-    for seed, (name, (text, labels_width, settings)) in enumerate(VARIANTS.items()):
-        text_dir = (tiny_modernbert(tmp / f"{name}-text", seed) if text == "modernbert"
-                    else make_tiny_bert(tmp / f"{name}-text", seed=seed))
-        labels_dir = make_tiny_bert(tmp / f"{name}-labels", seed=10 + seed, hidden_size=labels_width)
-        root = tmp / name
-        reference = build_reference(root, text_dir, seed=seed, labels_encoder=str(labels_dir), **settings)
-        assert type(reference.model).__name__ == "BiEncoderSpanModel"
-        built[name] = (root, reference)
-    return built
+    return {name: build_bi_encoder(tmp, name, seed) for seed, name in enumerate(VARIANTS)}
 
 
 def cards_for(models) -> list[ModelCard]:
@@ -224,3 +226,23 @@ def test_the_saved_config_reads_as_a_bi_encoder(models):
     root, _ = models["bert"]
     config = GlinerConfig.from_dict(json.loads((root / "gliner_config.json").read_text()))
     assert config.bi_encoder and config.labels_encoder_config["hidden_size"] == 48
+
+
+BI_CARDS = ["knowledgator/gliner-bi-small-v2.0", "knowledgator/gliner-bi-base-v2.0",
+            "knowledgator/gliner-bi-large-v2.0", "knowledgator/modern-gliner-bi-base-v1.0"]
+
+
+def test_the_bi_encoder_cards_load_from_themselves_on_a_stand_in(models):
+    """Each built-in bi-encoder card (test_catalog_published.py's ELSEWHERE) on the tiny ModernBERT
+    bi-encoder: it builds, and answers as gliner does."""
+    import dataclasses
+
+    builtin = Catalog.builtin()
+    root, reference = models["modernbert"]
+    cards = [dataclasses.replace(builtin.get(name), weights=WeightsSource(path=str(root))) for name in BI_CARDS]
+    with Engine(Catalog(cards), device="cpu") as engine:
+        for card in cards:
+            assert card.family == "modernbert" and card.outputs == ("extract",)
+            result = engine.extract_sync(card.id, TEXTS[:2], LABELS, threshold=0.3)
+            for text, item in zip(TEXTS, result.items):
+                assert_same(item.entities, reference.predict_entities(text, LABELS, threshold=0.3))
