@@ -43,7 +43,7 @@ class _Under(Mapping):
 
     def __init__(self, tensors: Mapping[str, torch.Tensor], prefix: str):
         self._tensors = tensors
-        self._names = [name for name in tensors if name.startswith(prefix)]
+        self._names = {name: None for name in tensors if name.startswith(prefix)}  # ordered, O(1) lookups
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if name not in self._names:

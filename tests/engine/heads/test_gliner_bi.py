@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_gliner_extract import LABELS, TEXTS, build_reference
+from test_gliner_extract import LABELS, TEXTS, WINDOW_TOKENS, build_reference, long_text, windowed_reference
 
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
 from sie_engine.errors import InvalidRequest
@@ -63,8 +63,11 @@ def models(tmp_path_factory):
 
 
 def cards_for(models) -> list[ModelCard]:
-    return [ModelCard(id=f"bi/{name}", weights=WeightsSource(path=str(root)), outputs=("extract",), max_seq_len=512,
-                      max_batch_tokens=2048) for name, (root, _) in models.items()]
+    cards = [ModelCard(id=f"bi/{name}", weights=WeightsSource(path=str(root)), outputs=("extract",), max_seq_len=512,
+                       max_batch_tokens=2048) for name, (root, _) in models.items()]
+    root, _ = models["bert"]  # a small window, so a paragraph needs several
+    return cards + [ModelCard(id="bi/bert/window", weights=WeightsSource(path=str(root)), outputs=("extract",),
+                              max_seq_len=WINDOW_TOKENS, max_batch_tokens=512)]
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +104,19 @@ def test_multi_label_and_threshold(engine, models):
         for text, item in zip(TEXTS, result.items):
             assert_same(item.entities, reference.predict_entities(text, LABELS, flat_ner=flat, threshold=threshold,
                                                                   multi_label=True))
+
+
+@pytest.mark.parametrize("flat", [True, False], ids=["flat", "nested"])
+def test_long_text_windows(engine, models, flat):
+    """A text longer than the window: gliner on each of SIE's windows, candidates pooled and decoded once
+    (test_gliner_extract's windowed reference), equal to SIE's windows of a bi-encoder."""
+    root, reference = models["bert"]
+    text = long_text()
+    prepared, expected = windowed_reference(reference, root, text, flat, 0.5)
+    assert len(prepared.windows) >= 4 and len(expected) >= 5
+    result = engine.extract_sync("bi/bert/window", [text, TEXTS[0]], LABELS, threshold=0.5, flat=flat)
+    assert_same(result.items[0].entities, expected)
+    assert_same(result.items[1].entities, reference.predict_entities(TEXTS[0], LABELS, flat_ner=flat, threshold=0.5))
 
 
 def run_windows(runner, card, requests):
