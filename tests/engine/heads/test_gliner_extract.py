@@ -435,10 +435,11 @@ def test_stepwise_lstm_equals_the_packed_lstm():
         torch.testing.assert_close(stepwise(words, lengths, keep), packed(words, lengths, keep), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("key", ["labels_encoder", "relations_layer", "post_fusion_schema"])
+@pytest.mark.parametrize("key", ["labels_decoder", "relations_layer", "post_fusion_schema"])
 def test_a_gliner_variant_sie_does_not_compute_is_refused_naming_its_setting(key):
-    """A checkpoint that switches on what SIE's head does not compute (a label encoder, a relation
-    layer, fusion layers) is refused at load, naming the setting, not served with wrong scores."""
+    """A checkpoint that switches on what SIE's head does not compute (a label decoder, a relation
+    layer, fusion layers) is refused at load, naming the setting, not served with wrong scores
+    (bi-encoders, with a labels encoder, are served: test_gliner_bi.py)."""
     from sie_engine.models.gliner.checkpoint import GlinerConfig
 
     with pytest.raises(ValueError, match=rf"gliner_config.json: {key}=.* is not supported by SIE"):
