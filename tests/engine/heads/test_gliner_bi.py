@@ -229,6 +229,8 @@ def test_a_label_may_hold_the_uni_encoders_prompt_token(engine, models):
 @pytest.mark.parametrize("config, message", [
     (dict(labels_encoder="BAAI/bge-small-en-v1.5", span_mode="token_level",
           labels_encoder_config={"model_type": "bert"}), "bi-encoder token model"),
+    (dict(model_type="gliner_bi_encoder_token", labels_encoder="BAAI/bge-small-en-v1.5",
+          labels_encoder_config={"model_type": "bert"}), "gliner_bi_encoder_token"),
     (dict(labels_encoder="BAAI/bge-small-en-v1.5"), "labels_encoder_config is missing"),
     (dict(labels_encoder="x", labels_encoder_config={"model_type": "bert"}, post_fusion_schema="l2l-l2t"),
      "post_fusion_schema"),
