@@ -277,6 +277,18 @@ def with_backbone_overrides(card: ModelCard, layout: CheckpointLayout) -> Checkp
     return dataclasses.replace(layout, config={**layout.config, **overrides})
 
 
+def new_backbone(family: Family, typed_config: Any, device: torch.device,
+                 dtype: torch.dtype) -> tuple[Backbone, AttentionBackend]:
+    """A family's backbone, its parameters allocated on `device` (not yet loaded), and its attention
+    backend. A head with an encoder of its own (GLiNER bi-encoders' labels encoder) builds it here too."""
+    backend = family.model_class.attention_backend(device, dtype)  # a family without attention plans its own
+    if backend is None:
+        backend = select_backend(device, dtype, bias_group_tokens=family.model_class.attention_bias_group_tokens)
+    with torch.device("meta"):
+        backbone = family.model_class(typed_config, backend)
+    return materialize(backbone, device, dtype).eval(), backend
+
+
 def build_runner(card: ModelCard, layout: CheckpointLayout | Path, device: torch.device,
                  tokenizer: VocabularyLookup | None = None) -> ModelRunner:
     """A ready model from its card and checkpoint (a layout, or a directory to describe)."""
@@ -285,13 +297,8 @@ def build_runner(card: ModelCard, layout: CheckpointLayout | Path, device: torch
     layout = with_backbone_overrides(card, layout)
     family: Family = family_for(layout.config, card.family)
     dtype = resolve_dtype(card.dtype, device)
-    backend = family.model_class.attention_backend(device, dtype)  # a family without attention plans its own
-    if backend is None:
-        backend = select_backend(device, dtype, bias_group_tokens=family.model_class.attention_bias_group_tokens)
     typed_config = family.config_from_hf(layout.config)
-    with torch.device("meta"):
-        backbone = family.model_class(typed_config, backend)
-    backbone = materialize(backbone, device, dtype).eval()
+    backbone, backend = new_backbone(family, typed_config, device, dtype)
     if tokenizer is None:
         tokenizer = load_tokenizer(card, layout)
     with Checkpoint(layout.weight_files) as checkpoint:  # tensors stream from the files, one at a time
@@ -322,4 +329,5 @@ def build_runner(card: ModelCard, layout: CheckpointLayout | Path, device: torch
     )
 
 
-__all__ = ["LoadedModel", "ModelRunner", "build_runner", "load_tokenizer", "resolve_dtype", "WeightLoadError"]
+__all__ = ["LoadedModel", "ModelRunner", "build_runner", "new_backbone", "load_tokenizer", "resolve_dtype",
+           "WeightLoadError"]

@@ -55,7 +55,7 @@ def prepare_request(tokenizer, card: ModelCard, texts: list[str], labels: list[s
     """On the tokenizer pool: words, prompt and windows of every text."""
     config = gliner_config(card)
     for i, label in enumerate(labels):
-        if config.ent_token in label or config.sep_token in label:
+        if not config.bi_encoder and (config.ent_token in label or config.sep_token in label):
             raise InvalidRequest(f"labels[{i}] contains the model's prompt token", field=f"labels[{i}]")
     try:
         return prepare(tokenizer, config, texts, labels, class_token_id(tokenizer, config))
@@ -80,9 +80,11 @@ async def run(engine: TaskContext, call: Call) -> ExtractResult:
     request = engine.new_request(call, "extract", len(windows))
     longest_first = sorted(range(len(windows)), key=lambda i: -len(windows[i].ids))
     windows_per_text = np.bincount([w.item for w in windows], minlength=len(texts))
+    separate_labels = tuple(labels) if gliner_config(card).bi_encoder else ()  # encoded apart from the text
     work: list[WorkItem[WindowWork]] = [
         WorkItem(request, i, windows[i].ids, outputs=EXTRACT,
-                 extra=WindowWork(windows[i], settings, alone=bool(windows_per_text[windows[i].item] == 1)))
+                 extra=WindowWork(windows[i], settings, alone=bool(windows_per_text[windows[i].item] == 1),
+                                  labels=separate_labels))
         for i in longest_first]
     decoded = [r["extract"] for r in await engine.run_items(card, "extract", work, request)]
 

@@ -79,6 +79,9 @@ GLM_OCR = ("zai-org/GLM-OCR on the Hub, read from exact mirrors of the repositor
            "(Glm46VImageProcessor, max 9633792 pixels: a 3103-pixel square), the model card's task prompts "
            "(Text / Formula / Table Recognition:, a request names its task: {task}); generation_config.json not read")
 GLINER = "gliner_config.json (model_name: the DeBERTa backbone, span_mode) on the Hub"
+GLINER_BI_V2 = ("the model card (README: a ModernBERT / Ettin text encoder, a sentence-transformers labels "
+                "encoder) and docs.knowledgator.com's GLiNKER pretrained-models table on the Hub")
+GLINER_BI_MODERN = "gliner_config.json (encoder_config: answerdotai/ModernBERT-base) on the Hub"
 GLINER2 = ("config.json (model_type extractor) + encoder_config/config.json (DeBERTa-v3-base) on the Hub; "
            "microsoft/deberta-v3-base's tokenizer_config.json gives model_max_length 512")
 GLIREL = ("glirel_config.json (model_name microsoft/deberta-v3-large, whose tokenizer_config.json gives "
@@ -479,6 +482,16 @@ PUBLISHED: dict[str, Published] = {
     "knowledgator/gliner-multitask-large-v0.5": other("deberta-v2", "extract", 512, GLINER, span_mode="token_level"),
     # GLiREL (relation extraction over a DeBERTa backbone; tests/engine/heads/test_glirel.py runs the head)
     "jackboyla/glirel-large-v0": other("deberta-v2", "relations", 512, GLIREL),
+    # GLiNER bi-encoders (a ModernBERT text encoder, a separate labels encoder; tests/engine/heads/test_gliner_bi.py).
+    # The v2.0 encoders: docs.knowledgator.com/docs/frameworks/glinker/pretrained-models and the models' README
+    # (text encoders ettin-encoder-68m / -150m / -400m, labels encoders all-MiniLM-L12-v2 / bge-small-en-v1.5 /
+    # bge-base-en-v1.5). modern-gliner-bi-base-v1.0: gliner_config.json at commit 85b4ebf (encoder_config
+    # answerdotai/ModernBERT-base, ModernBertForMaskedLM, max_position_embeddings 8192). Not confirmed from here:
+    # their span_mode and labels_encoder_config (read at load), so those fields stay None.
+    "knowledgator/gliner-bi-small-v2.0": other("modernbert", "extract", None, GLINER_BI_V2),
+    "knowledgator/gliner-bi-base-v2.0": other("modernbert", "extract", None, GLINER_BI_V2),
+    "knowledgator/gliner-bi-large-v2.0": other("modernbert", "extract", None, GLINER_BI_V2),
+    "knowledgator/modern-gliner-bi-base-v1.0": other("modernbert", "extract", None, GLINER_BI_MODERN),
     # GLiNER2 (span architecture: entities and classification in one pass; tests/engine/heads/test_gliner2.py runs it)
     "fastino/gliner2-base-v1": other("deberta-v2", "gliner2", 512, GLINER2),
 }

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,13 @@ BACKBONE_FILES = ("*.json", "*.model", "*.txt", "tokenizer*")
 # Tokens GLiNER adds to the backbone's tokenizer, in this order (GLiNER's `_get_special_tokens`).
 EXTRA_TOKENS = ("[FLERT]",)
 
-# What SIE implements of GLiNER: uni-encoder span models.
+# Where GLiNER saves a bi-encoder's labels tokenizer, beside the text encoder's own.
+LABELS_TOKENIZER_DIR = "labels_tokenizer"
+# The prefix of a bi-encoder's labels encoder tensors, and of the projection after it.
+LABELS_ENCODER_PREFIX = "token_rep_layer.labels_encoder.model."
+LABELS_PROJECTION_PREFIX = "token_rep_layer.labels_projection."
+
+# What SIE implements of GLiNER: uni-encoder span and token models, bi-encoder span models.
 SPAN_MODES = ("marker", "markerV0", "markerV1", "token_level")
 SUBTOKEN_POOLINGS = ("first", "last", "mean", "max")
 
@@ -51,7 +57,8 @@ def read_gliner_config(root: Path) -> dict:
 
 @dataclass(frozen=True)
 class GlinerConfig:
-    """The settings of a uni-encoder span GLiNER, with GLiNER's defaults."""
+    """The settings of a GLiNER (uni-encoder, or bi-encoder when `labels_encoder` is set), with
+    GLiNER's defaults."""
 
     hidden_size: int = 512  # width of word, span and label representations
     max_width: int = 12  # longest span, in words
@@ -65,12 +72,14 @@ class GlinerConfig:
     max_len: int = 384  # words per sequence GLiNER was trained with: SIE's window, in words
     words_splitter_type: str = "whitespace"
     model_name: str = ""  # the backbone's repository or path
+    # bi-encoders: the labels encoder's repository or path (its tokenizer) and its config.json
+    labels_encoder: str = ""
+    labels_encoder_config: Mapping[str, Any] | None = field(default=None, compare=False)  # a dict: not hashed
 
     @staticmethod
     def from_dict(config: Mapping[str, Any]) -> GlinerConfig:
         """Parse and validate `gliner_config.json`; unsupported settings raise naming the field."""
         unsupported = {
-            "labels_encoder": "bi-encoder GLiNER",
             "labels_decoder": "GLiNER with a label decoder",
             "relations_layer": "GLiNER relation extraction",
             "span_encoder_config": "a span context encoder",
@@ -80,12 +89,16 @@ class GlinerConfig:
         }
         refuse_settings(config, unsupported, "gliner_config.json")
         model_type = config.get("model_type")
-        if model_type not in (None, "gliner", "gliner_uni_encoder_span", "gliner_uni_encoder_token"):
+        if model_type not in (None, "gliner", "gliner_uni_encoder_span", "gliner_uni_encoder_token",
+                              "gliner_bi_encoder_span"):
             raise ValueError(f"gliner_config.json: model_type={model_type!r} is not supported "
-                             "(only uni-encoder span and token models)")
+                             "(only uni-encoder span and token models and bi-encoder span models)")
         span_mode = config.get("span_mode", "markerV0")
         if model_type == "gliner_uni_encoder_token":
             span_mode = "token_level"
+        labels_encoder = config.get("labels_encoder") or ""
+        if labels_encoder:
+            _check_bi_encoder(config, span_mode)
         if span_mode == "token_level" and config.get("represent_spans"):
             raise ValueError("gliner_config.json: represent_spans=True (token model with a span layer) "
                              "is not supported")
@@ -112,7 +125,14 @@ class GlinerConfig:
             max_len=int(config.get("max_len", 384)),
             words_splitter_type=splitter,
             model_name=str(config.get("model_name", "")),
+            labels_encoder=str(labels_encoder),
+            labels_encoder_config=config.get("labels_encoder_config") if labels_encoder else None,
         )
+
+    @property
+    def bi_encoder(self) -> bool:
+        """Labels encoded by their own encoder, not in the text's prompt (gliner-bi-*, modern-gliner-bi-*)."""
+        return bool(self.labels_encoder)
 
     @property
     def token_level(self) -> bool:
@@ -122,6 +142,25 @@ class GlinerConfig:
     @property
     def prompt_tokens(self) -> tuple[str, ...]:
         return EXTRA_TOKENS + (self.ent_token, self.sep_token)
+
+
+def _check_bi_encoder(config: Mapping[str, Any], span_mode: str) -> None:
+    """A bi-encoder SIE computes: a span model whose labels encoder's config was saved with it."""
+    if span_mode == "token_level":
+        raise ValueError("gliner_config.json: a bi-encoder token model (labels_encoder with span_mode "
+                         "token_level) is not supported (bi-encoder span models are)")
+    if not isinstance(config.get("labels_encoder_config"), Mapping):
+        raise ValueError("gliner_config.json: labels_encoder is set but labels_encoder_config is missing: "
+                         "the labels encoder's architecture is unknown")
+
+
+def labels_tokenizer_source(root: Path, config: GlinerConfig) -> Path:
+    """A bi-encoder's labels tokenizer: saved beside the checkpoint (`labels_tokenizer/`), else the
+    labels encoder's own repository."""
+    saved = Path(root) / LABELS_TOKENIZER_DIR
+    if (saved / "tokenizer_config.json").is_file() or (saved / "tokenizer.json").is_file():
+        return saved
+    return model_name_source(config.labels_encoder)
 
 
 def load_gliner_config(root: Path) -> GlinerConfig:

@@ -19,6 +19,7 @@ from ...heads.base import Head
 from ...heads.context import HeadContext
 from .checkpoint import load_gliner_config
 from .decode import DecodeSettings, Span, candidates, greedy, token_candidates
+from .labels import LabelEncoder, build_label_encoder
 from .layers import GlinerHead, SpanMarker, backbone_root_prefix, span_grid
 from .prompt import Window
 
@@ -31,30 +32,39 @@ SPAN_CHUNK = 16384
 class WindowWork:
     """`WorkItem.extra` of an extract work item. `alone`: the window is its text's only one and
     is decoded here; otherwise the head returns the candidates whose start lies in the
-    window's core, and the text is decoded once over all its windows' candidates."""
+    window's core, and the text is decoded once over all its windows' candidates. `labels`: the
+    request's labels, which a bi-encoder encodes apart from the text (a uni-encoder's are in its ids)."""
 
     window: Window
     settings: DecodeSettings
     alone: bool = True
+    labels: tuple[str, ...] = ()
 
 
 class ExtractHead(Head):
     """The `extract` head: per window work item, its decoded spans (or its candidates)."""
 
-    def __init__(self, gliner: GlinerHead):
+    def __init__(self, gliner: GlinerHead, labels: LabelEncoder | None = None):
         super().__init__()
         self.gliner = gliner
+        self.labels = labels
 
     def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence) -> list[list[Span]]:
-        return run_extract_head(self.gliner, hidden, batch, items)
+        return run_extract_head(self.gliner, hidden, batch, items, self.labels)
 
 
 def build_extract_head(ctx: HeadContext) -> dict[str, nn.Module]:
     config = load_gliner_config(ctx.root)
     head = GlinerHead(config, ctx.config.hidden_size, ctx.device)
-    head.load(ctx.checkpoint, backbone_root_prefix(ctx.prefix))
-    # the span head runs in float32 whatever the backbone's dtype (its scores are thresholded)
-    return {"extract": ExtractHead(head.to(device=ctx.device, dtype=torch.float32)).eval()}
+    root_prefix = backbone_root_prefix(ctx.prefix)
+    head.load(ctx.checkpoint, root_prefix)
+    # the span head (and a bi-encoder's labels encoder, whose vectors are cached) runs in float32
+    # whatever the backbone's dtype: its scores are thresholded
+    labels = None
+    if config.bi_encoder:
+        labels = build_label_encoder(config, ctx.root, ctx.checkpoint, root_prefix, config.hidden_size, ctx.device,
+                                     torch.float32)
+    return {"extract": ExtractHead(head.to(device=ctx.device, dtype=torch.float32), labels).eval()}
 
 
 @dataclass
@@ -74,9 +84,11 @@ class BatchLayout:
     span_base: np.ndarray
 
 
-def layout(windows: Sequence[Window], max_width: int) -> BatchLayout:
+def layout(windows: Sequence[Window], max_width: int, label_counts: list[int] | None = None) -> BatchLayout:
+    """`label_counts`: per window, when its labels are not in its prompt (bi-encoders)."""
     word_counts = [w.num_words for w in windows]
-    label_counts = [len(w.label_positions) for w in windows]
+    if label_counts is None:
+        label_counts = [len(w.label_positions) for w in windows]
     grids = [span_grid(n, max_width) for n in word_counts]
     span_counts = [len(starts) for starts, _ in grids]
     return BatchLayout(
@@ -87,13 +99,17 @@ def layout(windows: Sequence[Window], max_width: int) -> BatchLayout:
 
 @torch.inference_mode()
 def run_extract_head(head: GlinerHead, hidden: torch.Tensor, batch: PackedBatch,
-                     items: Sequence) -> list[list[Span]]:
+                     items: Sequence, label_encoder: LabelEncoder | None = None) -> list[list[Span]]:
     """hidden `[T, H]` of the windows in `items` -> per window, its decoded spans, or for a window of a
     longer text its candidate spans (window word indices)."""
     windows: list[Window] = [it.extra.window for it in items]
     token_level = head.config.token_level
-    plan = layout(windows, 0 if token_level else head.config.max_width)
-    words, labels, start_d, end_d = word_and_label_vectors(head, hidden, batch, windows, plan)
+    # a bi-encoder's windows hold no labels: each window's labels come from the labels encoder (cached)
+    label_counts = [len(it.extra.labels) for it in items] if label_encoder is not None else None
+    plan = layout(windows, 0 if token_level else head.config.max_width, label_counts)
+    words, labels, start_d, end_d = word_and_label_vectors(head, hidden, batch, windows, plan, label_encoder is None)
+    if label_encoder is not None:
+        labels = label_encoder.vectors([label for it in items for label in it.extra.labels], hidden.device)
     if token_level:
         probs = token_probabilities(head, words, labels, plan)
     else:
@@ -120,13 +136,14 @@ def run_extract_head(head: GlinerHead, hidden: torch.Tensor, batch: PackedBatch,
 
 
 def word_and_label_vectors(head: GlinerHead, hidden: torch.Tensor, batch: PackedBatch, windows: Sequence[Window],
-                           plan: BatchLayout) -> tuple[torch.Tensor, ...]:
+                           plan: BatchLayout, labels_in_prompt: bool = True) -> tuple[torch.Tensor, ...]:
     """Word vectors `[W_total, D]` (pooled sub-tokens, then the LSTM), label vectors `[C_total, D]`
     (before any prompt MLP), and the spans' first and last words `[S_total]` on the device."""
     device = hidden.device
     seq_starts = np.cumsum((0,) + tuple(batch.seq_lens[:-1]))
     token_index = np.concatenate([s + w.word_tokens for s, w in zip(seq_starts, windows)])
-    label_index = np.concatenate([s + w.label_positions for s, w in zip(seq_starts, windows)])
+    label_index = np.concatenate([s + w.label_positions for s, w in zip(seq_starts, windows)]
+                                 if labels_in_prompt else [np.zeros(0, dtype=np.int64)])
     slots = np.concatenate([b + w.word_slots for b, w in zip(plan.word_base, windows)])
     span_start = np.concatenate([b + starts for b, (starts, _) in zip(plan.word_base, plan.grids)])
     span_end = span_start + np.concatenate([widths for _, widths in plan.grids])

@@ -8,7 +8,8 @@ From the backbone's hidden states `[T, H]` of a packed batch of windows:
   3. span vectors from each span's first and last word (markerV0 / marker /
      markerV1), label vectors through the prompt MLP;
   4. span-label logits = span vector . label vector, probabilities by sigmoid.
-Token models (span_mode token_level, NuNER Zero's kind) replace 3-4 with GLiNER's
+A bi-encoder's label vectors come from its own labels encoder instead (labels.py), and it
+has no LSTM step. Token models (span_mode token_level, NuNER Zero's kind) replace 3-4 with GLiNER's
 Scorer: start / end / inside logits per (word, label), decoded in models/gliner/decode.py.
 
 Module names mirror GLiNER's checkpoint (`span_rep_layer.span_rep_layer.*`,
@@ -195,7 +196,10 @@ class GlinerHead(nn.Module):
         self.config = config
         self.projection = nn.Linear(backbone_hidden, D) if backbone_hidden != D else None
         stepwise = device.type == "cpu"  # decided once: see Lstm
-        self.rnn = Lstm(D, config.num_rnn_layers, stepwise) if config.num_rnn_layers > 0 else None
+        # gliner's bi-encoders build an LSTM but never run it (BaseBiEncoderModel.get_representations
+        # has no rnn step, gliner 0.2.29): SIE leaves it out and does not load its saved tensors
+        with_rnn = config.num_rnn_layers > 0 and not config.bi_encoder
+        self.rnn = Lstm(D, config.num_rnn_layers, stepwise) if with_rnn else None
         # span models: a span marker and a label projection; token models: a (word, label) scorer
         self.span: SpanMarker | None
         self.prompt: nn.Sequential | None
@@ -219,7 +223,8 @@ class GlinerHead(nn.Module):
 
     def load(self, tensors: Mapping[str, torch.Tensor], root_prefix: str) -> None:
         """Copy the head's tensors from a GLiNER checkpoint; fails listing what is missing."""
-        missing, unexpected = load_renamed(self, tensors, root_prefix, self.RENAMES)
+        renames = self.RENAMES if self.rnn is not None else tuple(r for r in self.RENAMES if r[0] != "rnn.")
+        missing, unexpected = load_renamed(self, tensors, root_prefix, renames)
         if missing or unexpected:
             raise ValueError(
                 f"GLiNER head ({self.config.span_mode}, {self.config.num_rnn_layers} LSTM layers) does not match the "

@@ -43,7 +43,10 @@ def split_words(text: str) -> Words:
 
 
 def prompt_words(labels: Sequence[str], config: GlinerConfig) -> list[str]:
-    """`<<ENT>> label ... <<SEP>>`: the words GLiNER puts before the text."""
+    """`<<ENT>> label ... <<SEP>>`: the words GLiNER puts before the text (none for a bi-encoder,
+    whose labels have their own encoder)."""
+    if config.bi_encoder:
+        return []
     words: list[str] = []
     for label in labels:
         words += [config.ent_token, label]
@@ -57,7 +60,8 @@ class Window:
     ids: `[N]` int32 token ids of the whole sequence.
     word_tokens, word_slots: `[M]` positions in `ids` of the sub-tokens that make word
         vectors and the window word (0..num_words-1) each one feeds.
-    label_positions: `[C]` positions in `ids` whose hidden state is each label's vector.
+    label_positions: `[C]` positions in `ids` whose hidden state is each label's vector (none for a
+        bi-encoder: its labels are encoded apart, models/gliner/labels.py).
     """
 
     item: int  # the text's index in the request
@@ -141,7 +145,7 @@ def prepare(tokenizer, config: GlinerConfig, texts: Sequence[str], labels: Seque
     fast tokenizer truncates at `tokenizer.max_length`, the model's window)."""
     backend = tokenizer.hf.backend_tokenizer
     prompt = prompt_words(labels, config)
-    prompt_tokens = len(backend.encode(prompt, is_pretokenized=True, add_special_tokens=False).ids)
+    prompt_tokens = len(backend.encode(prompt, is_pretokenized=True, add_special_tokens=False).ids) if prompt else 0
     budget = tokenizer.max_length - tokenizer.hf.num_special_tokens_to_add() - prompt_tokens
     if budget < config.max_width:
         raise PromptTooLong(
@@ -161,7 +165,7 @@ def prepare(tokenizer, config: GlinerConfig, texts: Sequence[str], labels: Seque
         text_counts = counts[offset:offset + len(ws)]
         offset += len(ws)
         windows += _text_windows(backend, config, prompt, ws, text_counts, budget, overlap, item, class_token_id,
-                                 len(labels))
+                                 0 if config.bi_encoder else len(labels))
     return Prepared(words, windows)
 
 
@@ -199,7 +203,10 @@ def _text_windows(backend, config, prompt, words: Words, counts, budget, overlap
 
 
 def class_token_id(tokenizer, config: GlinerConfig) -> int:
-    """The id of `<<ENT>>`: the checkpoint's `class_token_index`, else the tokenizer's id for it."""
+    """The id of `<<ENT>>`: the checkpoint's `class_token_index`, else the tokenizer's id for it
+    (-1 for a bi-encoder: its text carries no label markers)."""
+    if config.bi_encoder:
+        return -1
     if config.class_token_index >= 0:
         return config.class_token_index
     token_id = tokenizer.hf.convert_tokens_to_ids(config.ent_token)

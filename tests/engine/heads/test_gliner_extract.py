@@ -59,7 +59,7 @@ def build_reference(dest: Path, backbone: Path, seed: int = 0, **settings):
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.model.named_parameters():
-            if not name.startswith("token_rep_layer.bert_layer"):
+            if not name.startswith(("token_rep_layer.bert_layer", "token_rep_layer.labels_encoder")):  # encoders
                 scale = 1.0 / math.sqrt(param.shape[1]) if param.dim() >= 2 else 0.1
                 param.copy_(torch.randn(param.shape, generator=generator) * scale)
         if settings.get("span_mode") == "token_level":
@@ -435,10 +435,11 @@ def test_stepwise_lstm_equals_the_packed_lstm():
         torch.testing.assert_close(stepwise(words, lengths, keep), packed(words, lengths, keep), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("key", ["labels_encoder", "relations_layer", "post_fusion_schema"])
+@pytest.mark.parametrize("key", ["labels_decoder", "relations_layer", "post_fusion_schema"])
 def test_a_gliner_variant_sie_does_not_compute_is_refused_naming_its_setting(key):
-    """A checkpoint that switches on what SIE's head does not compute (a label encoder, a relation
-    layer, fusion layers) is refused at load, naming the setting, not served with wrong scores."""
+    """A checkpoint that switches on what SIE's head does not compute (a label decoder, a relation
+    layer, fusion layers) is refused at load, naming the setting, not served with wrong scores
+    (bi-encoders, with a labels encoder, are served: test_gliner_bi.py)."""
     from sie_engine.models.gliner.checkpoint import GlinerConfig
 
     with pytest.raises(ValueError, match=rf"gliner_config.json: {key}=.* is not supported by SIE"):
