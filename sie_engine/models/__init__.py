@@ -61,6 +61,8 @@ FAMILIES: dict[str, str] = {
     "florence2": f"{_M}.florence2.family:FAMILY",
     # GLM-OCR (CogViT vision tower at each page's own resolution + GLM decoder): generates a page's text
     "glm_ocr": f"{_M}.glm_ocr.family:FAMILY",
+    # PaddleOCR-VL (SigLIP-style encoder at each page's own resolution + ERNIE-4.5): generates a page's text
+    "paddleocr_vl": f"{_M}.paddleocr_vl.family:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,
@@ -94,6 +96,7 @@ ARCHITECTURES: dict[str, str] = {
     "Florence2ForConditionalGeneration": "florence2",
     "PPDocLayoutV3ForObjectDetection": "pp-doclayout",
     "GlmOcrForConditionalGeneration": "glm_ocr",
+    "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",
 }
 
 # config.json `model_type` -> family, for checkpoints without `architectures`.
@@ -104,6 +107,7 @@ MODEL_TYPES: dict[str, str] = {
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
     "colqwen2": "colqwen2", "vision-encoder-decoder": "donut", "owlv2": "owlv2", "florence2": "florence2",
     "grounding-dino": "grounding-dino", "pp_doclayout_v3": "pp-doclayout", "glm_ocr": "glm_ocr",
+    "paddleocr_vl": "paddleocr_vl",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the
