@@ -1,0 +1,161 @@
+"""PaddleOCR-VL through `POST /v1/extract` on a real `sie-server serve`: the built-in
+PaddlePaddle/PaddleOCR-VL card on a tiny random PaddleOCR-VL (tests/helpers/paddleocr_vl_fixtures.py,
+float32), and the same directory served card-less (`--model`). Every page's text equals transformers'
+chat template + PaddleOCRVLProcessor + `generate` + `decode(skip_special_tokens=True)` on the page
+alone, for each task's prompt; JSON and msgpack answers equal the embedded engine's; pages of other
+sizes in one request share the running decode batch; a PDF answers per page; bad input is a 400
+naming the field."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+
+import httpx
+import msgpack
+import pytest
+import torch
+import yaml
+from PIL import Image
+
+from image_fixtures import encode_image, noise_page
+from paddleocr_vl_fixtures import tiny_paddleocr_vl
+from pdf_fixtures import make_pdf, reference_render
+from server_fixtures import start_server
+from sie_client import SIEClient
+from sie_engine import Catalog, Engine, WeightsSource
+from sie_engine.card import ModelCard
+from sie_engine.models.paddleocr_vl.tasks import PROMPTS
+
+MODEL = "PaddlePaddle/PaddleOCR-VL"
+LOCAL = "tiny/paddleocr-vl"  # the same directory without a card: the family's local card
+NEW = 10  # the test card's max_new_tokens bound (and default)
+POSITIONS = 512  # the tiny decoder's positions
+
+
+# each resizes to its own patch grid: wide, tall, small (scaled up to the minimum pixels)
+PAGES = [noise_page(45, 27, 0), noise_page(24, 40, 1), noise_page(12, 10, 2)]
+PNGS = [encode_image(p, "PNG") for p in PAGES]
+
+
+def _card(root) -> ModelCard:
+    """The built-in card on the tiny weights: float32 (transformers' reference runs in it), the tiny
+    decoder's positions, a small bound of new tokens."""
+    card = Catalog.builtin().get(MODEL)
+    generate = {**card.options["generate"], "max_new_tokens": NEW}
+    return dataclasses.replace(card, weights=WeightsSource(path=str(root)), dtype="float32", max_seq_len=POSITIONS,
+                               options={**card.options, "generate": generate})
+
+
+@pytest.fixture(scope="module")
+def paddle(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-paddleocr-vl")
+    model, processor = tiny_paddleocr_vl(root)
+    cards = tmp_path_factory.mktemp("paddleocr-vl-cards")
+    (cards / "paddleocr-vl.yaml").write_text(yaml.safe_dump(_card(root).to_dict()))
+    return root, model, processor, cards
+
+
+@pytest.fixture(scope="module")
+def server(paddle, tmp_path_factory):
+    process = start_server("--models", str(paddle[3]), "--model", f"{LOCAL}={paddle[0]}",
+                           log_dir=tmp_path_factory.mktemp("sie-server"))
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+_references: dict[tuple, str] = {}
+
+
+def reference(paddle, page: Image.Image, text: str, new: int = NEW) -> str:
+    """The model card's transformers usage on the page alone: the chat template over the image and the
+    task's text, the processor, greedy `generate`, the new tokens decoded without special tokens."""
+    key = (page.tobytes(), page.size, text, new)
+    if key not in _references:
+        _, model, processor, _ = paddle
+        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+        prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
+        inputs = processor(text=[prompt], images=[page.convert("RGB")], return_tensors="pt")
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=new, do_sample=False)
+        _references[key] = processor.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    return _references[key]
+
+
+def _images(pngs) -> list[dict]:
+    return [{"image": base64.b64encode(p).decode()} for p in pngs]
+
+
+def test_pages_of_three_sizes_equal_transformers_each_alone(server, paddle):
+    response = httpx.post(f"{server.url}/v1/extract/{MODEL}", json={"items": _images(PNGS)}, timeout=60)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert [item["id"] for item in answer["items"]] == ["0", "1", "2"]
+    texts = [item["text"] for item in answer["items"]]
+    assert texts == [reference(paddle, p, PROMPTS["ocr"]) for p in PAGES]
+    assert all(texts) and len(set(texts)) == len(texts)  # each page its own text
+    assert all(item.get("data") is None and "regions" not in item for item in answer["items"])
+    assert answer["usage"]["tokens"] > 0
+
+
+def test_tasks_over_msgpack_equal_json_and_the_engine(server, paddle):
+    body = {"items": [{"image": p, "id": f"p{i}"} for i, p in enumerate(PNGS[:2])], "task": "table",
+            "max_new_tokens": 6}
+    response = httpx.post(f"{server.url}/v1/extract/{MODEL}", content=msgpack.packb(body, use_bin_type=True),
+                          timeout=60, headers={"Content-Type": "application/msgpack", "Accept": "application/msgpack"})
+    assert response.status_code == 200, response.text
+    items = msgpack.unpackb(response.content, raw=False)["items"]
+    expected = [reference(paddle, p, PROMPTS["table"], new=6) for p in PAGES[:2]]
+    assert [item["text"] for item in items] == expected and [item["id"] for item in items] == ["p0", "p1"]
+    as_json = httpx.post(f"{server.url}/v1/extract/{MODEL}", timeout=60,
+                         json={**body, "items": [{"image": base64.b64encode(p).decode(), "id": f"p{i}"}
+                                                 for i, p in enumerate(PNGS[:2])]}).json()["items"]
+    assert as_json == items
+
+    with Engine(Catalog([_card(paddle[0])]), device="cpu") as engine, \
+            SIEClient(engine=engine) as embedded:
+        table = embedded.extract(MODEL, PNGS[:2], task="table", max_new_tokens=6)
+        chart = embedded.extract(MODEL, [PNGS[2]], task="chart")
+    assert [item.text for item in table.items] == expected
+    over_http = httpx.post(f"{server.url}/v1/extract/{MODEL}", timeout=60,
+                           json={"items": _images(PNGS[2:]), "task": "chart"}).json()["items"]
+    assert [item["text"] for item in over_http] == [item.text for item in chart.items] == [
+        reference(paddle, PAGES[2], PROMPTS["chart"])]
+
+
+def test_a_pdf_answers_per_page_and_the_local_card(server, paddle):
+    pdf = make_pdf([(40, 56), (64, 32)], seed=4)
+    body = {"items": [{"id": "doc", "document": base64.b64encode(pdf).decode(), "dpi": 72}], "task": "formula"}
+    response = httpx.post(f"{server.url}/v1/extract/{MODEL}", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    items = response.json()["items"]
+    assert [(item["id"], item["page"]["number"]) for item in items] == [("doc", 1), ("doc", 2)]
+    rendered = [reference_render(pdf, n, 1.0) for n in (1, 2)]  # 72 dpi: one pixel per point
+    assert [item["text"] for item in items] == [reference(paddle, p, PROMPTS["formula"]) for p in rendered]
+
+    local = httpx.post(f"{server.url}/v1/extract/{LOCAL}", json={"items": _images(PNGS[:1]), "max_new_tokens": 5},
+                       timeout=60)
+    assert local.status_code == 200, local.text
+    assert [item["text"] for item in local.json()["items"]] == [reference(paddle, PAGES[0], PROMPTS["ocr"], new=5)]
+
+
+@pytest.mark.parametrize("body, field, says", [
+    ({"task": "text"}, "task", "send task as one of ocr, table, formula, chart"),
+    ({"task": "table", "prompt": "read it"}, "prompt", "takes no prompt"),
+    ({"prompt": "read it"}, "prompt", "takes no prompt"),
+    ({"max_new_tokens": NEW + 1}, "max_new_tokens", f"at most {NEW}"),
+    ({"labels": ["total"]}, "labels", "labels"),
+])
+def test_bad_requests_are_400s_naming_the_field(server, body, field, says):
+    response = httpx.post(f"{server.url}/v1/extract/{MODEL}", json={"items": _images(PNGS[:1]), **body}, timeout=30)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert says in error["message"] and field in error["message"]
+
+
+def test_a_text_item_is_a_400(server):
+    response = httpx.post(f"{server.url}/v1/extract/{MODEL}", json={"items": [{"text": "hello"}]}, timeout=30)
+    assert response.status_code == 400
+    assert "reads page images" in response.json()["error"]["message"]
