@@ -9,21 +9,20 @@ naming the field."""
 from __future__ import annotations
 
 import base64
-import dataclasses
 
 import httpx
 import msgpack
 import pytest
-import torch
 import yaml
 from PIL import Image
 
 from image_fixtures import encode_image, noise_page
 from paddleocr_vl_fixtures import tiny_paddleocr_vl
+from page_vlm_checks import ReferenceTexts, tiny_card
 from pdf_fixtures import make_pdf, reference_render
 from server_fixtures import start_server
 from sie_client import SIEClient
-from sie_engine import Catalog, Engine, WeightsSource
+from sie_engine import Catalog, Engine
 from sie_engine.card import ModelCard
 from sie_engine.models.paddleocr_vl.tasks import PROMPTS
 
@@ -39,12 +38,7 @@ PNGS = [encode_image(p, "PNG") for p in PAGES]
 
 
 def _card(root) -> ModelCard:
-    """The built-in card on the tiny weights: float32 (transformers' reference runs in it), the tiny
-    decoder's positions, a small bound of new tokens."""
-    card = Catalog.builtin().get(MODEL)
-    generate = {**card.options["generate"], "max_new_tokens": NEW}
-    return dataclasses.replace(card, weights=WeightsSource(path=str(root)), dtype="float32", max_seq_len=POSITIONS,
-                               options={**card.options, "generate": generate})
+    return tiny_card(MODEL, root, NEW, POSITIONS)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +47,7 @@ def paddle(tmp_path_factory):
     model, processor = tiny_paddleocr_vl(root)
     cards = tmp_path_factory.mktemp("paddleocr-vl-cards")
     (cards / "paddleocr-vl.yaml").write_text(yaml.safe_dump(_card(root).to_dict()))
-    return root, model, processor, cards
+    return root, model, processor, cards, ReferenceTexts(model, processor)
 
 
 @pytest.fixture(scope="module")
@@ -66,22 +60,9 @@ def server(paddle, tmp_path_factory):
         process.stop()
 
 
-_references: dict[tuple, str] = {}
-
-
 def reference(paddle, page: Image.Image, text: str, new: int = NEW) -> str:
-    """The model card's transformers usage on the page alone: the chat template over the image and the
-    task's text, the processor, greedy `generate`, the new tokens decoded without special tokens."""
-    key = (page.tobytes(), page.size, text, new)
-    if key not in _references:
-        _, model, processor, _ = paddle
-        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
-        prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
-        inputs = processor(text=[prompt], images=[page.convert("RGB")], return_tensors="pt")
-        with torch.no_grad():
-            out = model.generate(**inputs, max_new_tokens=new, do_sample=False)
-        _references[key] = processor.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
-    return _references[key]
+    """The model card's transformers usage on the page alone (page_vlm_checks.ReferenceTexts)."""
+    return paddle[4](page, text, new)
 
 
 def _images(pngs) -> list[dict]:

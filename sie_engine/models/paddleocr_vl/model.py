@@ -29,10 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ...attention import AttentionBackend, AttentionMetadata, default_scale
+from ...attention import AttentionBackend, default_scale
 from ...batch import Grids
 from ...generation.cache import DecodeCache
 from ...generation.head import GenerationHead
@@ -40,49 +39,20 @@ from ...images import MAX_RESIZED_PIXELS
 from ...layers.blocks import RMSNorm
 from ...layers.rotary import RotaryEmbedding, apply_rotary, multimodal_rotary
 from ...layers.weights import WeightSpec
-from ..base import Backbone
+from ..glm_ocr.model import MRopeDecoderConfig
 from ..glm_ocr.vision import SwiGLU
+from ..page_decoder import PageDecoderLM
 from .vision import PaddleOcrVisionConfig, Projector, VisionTower
 
 
 @dataclass(frozen=True)
-class PaddleOcrTextConfig:
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    hidden_act: str
-    rms_norm_eps: float
-    max_position_embeddings: int
-    rope_theta: float
-    use_bias: bool
-    mrope_section: tuple[int, ...]  # frequencies per axis (temporal, height, width), repeating
+class PaddleOcrTextConfig(MRopeDecoderConfig):
+    use_bias: bool  # on q / k / v / o and the MLP
 
     @staticmethod
     def from_hf(text: Mapping[str, Any]) -> PaddleOcrTextConfig:
-        rope = text.get("rope_parameters") or {}
-        if (rope.get("rope_type") or "default") != "default":
-            raise ValueError(f"text_config.rope_parameters.rope_type={rope.get('rope_type')!r} is not supported "
-                             "(only 'default')")
-        heads = text["num_attention_heads"]
-        head_dim = text.get("head_dim") or text["hidden_size"] // heads
-        if not rope.get("mrope_section"):
-            raise ValueError("text_config.rope_parameters names no mrope_section: PaddleOCR-VL's attention rotates "
-                             "by it (the published config's rope_scaling.mrope_section)")
-        sections = tuple(int(s) for s in rope["mrope_section"])
-        if 2 * sum(sections) != head_dim:
-            raise ValueError(f"text_config.rope_parameters.mrope_section {list(sections)} covers {2 * sum(sections)} "
-                             f"channels; a head has {head_dim}")
-        return PaddleOcrTextConfig(
-            vocab_size=text["vocab_size"], hidden_size=text["hidden_size"],
-            intermediate_size=text["intermediate_size"], num_hidden_layers=text["num_hidden_layers"],
-            num_attention_heads=heads, num_key_value_heads=text.get("num_key_value_heads") or heads,
-            head_dim=head_dim, hidden_act=text["hidden_act"], rms_norm_eps=text["rms_norm_eps"],
-            max_position_embeddings=text["max_position_embeddings"], rope_theta=float(rope.get("rope_theta", 500_000)),
-            use_bias=bool(text.get("use_bias")), mrope_section=sections)
+        # no default mrope_section: PaddleOCR-VL's attention reads the config's
+        return PaddleOcrTextConfig(**MRopeDecoderConfig.fields(text, None), use_bias=bool(text.get("use_bias")))
 
 
 @dataclass(frozen=True)
@@ -170,13 +140,8 @@ class ErnieTextModel(nn.Module):
         return self.norm(x)
 
 
-class PaddleOcrVlModel(Backbone):
+class PaddleOcrVlModel(PageDecoderLM):
     """PaddleOCR-VL under its checkpoint's names (see `weight_spec`); see the module docstring."""
-
-    supports_images = True
-    patch_grids = True  # each page at its own resolution, its patches as the processor flattens them
-    # no packed text batches: the decode worker runs it (generation/worker.py)
-    cpu_float32_batch_tokens = None
 
     @classmethod
     def activation_bytes(cls, batch_tokens: int, config: Any, dtype: torch.dtype) -> int | None:
@@ -212,50 +177,10 @@ class PaddleOcrVlModel(Backbone):
             ignore=("visual.vision_model.head.", "visual.vision_model.embeddings.packing_position_embedding",
                     *(("lm_head.weight",) if config.tie_lm_head else ())),
         )
-        # generation.DecoderOnlyLM: what the decode loop asks
-        self.decoder_layers = text.num_hidden_layers
-        self.decoder_heads = text.num_key_value_heads  # the cache holds the key/value heads
-        self.decoder_head_dim = text.head_dim
-        self.decoder_positions = text.max_position_embeddings
-        self.merge = config.vision.spatial_merge_size
-
-    position_axes = 3  # M-RoPE: temporal, height, width
-
-    def input_embeddings(self) -> nn.Embedding:
-        return self.language_model.embed_tokens
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        raise NotImplementedError("PaddleOCR-VL generates from page images: it has no packed text forward")
+        self.size_decoder(text, config.vision.spatial_merge_size)
 
     def encode_images(self, patches: torch.Tensor, grids: Grids) -> list[torch.Tensor]:
         """`[N, C * p * p]` patches of the pages (each page's (rows, columns) of patches in `grids`)
         -> each page's image features `[rows * columns / merge**2, H]`."""
         features = self.projector(self.visual(patches, grids), grids)
         return list(features.split([h * w // self.merge ** 2 for h, w in grids]))
-
-    def prompt_embeddings(self, ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-        """A prompt's ids `[L]` (its image placeholders in one run) and its page's features `[n, H]`
-        -> the decoder's input embeddings `[L, H]`, the features where the placeholders are."""
-        x = self.language_model.embed_tokens(ids)
-        places = (ids == self.config.image_token_id).nonzero().squeeze(1)
-        return x.index_copy(0, places, features.to(x.dtype))
-
-    def token_embeddings(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Token ids `[rows, Q]` -> input embeddings `[rows, Q, H]`."""
-        return self.language_model.embed_tokens(tokens)
-
-    def hidden(self, x: torch.Tensor, positions: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
-        """One step's input embeddings `[rows, Q, H]` at positions `[3, rows, Q]` -> hidden `[rows, Q, H]`
-        of every new token (after the final norm)."""
-        return self.language_model(x, positions, cache)
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Hidden states `[..., H]` -> float32 logits `[..., V]` (the token table where tied)."""
-        weight = self.language_model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
-
-    def decode_embedded(self, embeddings: torch.Tensor, positions: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
-        """One step (after `cache.begin_step`) -> float32 logits `[rows, V]` of each row's last new token."""
-        hidden = self.hidden(embeddings, positions, cache)
-        return self.logits(hidden[torch.arange(hidden.shape[0], device=hidden.device), cache.last_index])
