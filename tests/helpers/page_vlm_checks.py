@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 
 from sie_engine.generation import DecodeLoop, GenerationRequest, GenerationSettings
@@ -162,3 +163,26 @@ class ReferenceTexts:
             self._answers[key] = self.processor.decode(out[0, inputs["input_ids"].shape[1]:],
                                                        skip_special_tokens=True)
         return self._answers[key]
+
+
+def check_input_preparation(inputs, model, pages, images, prompts, tmp_path, patch: int) -> None:
+    """SIE's input preparation (`inputs`: the family's GlmOcrInputs) against the processor's `pages`
+    of the same `images` and task `prompts`: each page's patch grid, its size from the header (the
+    processor's resize, `patch`-pixel patches), its pixels, and the chat template's prompt with its
+    image placeholder repeated once per image feature."""
+    from sie_engine.models.glm_ocr.serving import expand_image
+    from sie_engine.validation import Limits
+
+    pngs = []
+    for i, image in enumerate(images):
+        path = tmp_path / f"{i}.png"
+        image.save(path)
+        pngs.append(path.read_bytes())
+    pixels = inputs.images.encode_images(pngs, [f"items[{i}].image" for i in range(len(pngs))], Limits())
+    for image, prompt, expected, values in zip(images, prompts, pages, pixels, strict=True):
+        assert values.shape[:2] == grid_of(expected)
+        assert inputs.images.resized(*image.size) == (values.shape[1] * patch, values.shape[0] * patch)
+        assert np.array_equal(values.reshape(-1, values.shape[-1]), patches_of(expected).numpy())
+        ids = expand_image(inputs.prompt_ids(prompt), model.config.image_token_id,
+                           values.shape[0] * values.shape[1] // model.merge ** 2)
+        assert ids == expected["input_ids"][0].tolist()

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 import page_vlm_checks as checks
 from glm_ocr_fixtures import load_sie_glm_ocr, tiny_glm_ocr
 from image_fixtures import noise_page
-from page_vlm_checks import grid_of
 
 # a stop token the tiny decoder emits often: sequences end at different steps
 EOS = [244]
@@ -60,22 +58,11 @@ def test_rope_index_equals_transformers(glm):
 def test_input_preparation_equals_the_processor(glm, tmp_path):
     """SIE's prompt (the chat template, its image placeholder repeated per feature) and pixels
     (Glm46VImageProcessor's patches, each page its own grid) against Glm46VProcessor's."""
-    from sie_engine.models.glm_ocr.serving import GlmOcrInputs, expand_image
-    from sie_engine.validation import Limits
+    from sie_engine.models.glm_ocr.serving import GlmOcrInputs
 
     _, model, _, _, pages, _, root = glm
-    inputs = GlmOcrInputs(root, 512)
-    pngs = []
-    for i, size in enumerate(SIZES):
-        path = tmp_path / f"{i}.png"
-        page(size, i).save(path)
-        pngs.append(path.read_bytes())
-    pixels = inputs.images.encode_images(pngs, [f"items[{i}].image" for i in range(len(pngs))], Limits())
-    for task, expected, values in zip(TASKS, pages, pixels, strict=True):
-        assert values.shape[:2] == grid_of(expected)
-        assert np.array_equal(values.reshape(-1, values.shape[-1]), expected["pixel_values"].numpy())
-        ids = expand_image(inputs.prompt_ids(task), model.config.image_token_id, values.shape[0] * values.shape[1] // 4)
-        assert ids == expected["input_ids"][0].tolist()
+    checks.check_input_preparation(GlmOcrInputs(root, 512), model, pages,
+                                   [page(size, i) for i, size in enumerate(SIZES)], TASKS, tmp_path, patch=4)
 
 
 def test_prefill_and_cached_step_logits_equal_transformers(glm):

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 import page_vlm_checks as checks
 from image_fixtures import noise_page
 from paddleocr_vl_fixtures import load_sie_paddleocr_vl, tiny_paddleocr_vl
-from page_vlm_checks import grid_of, patches_of
 from sie_engine.models.paddleocr_vl.tasks import task_prompt
 
 # a stop token the tiny decoder emits often: sequences end at different steps
@@ -62,26 +60,12 @@ def test_rope_index_equals_transformers(paddle):
 def test_input_preparation_equals_the_processor(paddle, tmp_path):
     """SIE's prompt (the chat template, its image placeholder repeated per feature) and pixels
     (PaddleOCRVLImageProcessor's patches, each page its own grid) against PaddleOCRVLProcessor's."""
-    from sie_engine.models.glm_ocr.serving import expand_image
     from sie_engine.models.paddleocr_vl.serving import PaddleOcrInputs
-    from sie_engine.validation import Limits
 
     _, model, _, _, pages, _, root = paddle
-    inputs = PaddleOcrInputs(root, 512)
-    pngs = []
-    for i, size in enumerate(SIZES):
-        path = tmp_path / f"{i}.png"
-        page(size, i).save(path)
-        pngs.append(path.read_bytes())
-    pixels = inputs.images.encode_images(pngs, [f"items[{i}].image" for i in range(len(pngs))], Limits())
-    for (height, width), task, expected, values in zip(SIZES, TASKS, pages, pixels, strict=True):
-        assert values.shape[:2] == grid_of(expected)
-        # admission's size from the header: the processor's resize (4-pixel patches)
-        assert inputs.images.resized(width, height) == (values.shape[1] * 4, values.shape[0] * 4)
-        assert np.array_equal(values.reshape(-1, values.shape[-1]), patches_of(expected).numpy())
-        ids = expand_image(inputs.prompt_ids(task_prompt(task)), model.config.image_token_id,
-                           values.shape[0] * values.shape[1] // 4)
-        assert ids == expected["input_ids"][0].tolist()
+    checks.check_input_preparation(PaddleOcrInputs(root, 512), model, pages,
+                                   [page(size, i) for i, size in enumerate(SIZES)],
+                                   [task_prompt(t) for t in TASKS], tmp_path, patch=4)
 
 
 def test_prefill_and_cached_step_logits_equal_transformers(paddle):
