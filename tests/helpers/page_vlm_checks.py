@@ -10,6 +10,8 @@ a page alone and the built-in card on the tiny weights.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -186,3 +188,59 @@ def check_input_preparation(inputs, model, pages, images, prompts, tmp_path, pat
         ids = expand_image(inputs.prompt_ids(prompt), model.config.image_token_id,
                            values.shape[0] * values.shape[1] // model.merge ** 2)
         assert ids == expected["input_ids"][0].tolist()
+
+
+@contextlib.contextmanager
+def served(card, local: str, root, tmp_path_factory):
+    """A real `sie-server serve` of `card` (from a cards folder) and of `root` card-less as `local`."""
+    import yaml
+
+    from server_fixtures import start_server
+
+    cards = tmp_path_factory.mktemp("cards")
+    (cards / "card.yaml").write_text(yaml.safe_dump(card.to_dict()))
+    process = start_server("--models", str(cards), "--model", f"{local}={root}",
+                           log_dir=tmp_path_factory.mktemp("sie-server"))
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def images_json(pngs) -> list[dict]:
+    return [{"image": base64.b64encode(p).decode()} for p in pngs]
+
+
+def check_pages_answered_as_alone(url: str, model_id: str, pngs, expected: list[str]) -> None:
+    """Pages of other sizes in one JSON request: each page's text is its reference alone (`expected`),
+    each its own, with neither `data` nor `regions`."""
+    import httpx
+
+    response = httpx.post(f"{url}/v1/extract/{model_id}", json={"items": images_json(pngs)}, timeout=60)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert [item["id"] for item in answer["items"]] == [str(i) for i in range(len(pngs))]
+    texts = [item["text"] for item in answer["items"]]
+    assert texts == expected
+    assert all(texts) and len(set(texts)) == len(texts)  # each page its own text
+    assert all(item.get("data") is None and "regions" not in item for item in answer["items"])
+    assert answer["usage"]["tokens"] > 0
+
+
+def check_msgpack_equals_json(url: str, model_id: str, pngs, fields: dict, expected: list[str]) -> None:
+    """The pages (ids p0, p1, ...) with `fields` over msgpack (raw image bytes): each text is its
+    reference (`expected`), and the JSON answer (base64 images) is the same."""
+    import httpx
+    import msgpack
+
+    body = {"items": [{"image": p, "id": f"p{i}"} for i, p in enumerate(pngs)], **fields}
+    response = httpx.post(f"{url}/v1/extract/{model_id}", content=msgpack.packb(body, use_bin_type=True),
+                          timeout=60, headers={"Content-Type": "application/msgpack", "Accept": "application/msgpack"})
+    assert response.status_code == 200, response.text
+    items = msgpack.unpackb(response.content, raw=False)["items"]
+    assert [item["text"] for item in items] == expected
+    assert [item["id"] for item in items] == [f"p{i}" for i in range(len(pngs))]
+    as_json = httpx.post(f"{url}/v1/extract/{model_id}", timeout=60,
+                         json={**body, "items": [{**image, "id": f"p{i}"}
+                                                 for i, image in enumerate(images_json(pngs))]}).json()["items"]
+    assert as_json == items
