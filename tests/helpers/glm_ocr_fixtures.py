@@ -77,6 +77,18 @@ def tiny_glm_tokenizer(specials: list[str] = SPECIALS, **named: str):
                                                                               if named else {}))
 
 
+def widened(model_class, config, seed: int):
+    """`model_class(config)` in eval mode, its weights drawn wider than transformers' init (std 0.15,
+    biases 0.5, norms around 1: see the module docstring)."""
+    torch.manual_seed(seed)
+    model = model_class(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            centre = 1.0 if "norm" in name and name.endswith("weight") else 0.0
+            p.copy_(torch.randn_like(p) * (0.15 if p.dim() > 1 else 0.5) + centre)
+    return model
+
+
 def tiny_glm_ocr(dest: Path, seed: int = 0, generation: dict | None = None):
     """Save a tiny GLM-OCR with its processor under `dest` (`generation`: generation_config.json's
     fields); returns (the transformers model in eval mode, the processor)."""
@@ -94,12 +106,7 @@ def tiny_glm_ocr(dest: Path, seed: int = 0, generation: dict | None = None):
         image_token_id=ids["<|image|>"], video_token_id=ids["<|video|>"],
         image_start_token_id=ids["<|begin_of_image|>"], image_end_token_id=ids["<|end_of_image|>"],
         video_start_token_id=ids["<|begin_of_video|>"], video_end_token_id=ids["<|end_of_video|>"])
-    torch.manual_seed(seed)
-    model = GlmOcrForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            centre = 1.0 if "norm" in name and name.endswith("weight") else 0.0
-            p.copy_(torch.randn_like(p) * (0.15 if p.dim() > 1 else 0.5) + centre)
+    model = widened(GlmOcrForConditionalGeneration, config, seed)
     model.generation_config = GenerationConfig(**(generation or {
         "eos_token_id": [ids["<|endoftext|>"], ids["<|user|>"]], "pad_token_id": ids["<|endoftext|>"],
         "do_sample": False}))

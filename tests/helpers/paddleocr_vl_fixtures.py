@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
-from glm_ocr_fixtures import load_sie_glm_ocr, tiny_glm_tokenizer
+from glm_ocr_fixtures import load_sie_glm_ocr, tiny_glm_tokenizer, widened
 
 PATCH, MERGE = 4, 2  # 4-pixel patches merged 2 x 2: sides are multiples of 8 pixels
 MIN_PIXELS, MAX_PIXELS = (PATCH * MERGE) ** 2 * 4, (PATCH * MERGE) ** 2 * 40  # 4 to 40 image features a page
@@ -54,12 +52,7 @@ def tiny_paddleocr_vl(dest: Path, seed: int = 0, generation: dict | None = None)
                      "eos_token_id": ids["</s>"]},
         image_token_id=ids[IMAGE_TOKEN], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|IMAGE_START|>"], vision_end_token_id=ids["<|IMAGE_END|>"])
-    torch.manual_seed(seed)
-    model = PaddleOCRVLForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            centre = 1.0 if "norm" in name and name.endswith("weight") else 0.0
-            p.copy_(torch.randn_like(p) * (0.15 if p.dim() > 1 else 0.5) + centre)
+    model = widened(PaddleOCRVLForConditionalGeneration, config, seed)
     model.generation_config = GenerationConfig(**(generation or {
         "eos_token_id": ids["</s>"], "pad_token_id": ids["</s>"], "do_sample": False}))
     model.save_pretrained(dest)
