@@ -79,6 +79,9 @@ class GlmOcrInputs(VocabularyLookup):
                              "chat template's")
         self._tok = self.hf.backend_tokenizer
         self.special_ids = frozenset(self.hf.all_special_ids)
+        # the processor's placeholder: the tokenizer's `image_token` where it names one (Glm46VProcessor and
+        # PaddleOCRVLProcessor read it so), else the family's
+        self.image_token = getattr(self.hf, "image_token", None) or self.image_token
         self.image_token_id = self.token_id(self.image_token)
         if self.image_token_id != self.read_config(layout.config).image_token_id:
             raise ValueError(f"{layout.root}: the tokenizer's {self.image_token} is not config.json's image_token_id")
