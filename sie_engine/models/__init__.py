@@ -65,6 +65,8 @@ FAMILIES: dict[str, str] = {
     "lighton_ocr": f"{_M}.lighton_ocr.family:FAMILY",
     # GLM-OCR (CogViT vision tower at each page's own resolution + GLM decoder): generates a page's text
     "glm_ocr": f"{_M}.glm_ocr.family:FAMILY",
+    # PaddleOCR-VL (SigLIP-style encoder at each page's own resolution + ERNIE-4.5): generates a page's text
+    "paddleocr_vl": f"{_M}.paddleocr_vl.family:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,
@@ -100,6 +102,7 @@ ARCHITECTURES: dict[str, str] = {
     "PPDocLayoutV3ForObjectDetection": "pp-doclayout",
     "LightOnOcrForConditionalGeneration": "lighton_ocr",
     "GlmOcrForConditionalGeneration": "glm_ocr",
+    "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",
 }
 
 # config.json `model_type` -> family, for checkpoints without `architectures`.
@@ -111,6 +114,7 @@ MODEL_TYPES: dict[str, str] = {
     "colqwen2": "colqwen2", "qwen3_vl": "qwen3_vl", "vision-encoder-decoder": "donut", "owlv2": "owlv2",
     "florence2": "florence2", "grounding-dino": "grounding-dino", "pp_doclayout_v3": "pp-doclayout",
     "lighton_ocr": "lighton_ocr", "glm_ocr": "glm_ocr",
+    "paddleocr_vl": "paddleocr_vl",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the

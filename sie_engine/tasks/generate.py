@@ -92,7 +92,8 @@ def _in_task_prompt(card: ModelCard, task_prompt: str, fields: Mapping[str, Any]
 # whose `TASKS` are the task tokens, whose `DEFAULT_TASK` is a request's that names none (None: task is
 # required) and whose `task_prompt(task, text)` builds the processor's prompt (raising ValueError, naming
 # what the task takes). Read before the model loads: a bad task costs no load.
-TASK_PROMPTS = {"florence2": "sie_engine.models.florence2.tasks", "glm_ocr": "sie_engine.models.glm_ocr.tasks"}
+TASK_PROMPTS = {"florence2": "sie_engine.models.florence2.tasks", "glm_ocr": "sie_engine.models.glm_ocr.tasks",
+                "paddleocr_vl": "sie_engine.models.paddleocr_vl.tasks"}
 
 
 def _by_task(card: ModelCard, fields: Mapping[str, Any]) -> str:

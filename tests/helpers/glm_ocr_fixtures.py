@@ -54,9 +54,10 @@ def reference_processor(image_processor, tokenizer):
                       chat_template=CHAT_TEMPLATE)
 
 
-def tiny_glm_tokenizer():
+def tiny_glm_tokenizer(specials: list[str] = SPECIALS, **named: str):
     """A Qwen2-style byte-level BPE tokenizer (GLM-4's tokenizer is byte-level BPE too) over the 256
-    byte characters, a few merges and GLM's special tokens."""
+    byte characters, a few merges and `specials` (GLM's special tokens; the first is the end of text),
+    `named` special tokens as the tokenizer's attributes (e.g. image_token="<|image|>")."""
     from transformers import PreTrainedTokenizerFast, Qwen2Tokenizer
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
@@ -66,13 +67,26 @@ def tiny_glm_tokenizer():
     merges = [("T", "e"), ("Te", "x"), ("Tex", "t"), ("Ġ", "R"), ("e", "c"), ("o", "n")]
     for left, right in merges:
         vocab.setdefault(left + right, len(vocab))
-    for token in SPECIALS:
+    for token in specials:
         vocab[token] = len(vocab)
-    slow = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, bos_token=None, eos_token="<|endoftext|>",
-                          pad_token="<|endoftext|>")
-    slow.add_special_tokens({"additional_special_tokens": SPECIALS[1:]})
-    return PreTrainedTokenizerFast(tokenizer_object=slow.backend_tokenizer, eos_token="<|endoftext|>",
-                                   pad_token="<|endoftext|>", additional_special_tokens=SPECIALS[1:])
+    end = specials[0]
+    slow = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, bos_token=None, eos_token=end, pad_token=end)
+    slow.add_special_tokens({"additional_special_tokens": specials[1:]})
+    return PreTrainedTokenizerFast(tokenizer_object=slow.backend_tokenizer, eos_token=end, pad_token=end,
+                                   additional_special_tokens=specials[1:], **({"extra_special_tokens": named}
+                                                                              if named else {}))
+
+
+def widened(model_class, config, seed: int):
+    """`model_class(config)` in eval mode, its weights drawn wider than transformers' init (std 0.15,
+    biases 0.5, norms around 1: see the module docstring)."""
+    torch.manual_seed(seed)
+    model = model_class(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            centre = 1.0 if "norm" in name and name.endswith("weight") else 0.0
+            p.copy_(torch.randn_like(p) * (0.15 if p.dim() > 1 else 0.5) + centre)
+    return model
 
 
 def tiny_glm_ocr(dest: Path, seed: int = 0, generation: dict | None = None):
@@ -92,12 +106,7 @@ def tiny_glm_ocr(dest: Path, seed: int = 0, generation: dict | None = None):
         image_token_id=ids["<|image|>"], video_token_id=ids["<|video|>"],
         image_start_token_id=ids["<|begin_of_image|>"], image_end_token_id=ids["<|end_of_image|>"],
         video_start_token_id=ids["<|begin_of_video|>"], video_end_token_id=ids["<|end_of_video|>"])
-    torch.manual_seed(seed)
-    model = GlmOcrForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            centre = 1.0 if "norm" in name and name.endswith("weight") else 0.0
-            p.copy_(torch.randn_like(p) * (0.15 if p.dim() > 1 else 0.5) + centre)
+    model = widened(GlmOcrForConditionalGeneration, config, seed)
     model.generation_config = GenerationConfig(**(generation or {
         "eos_token_id": [ids["<|endoftext|>"], ids["<|user|>"]], "pad_token_id": ids["<|endoftext|>"],
         "do_sample": False}))

@@ -78,6 +78,11 @@ GLM_OCR = ("zai-org/GLM-OCR on the Hub, read from exact mirrors of the repositor
            "copies): config.json (text_config max_position_embeddings 131072), preprocessor_config.json "
            "(Glm46VImageProcessor, max 9633792 pixels: a 3103-pixel square), the model card's task prompts "
            "(Text / Formula / Table Recognition:, a request names its task: {task}); generation_config.json not read")
+PADDLEOCR_VL = ("transformers' own PaddleOCRVLConfig defaults (documented as PaddlePaddle/PaddleOCR-VL's: text "
+                "max_position_embeddings 131072, vocab 103424, 18 layers 1024 wide), PaddleOCRVLImageProcessor's "
+                "defaults (max 1536 * 1536 pixels: a 1536-pixel square), the model card's and vLLM's recipe's task "
+                "prompts (OCR: / Table / Formula / Chart Recognition:, a request names its task: {task}); the "
+                "checkpoint's config.json and generation_config.json not read")
 GLINER = "gliner_config.json (model_name: the DeBERTa backbone, span_mode) on the Hub"
 GLINER_BI_V2 = ("the model card (README: a ModernBERT / Ettin text encoder, a sentence-transformers labels "
                 "encoder) and docs.knowledgator.com's GLiNKER pretrained-models table on the Hub")
@@ -433,6 +438,11 @@ PUBLISHED: dict[str, Published] = {
     "zai-org/GLM-OCR": other("glm_ocr", "generate", 131072, GLM_OCR, image_size=(3103, 3103), task_prompt="{task}",
                              text_config=dict(hidden_size=1536, num_hidden_layers=16, vocab_size=59392,
                                               max_position_embeddings=131072)),
+    # document models (PaddleOCR-VL): a vision-language model prompted by the request's task
+    "PaddlePaddle/PaddleOCR-VL": other("paddleocr_vl", "generate", 131072, PADDLEOCR_VL, image_size=(1536, 1536),
+                                       task_prompt="{task}",
+                                       text_config=dict(hidden_size=1024, num_hidden_layers=18, vocab_size=103424,
+                                                        max_position_embeddings=131072)),
     # image-text (CLIP and SigLIP; the text tower pools at the end-of-text token, or SigLIP's last position)
     "openai/clip-vit-base-patch32": dense("clip", "last", None, 512, 77, CLIP),
     "openai/clip-vit-large-patch14": dense("clip", "last", None, 768, 77, CLIP),

@@ -8,21 +8,24 @@ decode batch; a PDF answers per page; bad input is a 400 naming the field."""
 from __future__ import annotations
 
 import base64
-import dataclasses
 
 import httpx
-import msgpack
 import pytest
-import torch
-import yaml
 from PIL import Image
 
 from glm_ocr_fixtures import tiny_glm_ocr
 from image_fixtures import encode_image, noise_page
+from page_vlm_checks import (
+    ReferenceTexts,
+    check_msgpack_equals_json,
+    check_pages_answered_as_alone,
+    images_json,
+    served,
+    tiny_card,
+)
 from pdf_fixtures import make_pdf, reference_render
-from server_fixtures import start_server
 from sie_client import SIEClient
-from sie_engine import Catalog, Engine, WeightsSource
+from sie_engine import Catalog, Engine
 from sie_engine.card import ModelCard
 from sie_engine.models.glm_ocr.tasks import PROMPTS
 
@@ -38,80 +41,34 @@ PNGS = [encode_image(p, "PNG") for p in PAGES]
 
 
 def _card(root) -> ModelCard:
-    """The built-in card on the tiny weights: float32 (transformers' reference runs in it), the tiny
-    decoder's positions, a small bound of new tokens."""
-    card = Catalog.builtin().get(MODEL)
-    generate = {**card.options["generate"], "max_new_tokens": NEW}
-    return dataclasses.replace(card, weights=WeightsSource(path=str(root)), dtype="float32", max_seq_len=POSITIONS,
-                               options={**card.options, "generate": generate})
+    return tiny_card(MODEL, root, NEW, POSITIONS)
 
 
 @pytest.fixture(scope="module")
 def glm(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny-glm-ocr")
     model, processor = tiny_glm_ocr(root)
-    cards = tmp_path_factory.mktemp("glm-ocr-cards")
-    (cards / "glm-ocr.yaml").write_text(yaml.safe_dump(_card(root).to_dict()))
-    return root, model, processor, cards
+    return root, model, processor, ReferenceTexts(model, processor)
 
 
 @pytest.fixture(scope="module")
 def server(glm, tmp_path_factory):
-    process = start_server("--models", str(glm[3]), "--model", f"{LOCAL}={glm[0]}",
-                           log_dir=tmp_path_factory.mktemp("sie-server"))
-    try:
+    with served(_card(glm[0]), LOCAL, glm[0], tmp_path_factory) as process:
         yield process
-    finally:
-        process.stop()
-
-
-_references: dict[tuple, str] = {}
 
 
 def reference(glm, page: Image.Image, text: str, new: int = NEW) -> str:
-    """The model card's transformers usage on the page alone: the chat template over the image and the
-    task's text, the processor, greedy `generate`, the new tokens decoded without special tokens."""
-    key = (page.tobytes(), page.size, text, new)
-    if key not in _references:
-        _, model, processor, _ = glm
-        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
-        prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
-        inputs = processor(text=[prompt], images=[page.convert("RGB")], return_tensors="pt")
-        with torch.no_grad():
-            out = model.generate(**inputs, max_new_tokens=new, do_sample=False)
-        _references[key] = processor.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
-    return _references[key]
-
-
-def _images(pngs) -> list[dict]:
-    return [{"image": base64.b64encode(p).decode()} for p in pngs]
+    """The model card's transformers usage on the page alone (page_vlm_checks.ReferenceTexts)."""
+    return glm[3](page, text, new)
 
 
 def test_pages_of_three_sizes_equal_transformers_each_alone(server, glm):
-    response = httpx.post(f"{server.url}/v1/extract/{MODEL}", json={"items": _images(PNGS)}, timeout=60)
-    assert response.status_code == 200, response.text
-    answer = response.json()
-    assert [item["id"] for item in answer["items"]] == ["0", "1", "2"]
-    texts = [item["text"] for item in answer["items"]]
-    assert texts == [reference(glm, p, PROMPTS["text"]) for p in PAGES]
-    assert all(texts) and len(set(texts)) == len(texts)  # each page its own text
-    assert all(item.get("data") is None and "regions" not in item for item in answer["items"])
-    assert answer["usage"]["tokens"] > 0
+    check_pages_answered_as_alone(server.url, MODEL, PNGS, [reference(glm, p, PROMPTS["text"]) for p in PAGES])
 
 
 def test_tasks_over_msgpack_equal_json_and_the_engine(server, glm):
-    body = {"items": [{"image": p, "id": f"p{i}"} for i, p in enumerate(PNGS[:2])], "task": "table",
-            "max_new_tokens": 6}
-    response = httpx.post(f"{server.url}/v1/extract/{MODEL}", content=msgpack.packb(body, use_bin_type=True),
-                          timeout=60, headers={"Content-Type": "application/msgpack", "Accept": "application/msgpack"})
-    assert response.status_code == 200, response.text
-    items = msgpack.unpackb(response.content, raw=False)["items"]
     expected = [reference(glm, p, PROMPTS["table"], new=6) for p in PAGES[:2]]
-    assert [item["text"] for item in items] == expected and [item["id"] for item in items] == ["p0", "p1"]
-    as_json = httpx.post(f"{server.url}/v1/extract/{MODEL}", timeout=60,
-                         json={**body, "items": [{"image": base64.b64encode(p).decode(), "id": f"p{i}"}
-                                                 for i, p in enumerate(PNGS[:2])]}).json()["items"]
-    assert as_json == items
+    check_msgpack_equals_json(server.url, MODEL, PNGS[:2], {"task": "table", "max_new_tokens": 6}, expected)
 
     custom = "Extract the total as JSON: {\"total\": \"\"}"
     with Engine(Catalog([_card(glm[0])]), device="cpu") as engine, \
@@ -120,7 +77,7 @@ def test_tasks_over_msgpack_equal_json_and_the_engine(server, glm):
         own = embedded.extract(MODEL, [PNGS[2]], task="custom", prompt=custom)
     assert [item.text for item in table.items] == expected
     over_http = httpx.post(f"{server.url}/v1/extract/{MODEL}", timeout=60,
-                           json={"items": _images(PNGS[2:]), "task": "custom", "prompt": custom}).json()["items"]
+                           json={"items": images_json(PNGS[2:]), "task": "custom", "prompt": custom}).json()["items"]
     assert [item["text"] for item in over_http] == [item.text for item in own.items] == [
         reference(glm, PAGES[2], custom)]
 
@@ -135,7 +92,7 @@ def test_a_pdf_answers_per_page_and_the_local_card(server, glm):
     rendered = [reference_render(pdf, n, 1.0) for n in (1, 2)]  # 72 dpi: one pixel per point
     assert [item["text"] for item in items] == [reference(glm, p, PROMPTS["formula"]) for p in rendered]
 
-    local = httpx.post(f"{server.url}/v1/extract/{LOCAL}", json={"items": _images(PNGS[:1]), "max_new_tokens": 5},
+    local = httpx.post(f"{server.url}/v1/extract/{LOCAL}", json={"items": images_json(PNGS[:1]), "max_new_tokens": 5},
                        timeout=60)
     assert local.status_code == 200, local.text
     assert [item["text"] for item in local.json()["items"]] == [reference(glm, PAGES[0], PROMPTS["text"], new=5)]
@@ -149,7 +106,7 @@ def test_a_pdf_answers_per_page_and_the_local_card(server, glm):
     ({"labels": ["total"]}, "labels", "labels"),
 ])
 def test_bad_requests_are_400s_naming_the_field(server, body, field, says):
-    response = httpx.post(f"{server.url}/v1/extract/{MODEL}", json={"items": _images(PNGS[:1]), **body}, timeout=30)
+    response = httpx.post(f"{server.url}/v1/extract/{MODEL}", json={"items": images_json(PNGS[:1]), **body}, timeout=30)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert says in error["message"] and field in error["message"]

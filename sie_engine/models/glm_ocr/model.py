@@ -33,15 +33,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...attention import AttentionBackend, AttentionMetadata, default_scale
+from ...attention import AttentionBackend, default_scale
 from ...batch import Grids
 from ...generation.cache import DecodeCache
 from ...generation.head import GenerationHead
 from ...images import MAX_RESIZED_PIXELS
 from ...layers.blocks import RMSNorm
 from ...layers.weights import WeightSpec
-from ..base import Backbone
 from ..colqwen2.model import mrope_positions
+from ..page_decoder import PageDecoderLM
 from ..qwen.model import QwenMLP
 from .vision import GlmOcrVisionConfig, VisionTower
 
@@ -50,7 +50,10 @@ DEFAULT_MROPE_SECTION = (8, 12, 12)
 
 
 @dataclass(frozen=True)
-class GlmOcrTextConfig:
+class MRopeDecoderConfig:
+    """The text_config of a decoder with M-RoPE (GLM-OCR's, PaddleOCR-VL's), as transformers' config
+    class completes it; subclasses add what their decoder has of its own."""
+
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -62,29 +65,44 @@ class GlmOcrTextConfig:
     rms_norm_eps: float
     max_position_embeddings: int
     rope_theta: float
-    rotary_dim: int  # channels of a head that rotate: head_dim * partial_rotary_factor
     mrope_section: tuple[int, ...]  # frequencies per axis (temporal, height, width), repeating
 
     @staticmethod
-    def from_hf(text: Mapping[str, Any]) -> GlmOcrTextConfig:
+    def fields(text: Mapping[str, Any], default_sections: tuple[int, ...] | None,
+               rotary_fraction: float = 1.0) -> dict[str, Any]:
+        """The shared fields of `text` (default rotary only; `mrope_section`, or `default_sections`
+        where it names none, covering the head's rotary channels: `rotary_fraction` of head_dim)."""
         rope = text.get("rope_parameters") or {}
         if (rope.get("rope_type") or "default") != "default":
             raise ValueError(f"text_config.rope_parameters.rope_type={rope.get('rope_type')!r} is not supported "
                              "(only 'default')")
         heads = text["num_attention_heads"]
         head_dim = text.get("head_dim") or text["hidden_size"] // heads
-        rotary_dim = int(head_dim * rope.get("partial_rotary_factor", 1.0))
-        sections = tuple(int(s) for s in rope.get("mrope_section") or DEFAULT_MROPE_SECTION)
+        rotary_dim = int(head_dim * rotary_fraction)
+        sections = tuple(int(s) for s in rope.get("mrope_section") or default_sections or ())
+        if not sections:
+            raise ValueError("text_config.rope_parameters names no mrope_section: the decoder's attention rotates "
+                             "by it (a published config's rope_scaling.mrope_section)")
         if 2 * sum(sections) != rotary_dim:
             raise ValueError(f"text_config.rope_parameters.mrope_section {list(sections)} covers {2 * sum(sections)} "
                              f"channels; the head's rotary channels are {rotary_dim}")
-        return GlmOcrTextConfig(
-            vocab_size=text["vocab_size"], hidden_size=text["hidden_size"],
-            intermediate_size=text["intermediate_size"], num_hidden_layers=text["num_hidden_layers"],
-            num_attention_heads=heads, num_key_value_heads=text.get("num_key_value_heads") or heads,
-            head_dim=head_dim, hidden_act=text["hidden_act"], rms_norm_eps=text["rms_norm_eps"],
-            max_position_embeddings=text["max_position_embeddings"], rope_theta=float(rope.get("rope_theta", 10_000)),
-            rotary_dim=rotary_dim, mrope_section=sections)
+        return dict(vocab_size=text["vocab_size"], hidden_size=text["hidden_size"],
+                    intermediate_size=text["intermediate_size"], num_hidden_layers=text["num_hidden_layers"],
+                    num_attention_heads=heads, num_key_value_heads=text.get("num_key_value_heads") or heads,
+                    head_dim=head_dim, hidden_act=text["hidden_act"], rms_norm_eps=text["rms_norm_eps"],
+                    max_position_embeddings=text["max_position_embeddings"],
+                    rope_theta=float(rope["rope_theta"]), mrope_section=sections)
+
+
+@dataclass(frozen=True)
+class GlmOcrTextConfig(MRopeDecoderConfig):
+    rotary_dim: int  # channels of a head that rotate: head_dim * partial_rotary_factor
+
+    @staticmethod
+    def from_hf(text: Mapping[str, Any]) -> GlmOcrTextConfig:
+        fraction = (text.get("rope_parameters") or {}).get("partial_rotary_factor", 1.0)
+        fields = MRopeDecoderConfig.fields(text, DEFAULT_MROPE_SECTION, fraction)
+        return GlmOcrTextConfig(**fields, rotary_dim=int(fields["head_dim"] * fraction))
 
 
 @dataclass(frozen=True)
@@ -224,14 +242,9 @@ class GlmTextModel(nn.Module):
         return self.norm(x)
 
 
-class GlmOcrModel(Backbone):
+class GlmOcrModel(PageDecoderLM):
     """GLM-OCR under transformers' names (`model.visual.*`, `model.language_model.*`, `lm_head`); see
     the module docstring."""
-
-    supports_images = True
-    patch_grids = True  # each page at its own resolution, its patches as the processor flattens them
-    # no packed text batches: the decode worker runs it (generation/worker.py)
-    cpu_float32_batch_tokens = None
 
     @classmethod
     def activation_bytes(cls, batch_tokens: int, config: Any, dtype: torch.dtype) -> int | None:
@@ -259,46 +272,10 @@ class GlmOcrModel(Backbone):
             # the multi-token-prediction layer after the last, which generate does not run
             ignore=(f"model.language_model.layers.{text.num_hidden_layers}.",),
         )
-        # generation.DecoderOnlyLM: what the decode loop asks
-        self.decoder_layers = text.num_hidden_layers
-        self.decoder_heads = text.num_key_value_heads  # the cache holds the key/value heads
-        self.decoder_head_dim = text.head_dim
-        self.decoder_positions = text.max_position_embeddings
-        self.merge = config.vision.spatial_merge_size
-
-    position_axes = 3  # M-RoPE: temporal, height, width
-
-    def input_embeddings(self) -> nn.Embedding:
-        return self.language_model.embed_tokens
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionMetadata,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        raise NotImplementedError("GLM-OCR generates from page images: it has no packed text forward")
+        self.size_decoder(text, config.vision.spatial_merge_size)
 
     def encode_images(self, patches: torch.Tensor, grids: Grids) -> list[torch.Tensor]:
         """`[N, C * T * p * p]` patches of the pages (each page's (rows, columns) of patches in
         `grids`) -> each page's image features `[rows * columns / merge**2, H]`."""
         features = self.visual(patches, grids)
         return list(features.split([h * w // self.merge ** 2 for h, w in grids]))
-
-    def prompt_embeddings(self, ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-        """A prompt's ids `[L]` (its image placeholders in one run) and its page's features `[n, H]`
-        -> the decoder's input embeddings `[L, H]`, the features where the placeholders are."""
-        x = self.language_model.embed_tokens(ids)
-        places = (ids == self.config.image_token_id).nonzero().squeeze(1)
-        return x.index_copy(0, places, features.to(x.dtype))
-
-    def token_embeddings(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Token ids `[rows, Q]` -> input embeddings `[rows, Q, H]`."""
-        return self.language_model.embed_tokens(tokens)
-
-    def hidden(self, x: torch.Tensor, positions: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
-        """One step's input embeddings `[rows, Q, H]` at positions `[3, rows, Q]` -> hidden `[rows, Q, H]`
-        of every new token (after the final norm)."""
-        return self.language_model(x, positions, cache)
-
-    def decode_embedded(self, embeddings: torch.Tensor, positions: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
-        """One step (after `cache.begin_step`) -> float32 logits `[rows, V]` of each row's last new token."""
-        hidden = self.hidden(embeddings, positions, cache)
-        last = hidden[torch.arange(hidden.shape[0], device=hidden.device), cache.last_index]  # [rows, H]
-        return self.lm_head(last).float()

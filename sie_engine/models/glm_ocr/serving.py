@@ -15,7 +15,7 @@ model card's `processor.decode(..., skip_special_tokens=True)` does.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,9 +58,15 @@ class GlmOcrImages(Qwen2VLImages):
 
 class GlmOcrInputs(VocabularyLookup):
     """The checkpoint's tokenizer (transformers', for the chat template and for decoding answers) and,
-    as `images`, its image processor; a page costs its image features plus the prompt around them."""
+    as `images`, its image processor; a page costs its image features plus the prompt around them.
+    The class attributes name what differs in another model prompted so (models/paddleocr_vl)."""
 
     images: GlmOcrImages
+    name = "GLM-OCR"
+    image_token = IMAGE_TOKEN
+    image_role: type[Qwen2VLImages] = GlmOcrImages
+    read_config: Callable[[Mapping[str, Any]], Any] = staticmethod(GlmOcrConfig.from_hf)  # image_token_id
+    default_prompt = tasks.PROMPTS[tasks.DEFAULT_TASK] or ""
 
     def __init__(self, layout: CheckpointLayout | Path, max_length: int, trust_remote_code: bool = False):
         from transformers import AutoTokenizer
@@ -69,26 +75,29 @@ class GlmOcrInputs(VocabularyLookup):
             layout = describe(layout)
         self.hf = AutoTokenizer.from_pretrained(str(layout.root), trust_remote_code=trust_remote_code)
         if not self.hf.chat_template:
-            raise ValueError(f"{layout.root}: no chat template (chat_template.jinja): GLM-OCR's prompt is its "
+            raise ValueError(f"{layout.root}: no chat template (chat_template.jinja): {self.name}'s prompt is its "
                              "chat template's")
         self._tok = self.hf.backend_tokenizer
         self.special_ids = frozenset(self.hf.all_special_ids)
-        self.image_token_id = self.token_id(IMAGE_TOKEN)
-        if self.image_token_id != GlmOcrConfig.from_hf(layout.config).image_token_id:
-            raise ValueError(f"{layout.root}: the tokenizer's {IMAGE_TOKEN} is not config.json's image_token_id")
-        self.images = GlmOcrImages(load_image_processor(layout.root))
+        # the processor's placeholder: the tokenizer's `image_token` where it names one (Glm46VProcessor and
+        # PaddleOCRVLProcessor read it so), else the family's
+        self.image_token = getattr(self.hf, "image_token", None) or self.image_token
+        self.image_token_id = self.token_id(self.image_token)
+        if self.image_token_id != self.read_config(layout.config).image_token_id:
+            raise ValueError(f"{layout.root}: the tokenizer's {self.image_token} is not config.json's image_token_id")
+        self.images = self.image_role(load_image_processor(layout.root))  # type: ignore[assignment]
         # admission's count of a page beside its features: the default task's prompt
-        self.images.prompt_tokens = len(self.prompt_ids(tasks.PROMPTS[tasks.DEFAULT_TASK] or "")) - 1
+        self.images.prompt_tokens = len(self.prompt_ids(self.default_prompt)) - 1
         self.images.image_tokens += self.images.prompt_tokens
 
     def prompt_ids(self, prompt: str) -> list[int]:
-        """The chat template's prompt of one page and the task's text, its `<|image|>` once."""
+        """The chat template's prompt of one page and the task's text, its image placeholder once."""
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
         text = self.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         ids = list(self.hf(text, add_special_tokens=False)["input_ids"])
         if ids.count(self.image_token_id) != 1:
-            raise ValueError(f"the chat template wrote {ids.count(self.image_token_id)} {IMAGE_TOKEN} placeholders "
-                             "for one page")
+            raise ValueError(f"the chat template wrote {ids.count(self.image_token_id)} {self.image_token} "
+                             "placeholders for one page")
         return ids
 
 
@@ -100,6 +109,7 @@ def expand_image(prompt: Sequence[int], image_token_id: int, features: int) -> l
 
 class GlmOcrGeneration(GenerationHead):
     takes_prompt = False  # the prompt is the task's (tasks.py), `custom`'s included
+    name = "GLM-OCR"  # in a card's errors (models/paddleocr_vl's subclass names its own)
 
     def __init__(self, model: GlmOcrModel, tokenizer: Any, root: Path, options: Mapping[str, Any], card_id: str,
                  dtype: torch.dtype):
@@ -108,7 +118,7 @@ class GlmOcrGeneration(GenerationHead):
         self.tokenizer = tokenizer  # transformers' (GlmOcrInputs.hf)
         task_prompt, self.max_new_tokens, overrides = generate_options(options, card_id)
         if task_prompt != "{task}":
-            raise ValueError(f"card {card_id}: options.generate.task_prompt must be \"{{task}}\" for GLM-OCR "
+            raise ValueError(f"card {card_id}: options.generate.task_prompt must be \"{{task}}\" for {self.name} "
                              f"(a request names its task), got {task_prompt!r}")
         self.generation = {**generation_config(root), **overrides}
         self.default = GenerationSettings.from_generation_config(self.generation, max_new_tokens=self.max_new_tokens)
@@ -144,11 +154,16 @@ class GlmOcrGeneration(GenerationHead):
 
 
 def build_generation_head(ctx: HeadContext) -> dict[str, GenerationHead]:
+    return generation_heads(ctx, GlmOcrGeneration)
+
+
+def generation_heads(ctx: HeadContext, head: type[GlmOcrGeneration]) -> dict[str, GenerationHead]:
+    """The `generate` head of a model prompted by task whose inputs GlmOcrInputs (or a subclass) prepares."""
     if not isinstance(ctx.tokenizer, GlmOcrInputs):
-        raise TypeError(f"{ctx.card.id}: the GLM-OCR family prepares its inputs with GlmOcrInputs")
-    head = GlmOcrGeneration(ctx.backbone, ctx.tokenizer.hf, Path(ctx.root), ctx.options("generate"),  # type: ignore[arg-type]
-                            ctx.card.id, ctx.dtype)
-    return {"generate": head}
+        raise TypeError(f"{ctx.card.id}: the {ctx.card.family} family prepares its inputs with GlmOcrInputs (or its "
+                        "subclass)")
+    return {"generate": head(ctx.backbone, ctx.tokenizer.hf, Path(ctx.root), ctx.options("generate"),  # type: ignore[arg-type]
+                             ctx.card.id, ctx.dtype)}
 
 
 # new tokens a page of a card-less directory may ask for (the built-in card's bound)
@@ -158,15 +173,22 @@ DEFAULT_MAX_PIXELS = 28 * 28 * 15000  # Glm46VImageProcessor's default size.long
 
 def local_card(name: str, root: Path, config: Mapping[str, Any]) -> ModelCard:
     """A card-less directory: every task (the request's `task`, text by default)."""
+    return task_prompted_card(name, root, GlmOcrConfig.from_hf(config).max_seq_len, "glm_ocr", DEFAULT_MAX_PIXELS,
+                              f"GLM-OCR from {root} (task: text, formula, table or custom with a prompt)")
+
+
+def task_prompted_card(name: str, root: Path, positions: int, family: str, default_max_pixels: int,
+                       description: str) -> ModelCard:
+    """The card of a card-less directory of a model prompted by task (`task_prompt: "{task}"`), its
+    image bound from its processor's max pixels."""
     from ...card import ModelCard, WeightsSource
 
-    positions = GlmOcrConfig.from_hf(config).max_seq_len
     # admission's bound before the processor loads: the side of a square of its max pixels (as the card's)
-    most = (read_image_processor_config(Path(root)).get("size") or {}).get("longest_edge") or DEFAULT_MAX_PIXELS
-    return ModelCard(id=name, weights=WeightsSource(path=str(root)), family="glm_ocr", outputs=("generate",),
+    most = (read_image_processor_config(Path(root)).get("size") or {}).get("longest_edge") or default_max_pixels
+    return ModelCard(id=name, weights=WeightsSource(path=str(root)), family=family, outputs=("generate",),
                      modalities=("image",), query_tower="image", image_size=math.isqrt(int(most)),
                      max_seq_len=positions,
                      max_batch_tokens=positions, pooling="none", normalize=False,
                      options={"generate": {"task_prompt": "{task}",
                                            "max_new_tokens": min(LOCAL_MAX_NEW_TOKENS, positions // 2)}},
-                     description=f"GLM-OCR from {root} (task: text, formula, table or custom with a prompt)")
+                     description=description)
