@@ -61,6 +61,8 @@ FAMILIES: dict[str, str] = {
     "florence2": f"{_M}.florence2.family:FAMILY",
     # GLM-OCR (CogViT vision tower at each page's own resolution + GLM decoder): generates a page's text
     "glm_ocr": f"{_M}.glm_ocr.family:FAMILY",
+    # Idefics3 (SigLIP over a page's tiles, pixel-shuffle connector, Llama decoder): granite-docling's DocTags
+    "idefics3": f"{_M}.idefics3.family:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,
@@ -94,6 +96,7 @@ ARCHITECTURES: dict[str, str] = {
     "Florence2ForConditionalGeneration": "florence2",
     "PPDocLayoutV3ForObjectDetection": "pp-doclayout",
     "GlmOcrForConditionalGeneration": "glm_ocr",
+    "Idefics3ForConditionalGeneration": "idefics3",
 }
 
 # config.json `model_type` -> family, for checkpoints without `architectures`.
@@ -104,6 +107,7 @@ MODEL_TYPES: dict[str, str] = {
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
     "colqwen2": "colqwen2", "vision-encoder-decoder": "donut", "owlv2": "owlv2", "florence2": "florence2",
     "grounding-dino": "grounding-dino", "pp_doclayout_v3": "pp-doclayout", "glm_ocr": "glm_ocr",
+    "idefics3": "idefics3",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the

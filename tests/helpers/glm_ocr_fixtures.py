@@ -54,9 +54,10 @@ def reference_processor(image_processor, tokenizer):
                       chat_template=CHAT_TEMPLATE)
 
 
-def tiny_glm_tokenizer():
+def tiny_glm_tokenizer(specials: list[str] = SPECIALS):
     """A Qwen2-style byte-level BPE tokenizer (GLM-4's tokenizer is byte-level BPE too) over the 256
-    byte characters, a few merges and GLM's special tokens."""
+    byte characters, a few merges and GLM's special tokens (or `specials`: the first is the EOS
+    and padding token, Idefics3's fixtures give theirs)."""
     from transformers import PreTrainedTokenizerFast, Qwen2Tokenizer
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
@@ -66,13 +67,13 @@ def tiny_glm_tokenizer():
     merges = [("T", "e"), ("Te", "x"), ("Tex", "t"), ("Ġ", "R"), ("e", "c"), ("o", "n")]
     for left, right in merges:
         vocab.setdefault(left + right, len(vocab))
-    for token in SPECIALS:
+    for token in specials:
         vocab[token] = len(vocab)
-    slow = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, bos_token=None, eos_token="<|endoftext|>",
-                          pad_token="<|endoftext|>")
-    slow.add_special_tokens({"additional_special_tokens": SPECIALS[1:]})
-    return PreTrainedTokenizerFast(tokenizer_object=slow.backend_tokenizer, eos_token="<|endoftext|>",
-                                   pad_token="<|endoftext|>", additional_special_tokens=SPECIALS[1:])
+    eos = specials[0]
+    slow = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, bos_token=None, eos_token=eos, pad_token=eos)
+    slow.add_special_tokens({"additional_special_tokens": specials[1:]})
+    return PreTrainedTokenizerFast(tokenizer_object=slow.backend_tokenizer, eos_token=eos, pad_token=eos,
+                                   additional_special_tokens=specials[1:])
 
 
 def tiny_glm_ocr(dest: Path, seed: int = 0, generation: dict | None = None):
