@@ -78,6 +78,10 @@ GLM_OCR = ("zai-org/GLM-OCR on the Hub, read from exact mirrors of the repositor
            "copies): config.json (text_config max_position_embeddings 131072), preprocessor_config.json "
            "(Glm46VImageProcessor, max 9633792 pixels: a 3103-pixel square), the model card's task prompts "
            "(Text / Formula / Table Recognition:, a request names its task: {task}); generation_config.json not read")
+DOCLING = ("%s on the Hub: the model card (Idefics3ForConditionalGeneration, model_type idefics3; the full-page "
+           "prompt \"Convert this page to docling.\" in the chat template; DocTags decoded with skip_special_tokens="
+           "False), preprocessor_config.json (Idefics3ImageProcessor: size.longest_edge 2048, 512-pixel tiles); "
+           "max_position_embeddings 8192 is SmolVLM's / SmolLM2's, not read from this checkpoint's config.json")
 GLINER = "gliner_config.json (model_name: the DeBERTa backbone, span_mode) on the Hub"
 GLINER2 = ("config.json (model_type extractor) + encoder_config/config.json (DeBERTa-v3-base) on the Hub; "
            "microsoft/deberta-v3-base's tokenizer_config.json gives model_max_length 512")
@@ -406,6 +410,10 @@ PUBLISHED: dict[str, Published] = {
     "zai-org/GLM-OCR": other("glm_ocr", "generate", 131072, GLM_OCR, image_size=(3103, 3103), task_prompt="{task}",
                              text_config=dict(hidden_size=1536, num_hidden_layers=16, vocab_size=59392,
                                               max_position_embeddings=131072)),
+    # document models (Idefics3: granite-docling, SmolDocling): DocTags of each page, docling's prompt
+    **{name: other("idefics3", "generate", 8192, DOCLING % name, image_size=(2048, 2048),
+                   task_prompt="Convert this page to docling.")
+       for name in ("ibm-granite/granite-docling-258M", "docling-project/SmolDocling-256M-preview")},
     # image-text (CLIP and SigLIP; the text tower pools at the end-of-text token, or SigLIP's last position)
     "openai/clip-vit-base-patch32": dense("clip", "last", None, 512, 77, CLIP),
     "openai/clip-vit-large-patch14": dense("clip", "last", None, 768, 77, CLIP),
