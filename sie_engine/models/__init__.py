@@ -67,6 +67,8 @@ FAMILIES: dict[str, str] = {
     "glm_ocr": f"{_M}.glm_ocr.family:FAMILY",
     # PaddleOCR-VL (SigLIP-style encoder at each page's own resolution + ERNIE-4.5): generates a page's text
     "paddleocr_vl": f"{_M}.paddleocr_vl.family:FAMILY",
+    # Idefics3 (SigLIP over a page's tiles, pixel-shuffle connector, Llama decoder): granite-docling's DocTags
+    "idefics3": f"{_M}.idefics3.family:FAMILY",
 }
 
 # Hugging Face architecture string -> family name. Task heads on top of the backbone (masked LM,
@@ -103,6 +105,7 @@ ARCHITECTURES: dict[str, str] = {
     "LightOnOcrForConditionalGeneration": "lighton_ocr",
     "GlmOcrForConditionalGeneration": "glm_ocr",
     "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",
+    "Idefics3ForConditionalGeneration": "idefics3",
 }
 
 # config.json `model_type` -> family, for checkpoints without `architectures`.
@@ -114,7 +117,7 @@ MODEL_TYPES: dict[str, str] = {
     "colqwen2": "colqwen2", "qwen3_vl": "qwen3_vl", "vision-encoder-decoder": "donut", "owlv2": "owlv2",
     "florence2": "florence2", "grounding-dino": "grounding-dino", "pp_doclayout_v3": "pp-doclayout",
     "lighton_ocr": "lighton_ocr", "glm_ocr": "glm_ocr",
-    "paddleocr_vl": "paddleocr_vl",
+    "paddleocr_vl": "paddleocr_vl", "idefics3": "idefics3",
 }
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the

@@ -83,6 +83,10 @@ PADDLEOCR_VL = ("transformers' own PaddleOCRVLConfig defaults (documented as Pad
                 "defaults (max 1536 * 1536 pixels: a 1536-pixel square), the model card's and vLLM's recipe's task "
                 "prompts (OCR: / Table / Formula / Chart Recognition:, a request names its task: {task}); the "
                 "checkpoint's config.json and generation_config.json not read")
+DOCLING = ("%s on the Hub: the model card (Idefics3ForConditionalGeneration, model_type idefics3; the full-page "
+           "prompt \"Convert this page to docling.\" in the chat template; DocTags decoded with skip_special_tokens="
+           "False), preprocessor_config.json (Idefics3ImageProcessor: size.longest_edge 2048, 512-pixel tiles); "
+           "max_position_embeddings 8192 is SmolVLM's / SmolLM2's, not read from this checkpoint's config.json")
 GLINER = "gliner_config.json (model_name: the DeBERTa backbone, span_mode) on the Hub"
 GLINER_BI_V2 = ("the model card (README: a ModernBERT / Ettin text encoder, a sentence-transformers labels "
                 "encoder) and docs.knowledgator.com's GLiNKER pretrained-models table on the Hub")
@@ -443,6 +447,10 @@ PUBLISHED: dict[str, Published] = {
                                        task_prompt="{task}",
                                        text_config=dict(hidden_size=1024, num_hidden_layers=18, vocab_size=103424,
                                                         max_position_embeddings=131072)),
+    # document models (Idefics3: granite-docling, SmolDocling): DocTags of each page, docling's prompt
+    **{name: other("idefics3", "generate", 8192, DOCLING % name, image_size=(2048, 2048),
+                   task_prompt="Convert this page to docling.")
+       for name in ("ibm-granite/granite-docling-258M", "docling-project/SmolDocling-256M-preview")},
     # image-text (CLIP and SigLIP; the text tower pools at the end-of-text token, or SigLIP's last position)
     "openai/clip-vit-base-patch32": dense("clip", "last", None, 512, 77, CLIP),
     "openai/clip-vit-large-patch14": dense("clip", "last", None, 768, 77, CLIP),
