@@ -29,6 +29,10 @@ from ..base import Backbone
 from ..qwen.model import FUSED_KV_AND_GATE_UP, QwenConfig, QwenModel
 from .vision import Connector, Idefics3VisionConfig, VisionTower
 
+# transformers' MAX_IMAGE_SIZE (a 4096-pixel longest edge) in 512-pixel tiles a side, plus the global view:
+# the most tiles a page can have under any processor settings (admission's and the activations' bound)
+MAX_TILES = 8 * 8 + 1
+
 
 def llama_decoder_config(text: Mapping[str, Any]) -> QwenConfig:
     """transformers' LlamaConfig (as a dict) -> SIE's LLaMA-style decoder config; refuses what the
@@ -100,10 +104,8 @@ class Idefics3Model(Backbone):
     @classmethod
     def activation_bytes(cls, batch_tokens: int, config: Any, dtype: torch.dtype) -> int | None:
         """The vision tower's activations for the pages that join the decode batch together (the
-        generation head's `encode_batch`), each at the processor's most tiles (serving.MAX_TILES):
+        generation head's `encode_batch`), each at the processor's most tiles (MAX_TILES):
         every patch's states, q/k/v and MLP; the decode cache is charged apart (generation/worker.py)."""
-        from .serving import MAX_TILES
-
         vision: Idefics3VisionConfig = config.vision  # config: the family's Idefics3Config
         per_patch = 8 * vision.vision.hidden_size + 2 * vision.vision.intermediate_size
         patches = MAX_TILES * vision.num_patches

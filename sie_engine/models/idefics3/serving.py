@@ -48,9 +48,6 @@ if TYPE_CHECKING:
 
 IMAGE_TOKEN, FAKE_TOKEN, GLOBAL_TAG = "<image>", "<fake_token_around_image>", "<global-img>"  # Idefics3Processor's
 DOCLING_PROMPT = "Convert this page to docling."  # docling's and the model cards' full-page prompt
-# transformers' MAX_IMAGE_SIZE (a 4096-pixel longest edge) in 512-pixel tiles a side, plus the global view:
-# the most tiles a page can have under any processor settings (admission's and the activations' bound)
-MAX_TILES = 8 * 8 + 1
 
 
 def tile_grid(processor: Any, width: int, height: int) -> tuple[int, int]:
