@@ -135,3 +135,21 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a = a / np.linalg.norm(a, axis=-1, keepdims=True)
     b = b / np.linalg.norm(b, axis=-1, keepdims=True)
     return (a * b).sum(-1)
+
+
+def load_sie_backbone(root: Path, backend: bool = False):
+    """SIE's backbone of a saved tiny checkpoint, through its family and the declarative loader:
+    (model, tensors, load report). `backend`: the family's model takes an attention backend (the
+    CPU's, float32), as the decoder-only page models do."""
+    from safetensors.torch import load_file
+
+    from sie_engine.attention import select_backend
+    from sie_engine.models import family_for
+
+    config = json.loads((Path(root) / "config.json").read_text())
+    family = family_for(config)
+    args = (select_backend(torch.device("cpu"), torch.float32),) if backend else ()
+    model = family.model_class(family.config_from_hf(config), *args).eval()
+    tensors = load_file(str(Path(root) / "model.safetensors"))
+    report = load_checkpoint(model, tensors, model.weight_spec)
+    return model, tensors, report

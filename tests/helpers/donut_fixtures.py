@@ -8,10 +8,11 @@ search then agree on everything, which tests nothing.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
+
+from arch_fixtures import load_sie_backbone
 
 ENCODER = dict(image_size=[64, 48], patch_size=4, embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=4)
 DECODER = dict(vocab_size=40, d_model=32, decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=64,
@@ -36,19 +37,7 @@ def tiny_donut(dest: Path, seed: int = 0, decoder: dict | None = None, **encoder
     return model
 
 
-def load_sie_donut(root: Path):
-    """SIE's Donut backbone from the directory, through the family and the declarative loader."""
-    from safetensors.torch import load_file
-
-    from sie_engine.layers.weights import load_checkpoint
-    from sie_engine.models import family_for
-
-    config = json.loads((Path(root) / "config.json").read_text())
-    family = family_for(config)
-    model = family.model_class(family.config_from_hf(config)).eval()
-    tensors = load_file(str(Path(root) / "model.safetensors"))
-    report = load_checkpoint(model, tensors, model.weight_spec)
-    return model, tensors, report
+load_sie_donut = load_sie_backbone  # SIE's Donut backbone from a saved directory
 
 
 # A word-level vocabulary of the tiny decoder's 40 ids: the four specials at Donut's ids (<s> 0,

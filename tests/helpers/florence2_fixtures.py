@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from arch_fixtures import load_sie_backbone
+
 # DaViT: stage 0 a 7x7 stride-4 conv, stage 1 a 3x3 stride-2 conv with a norm before it; windows of
 # 3 patches, so a 64x48 image (16x12 then 8x6 patches) pads its windows in stage 1.
 VISION = dict(in_channels=3, depths=[1, 1], patch_size=[7, 3], patch_stride=[4, 2], patch_padding=[3, 1],
@@ -109,19 +111,7 @@ POST_PROCESSOR_CONFIG = {
 }
 
 
-def load_sie_florence2(root: Path):
-    """SIE's Florence-2 from the directory, through the family and the declarative loader."""
-    from safetensors.torch import load_file
-
-    from sie_engine.layers.weights import load_checkpoint
-    from sie_engine.models import family_for
-
-    config = json.loads((Path(root) / "config.json").read_text())
-    family = family_for(config)
-    model = family.model_class(family.config_from_hf(config)).eval()
-    tensors = load_file(str(Path(root) / "model.safetensors"))
-    report = load_checkpoint(model, tensors, model.weight_spec)
-    return model, tensors, report
+load_sie_florence2 = load_sie_backbone  # SIE's Florence-2 from a saved directory
 
 
 # The inverse of transformers' convert_florence2_original_pytorch_to_hf tables (vision_conv_embeddings,

@@ -13,9 +13,12 @@ donut_fixtures.py explains: at init scale a tiny decoder repeats its last token 
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import torch
+
+from arch_fixtures import load_sie_backbone
 
 PATCH, MERGE = 4, 2  # 4-pixel patches merged 2 x 2: sides are multiples of 8 pixels
 MIN_PIXELS, MAX_PIXELS = (PATCH * MERGE) ** 2 * 4, (PATCH * MERGE) ** 2 * 40  # 4 to 40 image features a page
@@ -123,19 +126,4 @@ def tiny_glm_ocr(dest: Path, seed: int = 0, generation: dict | None = None):
     return model, reference_processor(images, tokenizer)
 
 
-def load_sie_glm_ocr(root: Path):
-    """SIE's GLM-OCR backbone from the directory, through the family and the declarative loader
-    (float32, CPU, the CPU attention backend)."""
-    from safetensors.torch import load_file
-
-    from sie_engine.attention import select_backend
-    from sie_engine.layers.weights import load_checkpoint
-    from sie_engine.models import family_for
-
-    config = json.loads((Path(root) / "config.json").read_text())
-    family = family_for(config)
-    model = family.model_class(family.config_from_hf(config),
-                               select_backend(torch.device("cpu"), torch.float32)).eval()
-    tensors = load_file(str(Path(root) / "model.safetensors"))
-    report = load_checkpoint(model, tensors, model.weight_spec)
-    return model, tensors, report
+load_sie_glm_ocr = partial(load_sie_backbone, backend=True)  # SIE's GLM-OCR from a saved directory

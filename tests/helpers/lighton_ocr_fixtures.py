@@ -9,10 +9,11 @@ forever, and every page would read the same, which tests nothing.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
+
+from arch_fixtures import load_sie_backbone
 
 VOCAB = 64
 IMAGE_TOKEN = 10
@@ -44,19 +45,7 @@ def tiny_lighton_ocr(dest: Path, seed: int = 0, tie: bool = False, vision: dict 
     return model
 
 
-def load_sie_lighton_ocr(root: Path):
-    """SIE's LightOnOCR backbone from the directory, through the family and the declarative loader."""
-    from safetensors.torch import load_file
-
-    from sie_engine.layers.weights import load_checkpoint
-    from sie_engine.models import family_for
-
-    config = json.loads((Path(root) / "config.json").read_text())
-    family = family_for(config)
-    model = family.model_class(family.config_from_hf(config)).eval()
-    tensors = load_file(str(Path(root) / "model.safetensors"))
-    report = load_checkpoint(model, tensors, model.weight_spec)
-    return model, tensors, report
+load_sie_lighton_ocr = load_sie_backbone  # SIE's LightOnOCR backbone from a saved directory
 
 
 # A word-level vocabulary of the tiny decoder's 64 ids: Qwen's chat and vision specials (the image

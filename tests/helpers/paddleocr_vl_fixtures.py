@@ -64,7 +64,4 @@ def tiny_paddleocr_vl(dest: Path, seed: int = 0, generation: dict | None = None)
     return model, processor
 
 
-def load_sie_paddleocr_vl(root: Path):
-    """SIE's PaddleOCR-VL backbone from the directory, through the family and the declarative loader
-    (float32, CPU, the CPU attention backend)."""
-    return load_sie_glm_ocr(root)
+load_sie_paddleocr_vl = load_sie_glm_ocr  # the same loader: its family from config.json
