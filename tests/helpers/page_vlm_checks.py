@@ -112,13 +112,15 @@ def check_generate(reference, model, pages, generation: dict, beams: int, eos: l
     assert len({len(t) for t in expected}) > 1 or beams > 1  # some stop on a stop token, others at the limit
 
 
-def check_batch_invariance(model, pages, generation: dict, eos: list[int]) -> None:
+def check_batch_invariance(model, pages, generation: dict, eos: list[int], make_request=None) -> None:
     """Greedy and beam requests for pages of four sizes in one running batch, two joining after the
-    others started: each page's tokens are the tokens it gets alone."""
+    others started: each page's tokens are the tokens it gets alone. `make_request` builds a page's
+    request (default `request`: the M-RoPE models')."""
+    make_request = make_request or request
     greedy = GenerationSettings.from_generation_config(generation, max_new_tokens=10, eos_token_id=eos)
     beam = GenerationSettings.from_generation_config(generation, max_new_tokens=8, num_beams=2,
                                                      early_stopping=True, eos_token_id=eos)
-    requests = [request(model, p, greedy if i % 2 == 0 else beam) for i, p in enumerate(pages)]
+    requests = [make_request(model, p, greedy if i % 2 == 0 else beam) for i, p in enumerate(pages)]
     alone = [DecodeLoop(model, CPU, torch.float32).run([r])[0].tokens for r in requests]
     loop = DecodeLoop(model, CPU, torch.float32)
     handles = [loop.add(requests[0]), loop.add(requests[1])]

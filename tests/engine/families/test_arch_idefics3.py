@@ -16,6 +16,7 @@ import torch
 
 from idefics3_fixtures import load_sie_idefics3, tiny_idefics3
 from image_fixtures import noise_page
+from page_vlm_checks import check_batch_invariance
 from sie_engine.generation import DecodeLoop, GenerationRequest, GenerationSettings
 from sie_engine.models.idefics3.serving import DOCLING_PROMPT, tile_grid
 
@@ -180,25 +181,8 @@ def test_generate_equals_transformers(idefics, beams):
 
 
 def test_batch_invariance_with_pages_of_other_sizes_joining(idefics):
-    """Greedy and beam requests for pages of four sizes in one running batch, two joining after the
-    others started: each page's tokens are the tokens it gets alone."""
     _, model, _, _, pages, generation, *_ = idefics
-    eos = stop_token(idefics)
-    greedy = GenerationSettings.from_generation_config(generation, max_new_tokens=10, eos_token_id=eos)
-    beam = GenerationSettings.from_generation_config(generation, max_new_tokens=8, num_beams=2,
-                                                     early_stopping=True, eos_token_id=eos)
-    requests = [request(model, p, greedy if i % 2 == 0 else beam) for i, p in enumerate(pages)]
-    alone = [DecodeLoop(model, CPU, torch.float32).run([r])[0].tokens for r in requests]
-    loop = DecodeLoop(model, CPU, torch.float32)
-    handles = [loop.add(requests[0]), loop.add(requests[1])]
-    results: dict[int, list[int]] = {}
-    for step in range(40):
-        if step == 2:
-            handles += [loop.add(requests[2]), loop.add(requests[3])]
-        results.update({h: r.tokens for h, r in loop.step().items()})
-        if loop.idle:
-            break
-    assert [results[h] for h in handles] == alone
+    check_batch_invariance(model, pages, generation, stop_token(idefics), make_request=request)
 
 
 def test_config_refusals():
