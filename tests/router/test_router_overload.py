@@ -3,7 +3,8 @@
 Worker "tight" has the model preloaded (so affinity sends it every request) and a small
 queue bound (`--max-queued-tokens`), so a burst gets real 429s from it; worker "roomy"
 starts cold. The router must retry those 429s on "roomy" and answer every request. Then
-"tight" is drained (SIGTERM): requests keep succeeding on "roomy".
+"tight" is drained (SIGTERM) in the middle of a flood: every request is answered, by "tight"
+(what it accepted) or "roomy", and "tight" leaves the rotation (issue 32.4, direct mode).
 """
 
 from __future__ import annotations
@@ -95,15 +96,26 @@ def test_workers_found_through_dns_like_a_headless_service(cluster, batches, tmp
         router.stop()
 
 
-def test_a_draining_worker_leaves_the_rotation(cluster, batches):
+def test_a_worker_drained_mid_flood_loses_no_request_and_leaves_the_rotation(cluster, batches):
+    """A pool's pod told to stop (SIGTERM, a spot node's notice) while requests are in flight on it:
+    it answers what it accepted, the router sends the rest to the other worker, nothing is lost."""
     router, tight, roomy = cluster
-    tight.signal(signal.SIGTERM)
-    with httpx.Client() as client:
-        answers = [_encode(client, router.url, b) for b in batches[:4]]
-    assert [a.status_code for a in answers] == [200] * 4, [a.text[:200] for a in answers]
+    with httpx.Client() as client, ThreadPoolExecutor(len(batches)) as pool:
+        futures = [pool.submit(_encode, client, router.url, b) for b in batches]
+        deadline = time.monotonic() + 30
+        while router.workers()[tight.url]["inflight"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        inflight = router.workers()[tight.url]["inflight"]
+        tight.signal(signal.SIGTERM)
+        answers = [f.result() for f in futures]
+    assert inflight > 0, "the drain must meet requests in flight"
+    assert [a.status_code for a in answers] == [200] * len(batches), [a.text[:200] for a in answers]
+    assert [len(a.json()["items"]) for a in answers] == [len(b) for b in batches]
     assert tight.wait(30) == 0
     time.sleep(0.5)
-    assert {a.headers["X-SIE-Worker"] for a in answers[1:]} == {roomy.url}
+    with httpx.Client() as client:
+        after = [_encode(client, router.url, b) for b in batches[:2]]
+    assert [a.status_code for a in after] == [200, 200] and {a.headers["X-SIE-Worker"] for a in after} == {roomy.url}
     view = router.workers()
     assert not view[tight.url]["ready"]
     assert metric_value(router.metrics(), "sie_router_workers_ready", pool="cpu") == 1
