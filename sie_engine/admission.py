@@ -290,11 +290,16 @@ class WaitAdmission:
             self._on_change(model_id)
         return reservation
 
+    def admits_cold(self, model_id: str, cold_batch: int | None) -> bool:
+        """Whether the cold allowance decides for this model now: it has a batch budget (`cold_batch`:
+        a preloaded model), is not measured yet, and a wait bound is set (no bound, the library's
+        default, is no bound here either)."""
+        return cold_batch is not None and self.bounded and not self.throughput.measured(model_id)
+
     def cold_refusal(self, model_id: str, queued_tokens: int, tokens: int, batch: int) -> Overloaded | None:
         """The 429 for a model not measured yet that holds a batch already (None: admit):
-        Retry-After is about that batch's time at the prior, at least a second. No bound on
-        the wait (the library's default) is no bound here either."""
-        if not self.bounded or self.throughput.measured(model_id):
+        Retry-After is about that batch's time at the prior, at least a second."""
+        if not self.admits_cold(model_id, batch):
             return None
         committed = queued_tokens + self.reserved(model_id)
         if committed <= 0 or committed + tokens <= cold_allowance(batch):

@@ -226,8 +226,7 @@ class Scheduler:
         wait = self.wait_s + admission.pending.seconds
         if wait > admission.max_wait_s:
             raise admission.refusal(wait)
-        if (model_id is not None and cold_batch is not None and admission.bounded
-                and not admission.throughput.measured(model_id)):
+        if model_id is not None and cold_batch is not None and admission.admits_cold(model_id, cold_batch):
             # its own size is not known yet: refused only where any request would be
             committed = self._committed.get(model_id, 0.0)
             if committed >= cold_allowance(cold_batch):
@@ -255,7 +254,7 @@ class Scheduler:
         if self._draining:
             raise Draining()
         admission = self.admission
-        cold = cold_batch is not None and admission.bounded and not admission.throughput.measured(model_id)
+        cold = admission.admits_cold(model_id, cold_batch)
         reservation = admission.admit(model_id, tokens, self.queued_tokens(), largest=self.max_queued_tokens,
                                       cold_batch=cold_batch)
         if cold and reservation.refusal is None:
