@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -26,7 +28,7 @@ from .body_budget import BODY_BUDGET, BodyBudget
 from .metrics import ServerMetrics
 from .middleware import PUBLIC_ROUTES, frame
 from .settings import ServerSettings
-from .state import ADMIN, API_KEYS, ENGINE, LIFECYCLE, METRICS, SETTINGS, TASKS, WORK_ROUTES, Lifecycle
+from .state import ADMIN, API_KEYS, ENGINE, LIFECYCLE, METRICS, QUEUE_TOKEN, SETTINGS, TASKS, WORK_ROUTES, Lifecycle
 
 if TYPE_CHECKING:  # torch: a split server's frontends never load the engine
     from sie_engine import Engine
@@ -51,6 +53,8 @@ def create_app(engine: Engine, settings: ServerSettings | None = None,
     app[METRICS] = metrics
     app[LIFECYCLE] = Lifecycle(ready=not settings.preload)
     app[API_KEYS] = ApiKeys(tuple(settings.api_keys), settings.api_key_file)
+    if settings.queue_url is not None:  # what its queue consumer will send (queue/consumer.py)
+        app[QUEUE_TOKEN] = secrets.token_urlsafe(24)
     tasks = tuple(all_tasks())
     app[TASKS] = tasks
     # the ecosystem's APIs (OpenAI, TEI, Cohere/Jina, Weaviate's modules, Infinity) over the same
@@ -142,15 +146,19 @@ ANSWER_GRACE_S = 5.0
 DRAINING_RETRY_AFTER_S = 5.0
 
 
-async def drain(app: web.Application, timeout_s: float | None = None) -> bool:
+async def drain(app: web.Application, timeout_s: float | None = None,
+                taken: Callable[[float], Awaitable[bool]] | None = None) -> bool:
     """Stop accepting work and wait until every accepted request has its answer. Work
     still queued when `timeout_s` runs out is answered 503 `draining` with Retry-After,
-    never dropped. True when everything finished within the timeout."""
+    never dropped. `taken` waits for other accepted work, up to the same timeout (queue
+    mode: the messages taken from the stream, `QueueConsumer.settle`). True when everything
+    finished within the timeout."""
     lifecycle, engine = app[LIFECYCLE], app[ENGINE]
     timeout_s = app[SETTINGS].drain_timeout_s if timeout_s is None else timeout_s
     lifecycle.draining = True
     log.info("draining: %d request(s) in flight", lifecycle.accepted())
-    finished = await lifecycle.wait_idle(timeout_s)
+    waits = [lifecycle.wait_idle(timeout_s)] + ([taken(timeout_s)] if taken is not None else [])
+    finished = all(await asyncio.gather(*waits))
     if not finished:
         refused = await engine.abort(f"this server was shutting down and its drain time ({timeout_s:g}s) ran out "
                                      "before this request ran; retry on another replica",

@@ -18,8 +18,9 @@ from aiohttp import web
 
 from .errors import HTTPProblem
 
-# Bytes this request holds in the budget (the key is a plain string: BaseRequest has no typed keys).
-_HELD = "sie_body_budget_held"
+# Bytes this request holds in the budget (a typed key where this aiohttp has them, as state.py's).
+_RequestKey = getattr(web, "RequestKey", None)
+_HELD = _RequestKey("sie_body_budget_held", int) if _RequestKey else "sie_body_budget_held"
 # A client refused for the budget retries once bodies in flight are answered: about a second.
 RETRY_AFTER_S = 1.0
 

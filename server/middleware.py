@@ -8,6 +8,7 @@ and this turns each into its status, body shape and headers.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import os
 import re
@@ -30,6 +31,8 @@ from .state import (
     METRICS,
     MODEL_LABEL,
     PRE_ADMITTED,
+    QUEUE_TAKEN_HEADER,
+    QUEUE_TOKEN,
     SETTINGS,
     TIMINGS,
     WORK_ROUTES,
@@ -106,7 +109,7 @@ def _admit(request: web.Request, route: str) -> None:
     keys = request.app[API_KEYS]
     if route not in PUBLIC_ROUTES and keys.enabled and not keys.check(request.headers.get("Authorization")):
         raise HTTPProblem("unauthorized", "missing or wrong API key: send `Authorization: Bearer <key>`")
-    if route in request.app[WORK_ROUTES] and request.app[LIFECYCLE].draining:
+    if route in request.app[WORK_ROUTES] and request.app[LIFECYCLE].draining and not _taken_from_queue(request):
         raise HTTPProblem("draining", "this server is shutting down and accepts no new work; retry on another",
                           retry_after=5.0)
     if route in request.app[WORK_ROUTES]:
@@ -118,6 +121,13 @@ def _admit(request: web.Request, route: str) -> None:
         # charged what its headers say it can cost (issue #30): its model and declared length
         request[PRE_ADMITTED] = engine.refuse_if_overloaded(  # handed to engine.run by the handler
             model if model in engine.catalog else None, request.content_length)
+
+
+def _taken_from_queue(request: web.Request) -> bool:
+    """Whether this is a message this engine's queue consumer already took from the stream."""
+    token = request.app.get(QUEUE_TOKEN)
+    sent = request.headers.get(QUEUE_TAKEN_HEADER, "").encode("utf-8", "surrogateescape")
+    return token is not None and hmac.compare_digest(sent, token.encode())
 
 
 def _ms(seconds: float) -> str:

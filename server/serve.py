@@ -107,7 +107,7 @@ async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics
         log.info("stop signal: draining (up to %.0fs; Ctrl-C again to quit at once)", settings.drain_timeout_s)
         if consumer is not None:
             consumer.stop_pulling()  # what is still in the stream goes to the other engines
-        finished = await drain(app)
+        finished = await drain(app, taken=consumer.settle if consumer is not None else None)
         if consumer is not None:  # the answers of the messages it held sent, and acked
             await consumer.close(ANSWER_GRACE_S)
         log.info("drained (%s); closing", "all answered" if finished else "timed out")

@@ -92,6 +92,10 @@ API_KEYS = web.AppKey("api_keys", ApiKeys)
 TASKS = web.AppKey("tasks", tuple)
 # routes that run models: counted in flight, refused while draining (every task's, and OpenAI's)
 WORK_ROUTES = web.AppKey("work_routes", frozenset)
+# queue mode (made by create_app): the secret the engine's own queue consumer sends (in
+# QUEUE_TAKEN_HEADER) with a message it took from the stream: accepted work, served also while draining
+QUEUE_TOKEN = web.AppKey("queue_token", str)
+QUEUE_TAKEN_HEADER = "X-SIE-Queue-Taken"
 
 # Per-request values the handlers leave for the middleware (typed keys where this
 # aiohttp has them, plain strings before 3.13).

@@ -15,6 +15,15 @@ bound), never of taking more than the engine can admit. A 429 that still comes (
 between the check and the call) is retried here after its Retry-After, the message heartbeated
 meanwhile; a 503 `draining`/`not_ready` hands the message back (nak) for another engine.
 
+Leaving (SIGTERM): the engine stops pulling and serves every message it took, the last fetch's
+too. Each loopback request carries this consumer's secret (QUEUE_TAKEN_HEADER), which lets taken
+work past the draining gate, and the drain waits for those messages (`settle`). Once the pull has
+ended its subscription is dropped, so no pull request of this engine is left open at the server.
+Only what the engine cannot serve is handed back: a local 429 while leaving, work still queued
+when the drain timeout runs out. Every nak counts as a delivery, so a leaving engine naks only
+after its pull has ended; before, its own open pull request would take the message straight back
+and hand it back again, and a graceful stop could dead-letter a request.
+
 Every delivery: dropped (term) when its deadline or, on a first delivery, its start-by has passed
 (the router has answered 504/503 already); dead-lettered when delivered more than the consumer's
 limit (engines that took it died or handed it back), with a 503 to the client; else "started" to
@@ -38,7 +47,7 @@ from aiohttp import web
 
 from sie_engine.errors import Overloaded
 
-from ..state import API_KEYS, ENGINE, LIFECYCLE, METRICS, SETTINGS
+from ..state import API_KEYS, ENGINE, LIFECYCLE, METRICS, QUEUE_TAKEN_HEADER, QUEUE_TOKEN, SETTINGS
 from . import layout, wire
 
 log = logging.getLogger("sie_server.queue")
@@ -54,6 +63,9 @@ ROOM_RECHECK_S = 0.1
 MAX_LOCAL_RETRY_S = 2.0
 # Waiting for the router to create the pool's consumer: look again this often.
 BIND_RETRY_S = 1.0
+# A loopback request that fails in transport (a keep-alive connection closed as it was reused) is
+# sent again this many times in all before its message is handed back.
+LOCAL_TRIES = 3
 
 
 class QueueConsumer:
@@ -69,6 +81,10 @@ class QueueConsumer:
         self.held: set[asyncio.Task] = set()
         self.stopping = asyncio.Event()
         self.room = asyncio.Event()
+        # set once the pull has ended and its subscription is gone: nothing more comes to this engine
+        self.pulled_out = asyncio.Event()
+        # sent with each message's loopback request: taken work, let past the draining gate
+        self.token = app[QUEUE_TOKEN]
         self.max_deliver = layout.QueueLayout().max_deliver
         self.ack_wait_s = layout.QueueLayout().ack_wait_s
         self._tasks: list[asyncio.Task] = []
@@ -76,7 +92,11 @@ class QueueConsumer:
     async def start(self) -> None:
         # auto_decompress=False: an encoded answer goes back byte for byte with its header
         # no client timeout: the server's own deadline handling bounds a request (X-SIE-Timeout-Ms)
-        self.session = aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None))
+        # keep-alive shorter than the listener's, so this side closes an idle connection first and
+        # never reuses one the server is closing
+        connector = aiohttp.TCPConnector(keepalive_timeout=self.settings.keepalive_timeout_s / 2)
+        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                             timeout=aiohttp.ClientTimeout(total=None))
         self._tasks = [asyncio.create_task(self._run(), name="sie-queue")]
 
     async def _run(self) -> None:
@@ -86,23 +106,39 @@ class QueueConsumer:
 
         from .configs import watch_cards
 
-        while not self.stopping.is_set():
-            try:
-                self.nc = await nats.connect(self.settings.queue_url, name=f"sie-engine {self.name}",
-                                             max_reconnect_attempts=-1, allow_reconnect=True, connect_timeout=2)
-                break
-            except Exception as exc:  # not reachable yet (its pod starting)
-                log.warning("queue mode: cannot reach %s yet (%s); retrying", self.settings.queue_url, exc)
-                await self._pause(BIND_RETRY_S)
-        if self.nc is None:
-            return
-        self.js = self.nc.jetstream()
-        log.info("queue mode: pulling pool %s from %s as %s", self.pool, self.settings.queue_url, self.name)
-        await asyncio.gather(self._pull_loop(), watch_cards(self.js, self.app, self.stopping))
+        try:
+            while not self.stopping.is_set():
+                try:
+                    self.nc = await nats.connect(self.settings.queue_url, name=f"sie-engine {self.name}",
+                                                 max_reconnect_attempts=-1, allow_reconnect=True, connect_timeout=2)
+                    break
+                except Exception as exc:  # not reachable yet (its pod starting)
+                    log.warning("queue mode: cannot reach %s yet (%s); retrying", self.settings.queue_url, exc)
+                    await self._pause(BIND_RETRY_S)
+            if self.nc is None:
+                return
+            self.js = self.nc.jetstream()
+            log.info("queue mode: pulling pool %s from %s as %s", self.pool, self.settings.queue_url, self.name)
+            await asyncio.gather(self._pull_loop(), watch_cards(self.js, self.app, self.stopping))
+        finally:
+            self.pulled_out.set()
 
     def stop_pulling(self) -> None:
         """No new message from now (the SIGTERM path, before the server drains)."""
         self.stopping.set()
+
+    async def settle(self, timeout_s: float) -> bool:
+        """The drain's queue half: wait until the pull has ended and every message taken is answered
+        (or handed back). True when that happened within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.pulled_out.wait(), timeout_s)
+        while self.held:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.wait(set(self.held), timeout=left)
+        return self.pulled_out.is_set()
 
     async def close(self, timeout_s: float) -> None:
         """After the drain: let the held messages send their answers and acks, then disconnect."""
@@ -141,22 +177,28 @@ class QueueConsumer:
         from nats.errors import TimeoutError as NatsTimeout
 
         subscription = await self._bind()
-        while subscription is not None and not self.stopping.is_set():
-            room = await self._wait_for_room()
-            if room <= 0:
-                continue
-            try:
-                messages = await subscription.fetch(min(room, FETCH_BATCH), timeout=FETCH_WAIT_S)
-            except (NatsTimeout, asyncio.TimeoutError):
-                continue
-            except Exception as exc:  # a reconnect under way: look again shortly
-                log.warning("queue mode: fetch failed (%s); retrying", exc)
-                await self._pause(BIND_RETRY_S)
-                continue
-            for message in messages:
-                task = asyncio.create_task(self._handle(message))
-                self.held.add(task)
-                task.add_done_callback(self._done)
+        try:
+            while subscription is not None and not self.stopping.is_set():
+                room = await self._wait_for_room()
+                if room <= 0:
+                    continue
+                try:
+                    messages = await subscription.fetch(min(room, FETCH_BATCH), timeout=FETCH_WAIT_S)
+                except (NatsTimeout, asyncio.TimeoutError):
+                    continue
+                except Exception as exc:  # a reconnect under way: look again shortly
+                    log.warning("queue mode: fetch failed (%s); retrying", exc)
+                    await self._pause(BIND_RETRY_S)
+                    continue
+                for message in messages:  # also those of the fetch under way when the stop came: taken work
+                    task = asyncio.create_task(self._handle(message))
+                    self.held.add(task)
+                    task.add_done_callback(self._done)
+        finally:
+            if subscription is not None:  # no interest left: the server drops any pull request still open
+                with contextlib.suppress(Exception):
+                    await subscription.unsubscribe()
+            self.pulled_out.set()
 
     def _done(self, task: asyncio.Task) -> None:
         self.held.discard(task)
@@ -205,7 +247,7 @@ class QueueConsumer:
             log.exception("queue mode: message %s failed; handed back", headers.get(wire.MSG_ID))
             outcome = "handed_back"
             with contextlib.suppress(Exception):
-                await message.nak()
+                await self._hand_back(message)
         finally:
             engine.pre_admission_done(held)
         self.app[METRICS].queue_messages.labels(outcome).inc()
@@ -224,19 +266,28 @@ class QueueConsumer:
             return "dead_lettered"
         if reply:
             await self.nc.publish(reply, b"", headers={wire.EVENT: wire.STARTED, wire.WORKER: self.name})
-        beat = asyncio.create_task(self._heartbeat(message))
+        beat = asyncio.create_task(self._heartbeat(message))  # until it is answered or handed back
         try:
             answer = await self._run_locally(headers, message.data, deadline)
+            if answer is None:  # this server cannot serve it: another engine will
+                log.info("queue mode: message %s handed back", headers.get(wire.MSG_ID))
+                await self._hand_back(message)
+                return "handed_back"
         finally:
             beat.cancel()
-        if answer is None:  # this server cannot take it (draining, not ready): another engine will
-            await message.nak()
-            return "handed_back"
         if reply:
             answer.headers[wire.DELIVERIES] = str(delivered)
             await self._answer(reply, answer)
         await message.ack()
         return "answered"
+
+    async def _hand_back(self, message) -> None:
+        """Give the message back for redelivery. A leaving engine waits until its own pull has ended:
+        its last pull request would otherwise take the message straight back, spending a delivery."""
+        if self.stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.pulled_out.wait(), 2 * FETCH_WAIT_S)
+        await message.nak()
 
     async def _heartbeat(self, message) -> None:
         while True:
@@ -249,9 +300,11 @@ class QueueConsumer:
         assert self.session is not None
         method, path = headers.get(wire.METHOD, "POST"), headers.get(wire.PATH, "/")
         forward = {h: headers[h] for h in wire.FORWARDED if h in headers}
+        forward[QUEUE_TAKEN_HEADER] = self.token
         key = self.app[API_KEYS].first_key()
         if key:
             forward["Authorization"] = f"Bearer {key}"
+        failures = 0
         while True:
             if deadline is not None:
                 left = deadline - time.time()
@@ -263,9 +316,15 @@ class QueueConsumer:
                                                 headers=forward) as resp:
                     data = await resp.read()
                     answer = wire.Answer(resp.status, dict(resp.headers), data)
-            except aiohttp.ClientError:
-                return None  # this server's listener is closing
-            if answer.status == 429 and not self.stopping.is_set():
+            except aiohttp.ClientError as exc:  # the listener stays open until this consumer closes
+                failures += 1
+                if failures >= LOCAL_TRIES:
+                    log.warning("queue mode: cannot reach this server's own listener (%s); handing back", exc)
+                    return None
+                continue
+            if answer.status == 429:
+                if self.stopping.is_set():  # leaving and full: an engine that stays takes it now
+                    return None
                 await asyncio.sleep(min(MAX_LOCAL_RETRY_S, _float(answer.headers.get("Retry-After")) or 1.0))
                 continue
             if answer.status == 503 and _error_code(answer) in ("draining", "not_ready"):

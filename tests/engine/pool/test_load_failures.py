@@ -7,6 +7,7 @@ Cheap: the broken models never load, so no weights are read."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -21,6 +22,7 @@ from sie_engine.errors import ModelLoadFailed, WeightsNotFound
 from sie_engine.weights import resolve_weights
 from sie_server import ServerSettings, create_app
 from sie_server.app import drain
+from sie_server.state import LIFECYCLE, QUEUE_TAKEN_HEADER, QUEUE_TOKEN
 
 BROKEN = "broken/model"
 # Retries the failure would get if it were retryable: three tries a second apart (the pool's
@@ -62,6 +64,37 @@ async def test_draining_is_still_worth_retrying(tmp_path):
             error = (await answer.json())["error"]
             assert answer.status == 503 and error["code"] == "draining" and error["retryable"] is True
             assert int(answer.headers["Retry-After"]) >= 1 and "reason" not in error
+
+
+async def test_a_draining_queue_engine_serves_what_its_consumer_took(tmp_path):
+    """Queue mode: a message the engine's consumer took from the stream is accepted work; the drain
+    waits for it (`taken`), and its loopback request carries the app's secret and passes the
+    draining gate (to the load failure here); the same request without it, or with a wrong one, is
+    refused `draining`."""
+    with _engine(tmp_path) as engine:
+        app = create_app(engine, ServerSettings(drain_timeout_s=5, queue_url="nats://127.0.0.1:4222"))
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            answered = asyncio.Event()
+
+            async def taken(timeout_s: float) -> bool:
+                await answered.wait()
+                return True
+
+            draining = asyncio.create_task(drain(app, taken=taken))
+            await asyncio.sleep(0)
+            assert app[LIFECYCLE].draining
+
+            async def code(**headers: str) -> str:
+                answer = await client.post(f"/v1/encode/{BROKEN}", json={"items": ["a"]}, headers=headers)
+                return (await answer.json())["error"]["code"]
+
+            assert await code(**{QUEUE_TAKEN_HEADER: app[QUEUE_TOKEN]}) == "model_load_failed"
+            assert await code(**{QUEUE_TAKEN_HEADER: "guessed"}) == "draining"
+            assert await code(**{QUEUE_TAKEN_HEADER: "é"}) == "draining"
+            assert await code() == "draining"
+            assert not draining.done()
+            answered.set()
+            assert await draining
 
 
 async def test_http_client_raises_at_once_with_the_reason(tmp_path):
