@@ -366,7 +366,7 @@ class Engine:
 
         made = DecodeWorker(head, self._infer_pool, runner.device, runner.dtype, observe,
                             lambda nbytes: self.pool.charge_cache(model_id, nbytes), busy,
-                            threads=self.parallelism.threads_for(running_alone=False))
+                            steps=self.scheduler)
         self._decode_workers[card.id] = _Decoding(runner, made)
         return made
 

@@ -132,6 +132,9 @@ class Scheduler:
         self._draining = False
         self._inflight: set[Request] = set()
         self._batches: dict[asyncio.Task, int | None] = {}  # running batch -> its torch threads
+        # steps that run beside the batches on the same threads (a generating model's decode steps,
+        # generation/worker.py) -> their torch threads: counted as running batches are
+        self._side_steps: dict[int, int | None] = {}
         # tokens/s per model and the wait bound (admission.py)
         self.admission = WaitAdmission(max_queue_wait_s, Throughput(pool.device.type, pool.param_count),
                                        on_change=self._report)
@@ -302,7 +305,7 @@ class Scheduler:
     async def _dispatch_forever(self) -> None:
         while True:
             try:
-                room = self.parallelism.room_for_another(list(self._batches.values()))
+                room = self.parallelism.room_for_another([*self._batches.values(), *self._side_steps.values()])
                 queue = self._next_queue() if room else None
                 if queue is None:
                     if not self._batches:
@@ -405,8 +408,7 @@ class Scheduler:
         self._report(queue.model_id)
         if not items:  # everything left belonged to finished requests
             return
-        alone = not self._batches and not any(q.items for q in self._queues.values())
-        threads = self.parallelism.threads_for(running_alone=alone)
+        threads = self.parallelism.threads_for(running_alone=self._alone())
         # pinned from now, not from the task's first step: a load that runs in between
         # must not evict the model
         self.pool.pin(queue.model_id)
@@ -414,6 +416,23 @@ class Scheduler:
         task = asyncio.get_running_loop().create_task(self._run_batch(queue, runner, items, threads))
         self._batches[task] = threads
         task.add_done_callback(functools.partial(self._batch_done, queue.model_id))
+
+    def _alone(self) -> bool:
+        """Whether work starting now has the CPU to itself: nothing running, nothing queued."""
+        return not self._batches and not self._side_steps and not any(q.items for q in self._queues.values())
+
+    def begin_side_step(self, step: int) -> int | None:
+        """On the event loop, before a decode step (`step`: its caller's key) goes to the inference
+        threads: the torch threads it runs on. All of them when nothing else runs or waits (a decode
+        step of many rows gains from them as a batch does); a share when batches run or are queued,
+        so a batch waiting gets room at the next step (room_for_another)."""
+        threads = self.parallelism.threads_for(running_alone=self._alone())
+        self._side_steps[step] = threads
+        return threads
+
+    def end_side_step(self, step: int) -> None:
+        del self._side_steps[step]
+        self._wake.set()
 
     def _batch_done(self, model_id: str, task: asyncio.Task) -> None:
         del self._batches[task]

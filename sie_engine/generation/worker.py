@@ -14,6 +14,10 @@ the engine's event loop, every step on an inference thread.
 - While it has work the worker pins its model in the pool (never evicted mid-generation) and
   charges the pool its KV cache: bytes per position times the positions its running jobs may
   reach (prompt + max_new_tokens, per beam, plus their encoder memory), beside the weights.
+- On a CPU a step runs on all of torch's threads while nothing else runs or waits, on a share of
+  them beside the scheduler's batches (Scheduler.begin_side_step), which count it as a running
+  batch: a generating model alone decodes as fast as the CPU allows, and encoder work that comes
+  meanwhile gets its room at the next step.
 - Each step's tokens and seconds feed admission's throughput of the model (decoding is far
   slower per token than an encoder's pass, so the size prior would admit floods).
 """
@@ -25,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -40,19 +45,27 @@ class Done:
     result: GenerationResult
 
 
+class SideSteps(Protocol):
+    """Who decides each step's torch threads beside the other batches (the engine's Scheduler)."""
+
+    def begin_side_step(self, step: int) -> int | None: ...
+
+    def end_side_step(self, step: int) -> None: ...
+
+
 class DecodeWorker:
     """observe(tokens, seconds): a step's work (admission's throughput); charge(bytes): the
     cache the model holds now (the pool's); busy(bool): pin while there is work."""
 
     def __init__(self, head: GenerationHead, executor: Executor, device: torch.device, dtype: torch.dtype,
                  observe: Callable[[int, float], None], charge: Callable[[int], None],
-                 busy: Callable[[bool], None], max_rows: int = 64, threads: int | None = None):
-        """threads: torch threads a step runs on (None: untouched); a step shares the CPU with the
-        scheduler's batches, and a small decode step loses more to thread fan-out than it gains."""
+                 busy: Callable[[bool], None], max_rows: int = 64, steps: SideSteps | None = None):
+        """steps: gives each step its torch threads (None: untouched): all of them while nothing else
+        runs, a share beside the scheduler's batches (a step shares the CPU with them)."""
         self.head = head
         self.decode = DecodeLoop(head.model, device, dtype, max_rows=max_rows)
         self._executor = executor
-        self._step_on_threads = on_threads(threads, self._step)
+        self._steps = steps
         self._observe, self._charge, self._busy = observe, charge, busy
         self._waiting: list[Job] = []  # not yet handed to the DecodeLoop
         self._running: dict[int, Job] = {}  # by handle
@@ -99,9 +112,10 @@ class DecodeWorker:
                 for handle in cancelled:
                     del self._running[handle]
                 running = dict(self._running)  # the step's own view: the loop may change ours meanwhile
+                threads = self._steps.begin_side_step(id(self)) if self._steps is not None else None
                 try:
-                    joined, finished = await loop.run_in_executor(self._executor, self._step_on_threads, joining,
-                                                                  cancelled, running)
+                    joined, finished = await loop.run_in_executor(self._executor, on_threads(threads, self._step),
+                                                                  joining, cancelled, running)
                 except Exception as exc:  # a failed step fails every job in it; the batch starts afresh
                     for job in [*joining, *self._running.values()]:
                         if not job.future.done():
@@ -110,6 +124,9 @@ class DecodeWorker:
                     self.decode = DecodeLoop(self.head.model, self.decode.device, self.decode.dtype,
                                              self.decode.max_rows)
                     continue
+                finally:
+                    if self._steps is not None:
+                        self._steps.end_side_step(id(self))
                 self._running.update(joined)
                 for handle, done in finished.items():
                     job = self._running.pop(handle)

@@ -64,9 +64,9 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.conte
 LONGEST_EDGE = 40
 
 
-def tiny_lighton_ocr_processor(dest: Path):
-    """Save a LightOnOcrProcessor (Pixtral's PIL image processor: pages within 40 px, multiples of
-    the 4 px patch; the word-level tokenizer and its chat template) under `dest`; returns it."""
+def tiny_lighton_ocr_processor(dest: Path, longest_edge: int = LONGEST_EDGE, patch_size: int = VISION["patch_size"]):
+    """Save a LightOnOcrProcessor (Pixtral's PIL image processor: pages within `longest_edge` px,
+    multiples of the patch; the word-level tokenizer and its chat template) under `dest`; returns it."""
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import LightOnOcrProcessor, PixtralImageProcessorPil, PreTrainedTokenizerFast
 
@@ -80,8 +80,8 @@ def tiny_lighton_ocr_processor(dest: Path):
         extra_special_tokens={"image_token": "<|image_pad|>", "image_break_token": "<|vision_pad|>",
                               "image_end_token": "<|vision_end|>"})
     tokenizer.chat_template = CHAT_TEMPLATE
-    images = PixtralImageProcessorPil(size={"longest_edge": LONGEST_EDGE}, patch_size=VISION["patch_size"])
-    processor = LightOnOcrProcessor(image_processor=images, tokenizer=tokenizer, patch_size=VISION["patch_size"],
+    images = PixtralImageProcessorPil(size={"longest_edge": longest_edge}, patch_size=patch_size)
+    processor = LightOnOcrProcessor(image_processor=images, tokenizer=tokenizer, patch_size=patch_size,
                                     spatial_merge_size=2, chat_template=CHAT_TEMPLATE)
     processor.save_pretrained(dest)
     return processor

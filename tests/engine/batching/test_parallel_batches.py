@@ -132,6 +132,33 @@ async def test_a_lone_request_gets_every_thread_and_holds_them(engine, one_at_a_
     np.testing.assert_allclose(second.items[0].dense, one_at_a_time[3], atol=1e-6)
 
 
+async def _on_engine(engine, fn, *args):
+    async def call():
+        return fn(*args)
+
+    return await engine._on_engine_loop(call)
+
+
+async def test_a_decode_step_gets_every_thread_alone_and_a_share_beside_batches(engine):
+    """A generating model's decode steps (generation/worker.py) run beside the batches: on every
+    thread while nothing else runs or waits, and a batch then waits for the step as for a wide
+    batch; on a share once work waits, the batch then running beside it on the other share."""
+    scheduler = engine.scheduler
+    await engine.encode("tiny/a", TEXTS[:1])  # loaded: what follows waits on threads only
+    assert await _on_engine(engine, scheduler.begin_side_step, 1) == 2
+    log = record_batches(engine, 0.2)
+    waiting = asyncio.ensure_future(engine.encode("tiny/a", TEXTS[:3]))
+    await asyncio.sleep(0.3)
+    assert log == [] and not waiting.done()  # the wide step holds every thread
+    assert await _on_engine(engine, scheduler.begin_side_step, 2) == 1  # work waits: the next step narrows
+    await _on_engine(engine, scheduler.end_side_step, 1)
+    await waiting
+    await _on_engine(engine, scheduler.end_side_step, 2)
+    assert [threads for _, _, threads in log] == [1]  # beside the narrow step, on the other share
+    assert await _on_engine(engine, scheduler.begin_side_step, 3) == 2  # alone again
+    await _on_engine(engine, scheduler.end_side_step, 3)
+
+
 def test_each_batch_that_may_run_at_once_reserves_its_activations(cards, engine):
     """Two batches of one model may run side by side (on CPU or, as streams, on a GPU): the pool
     charges the model the activations of both, not of one."""
