@@ -9,9 +9,11 @@ Time is what a client and a drain care about, so time is what is bounded.
 - Throughput is measured per model: an exponential moving average of tokens/s over its
   full batches (at least half the batch budget: what runs while a queue exists, the only
   time the estimate matters). A smaller batch is mostly fixed cost, so its rate is a lower
-  bound of the model's: it can only raise the estimate (a first one replaces the prior: a
-  model measured only so is admitted on the safe side, and the cold bound ends there). Before any batch, a conservative
-  prior from the model's size.
+  bound of the model's: it can only raise the estimate. Until a full batch, a model measured
+  by small ones only is rated as if each of them had cost all fixed (a full batch in the same
+  seconds), at most the prior (`Throughput.observe` says why), and the cold bound ends there.
+  A decode step (no batch budget) is taken as it is. Before any batch, a prior from the
+  model's size.
 - The wait of a new request is every queued token of every model on the device at that
   model's rate (the dispatcher serves the oldest work first, so all of it runs before the
   new request), plus tokens of admitted requests not yet tokenised (`Reservation`s).
@@ -143,28 +145,53 @@ class Throughput:
         """params_of(model id): the model's parameter count if known (its weights looked at)."""
         self._flops = PRIOR_FLOPS.get(device_type, PRIOR_FLOPS["cpu"])
         self._params_of = params_of
-        self._rates: dict[str, float] = {}
+        self._full: dict[str, float] = {}  # moving average over full batches (raised by a faster small one)
+        # before a full batch: the best decode step (a generating model's rate: its image batches say
+        # nothing of its decoding), else what small batches say of a full one (observe)
+        self._steps: dict[str, float] = {}
+        self._small: dict[str, float] = {}
 
-    def observe(self, model_id: str, tokens: int, seconds: float, side_by_side: int = 1, full: bool = True) -> None:
+    def observe(self, model_id: str, tokens: int, seconds: float, side_by_side: int = 1, full: bool = True,
+                budget: int | None = None) -> None:
         """A batch of `tokens` took `seconds`, with `side_by_side` batches sharing the device;
-        `full`: it held at least half its token budget."""
+        `full`: it held at least half its token budget `budget` (None: a decode step, taken as it
+        is, the fastest so far).
+
+        A small batch's rate is a lower bound, and a loose one: one short text through a tiny
+        ColBERT in 50 ms of a busy box is 200 tokens/s, a hundredth of the model's rate in full
+        batches, and held as the estimate it made the first upload to that model (a few thousand
+        tokens) "hold 178 s of work" and refused it. Until a full batch measures the model, a
+        small one is read at the other extreme, all fixed cost (half a budget in its seconds),
+        capped at the prior: admission errs towards admitting until a queue forms, and the first
+        full batch then replaces the guess."""
         rate = tokens / max(seconds, 1e-6) * max(1, side_by_side)
-        old = self._rates.get(model_id)
-        if not full:  # a lower bound of the rate (mostly fixed cost): it may only raise the estimate,
-            # except a first measure, which replaces the prior (a guess, on the safe side now)
-            if old is None or rate > self.rate(model_id):
-                self._rates[model_id] = rate
+        if full:
+            old = self._full.get(model_id)
+            self._full[model_id] = rate if old is None else (1 - EWMA_WEIGHT) * old + EWMA_WEIGHT * rate
             return
-        self._rates[model_id] = rate if old is None else (1 - EWMA_WEIGHT) * old + EWMA_WEIGHT * rate
+        if model_id in self._full:  # a lower bound over the average: the average was low
+            self._full[model_id] = max(rate, self._full[model_id])
+            return
+        if budget is None:
+            self._steps[model_id] = max(rate, self._steps.get(model_id, 0.0))
+            return
+        as_full = budget / 2 / max(seconds, 1e-6) * max(1, side_by_side)
+        guess = max(rate, min(as_full, self.prior(model_id)))
+        self._small[model_id] = max(guess, self._small.get(model_id, 0.0))
 
     def measured(self, model_id: str) -> bool:
-        return model_id in self._rates
+        return model_id in self._full or model_id in self._steps or model_id in self._small
 
     def rate(self, model_id: str) -> float:
-        """Tokens/s: the measured average, else 2 FLOPs per parameter per token at the prior."""
-        rate = self._rates.get(model_id)
-        if rate is not None:
-            return rate
+        """Tokens/s: the measured average, else the best decode step, else what small batches say,
+        else the prior."""
+        for measures in (self._full, self._steps, self._small):
+            if model_id in measures:
+                return measures[model_id]
+        return self.prior(model_id)
+
+    def prior(self, model_id: str) -> float:
+        """2 FLOPs per parameter per token at the device's assumed FLOP/s."""
         params = self._params_of(model_id) or UNKNOWN_PARAMS
         return self._flops / (2.0 * params)
 

@@ -491,7 +491,7 @@ class Scheduler:
         # batches running side by side add up
         budget = runner.batch_tokens or runner.card.max_batch_tokens
         self.admission.throughput.observe(queue.model_id, tokens, seconds, len(self._batches),
-                                          full=tokens >= budget / 2)
+                                          full=tokens >= budget / 2, budget=budget)
         self.events.batch(queue.model_id, len(items), tokens, padded, seconds)
         self._report(queue.model_id)  # its rate changed, so its wait did
         touched = set()

@@ -20,3 +20,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # need (measured: about a sixth more CPU on the family tests). Passive waiting yields it. Set
 # before torch is imported; servers, zygotes and actors inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The suite starts hundreds of interpreters (xdist workers, servers, README examples, Ray
+# workers, CLI runs): where the environment says PYTHONDONTWRITEBYTECODE (these machines do), each
+# compiled SIE's modules and pytest rewrote every test module afresh (collection alone: 27 CPU-s a
+# worker against 18 with the caches). Bytecode goes to __pycache__ (ignored by git), as Python's default.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
