@@ -45,6 +45,8 @@ import yaml
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"))
+from common import until_stop  # noqa: E402
+
 from lighton_ocr_fixtures import SPECIALS, tiny_lighton_ocr, tiny_lighton_ocr_processor  # noqa: E402
 
 CARD = "lightonai/LightOnOCR-2-1B"
@@ -115,7 +117,7 @@ def pick_stop(rows: list[list[int]], new: int) -> int:
     """The word whose first appearance is spread most across the pages, among those that end most
     pages early and half of them in the middle half of the budget (as pages of text end)."""
     def ends(token: int) -> list[int]:
-        return [next((i + 1 for i, t in enumerate(row) if t in (token, IM_END)), new) for row in rows]
+        return [len(until_stop(row, [token, IM_END])) for row in rows]  # rows of `new` tokens, none stopped
 
     def fits(token: int) -> bool:
         lengths = ends(token)
@@ -181,7 +183,7 @@ async def main() -> None:
     unstopped = [row for first in range(0, len(images), args.batch)
                  for row in hf.generate(images[first:first + args.batch], None)]
     stops = [IM_END, pick_stop(unstopped, args.max_new_tokens)]
-    ends = [next((i + 1 for i, t in enumerate(row) if t in stops), len(row)) for row in unstopped]
+    ends = [len(until_stop(row, stops)) for row in unstopped]
     tokens = sum(ends)
     print(f"stop tokens {stops}: pages end after {min(ends)}-{max(ends)} tokens (median {statistics.median(ends)}), "
           f"{tokens} generated in all; {args.requests} requests of one page, {args.clients} clients, "
