@@ -4,15 +4,19 @@ Per decoder layer: self-attention keys/values `[rows, heads, positions, head_dim
 written per generated token (a prompt's positions in its first step), and cross-attention
 keys/values `[rows, heads, memory, head_dim]`, projected once from the encoder's states when the
 sequence joins (a decoder-only model's rows have no memory: 0 positions). `heads` are the
-key/value heads: under grouped-query attention `attend_self` repeats them for the query heads.
+key/value heads: under grouped-query attention `attend_self` reads each for its group of query heads.
 Buffers are allocated with spare rows and positions and grow by doubling, so a step writes in
 place; a sequence leaving moves the last rows into its place (a copy of the rows moved, not of
 the batch) and a beam taking over another's history copies that row's positions.
 
 A step: `begin_step(q_lens)` (new tokens per row: 1 while decoding, the prompt's length when the
 row joins), the model's layers call `attend_self` / `attend_cross`, then `end_step()`.
-Queries are `[rows, heads, Q, head_dim]` with Q = max(q_lens): rows with fewer new tokens are
-padded at the end, their padding never written to the cache and its outputs never read.
+A step's new tokens are packed, every row's after the one before, as one sequence of T =
+sum(q_lens) tokens: the model's layers see `[1, T, ...]`, so its linear layers run once over all
+rows, running and joining alike, and no row is padded to another's length. Only attention needs
+the rows apart: the cache splits the packed queries into parts of consecutive rows with equal
+q_len (the running rows' single tokens, each group of prompts of one length), each part attending
+as `[rows, heads, q_len, head_dim]` over its rows' histories.
 """
 
 from __future__ import annotations
@@ -24,19 +28,36 @@ import torch.nn.functional as F
 
 
 @dataclass
-class _Step:
-    """What a step's layers share: its rows `lo..hi`, where the new keys/values go, the masks."""
+class _Part:
+    """Consecutive rows `lo..hi` of a step with `q_len` new tokens each: tokens `start..end` of the
+    packed step, where their new keys/values go, their masks."""
 
     lo: int
     hi: int
-    q_lens: list[int]
+    q_len: int
+    start: int
     kv_len: int  # positions attended: the longest row's history plus its new tokens
-    write_rows: torch.Tensor  # [N]: (row, query) pairs of real (not padding) new tokens
-    write_cols: torch.Tensor
+    write_rows: torch.Tensor  # [(hi - lo) * q_len]: each new token's row (within the part), index
+    write_cols: torch.Tensor  # among the row's new tokens, and position
     write_positions: torch.Tensor
-    self_mask: torch.Tensor
+    self_mask: torch.Tensor  # [rows, 1, q_len, kv_len]
     memory: int
     cross_mask: torch.Tensor | None
+
+    @property
+    def end(self) -> int:
+        return self.start + (self.hi - self.lo) * self.q_len
+
+    def split(self, packed: torch.Tensor) -> torch.Tensor:
+        """This part of packed `[1, heads, T, d]` as `[rows, heads, q_len, d]`."""
+        heads, dim = packed.shape[1], packed.shape[3]
+        return packed[0, :, self.start:self.end].view(heads, self.hi - self.lo, self.q_len, dim).transpose(0, 1)
+
+
+def _packed(parts: list[tuple[_Part, torch.Tensor]]) -> torch.Tensor:
+    """Each part's `[rows, heads, q_len, d]` output back into one packed `[1, heads, T, d]`."""
+    outs = [out.transpose(0, 1).reshape(out.shape[1], -1, out.shape[3]) for _, out in parts]
+    return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1))[None]
 
 
 def _grown(buffer: torch.Tensor, rows: int, positions: int) -> torch.Tensor:
@@ -66,7 +87,8 @@ class DecodeCache:
         self.rows = 0
         self.lengths: list[int] = []  # positions held per row
         self.memory_lengths: list[int] = []  # encoder positions per row
-        self._step: _Step | None = None
+        self._parts: list[_Part] = []
+        self._q_lens: list[int] = []
 
     # --- rows joining, moving and leaving (between steps) ---
 
@@ -132,72 +154,89 @@ class DecodeCache:
 
     # --- one step ---
 
-    def begin_step(self, q_lens: list[int], first_row: int = 0) -> torch.Tensor:
-        """Start a step over rows `first_row .. first_row + len(q_lens)` with `q_lens[i]` new tokens for
-        the i-th of them (the loop runs joining rows' prompts apart from the running rows' single
-        tokens, so that no running row is padded to a prompt's length). Returns the new tokens'
-        positions `[len(q_lens), Q]`."""
-        lo, hi = first_row, first_row + len(q_lens)
-        held = self.lengths[lo:hi]
-        q = max(q_lens)
-        positions = torch.tensor(held, device=self.device)[:, None] + torch.arange(q, device=self.device)
-        kv_len = max(a + b for a, b in zip(held, q_lens, strict=True))
-        self.ensure_positions(kv_len)
-        valid = torch.arange(q, device=self.device)[None, :] < torch.tensor(q_lens, device=self.device)[:, None]
-        write_rows, write_cols = valid.nonzero(as_tuple=True)
+    def begin_step(self, q_lens: list[int]) -> torch.Tensor:
+        """Start a step over every row, `q_lens[i]` new tokens for row i, packed (see the module's
+        docstring). Returns the new tokens' positions `[1, T]`; `last_index` `[rows]` is each row's
+        last new token's index in the packed step."""
+        assert len(q_lens) == self.rows, "a step feeds every row"
+        held = torch.tensor(self.lengths, device=self.device)
+        counts = torch.tensor(q_lens, device=self.device)
+        ends = counts.cumsum(0)
+        # a token's position: its row's history plus its index among the row's new tokens
+        row_of = torch.repeat_interleave(torch.arange(len(q_lens), device=self.device), counts)
+        positions = held[row_of] + torch.arange(sum(q_lens), device=self.device) - (ends - counts)[row_of]
+        self._parts = []
+        lo, start = 0, 0
+        for hi in range(1, len(q_lens) + 1):
+            if hi < len(q_lens) and q_lens[hi] == q_lens[lo]:
+                continue
+            self._parts.append(self._part(lo, hi, q_lens[lo], start, positions))
+            start += (hi - lo) * q_lens[lo]
+            lo = hi
+        self.ensure_positions(max(p.kv_len for p in self._parts))
+        self._q_lens = q_lens
+        self.last_index = ends - 1
+        self.step_positions = positions[None]
+        return self.step_positions
+
+    def _part(self, lo: int, hi: int, q_len: int, start: int, positions: torch.Tensor) -> _Part:
+        """Rows lo..hi, `q_len` new tokens each from packed token `start`; `positions` `[T]` the step's."""
+        rows = hi - lo
+        part_positions = positions[start:start + rows * q_len].view(rows, q_len)
+        kv_len = max(self.lengths[r] for r in range(lo, hi)) + q_len
         memory = self.memory_lengths[lo:hi]
         cross_mask = None
         if min(memory) != max(memory):
             lengths = torch.tensor(memory, device=self.device)
             cross_mask = (torch.arange(max(memory), device=self.device)[None, :] < lengths[:, None])[:, None, None, :]
-        self._step = _Step(lo=lo, hi=hi, q_lens=q_lens, kv_len=kv_len, write_rows=write_rows, write_cols=write_cols,
-                           write_positions=positions[write_rows, write_cols],
-                           self_mask=(torch.arange(kv_len, device=self.device)[None, None, :]
-                                      <= positions[:, :, None])[:, None],  # [rows, 1, Q, kv_len]
-                           memory=max(memory), cross_mask=cross_mask)
-        self.last_index = torch.tensor(q_lens, device=self.device) - 1  # each row's last new token
-        self.step_positions = positions
-        return positions
+        return _Part(lo=lo, hi=hi, q_len=q_len, start=start, kv_len=kv_len,
+                     write_rows=torch.arange(rows, device=self.device).repeat_interleave(q_len),
+                     write_cols=torch.arange(q_len, device=self.device).repeat(rows),
+                     write_positions=part_positions.reshape(-1),
+                     self_mask=(torch.arange(kv_len, device=self.device)[None, None, :]
+                                <= part_positions[:, :, None])[:, None],
+                     memory=max(memory), cross_mask=cross_mask)
 
     def attend_self(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     scale: float | None = None) -> torch.Tensor:
-        """Causal self-attention of this step's queries over the row's history and its new tokens.
-        q, k, v `[rows, heads, Q, d]` -> `[rows, heads, Q, d]`; k, v are written to the cache."""
-        st = self._step
-        assert st is not None
-        keys, values = self.self_k[layer][st.lo:st.hi], self.self_v[layer][st.lo:st.hi]  # views: writes land
-        keys[st.write_rows, :, st.write_positions] = k[st.write_rows, :, st.write_cols]
-        values[st.write_rows, :, st.write_positions] = v[st.write_rows, :, st.write_cols]
-        keys, values = keys[:, :, :st.kv_len], values[:, :, :st.kv_len]
+        """Causal self-attention of this step's packed queries over each row's history and its new
+        tokens. q `[1, heads, T, d]`, k, v `[1, kv_heads, T, d]` -> `[1, heads, T, d]`; k, v are
+        written to the cache."""
+        return _packed([(part, self._attend_part(layer, part, part.split(q), part.split(k), part.split(v), scale))
+                        for part in self._parts])
+
+    def _attend_part(self, layer: int, part: _Part, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     scale: float | None) -> torch.Tensor:
+        keys, values = self.self_k[layer][part.lo:part.hi], self.self_v[layer][part.lo:part.hi]  # views: writes land
+        keys[part.write_rows, :, part.write_positions] = k[part.write_rows, :, part.write_cols]
+        values[part.write_rows, :, part.write_positions] = v[part.write_rows, :, part.write_cols]
+        keys, values = keys[:, :, :part.kv_len], values[:, :, :part.kv_len]
         rows, heads, length, dim = q.shape
         kv_heads = keys.shape[1]
         if heads == kv_heads:
-            return F.scaled_dot_product_attention(q, keys, values, attn_mask=st.self_mask, scale=scale)
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=part.self_mask, scale=scale)
         # grouped-query attention: query head j reads key/value head j // group, so the group's queries
         # are stacked as one head's (`[rows, kv_heads, group * Q, d]`) over the cache as it is, instead
         # of repeating the keys and values per query head (a copy of the whole history per layer per
         # step: 3.8x the attention's time for 16 rows of 150 positions, 8 query heads over 4)
         group = heads // kv_heads
-        mask = st.self_mask[:, :, None].expand(rows, 1, group, length, st.kv_len).reshape(rows, 1, group * length,
-                                                                                           st.kv_len)
+        mask = part.self_mask[:, :, None].expand(rows, 1, group, length, part.kv_len).reshape(
+            rows, 1, group * length, part.kv_len)
         out = F.scaled_dot_product_attention(q.reshape(rows, kv_heads, group * length, dim), keys, values,
                                              attn_mask=mask, scale=scale)
         return out.reshape(rows, heads, length, dim)
 
     def attend_cross(self, layer: int, q: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-        """Attention of this step's queries `[rows, heads, Q, d]` over each row's encoder memory."""
-        st = self._step
-        assert st is not None
-        return F.scaled_dot_product_attention(q, self.cross_k[layer][st.lo:st.hi, :, :st.memory],
-                                              self.cross_v[layer][st.lo:st.hi, :, :st.memory],
-                                              attn_mask=st.cross_mask, scale=scale)
+        """Attention of this step's packed queries `[1, heads, T, d]` over each row's encoder memory."""
+        return _packed([(part, F.scaled_dot_product_attention(
+            part.split(q), self.cross_k[layer][part.lo:part.hi, :, :part.memory],
+            self.cross_v[layer][part.lo:part.hi, :, :part.memory], attn_mask=part.cross_mask, scale=scale))
+            for part in self._parts])
 
     def end_step(self) -> None:
-        st = self._step
-        assert st is not None
-        for i, added in enumerate(st.q_lens):
-            self.lengths[st.lo + i] += added
-        self._step = None
+        for i, added in enumerate(self._q_lens):
+            self.lengths[i] += added
+        self._parts = []
 
     def nbytes(self) -> int:
         """Bytes the cache's buffers hold now (the pool's charge for a model's decode state)."""

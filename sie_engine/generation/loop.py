@@ -13,8 +13,8 @@ The model is one of two kinds, and one loop, search and cache serve both:
   rotary position ids the model gave them (M-RoPE's 3D ones) and a position offset for the tokens
   it generates after them.
 
-Rows that join in a step run apart from the running rows (each running row feeds one token), and
-joining rows run in groups of equal prompt length: no row is padded to another's length.
+A step's rows run as one decoder call: each running row's one token and each joining row's whole
+prompt, packed (generation/cache.py) with no row padded to another's length.
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ class EncoderDecoderLM(Protocol):
         ...
 
     def decode(self, tokens: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
-        """One step: `tokens` `[rows, Q]` (after `cache.begin_step`) -> float32 logits `[rows, V]` of each
-        row's last new token (`cache.last_index`)."""
+        """One step: every row's new tokens packed, `tokens` `[1, T]` (after `cache.begin_step`; their
+        positions `cache.step_positions` `[1, T]`) -> float32 logits `[rows, V]` of each row's last new
+        token (`cache.last_index`)."""
         ...
 
 
@@ -53,17 +54,16 @@ class DecoderOnlyLM(Protocol):
     """What the decode loop asks of a decoder-only (vision-language) model. It implements:
 
     - `decoder_layers`, `decoder_heads` (its KEY/VALUE heads: the cache holds those; under
-      grouped-query attention the queries have more, `DecodeCache.attend_self` repeats the keys),
+      grouped-query attention the queries have more, each group reading one, `DecodeCache.attend_self`),
       `decoder_head_dim`, `decoder_positions` (the most prompt plus generated tokens a row holds),
       and `position_axes`: rotary position ids per token (1: RoPE; 3: M-RoPE's t, h, w);
-    - `token_embeddings(tokens [rows, Q]) -> [rows, Q, H]`: its input embeddings of token ids (the
+    - `token_embeddings(tokens [1, T]) -> [1, T, H]`: its input embeddings of token ids (the
       loop calls it for generated tokens, and for a prompt that brings no embeddings of its own);
-    - `decode_embedded(embeddings [rows, Q, H], positions [A, rows, Q], cache) -> float32 logits
-      [rows, V]` of each row's last new token (`cache.last_index`): one step, called after
-      `cache.begin_step`; its layers attend with `cache.attend_self(layer, q, k, v)` (no
-      `attend_cross`: its rows have no encoder memory). `positions` are the rotary position ids of
-      each new token (A = `position_axes`); padding queries (none today: the loop groups rows of
-      equal length) would carry zeros and are never read.
+    - `decode_embedded(embeddings [1, T, H], positions [A, 1, T], cache) -> float32 logits
+      [rows, V]` of each row's last new token (`cache.last_index`): one step over every row's new
+      tokens packed (generation/cache.py), called after `cache.begin_step`; its layers attend with
+      `cache.attend_self(layer, q, k, v)` (no `attend_cross`: its rows have no encoder memory).
+      `positions` are the rotary position ids of each new token (A = `position_axes`).
 
     A request (`GenerationRequest` with `memory=None`) brings its prompt's token ids (what the
     search and the logits processors see, image placeholder ids included), optionally their
@@ -80,11 +80,11 @@ class DecoderOnlyLM(Protocol):
     position_axes: int
 
     def token_embeddings(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Token ids `[rows, Q]` -> input embeddings `[rows, Q, H]` (in the model's dtype)."""
+        """Token ids `[1, T]` -> input embeddings `[1, T, H]` (in the model's dtype)."""
         ...
 
     def decode_embedded(self, embeddings: torch.Tensor, positions: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
-        """One step: `embeddings` `[rows, Q, H]`, rotary `positions` `[A, rows, Q]` (after
+        """One step: the packed `embeddings` `[1, T, H]`, rotary `positions` `[A, 1, T]` (after
         `cache.begin_step`) -> float32 logits `[rows, V]` of each row's last new token."""
         ...
 
@@ -185,11 +185,10 @@ class DecodeLoop:
             for running in self._running.values():
                 running.rows = [moves.get(r, r) for r in running.rows]
 
-    def _admit(self) -> int:
+    def _admit(self) -> None:
         """Move pending requests into the batch while rows allow, first come first served; the
         cross-attention keys/values of those joining together are projected in one call per
-        memory length. Returns the first joined row (the batch's row count before they joined)."""
-        first_joined = self.cache.rows
+        memory length."""
         joining: list[tuple[int, GenerationRequest]] = []
         rows = self.cache.rows
         for handle, request in list(self._pending.items()):
@@ -198,8 +197,9 @@ class DecodeLoop:
             rows += request.settings.num_beams
             joining.append((handle, request))
             del self._pending[handle]
-        # joining rows are grouped by prompt length (their first step runs each group as one call,
-        # unpadded) and, for an encoder-decoder, by memory length (their keys/values projected together)
+        # joining rows are grouped by prompt length (in their first step each group attends as one
+        # part of the packed step, generation/cache.py) and, for an encoder-decoder, by memory
+        # length (their keys/values projected together)
         by_length: dict[tuple[int, int], list[tuple[int, GenerationRequest]]] = {}
         for handle, request in joining:
             memory = 0 if request.memory is None else int(request.memory.shape[0])
@@ -214,7 +214,6 @@ class DecodeLoop:
                 running.rows = [next(new_rows) for _ in range(search.rows)]
                 running.feed = [list(request.prompt) for _ in range(search.rows)]
                 self._running[handle] = running
-        return first_joined
 
     def _cross_kv(self, group: list[tuple[int, GenerationRequest]]) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
         """The group's cross-attention keys/values, a row per beam (None: a decoder-only model's)."""
@@ -229,7 +228,7 @@ class DecodeLoop:
     def step(self) -> dict[int, GenerationResult]:
         """Admit what fits, run one decoder step over every row, advance each request's search.
         Returns the requests that finished in this step, by handle."""
-        first_joined = self._admit()
+        self._admit()
         if not self._running:
             return {}
         n = self.cache.rows
@@ -238,13 +237,7 @@ class DecodeLoop:
         for running in self._running.values():
             for row, tokens in zip(running.rows, running.feed, strict=True):
                 feeds[row], owners[row] = tokens, running
-        # Rows that joined this step (their prompts) sit after the running ones (add_rows appends),
-        # grouped by prompt length: the running rows run as one call, each length of prompt as one,
-        # so that no row is padded to another's length.
-        bounds = sorted({0, first_joined, n} | {r for r in range(first_joined + 1, n)
-                                                  if len(feeds[r]) != len(feeds[r - 1])})
-        parts = [(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
-        logits = torch.cat([self._decode(feeds, owners, lo, hi) for lo, hi in parts])
+        logits = self._decode(feeds, owners)
         for running in self._running.values():
             running.prefill = False
         finished: dict[int, GenerationResult] = {}
@@ -270,40 +263,40 @@ class DecodeLoop:
             self._free(freed)
         return finished
 
-    def _decode(self, feeds: list[list[int]], owners: list[_Running], lo: int, hi: int) -> torch.Tensor:
-        """One decoder call over rows lo..hi -> their float32 logits on the CPU `[hi - lo, V]`."""
-        q_lens = [len(f) for f in feeds[lo:hi]]
-        tokens = torch.zeros((hi - lo, max(q_lens)), dtype=torch.long)
-        for i, f in enumerate(feeds[lo:hi]):
-            tokens[i, :len(f)] = torch.tensor(f, dtype=torch.long)
-        slots = self.cache.begin_step(q_lens, first_row=lo)
+    def _decode(self, feeds: list[list[int]], owners: list[_Running]) -> torch.Tensor:
+        """One decoder call over every row, its new tokens packed -> float32 logits on the CPU `[rows, V]`."""
+        tokens = torch.tensor([t for f in feeds for t in f], dtype=torch.long)[None]  # [1, T]
+        positions = self.cache.begin_step([len(f) for f in feeds])
         with torch.inference_mode():
             if self.decoder_only:
-                logits = self._decode_embedded(tokens.to(self.device), slots, owners[lo:hi])
+                logits = self._decode_embedded(tokens.to(self.device), positions, feeds, owners)
             else:
                 model: EncoderDecoderLM = self.model  # type: ignore[assignment]
                 logits = model.decode(tokens.to(self.device), self.cache)
         self.cache.end_step()
         return logits.float().cpu()
 
-    def _decode_embedded(self, tokens: torch.Tensor, slots: torch.Tensor, owners: list[_Running]) -> torch.Tensor:
-        """A decoder-only model's step over rows whose new tokens are `tokens` `[rows, Q]` at cache
-        slots `slots` `[rows, Q]`: a prefilling row's embeddings and positions are its request's
-        (where it brought them), a generating row's are its token's at slot + position offset."""
+    def _decode_embedded(self, tokens: torch.Tensor, positions: torch.Tensor, feeds: list[list[int]],
+                         owners: list[_Running]) -> torch.Tensor:
+        """A decoder-only model's step over the packed new tokens `tokens` `[1, T]` at cache
+        positions `positions` `[1, T]`: a prefilling row's embeddings and positions are its request's
+        (where it brought them), a generating row's are its token's at position + position offset."""
         model: DecoderOnlyLM = self.model  # type: ignore[assignment]
         x = model.token_embeddings(tokens)
-        offsets = torch.tensor([0 if o.prefill else o.request.position_offset for o in owners], device=self.device)
-        positions = (slots + offsets[:, None])[None].repeat(model.position_axes, 1, 1)  # [A, rows, Q]
-        for i, owner in enumerate(owners):
-            if not owner.prefill:
-                continue
-            request = owner.request
-            p = len(request.prompt)
-            if request.prompt_embeddings is not None:
-                x[i, :p] = request.prompt_embeddings.to(x.device, x.dtype)
-            if request.prompt_positions is not None:
-                positions[:, i, :p] = request.prompt_positions.to(self.device)
-        return model.decode_embedded(x, positions, self.cache)
+        per_token = [0 if o.prefill else o.request.position_offset for o, f in zip(owners, feeds) for _ in f]
+        rotary = (positions + torch.tensor(per_token, device=self.device)[None])[None]
+        rotary = rotary.repeat(model.position_axes, 1, 1)  # [A, 1, T]
+        start = 0
+        for owner, feed in zip(owners, feeds, strict=True):
+            if owner.prefill:
+                request = owner.request
+                p = len(request.prompt)
+                if request.prompt_embeddings is not None:
+                    x[0, start:start + p] = request.prompt_embeddings.to(x.device, x.dtype)
+                if request.prompt_positions is not None:
+                    rotary[:, 0, start:start + p] = request.prompt_positions.to(self.device)
+            start += len(feed)
+        return model.decode_embedded(x, rotary, self.cache)
 
     def run(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         """Generate for `requests` together (all join, each leaves when done); results in order."""

@@ -114,8 +114,9 @@ def check_generate(reference, model, pages, generation: dict, beams: int, eos: l
 
 def check_batch_invariance(model, pages, generation: dict, eos: list[int], make_request=None) -> None:
     """Greedy and beam requests for pages of four sizes in one running batch, two joining after the
-    others started: each page's tokens are the tokens it gets alone. `make_request` builds a page's
-    request (default `request`: the M-RoPE models')."""
+    others started: each page's tokens are the tokens it gets alone, and every step, the one where
+    the two join beside the running rows included, is one decoder call over all rows' new tokens
+    packed. `make_request` builds a page's request (default `request`: the M-RoPE models')."""
     make_request = make_request or request
     greedy = GenerationSettings.from_generation_config(generation, max_new_tokens=10, eos_token_id=eos)
     beam = GenerationSettings.from_generation_config(generation, max_new_tokens=8, num_beams=2,
@@ -123,14 +124,30 @@ def check_batch_invariance(model, pages, generation: dict, eos: list[int], make_
     requests = [make_request(model, p, greedy if i % 2 == 0 else beam) for i, p in enumerate(pages)]
     alone = [DecodeLoop(model, CPU, torch.float32).run([r])[0].tokens for r in requests]
     loop = DecodeLoop(model, CPU, torch.float32)
-    handles = [loop.add(requests[0]), loop.add(requests[1])]
-    results: dict[int, list[int]] = {}
-    for step in range(40):
-        if step == 2:
-            handles += [loop.add(requests[2]), loop.add(requests[3])]
-        results.update({h: r.tokens for h, r in loop.step().items()})
-        if loop.idle:
-            break
+    calls: list[tuple[int, ...]] = []  # each decoder call's embeddings' shape
+    decode = model.decode_embedded
+
+    def counted(embeddings, positions, cache):
+        calls.append(tuple(embeddings.shape[:2]))
+        return decode(embeddings, positions, cache)
+
+    model.decode_embedded = counted
+    try:
+        handles = [loop.add(requests[0]), loop.add(requests[1])]
+        results: dict[int, list[int]] = {}
+        for step in range(40):
+            rows = loop.cache.rows
+            if step == 2:
+                handles += [loop.add(requests[2]), loop.add(requests[3])]
+            results.update({h: r.tokens for h, r in loop.step().items()})
+            if step == 2:  # the running rows' one token each, then the joining pages' prompts
+                joined = sum(len(r.prompt) * r.settings.num_beams for r in requests[2:])
+                assert calls[-1] == (1, rows + joined), calls[-1]
+            assert len(calls) == step + 1, "a step is one decoder call"
+            if loop.idle:
+                break
+    finally:
+        del model.decode_embedded
     assert [results[h] for h in handles] == alone
 
 

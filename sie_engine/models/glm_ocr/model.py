@@ -203,7 +203,7 @@ class GlmTextAttention(nn.Module):
         k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # each [rows, kv_heads, Q, D]
         cos, sin = rotary
         q, k = apply_interleaved_rotary(q, cos, sin), apply_interleaved_rotary(k, cos, sin)
-        # the cache holds the key/value heads; it repeats them for the query heads (grouped-query attention)
+        # the cache holds the key/value heads; each serves its group of query heads (grouped-query attention)
         context = cache.attend_self(self.layer, q, k, v, scale=self.scale)  # [rows, heads, Q, D]
         return self.o_proj(context.transpose(1, 2).reshape(rows, q_len, -1))
 

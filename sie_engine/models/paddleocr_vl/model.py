@@ -105,7 +105,7 @@ class ErnieAttention(nn.Module):
         def heads_first(t: torch.Tensor) -> torch.Tensor:  # [rows * Q, h, D] -> [rows, h, Q, D]
             return t.view(rows, q_len, -1, self.head_dim).transpose(1, 2)
 
-        # the cache holds the key/value heads; it repeats them for the query heads (grouped-query attention)
+        # the cache holds the key/value heads; each serves its group of query heads (grouped-query attention)
         context = cache.attend_self(self.layer, heads_first(q), heads_first(k), heads_first(v), scale=self.scale)
         return self.o_proj(context.transpose(1, 2).reshape(rows, q_len, -1))
 

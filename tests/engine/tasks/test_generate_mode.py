@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
+import time
 
 import numpy as np
 import pytest
@@ -77,9 +78,14 @@ def test_cancelled_call_leaves_the_batch_and_frees_its_cache(engine):
         worker = await engine.decode_worker(engine.card(ENDLESS))
         long = asyncio.ensure_future(engine.extract(ENDLESS, [{"image": _png(0)}] * 4, max_new_tokens=500))
         short = asyncio.ensure_future(engine.extract(ENDLESS, [{"image": _png(1)}], max_new_tokens=30))
-        while len(worker.decode.cache.lengths) < 5:  # both calls' sequences are in the running batch
+        # both calls' sequences in the running batch, and the pool charged for them: the worker charges
+        # once the step that admitted them is back on the loop, after the rows appear in the cache
+        deadline = time.monotonic() + 60
+        while (len(worker.decode.cache.lengths) < 5 or engine.model_info(ENDLESS).memory_bytes <= weights) \
+                and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         held = engine.model_info(ENDLESS).memory_bytes
+        assert not long.done()
         long.cancel()
         answer = await short  # the other call goes on in the batch the cancelled one left
         while not worker.idle:
