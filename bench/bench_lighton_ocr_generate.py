@@ -11,7 +11,8 @@ lengths (two stop tokens).
   padded to the batch's largest page with `image_sizes`, as LightOnOcrProcessor batches them);
   a batch runs until its longest sequence ends;
 - SIE: the vision tower over all pages packed, then one `DecodeLoop` over them, a page leaving the
-  batch the step it ends and the next joining (prefill grouped by prompt length, never padded).
+  batch the step it ends and the next joining (a step packs the running rows' tokens and the
+  joining prompts into one decoder call, never padded).
 
 Both clocks include the vision tower and the prompt's prefill; each side is warmed up on two pages
 first, and `--rounds` rounds alternate which side runs first (the best round of each reported).
