@@ -54,9 +54,9 @@ class _Part:
         return packed[0, :, self.start:self.end].view(heads, self.hi - self.lo, self.q_len, dim).transpose(0, 1)
 
 
-def _packed(parts: list[tuple[_Part, torch.Tensor]]) -> torch.Tensor:
-    """Each part's `[rows, heads, q_len, d]` output back into one packed `[1, heads, T, d]`."""
-    outs = [out.transpose(0, 1).reshape(out.shape[1], -1, out.shape[3]) for _, out in parts]
+def _packed(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Each part's `[rows, heads, q_len, d]` output, in order, back into one packed `[1, heads, T, d]`."""
+    outs = [out.transpose(0, 1).reshape(out.shape[1], -1, out.shape[3]) for out in parts]
     return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1))[None]
 
 
@@ -88,7 +88,6 @@ class DecodeCache:
         self.lengths: list[int] = []  # positions held per row
         self.memory_lengths: list[int] = []  # encoder positions per row
         self._parts: list[_Part] = []
-        self._q_lens: list[int] = []
 
     # --- rows joining, moving and leaving (between steps) ---
 
@@ -174,7 +173,6 @@ class DecodeCache:
             start += (hi - lo) * q_lens[lo]
             lo = hi
         self.ensure_positions(max(p.kv_len for p in self._parts))
-        self._q_lens = q_lens
         self.last_index = ends - 1
         self.step_positions = positions[None]
         return self.step_positions
@@ -202,7 +200,7 @@ class DecodeCache:
         """Causal self-attention of this step's packed queries over each row's history and its new
         tokens. q `[1, heads, T, d]`, k, v `[1, kv_heads, T, d]` -> `[1, heads, T, d]`; k, v are
         written to the cache."""
-        return _packed([(part, self._attend_part(layer, part, part.split(q), part.split(k), part.split(v), scale))
+        return _packed([self._attend_part(layer, part, part.split(q), part.split(k), part.split(v), scale)
                         for part in self._parts])
 
     def _attend_part(self, layer: int, part: _Part, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -228,14 +226,15 @@ class DecodeCache:
 
     def attend_cross(self, layer: int, q: torch.Tensor, scale: float | None = None) -> torch.Tensor:
         """Attention of this step's packed queries `[1, heads, T, d]` over each row's encoder memory."""
-        return _packed([(part, F.scaled_dot_product_attention(
+        return _packed([F.scaled_dot_product_attention(
             part.split(q), self.cross_k[layer][part.lo:part.hi, :, :part.memory],
-            self.cross_v[layer][part.lo:part.hi, :, :part.memory], attn_mask=part.cross_mask, scale=scale))
+            self.cross_v[layer][part.lo:part.hi, :, :part.memory], attn_mask=part.cross_mask, scale=scale)
             for part in self._parts])
 
     def end_step(self) -> None:
-        for i, added in enumerate(self._q_lens):
-            self.lengths[i] += added
+        for part in self._parts:
+            for row in range(part.lo, part.hi):
+                self.lengths[row] += part.q_len
         self._parts = []
 
     def nbytes(self) -> int:

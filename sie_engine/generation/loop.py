@@ -283,8 +283,9 @@ class DecodeLoop:
         (where it brought them), a generating row's are its token's at position + position offset."""
         model: DecoderOnlyLM = self.model  # type: ignore[assignment]
         x = model.token_embeddings(tokens)
-        per_token = [0 if o.prefill else o.request.position_offset for o, f in zip(owners, feeds) for _ in f]
-        rotary = (positions + torch.tensor(per_token, device=self.device)[None])[None]
+        offsets = torch.tensor([0 if o.prefill else o.request.position_offset for o in owners], device=self.device)
+        counts = torch.tensor([len(f) for f in feeds], device=self.device)
+        rotary = (positions + offsets.repeat_interleave(counts)[None])[None]
         rotary = rotary.repeat(model.position_axes, 1, 1)  # [A, 1, T]
         start = 0
         for owner, feed in zip(owners, feeds, strict=True):
