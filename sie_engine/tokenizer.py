@@ -89,6 +89,8 @@ class TextTokenizer(VocabularyLookup):
             hf.add_tokens(list(layout.extra_tokens), special_tokens=True)
         if not hf.is_fast:
             raise ValueError(f"{root}: SIE needs a fast (Rust) tokenizer")
+        if layout.lowercase:
+            _lowercase_first(hf.backend_tokenizer)
         self.hf = hf
         self.max_length = max_length
         self._tok = hf.backend_tokenizer
@@ -253,3 +255,15 @@ class ImageTextInputs(TextTokenizer):
         """Each image item's prompt ids (its text, or None, where the family puts it beside the image,
         through the card's template: `wrap`) and the positions it runs (only where `image_prompted`)."""
         raise NotImplementedError(f"{type(self).__name__} gives image items no prompt of their own")
+
+
+def _lowercase_first(tokenizer: Any) -> None:
+    """Lowercase before the tokenizer's own normalisation, as sentence-transformers applies
+    `do_lower_case`: a normaliser, so offsets still point into the original text, and added tokens
+    stored unnormalised (PyLate's "[Q] ") still match. Lowercasing twice changes nothing, so a
+    tokenizer that lowercases already is left as it would tokenise."""
+    from tokenizers.normalizers import Lowercase
+    from tokenizers.normalizers import Sequence as NormalizerSequence
+
+    own = tokenizer.normalizer
+    tokenizer.normalizer = NormalizerSequence([Lowercase()] + ([own] if own is not None else []))

@@ -29,6 +29,7 @@ class CheckpointLayout:
     weight_files: the files holding the tensors (listed when asked for: a directory without
         them is reported after its architecture, which is the likelier mistake).
     backbone_prefix_suffix: the backbone's tensors sit under a prefix ending so ("" : any).
+    lowercase: lowercase texts before tokenising (sentence-transformers' `do_lower_case`).
     """
 
     kind: str
@@ -38,6 +39,7 @@ class CheckpointLayout:
     extra_tokens: tuple[str, ...] = ()
     bos_eos: bool = False
     backbone_prefix_suffix: str = ""
+    lowercase: bool = False
 
     @property
     def weight_files(self) -> tuple[Path, ...]:
@@ -46,7 +48,11 @@ class CheckpointLayout:
 
 def read_config_json(root: Path) -> dict | None:
     """A directory's config.json, or None when it has none or it is not JSON (for layouts' `detects`)."""
-    path = Path(root) / "config.json"
+    return read_json(Path(root) / "config.json")
+
+
+def read_json(path: Path) -> dict | None:
+    """A JSON file's contents, or None when it is absent or not JSON."""
     if not path.is_file():
         return None
     try:
@@ -69,7 +75,25 @@ def plain_layout(root: Path) -> CheckpointLayout | None:
     if not config_path.is_file():
         return None
     kind = "sentence-transformers" if (root / "modules.json").is_file() else "hf"
-    return CheckpointLayout(kind=kind, root=root, config=json.loads(config_path.read_text()), tokenizer_source=root)
+    return CheckpointLayout(kind=kind, root=root, config=json.loads(config_path.read_text()), tokenizer_source=root,
+                            lowercase=sentence_transformers_lowercases(root))
+
+
+def sentence_transformers_lowercases(root: Path) -> bool:
+    """Whether sentence-transformers lowercases this model's input: `do_lower_case` in the
+    sentence_bert_config.json of its Transformer module (the folder modules.json names; the root
+    for a directory without modules.json). PyLate's mxbai-edge-colbert models set it on a cased
+    ModernBERT tokenizer, so serving them as the tokenizer alone would give other ids."""
+    folder = ""
+    modules_path = root / "modules.json"
+    if modules_path.is_file():
+        try:
+            modules = json.loads(modules_path.read_text())
+        except ValueError:
+            modules = []
+        folder = next((m.get("path", "") for m in modules if str(m.get("type", "")).endswith("Transformer")), "")
+    config = read_json(root / folder / "sentence_bert_config.json")
+    return bool(config and config.get("do_lower_case"))
 
 
 def not_a_model(root: Path) -> WeightsNotFound:

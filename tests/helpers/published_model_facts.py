@@ -41,6 +41,7 @@ class Published:
     # multivector: PyLate's / colbert-ir's query_length, markers, projection width
     query_length: int | None = None
     markers: tuple[str, str] | None = None
+    query_expansion: bool | None = None  # PyLate's do_query_expansion, where the row states it
     # sparse: the transform of the max-pooled logits (sie_engine.heads.sparse.ACTIVATIONS)
     sparse_activation: str = "log1p_relu"
     # extract: gliner_config.json's span_mode
@@ -66,6 +67,9 @@ SPLADE = ("config.json (*ForMaskedLM) + tokenizer_config.json (model_max_length)
           "sentence-transformers SparseEncoder's 1_SpladePooling/config.json (max, relu) where present")
 INFERENCE_FREE = ("config.json (*ForMaskedLM) + idf.json + the README's recipe (documents: max of log(1 + relu) "
                   "over the MLM logits, special tokens zeroed; queries: the IDF of their tokens, no model)")
+MXBAI_EDGE = ("config_sentence_transformers.json (PyLate: [Q] / [D], query_length 48, document_length 512, "
+              "do_query_expansion false) + 1_Dense/config.json + sentence_bert_config.json on the Hub, as its "
+              "exports and loaders quote them")
 INFERENCE_FREE_V3 = ("the v3 model cards (README: documents max of log(1 + log(1 + relu)) over the MLM logits, "
                      "special tokens zeroed; queries the idf.json IDF of their tokens; DistilBERT, 67M) and their "
                      "exports' recipe code (AutoModelForMaskedLM + idf.json from the repository root)")
@@ -411,6 +415,16 @@ PUBLISHED: dict[str, Published] = {
                                             "(PyLate: query_prefix [Q], document_prefix [D], query_length 32, "
                                             "document_length 300) + 1_Dense/config.json (768 -> 128) on the Hub",
                                             query_length=32, markers=("[Q] ", "[D] ")),
+    # mxbai-edge-colbert-v0 (PyLate v3 saves; tests/engine/heads/test_heads_colbert_pylate.py runs the layout against
+    # sentence-transformers' MultiVectorEncoder): config_sentence_transformers.json as published mirrors and loaders
+    # quote it (query_prefix [Q], document_prefix [D], query_length 48, document_length 512, do_query_expansion
+    # false, attend_to_expansion_tokens false, the 32 ASCII punctuation skiplist), the model cards (Ettin-17M / -32M,
+    # projection 48 / 64 in 1_Dense, Apache 2.0) and the repository's file list (Transformer + 1_Dense only).
+    # do_lower_case (the 32M's sentence_bert_config.json sets it) is read at load, not carried by the card.
+    "mixedbread-ai/mxbai-edge-colbert-v0-17m": other("modernbert", "multivector", 512, MXBAI_EDGE, query_length=48,
+                                                     markers=("[Q] ", "[D] "), query_expansion=False),
+    "mixedbread-ai/mxbai-edge-colbert-v0-32m": other("modernbert", "multivector", 512, MXBAI_EDGE, query_length=48,
+                                                     markers=("[Q] ", "[D] "), query_expansion=False),
     # visual document retrieval: ColPali's page images and queries (tests/engine/families/test_colpali.py)
     "vidore/colpali-v1.3-hf": other("colpali", "multivector", None, "config.json (model_type colpali, "
                                     "ColPaliForRetrieval, embedding_dim 128, vlm_config paligemma) + "
