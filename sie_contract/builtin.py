@@ -28,6 +28,7 @@ from .shapes import (
     TaskToken,
     WireEncodeItems,
     WireExtractItems,
+    WireQueryText,
 )
 from .tasks import Field, Task
 
@@ -78,7 +79,9 @@ SCORE = Task(
     name="score",
     summary="Rerank items against a query, best first",
     fields=(
-        Field("query", type=QueryText, required=True),
+        Field("query", type=QueryText, wire_type=WireQueryText, required=True,
+              description="a string or {text}; a vision-language reranker (Qwen3-VL-Reranker) also takes {image} "
+                          "or {image, text}"),
         Field("items", type=EncodeItems, wire_type=WireEncodeItems, required=True,
               description="texts: strings or {id?, text} objects; page images as {id?, image} (ColPali only)"),
         Field("top_k", type=PositiveInt, description="keep the k best"),

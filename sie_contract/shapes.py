@@ -204,7 +204,15 @@ class ExtractItem(_Shape):
 
 
 class Query(_Shape):
-    text: Text
+    """`{text}`; for a vision-language reranker (Qwen3-VL-Reranker) also `{image}` or `{image, text}`:
+    a query image, with its text after it (other models refuse an image)."""
+
+    text: Text | None = None
+    image: Image = None
+
+    def __post_init__(self) -> None:
+        if self.text is None and self.image is None:
+            raise Refusal("text", "is required (a vision-language reranker also takes an image)")
 
 
 class Classify(_Shape):
@@ -257,6 +265,20 @@ class WireEncodeItem(EncodeItem):
         if isinstance(self.document, msgspec.Raw):
             self.document = _image_value(self.document, "document")
         super().__post_init__()
+
+
+class WireQuery(Query):
+    """Query as the server decodes it (the image taken raw, as WireEncodeItem's)."""
+
+    image: Annotated[msgspec.Raw, Meta(extra_json_schema=_IMAGE_SCHEMA)] = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.image, msgspec.Raw):
+            self.image = _image_value(self.image)
+        super().__post_init__()
+
+
+WireQueryText = Text | WireQuery
 
 
 class WireExtractItem(ExtractItem):

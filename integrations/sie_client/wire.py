@@ -242,16 +242,24 @@ def drop_none(body: dict) -> dict:
 
 
 def normalize_query(query: Any) -> dict:
+    """A string, a `{text}` dict or, for a vision-language reranker, an image (bytes, a path, a PIL image)
+    or an `{image, text?}` dict -> the query as the wire carries it."""
     if isinstance(query, str):
         return {"text": query}
-    if isinstance(query, Mapping) and "text" in query:
-        return {"text": query["text"]}
-    raise TypeError("query must be a string or a {text} dict")
+    if is_image(query):
+        return {"image": image_value(query)}
+    if isinstance(query, Mapping) and ("text" in query or "image" in query):
+        shaped = {"text": query["text"]} if "text" in query else {}
+        if query.get("image") is not None:
+            shaped["image"] = image_value(query["image"])
+        return shaped
+    raise TypeError("query must be a string, a {text} dict, or an image or {image, text?} dict (vision-language "
+                    "rerankers)")
 
 
 def normalize_request(task: str, body: dict) -> dict:
-    """A task's request body with items as `{id?, text}` objects and a query as `{text}`
-    (the forms every task's fields take; plain strings are accepted for convenience)."""
+    """A task's request body with items as `{id?, text}` objects and a query as `{text}` (or `{image,
+    text?}`) (the forms every task's fields take; plain strings are accepted for convenience)."""
     if "items" in body:
         body["items"] = normalize_items(body["items"])
     if "query" in body:

@@ -183,6 +183,10 @@ IMAGE_CHUNK = 32
 NO_IDS: np.ndarray = np.zeros(0, dtype=np.int32)
 
 
+def _unwrapped(contents: list[str]) -> list[str]:
+    return contents
+
+
 @dataclass(frozen=True)
 class ImagePrompts:
     """What an image item's own prompt is written from, where the model gives image items one
@@ -191,11 +195,17 @@ class ImagePrompts:
     placeholder and the text): encode's card templates, the score task's yes/no prompt."""
 
     texts: Sequence[str | None]
-    wrap: Callable[[list[str]], list[str]]
+    wrap: Callable[[list[str]], list[str]] = _unwrapped
+    # where items' prompts differ beyond their content (a reranker's image query beside each document's
+    # text): the prompt of the item at a request position around its content, in place of `wrap`
+    wrap_at: Callable[[int, str], str] | None = None
 
-
-def _unwrapped(contents: list[str]) -> list[str]:
-    return contents
+    def wrap_for(self, positions: Sequence[int]) -> Callable[[list[str]], list[str]]:
+        """`wrap` for the items at `positions` (a chunk of the request's image items, in order)."""
+        wrap_at = self.wrap_at
+        if wrap_at is None:
+            return self.wrap
+        return lambda contents: [wrap_at(p, c) for p, c in zip(positions, contents, strict=True)]
 
 
 NO_PROMPTS = ImagePrompts((), _unwrapped)
@@ -229,12 +239,13 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
     whose image items run inside prompts of their own writes them from (default: no texts, no template)."""
     limits = engine.limits
 
-    def prepare(inputs, values, fields, texts):
+    def prepare(inputs, values, fields, texts, chunk):
         if inputs.images is None:
             raise InvalidRequest(f"model {card.id!r} has no vision tower; it takes text items only", field="items")
-        pixels = inputs.images.encode_images(values, fields, limits)
+        pixels = _decoded_once(inputs.images, values, fields, limits)
         if isinstance(inputs, ImageTextInputs) and inputs.image_prompted:
-            prompt_ids, counts = inputs.image_prompts(texts, (prompts or NO_PROMPTS).wrap, pixels, fields)
+            prompt_ids, counts = inputs.image_prompts(texts, (prompts or NO_PROMPTS).wrap_for(chunk), pixels,
+                                                      fields)
             return prompt_ids, pixels, counts
         return [NO_IDS] * len(pixels), pixels, [inputs.images.positions(values) for values in pixels]
 
@@ -246,7 +257,7 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
         (prompt_ids, pixels, counts), spent = await on_image_threads(
             prepare, inputs, [images[i] for i in chunk],
             [fields[i] if fields is not None else f"items[{i}].image" for i in chunk],
-            [prompts.texts[i] if prompts is not None else None for i in chunk])
+            [prompts.texts[i] if prompts is not None else None for i in chunk], chunk)
         seconds += spent
         tokens += sum(counts)
         ticket = work_request.reservation.decoding if work_request.reservation is not None else None
@@ -258,6 +269,20 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
             for position, ids, values, count in zip(chunk, prompt_ids, pixels, counts)
         ], work_request)
     return tokens, seconds
+
+
+def _decoded_once(images, values: list, fields: list[str], limits) -> list:
+    """Each distinct image value of a chunk decoded once (a reranker's image query stands beside
+    every document), then given to every item that holds it."""
+    first: dict[int, int] = {}
+    for i, value in enumerate(values):
+        first.setdefault(id(value), i)
+    if len(first) == len(values):
+        return images.encode_images(values, fields, limits)
+    order = list(first.values())
+    decoded = images.encode_images([values[i] for i in order], [fields[i] for i in order], limits)
+    by_value = {id(values[i]): pixels for i, pixels in zip(order, decoded)}
+    return [by_value[id(value)] for value in values]
 
 
 def _itself(inputs):

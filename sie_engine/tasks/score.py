@@ -38,21 +38,37 @@ SCORE = frozenset({"score"})  # the head score work runs
 PAGE_RETRIEVERS = ("colpali", "colqwen2")
 
 
-def parse_query(query: Any, limits: v.Limits) -> str:
-    """`{"text": ...}` or a plain string -> the query text."""
+def parse_query(query: Any, limits: v.Limits, card) -> tuple[str, Any | None]:
+    """`{"text": ...}` or a plain string -> (the query text, None); for a vision-language reranker
+    (`takes_image_query`) also `{"image": ..., "text"?: ...}` -> (its text, "" without one; the image as
+    sent, decoded off the event loop)."""
+    image = None
     if isinstance(query, Mapping):
-        unknown = set(query) - {"text", "id"}
+        unknown = set(query) - {"text", "id", "image"}
         if unknown:
-            raise InvalidRequest(f"query has unknown fields {sorted(unknown)} (allowed: text)", field="query")
-        query = query.get("text")
+            raise InvalidRequest(f"query has unknown fields {sorted(unknown)} (allowed: text, image)", field="query")
+        image = query.get("image")
+        if image is not None and not takes_image_query(card):
+            raise InvalidRequest(f"query.image: model {card.id!r} ranks against text queries; only a "
+                                 "vision-language reranker (Qwen3-VL-Reranker) takes an image query",
+                                 field="query.image")
+        if image is not None and not isinstance(image, (str, bytes, bytearray)):
+            raise InvalidRequest("query.image must be bytes (msgpack) or a base64 string (JSON), "
+                                 f"got {type(image).__name__}", field="query.image")
+        query = query.get("text", "" if image is not None else None)
     elif not isinstance(query, str):
         raise InvalidRequest("query must be an object with a text field or a string", field="query")
-    return v.check_text(query, limits, "query.text")
+    return v.check_text(query, limits, "query.text"), image
+
+
+def takes_image_query(card) -> bool:
+    """A prompted reranker with a vision tower (Qwen3-VL-Reranker) writes a query image into its prompt."""
+    return "image" in card.modalities and ((card.options or {}).get("score") or {}).get("kind") == "yes-no"
 
 
 async def run(engine: TaskContext, call: Call) -> ScoreResult:
     card, fields = call.card, call.fields
-    query_text = parse_query(fields["query"], engine.limits)
+    query_text, query_image = parse_query(fields["query"], engine.limits, card)
     maybe_texts: Sequence[str | None]
     score_kind = ((card.options or {}).get("score") or {}).get("kind")
     if "image" in card.modalities and "multivector" in card.outputs:  # ColPali: pages are image items
@@ -81,8 +97,12 @@ async def run(engine: TaskContext, call: Call) -> ScoreResult:
 
     if score_kind == "yes-no":  # LLM reranker: one prompt per pair, P(yes) at its last token
         request = engine.new_request(call, "score", len(ids))
-        tokens, tokenize_s = await _submit_yes_no(engine, card, request, query_text, instruction, truncate, texts,
-                                                  text_positions, images, image_positions, maybe_texts)
+        if query_image is not None:
+            tokens, tokenize_s = await _submit_image_query(engine, card, request, query_text, query_image,
+                                                           instruction, maybe_texts, image_positions)
+        else:
+            tokens, tokenize_s = await _submit_yes_no(engine, card, request, query_text, instruction, truncate,
+                                                      texts, text_positions, images, image_positions, maybe_texts)
         scores = await request.future
     elif "score" in card.outputs:
         tokenized, tokenize_s = await engine.tokenize(card, "encode_pairs", [query_text] * len(texts), texts)
@@ -136,10 +156,7 @@ async def _submit_yes_no(engine: TaskContext, card, request, query_text: str, in
     tokenised as the card's parts say, image items (Qwen3-VL-Reranker's: an image, its text after it)
     through the model's own image prompts; returns (tokens, seconds spent preparing)."""
     prompt = yes_no_options(card)
-    instr = instruction if instruction is not None else prompt["instruction"]
-    if instr and prompt.get("instruction_format"):  # mxbai-rerank v2: a line only when there is one
-        instr = prompt["instruction_format"].format(instruction=instr)
-    fill = dict(instruction=instr or "", query=query_text)
+    fill = dict(instruction=_instruction(prompt, instruction), query=query_text)
     whole = all(isinstance(prompt[key], str) for key in ("prefix", "suffix", "template"))
     tokens, tokenize_s = 0, 0.0
     if texts:
@@ -165,6 +182,39 @@ async def _submit_yes_no(engine: TaskContext, card, request, query_text: str, in
             raise
         tokens, tokenize_s = tokens + image_tokens, tokenize_s + image_s
     return tokens, tokenize_s
+
+
+def _instruction(prompt: Mapping[str, Any], instruction: str | None) -> str:
+    """The instruction a yes/no prompt carries: the request's, else the card's (mxbai-rerank v2 formats
+    it as a line of its own, and only when there is one)."""
+    instr = instruction if instruction is not None else prompt["instruction"]
+    if instr and prompt.get("instruction_format"):
+        instr = prompt["instruction_format"].format(instruction=instr)
+    return instr or ""
+
+
+async def _submit_image_query(engine: TaskContext, card, request, query_text: str, query_image: Any,
+                              instruction: str | None, item_texts: Sequence[str | None],
+                              image_positions: list[int]) -> tuple[int, float]:
+    """Queue Qwen3-VL-Reranker's pairs of an image query (its text after the image) and text documents:
+    each pair's one image is the query's, inside the query's place of the card's prompt. A pair of two
+    images is refused: SIE's image items hold one image each."""
+    if image_positions:
+        first = image_positions[0]
+        raise InvalidRequest(f"items[{first}] is an image, and so is the query; model {card.id!r} is served "
+                             "pairs with one image: send the query or the documents as text",
+                             field=f"items[{first}].image")
+    prompt = yes_no_options(card)
+    instr = _instruction(prompt, instruction)
+
+    def wrap_at(position: int, content: str) -> str:
+        return prompt["prefix"] + prompt["template"].format(instruction=instr, query=content,
+                                                            document=item_texts[position]) + prompt["suffix"]
+
+    count = len(item_texts)
+    return await submit_images(engine, card, request, [query_image] * count, list(range(count)), SCORE,
+                               queue="score:image", fields=["query.image"] * count,
+                               prompts=ImagePrompts([query_text or None] * count, wrap_at=wrap_at))
 
 
 async def _tokenize_yes_no(engine: TaskContext, card, prompt: Mapping[str, Any], fill: Mapping[str, str],

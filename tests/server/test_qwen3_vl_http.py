@@ -4,8 +4,8 @@ text and image-with-text items through `POST /v1/encode` in JSON (base64 images)
 bytes, tensor objects), through the typed client and (texts) OpenAI's `/v1/embeddings`, each vector
 equal to the in-process Engine's (1e-6) and to the published embedding recipe (1e-4,
 tests/helpers/qwen3_vl_fixtures.py); text pairs through `POST /v1/score` and the Cohere/Jina
-`POST /v1/rerank`, and image documents through `/v1/score` in msgpack, equal to the published
-reranker recipe (1e-5); what the models cannot take answered with a 400 naming the item."""
+`POST /v1/rerank`, image documents through `/v1/score` in msgpack and an image query in JSON, equal to
+the published reranker recipe (1e-5); what the models cannot take answered with a 400 naming the item."""
 
 from __future__ import annotations
 
@@ -146,6 +146,25 @@ def test_msgpack_image_documents_score_as_the_published_reranker_recipe(server, 
     assert response.status_code == 200, response.text
     scores = sorted(msgpack.unpackb(response.content, raw=False)["scores"], key=lambda s: s["index"])
     np.testing.assert_allclose([s["score"] for s in scores], wanted, atol=1e-5)
+
+
+def test_json_image_query_scores_text_documents_as_the_published_reranker_recipe(server, cards):
+    """An image query (base64 in JSON) with its text, against text documents; beside an image document, a 400."""
+    image = sample_images()["webp_rgb"]
+    wanted = reranker_reference(cards[0], [([image, "a cat"], [d]) for d in DOCUMENTS])
+    query = {"image": base64.b64encode(image).decode(), "text": "a cat"}
+    response = httpx.post(f"{server.url}/v1/score/{RERANK}", json={"query": query, "items": DOCUMENTS}, timeout=120)
+    assert response.status_code == 200, response.text
+    scores = sorted(response.json()["scores"], key=lambda s: s["index"])
+    np.testing.assert_allclose([s["score"] for s in scores], wanted, atol=1e-5)
+    both = httpx.post(f"{server.url}/v1/score/{RERANK}", timeout=60,
+                      json={"query": query, "items": [DOCUMENTS[0], {"image": query["image"]}]})
+    assert both.status_code == 400 and "items[1] is an image, and so is the query" in both.json()["error"]["message"]
+    with SIEClient(server.url) as client:  # the typed client takes the image as bytes (or a path, a PIL image)
+        typed = client.score(RERANK, {"image": image, "text": "a cat"}, DOCUMENTS)
+    np.testing.assert_allclose([s.score for s in sorted(typed.scores, key=lambda s: s.index)], wanted, atol=1e-5)
+    empty = httpx.post(f"{server.url}/v1/score/{RERANK}", json={"query": {}, "items": DOCUMENTS}, timeout=60)
+    assert empty.status_code == 400 and "query.text is required" in empty.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("route, model, body, field", [

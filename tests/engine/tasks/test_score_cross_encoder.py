@@ -208,6 +208,9 @@ def test_bad_input_is_refused_with_the_field(engine):
     with pytest.raises(InvalidRequest) as info:
         engine.score_sync("ce/minilm", QUERY, [])
     assert info.value.field == "items"
+    with pytest.raises(InvalidRequest, match="ranks against text queries") as info:
+        engine.score_sync("ce/minilm", {"image": b"\x89PNG"}, DOCS)
+    assert info.value.field == "query.image"
     with pytest.raises(InvalidRequest) as info:
         engine.score_sync("ce/minilm", QUERY, DOCS, top_k=0)
     assert info.value.field == "top_k"
