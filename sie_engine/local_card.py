@@ -78,9 +78,8 @@ def encoder_card(name: str, root: Path, config: Mapping[str, Any], *, pooling: s
         normalize = st.get("normalize", False)
         max_seq_len = st.get("max_seq_length", max_seq_len)
     query_prompt, document_prompt = read_sentence_transformers_prompts(root)
-    if (query_prompt or document_prompt) and st is not None and not st.get("include_prompt", True):
-        raise ValueError(f"{root} pools without its prompt tokens (include_prompt: false in its pooling config), "
-                         f"which SIE does not implement: its vectors would differ from sentence-transformers'")
+    # a pooling without its prompt tokens (include_prompt: false), as the dense head's option runs it
+    options = {"dense": {"include_prompt": False}} if st is not None and not st.get("include_prompt", True) else {}
     return ModelCard(
         id=name,
         weights=WeightsSource(path=str(root)),
@@ -91,6 +90,7 @@ def encoder_card(name: str, root: Path, config: Mapping[str, Any], *, pooling: s
         document_template=document_prompt + "{text}",
         max_seq_len=min(max_seq_len, 8192),
         max_batch_tokens=max(16384, min(max_seq_len, 8192)),
+        options=options,
         description=f"local directory {root}",
     )
 

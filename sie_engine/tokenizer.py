@@ -200,6 +200,13 @@ class TextTokenizer(VocabularyLookup):
             truncated.append(cut or len(body) > budget)
         return Tokenized(ids=ids, type_ids=None, truncated=truncated)
 
+    def prompt_length(self, prompt: str) -> int:
+        """The tokens a prompt takes at the start of a text, as sentence-transformers measures it for
+        `include_prompt: false` (and GritLM for its instruction): the prompt tokenised alone, with
+        special tokens, less a trailing special token (an EOS or SEP the tokenizer appends)."""
+        ids = self._untruncated().encode(prompt).ids
+        return len(ids) - 1 if ids and ids[-1] in self.special_ids else len(ids)
+
     def encode_whole(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Ids with special tokens and no truncation (a task that decides itself what to cut)."""
         return [np.asarray(e.ids, dtype=np.int32) for e in self._untruncated().encode_batch(list(texts))]

@@ -43,6 +43,9 @@ class WorkItem(Generic[Payload]):
     # the LoRA adapter applied to this sequence's rows (None: the base model); resolved once per
     # request, so a batch of several adapters needs no lookups (layers/lora.py)
     adapter: LoRAAdapter | None = None
+    # leading tokens (the card's prompt) the pooling leaves out: sentence-transformers' Pooling with
+    # `include_prompt: false` (`options.dense.include_prompt`), GritLM's mean over the text alone
+    prompt_tokens: int = 0
     # tokens the batcher counts: the text's, or the positions the vision tower runs for an image
     num_tokens: int = field(init=False)
 

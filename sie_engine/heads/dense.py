@@ -1,6 +1,10 @@
 """The dense head: pooling (the card's mode), then sentence-transformers' Dense modules
 where the model has them. Normalisation and Matryoshka truncation are per-request
-post-processing (tasks/encode.py)."""
+post-processing (tasks/encode.py).
+
+Card options (`options.dense`): `include_prompt` (default true; false leaves each text's prompt,
+the card's template before `{text}`, out of the poolings that read every token, as
+sentence-transformers' Pooling option does; GritLM pools its text alone so)."""
 
 from __future__ import annotations
 
@@ -29,8 +33,13 @@ class DenseHead(Head):
         self.dim = projection[-1].projection.out_features if projection is not None else hidden_size
 
     def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence = ()) -> np.ndarray:
-        seq_index = batch.seq_index() if self.mode in NEEDS_SEQ_INDEX else None
-        pooled = pool(self.mode, hidden, batch.cu_seqlens, seq_index)
+        prompted = any(item.prompt_tokens for item in items)  # include_prompt: false
+        seq_index = batch.seq_index() if self.mode in NEEDS_SEQ_INDEX or prompted else None
+        keep = None
+        if seq_index is not None and prompted:
+            prompts = torch.tensor([item.prompt_tokens for item in items], device=hidden.device)
+            keep = batch.positions >= prompts[seq_index]
+        pooled = pool(self.mode, hidden, batch.cu_seqlens, seq_index, keep)
         if self.projection is not None:
             pooled = self.projection(pooled.to(self.compute_dtype))
         return pooled.float().cpu().numpy()
@@ -56,9 +65,12 @@ def build_dense(ctx: HeadContext) -> dict[str, Head]:
         from .towers import build_tower_dense
 
         return build_tower_dense(ctx)
+    include_prompt = ctx.options("dense").get("include_prompt", True)
+    if not isinstance(include_prompt, bool):
+        raise ValueError(f"card {ctx.card.id}: options.dense.include_prompt must be true or false")
     projection = pooled_dense_stack(ctx.root, ctx.device, ctx.dtype)
     # float32 only: mean_pool accumulates lower precisions in float32, embedding_bag would not
     if (ctx.backbone.fuses_mean_pool and ctx.card.pooling == "mean" and projection is None
-            and ctx.dtype == torch.float32):
+            and ctx.dtype == torch.float32 and include_prompt):
         return {"dense": TableMeanHead(ctx.backbone.mean_of_rows, ctx.config.hidden_size).eval()}
     return {"dense": DenseHead(ctx.card.pooling, projection, ctx.config.hidden_size, ctx.dtype).eval()}

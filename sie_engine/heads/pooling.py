@@ -1,7 +1,10 @@
 """Sequence pooling over packed hidden states (sentence-transformers' Pooling).
 
 All functions take hidden `[T, H]` and the batch's `cu_seqlens` `[B + 1]` (int32,
-on the device) and return `[B, H]`; none syncs with the host.
+on the device) and return `[B, H]`; none syncs with the host. `pool`'s `keep` `[T]` (bool)
+leaves tokens out as sentence-transformers' Pooling with `include_prompt: false` masks a prompt's
+tokens: out of the poolings that read every token, and cls reads the first token kept (the one
+after the prompt); last reads the last token either way.
 """
 
 from __future__ import annotations
@@ -59,8 +62,50 @@ POOLERS = {"cls": cls_pool, "last": last_token_pool, "mean": mean_pool, "max": m
 NEEDS_SEQ_INDEX = frozenset({"mean", "max", "weightedmean", "mean_sqrt_len"})
 
 
-def pool(mode: str, hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
-    return POOLERS[mode](hidden, cu_seqlens, seq_index)
+def pool(mode: str, hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor,
+         keep: torch.Tensor | None = None) -> torch.Tensor:
+    if keep is None or mode not in MASKED_POOLERS:
+        return POOLERS[mode](hidden, cu_seqlens, seq_index)
+    return MASKED_POOLERS[mode](hidden, cu_seqlens, seq_index, keep)
+
+
+def _kept_counts(keep: torch.Tensor, cu_seqlens: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
+    """`[B]` tokens each sequence keeps, at least 1e-9 (sentence-transformers' clamp: a sequence of
+    prompt alone pools to zeros)."""
+    return _sums(keep.float(), cu_seqlens, seq_index).clamp(min=1e-9)
+
+
+def _masked_mean(hidden, cu_seqlens, seq_index, keep):
+    return _sums(hidden * keep[:, None], cu_seqlens, seq_index) / _kept_counts(keep, cu_seqlens, seq_index)[:, None]
+
+
+def _masked_mean_sqrt_len(hidden, cu_seqlens, seq_index, keep):
+    counts = _kept_counts(keep, cu_seqlens, seq_index)
+    return _sums(hidden * keep[:, None], cu_seqlens, seq_index) / counts.sqrt()[:, None]
+
+
+def _masked_weighted_mean(hidden, cu_seqlens, seq_index, keep):
+    """Weights by position within the whole sequence (prompt included), zero for the left-out tokens."""
+    weights = (torch.arange(hidden.shape[0], device=hidden.device) - cu_seqlens[seq_index] + 1).to(torch.float32)
+    weights = weights * keep
+    return (_sums(hidden.float() * weights[:, None], cu_seqlens, seq_index)
+            / _sums(weights, cu_seqlens, seq_index).clamp(min=1e-9)[:, None])
+
+
+def _masked_max(hidden, cu_seqlens, seq_index, keep):
+    return max_pool(hidden.masked_fill(~keep[:, None], float("-inf")), cu_seqlens, seq_index)
+
+
+def _masked_cls(hidden, cu_seqlens, seq_index, keep):
+    """Each sequence's first token kept; a sequence that keeps none, its first token."""
+    starts, ends = cu_seqlens[:-1].long(), cu_seqlens[1:].long()
+    index = torch.arange(hidden.shape[0], device=hidden.device)
+    first = ends.scatter_reduce(0, seq_index[keep], index[keep], "amin")
+    return hidden.index_select(0, torch.where(first < ends, first, starts))
+
+
+MASKED_POOLERS = {"cls": _masked_cls, "mean": _masked_mean, "max": _masked_max, "weightedmean": _masked_weighted_mean,
+                  "mean_sqrt_len": _masked_mean_sqrt_len}
 
 
 def l2_normalize(x: torch.Tensor) -> torch.Tensor:

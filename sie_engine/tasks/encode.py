@@ -91,7 +91,8 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
         work_request = engine.new_request(call, "encode", len(ids))
         tokens, tokenize_s = await _submit(engine, card, work_request, templated, text_positions, images,
                                            image_positions, wanted, fields, truncate, is_query, adapter,
-                                           ImagePrompts(texts, template_wrap(template)))
+                                           ImagePrompts(texts, template_wrap(template)),
+                                           prompt_left_out(card, template))
         raw = await work_request.future
     finally:
         if adapter is not None:
@@ -118,12 +119,13 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
 async def _submit(engine: TaskContext, card, work_request, templated: list[str], text_positions: list[int],
                   images: list, image_positions: list[int], wanted: frozenset, fields: list[str] | None,
                   truncate: bool | None, is_query: bool, adapter: LoRAAdapter | None,
-                  prompts: ImagePrompts | None = None) -> tuple[int, float]:
+                  prompts: ImagePrompts | None = None, unpooled_prompt: str | None = None) -> tuple[int, float]:
     """Queue the texts, then the images, of a request; returns (tokens, seconds spent preparing).
+    `unpooled_prompt`: the texts' prompt, which the dense pooling leaves out (`prompt_left_out`).
     A failure fails the request's work (what was queued is dropped) and is raised."""
     try:
         tokens, tokenize_s = await _submit_texts(engine, card, work_request, templated, text_positions, wanted,
-                                                 truncate, is_query, adapter)
+                                                 truncate, is_query, adapter, unpooled_prompt)
         if image_positions:
             image_tokens, seconds = await submit_images(engine, card, work_request, images, image_positions, wanted,
                                                         fields=fields, prompts=prompts)
@@ -137,18 +139,20 @@ async def _submit(engine: TaskContext, card, work_request, templated: list[str],
 
 async def _submit_texts(engine: TaskContext, card, work_request, texts: list[str], positions: list[int],
                         wanted: frozenset, truncate: bool | None, is_query: bool,
-                        adapter: LoRAAdapter | None = None) -> tuple[int, float]:
+                        adapter: LoRAAdapter | None = None, unpooled_prompt: str | None = None) -> tuple[int, float]:
     """Tokenise the texts chunk by chunk, queueing each chunk as soon as it is ready; returns
     (tokens, seconds spent tokenising). `positions`: each text's place among the request's items;
-    `adapter`: the LoRA adapter their rows run with (None: the base model)."""
+    `adapter`: the LoRA adapter their rows run with (None: the base model); `unpooled_prompt`: the
+    prompt every text begins with that the dense pooling leaves out (its tokens counted once)."""
     if not texts:
         return 0, 0.0
+    prompt_tokens, tokenize_s = (await engine.tokenize(card, "prompt_length", unpooled_prompt)
+                                 if unpooled_prompt else (0, 0.0))
     if "multivector" in card.outputs and uses_markers(card):  # ColBERT: markers, query expansion
         method, kwargs = "encode_marked", marked_encode_args(card, is_query)
     else:
         method, kwargs = "encode", {}
     tokens = 0
-    tokenize_s = 0.0
     if len(texts) <= TOKENIZE_CHUNK:  # one chunk: awaited here, no task of its own to schedule
         first: asyncio.Future = asyncio.get_running_loop().create_future()
         first.set_result(await engine.tokenize(card, method, texts, **kwargs))
@@ -167,7 +171,7 @@ async def _submit_texts(engine: TaskContext, card, work_request, texts: list[str
             key_lens: Sequence[int | None] = tokenized.key_lens or [None] * len(tokenized.ids)
             engine.submit(card, "encode", [  # extra: whether the text is a query (inference-free sparse heads)
                 WorkItem(work_request, positions[start + i], tokenized.ids[i], outputs=wanted, key_len=key_lens[i],
-                         extra=is_query, adapter=adapter)
+                         extra=is_query, adapter=adapter, prompt_tokens=prompt_tokens)
                 for i in longest_first(tokenized.ids)
             ], work_request)
     finally:
@@ -291,6 +295,16 @@ def _itself(inputs):
 
 # the scheduler's queue of image work: batches never mix the vision tower's inputs with texts
 IMAGE_QUEUE = "encode:image"
+
+
+def prompt_left_out(card, template: tuple[str, str | None] | None) -> str | None:
+    """The template's prompt (before `{text}`, its instruction written in) where the card's dense
+    pooling leaves it out (`options.dense.include_prompt: false`, sentence-transformers' Pooling
+    option; GritLM's mean over the text alone); None where it pools every token."""
+    if template is None or ((card.options or {}).get("dense") or {}).get("include_prompt", True):
+        return None
+    prefix = template[0].partition("{text}")[0].replace("{instruction}", template[1] or "")
+    return prefix or None
 
 
 def apply_template(texts: list[str], template: str, instruction: str | None) -> list[str]:

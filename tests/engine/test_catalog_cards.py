@@ -188,6 +188,13 @@ def test_catalog_is_broad():
             assert card.query_instruction, f"{card.id}: an instruct template needs a default instruction"
 
 
+def _prompt_length(tokenizer, template: str, instruction: str | None) -> int:
+    """The template's prompt in tokens as sentence-transformers measures it for include_prompt: false:
+    tokenised alone, less a trailing special token."""
+    ids = tokenizer(template.partition("{text}")[0].replace("{instruction}", instruction or ""))["input_ids"]
+    return len(ids) - (ids[-1] in tokenizer.all_special_ids)
+
+
 @pytest.mark.parametrize("card", DENSE_CARDS, ids=[c.id for c in DENSE_CARDS])
 def test_card_encodes_like_transformers(card, engine, stand_ins):
     root, reference, pad_id = stand_ins[_kind(card)]
@@ -200,7 +207,10 @@ def test_card_encodes_like_transformers(card, engine, stand_ins):
         template, instruction = card.template_for(is_query, None)
         templated = template.replace("{instruction}", instruction or "").replace("{text}", text)
         ids = [np.asarray(hf_tok(templated)["input_ids"][:card.max_seq_len])]
-        expected = reference_pooled(reference_hidden(reference, ids, pad_id=pad_id), card.pooling)[0]
+        hidden = reference_hidden(reference, ids, pad_id=pad_id)
+        if not card.options.get("dense", {}).get("include_prompt", True):  # the prompt's tokens left out
+            hidden = [h[_prompt_length(hf_tok, template, instruction):] for h in hidden]
+        expected = reference_pooled(hidden, card.pooling)[0]
         if card.normalize:
             expected = expected / np.linalg.norm(expected)
             assert abs(np.linalg.norm(got) - 1) < 1e-3

@@ -58,6 +58,10 @@ def test_card_agrees_with_the_published_configuration(card):
             assert card.normalize == row.normalize, "normalize"
         assert card.dims == row.dims, "dims"
         assert _resolved(card.query_template, card.query_instruction) == row.query, "query prompt"
+        assert card.document_template == row.document, "document prompt"
+        assert card.options.get("dense", {}).get("include_prompt", True) == row.include_prompt, "include_prompt"
+    if row.causal is not None:
+        assert card.options.get("backbone", {}).get("is_causal", True) == row.causal, "causal attention"
     if "classifier" in row.outputs:
         options = card.options["classifier"]
         assert options["num_labels"] == row.num_labels, "num_labels"

@@ -23,6 +23,7 @@ Fields:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -42,6 +43,10 @@ class Published:
     query_length: int | None = None
     markers: tuple[str, str] | None = None
     query_expansion: bool | None = None  # PyLate's do_query_expansion, where the row states it
+    # dense: the pooling leaves the prompt out (sentence-transformers' include_prompt: false, GritLM's
+    # masked instruction); the decoder attends bidirectionally (causal False), where the row states it
+    include_prompt: bool = True
+    causal: bool | None = None
     # sparse: the transform of the max-pooled logits (sie_engine.heads.sparse.ACTIVATIONS)
     sparse_activation: str = "log1p_relu"
     # extract: gliner_config.json's span_mode
@@ -127,6 +132,9 @@ LIGHTON_OCR = ("transformers' LightOnOcrConfig defaults (its docstring names lig
 STATIC = "config.json + modules.json (StaticEmbedding, Normalize) of the model2vec repository on the Hub"
 MISTRAL = ("config.json (MistralModel, sliding_window 4096) + modules.json + 1_Pooling (lasttoken) + the README's "
            "get_detailed_instruct and max_length 4096 on the Hub")
+GRITLM = ("config.json (MistralForCausalLM, sliding_window 4096) on the Hub + ContextualAI/gritlm: gritlm/gritlm.py "
+          "(GritLM.encode: bidirectional attention, mean pooling without the instruction's tokens, normalized, "
+          "max_length 512) and evaluation/eval_mteb.py (gritlm_instruction_format, the e5 instruction set)")
 QWEN_EMB = "config.json + modules.json + 1_Pooling (lasttoken) + config_sentence_transformers.json prompts on the Hub"
 
 QWEN3_VL_EMB = ("QwenLM/Qwen3-VL-Embedding: README (model table) + src/models/qwen3_vl_embedding.py "
@@ -253,6 +261,11 @@ PUBLISHED: dict[str, Published] = {
                                               f"Instruct: {WEB}\nQuery: {{text}}"),
     "Salesforce/SFR-Embedding-2_R": dense("mistral", "last", True, 4096, 4096, MISTRAL,
                                           f"Instruct: {WEB}\nQuery: {{text}}"),
+    # GritLM: the gritlm library's encode (bidirectional, mean over the text alone, max_length 512) and its
+    # MTEB script's instruction format and e5 instructions; documents "<|embed|>\n" alone
+    "GritLM/GritLM-7B": dataclasses.replace(
+        dense("mistral", "mean", True, 4096, 512, GRITLM, f"<|user|>\n{WEB}\n<|embed|>\n{{text}}",
+              "<|embed|>\n{text}"), include_prompt=False, causal=False),
     "Linq-AI-Research/Linq-Embed-Mistral": dense("mistral", "last", True, 4096, 4096, MISTRAL,
                                                  f"Instruct: {WEB}\nQuery: {{text}}"),
     # EmbeddingGemma: Gemma 3 text model (use_bidirectional_attention), mean pooling, 2_Dense 768 -> 3072,
@@ -441,7 +454,8 @@ PUBLISHED: dict[str, Published] = {
     # instruction, default "Represent the user's input.", and the user's input, last-token pooling, normalize,
     # max_length 8192) / src/models/qwen3_vl_reranker.py (Qwen3VLReranker: yes/no at the last token,
     # max_length 10240); model_type qwen3_vl: transformers' Qwen3VLModel, which both scripts load
-    **{f"Qwen/Qwen3-VL-Embedding-{size}": dense("qwen3_vl", "last", True, dims, 8192, QWEN3_VL_EMB, QWEN3_VL_QUERY)
+    **{f"Qwen/Qwen3-VL-Embedding-{size}": dense("qwen3_vl", "last", True, dims, 8192, QWEN3_VL_EMB, QWEN3_VL_QUERY,
+                                                QWEN3_VL_QUERY)  # documents: the default instruction's chat
        for size, dims in (("2B", 2048), ("8B", 4096))},
     **{f"Qwen/Qwen3-VL-Reranker-{size}": other("qwen3_vl", "score", 10240, QWEN3_VL_RERANK) for size in ("2B", "8B")},
     # document models (Donut): what the fine-tunes were converted with

@@ -151,3 +151,61 @@ def test_local_directory_without_sentence_transformers_files_pools_last_token(mo
         got = np.stack([item.dense for item in engine.encode_sync(card.id, TEXTS).items])
         assert engine.model_info(card.id).family == "mistral"
     np.testing.assert_allclose(got, expected, atol=FP32_TOL, rtol=0)
+
+
+def _bos_only_tokenizer(root) -> None:
+    """The stand-in's tokenizer ends no text with a special token, as GritLM's Llama tokenizer (a BOS,
+    no EOS): the MiniLM vocabulary with [CLS] as the BOS."""
+    path = root / "tokenizer.json"
+    state = json.loads(path.read_text())
+    cls = {"SpecialToken": {"id": "[CLS]", "type_id": 0}}
+    state["post_processor"] = {
+        "type": "TemplateProcessing", "single": [cls, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [cls, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [101], "tokens": ["[CLS]"]}}}
+    path.write_text(json.dumps(state))
+
+
+def _gritlm_recipe(model, root, texts, instruction: str) -> np.ndarray:
+    """ContextualAI/gritlm's GritLM.encode (mode embedding, attn "bb", mean pooling, normalized): the
+    instruction before each text, bidirectional attention over the padded batch, the instruction's
+    tokens (the instruction tokenised alone, with its BOS) masked out of the mean."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(root), padding_side="right")
+    inputs = tokenizer([instruction + text for text in texts], padding=True, truncation=True, max_length=512,
+                       return_tensors="pt", return_token_type_ids=False)
+    keys = inputs["attention_mask"].bool()
+    bidirectional = torch.zeros(keys.shape[0], 1, keys.shape[1], keys.shape[1])
+    bidirectional.masked_fill_(~keys[:, None, None, :], torch.finfo(torch.float32).min)
+    with torch.no_grad():
+        hidden = model(input_ids=inputs["input_ids"], attention_mask=bidirectional).last_hidden_state
+    mask = inputs["attention_mask"].clone()
+    if instruction:
+        mask[:, :len(tokenizer(instruction)["input_ids"])] = 0
+    pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+
+
+def test_gritlm_card_equals_the_gritlm_librarys_encode(tmp_path):
+    """The GritLM-7B card on a tiny Mistral: queries with the request's instruction in gritlm's format,
+    documents "<|embed|>\\n" alone, each equal to the library's recipe (float32, 1e-4)."""
+    import dataclasses
+
+    from sie_engine import WeightsSource
+
+    torch.manual_seed(3)
+    model = tiny_mistral(sliding_window=4096)
+    root = save_tiny(model, tmp_path / "gritlm")
+    _bos_only_tokenizer(root)
+    card = dataclasses.replace(Catalog.builtin().get("GritLM/GritLM-7B"), weights=WeightsSource(path=str(root)),
+                               dtype="float32")
+    instruction = "Given a scientific paper title, retrieve the paper's abstract"
+    with Engine(Catalog([card]), device="cpu") as engine:
+        queries = engine.encode_sync(card.id, TEXTS, is_query=True, instruction=instruction).items
+        documents = engine.encode_sync(card.id, TEXTS).items
+    np.testing.assert_allclose(np.stack([q.dense for q in queries]),
+                               _gritlm_recipe(model, root, TEXTS, f"<|user|>\n{instruction}\n<|embed|>\n"),
+                               atol=FP32_TOL, rtol=0)
+    np.testing.assert_allclose(np.stack([d.dense for d in documents]),
+                               _gritlm_recipe(model, root, TEXTS, "<|embed|>\n"), atol=FP32_TOL, rtol=0)

@@ -8,7 +8,8 @@ as sentence-transformers encodes them (float32, within 1e-5):
 - Every pooling mode sentence-transformers offers but concatenations: cls, mean, lasttoken,
   max, weightedmean, mean_sqrt_len_tokens.
 - Query and document prompts (`config_sentence_transformers.json`): `is_query` matches
-  `encode_query`, documents match `encode_document`."""
+  `encode_query`, documents match `encode_document`; with the pooling's `include_prompt: false`,
+  the prompt's tokens left out of the pooling as sentence-transformers leaves them out."""
 
 from __future__ import annotations
 
@@ -25,14 +26,16 @@ from tiny_models import make_tiny_bert
 TEXTS = ["a short query", "a longer document about packages, pooling and projections " * 3, "x"]
 
 
-def _st_model(tmp_path, residual: bool, prompts: dict | None = None, pooling: str = "mean"):
+def _st_model(tmp_path, residual: bool, prompts: dict | None = None, pooling: str = "mean",
+              include_prompt: bool = True):
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
 
     backbone = Transformer(str(make_tiny_bert(tmp_path / "backbone", seed=5)))
     hidden = backbone.get_embedding_dimension()
     torch.manual_seed(6)
-    modules = [backbone, Pooling(hidden, pooling_mode=pooling), Dense(hidden, 24)]  # tanh, the default
+    modules = [backbone, Pooling(hidden, pooling_mode=pooling, include_prompt=include_prompt),
+               Dense(hidden, 24)]  # tanh, the default
     if residual:
         modules.append(Dense(24, 16, activation_function=torch.nn.Identity(), use_residual=True))
     modules.append(Normalize())
@@ -89,9 +92,19 @@ def test_pooling_modes_match_sentence_transformers(tmp_path, pooling):
     np.testing.assert_allclose(got, reference.encode(TEXTS), atol=1e-5)
 
 
-def test_prompts_excluded_from_pooling_are_refused_rather_than_served_differently(tmp_path):
-    _, root = _st_model(tmp_path, residual=False, prompts={"query": "query: "})
-    pooling_config = next(root.glob("*_Pooling")) / "config.json"
-    pooling_config.write_text(json.dumps({**json.loads(pooling_config.read_text()), "include_prompt": False}))
-    with pytest.raises(ValueError, match="include_prompt"):
-        card_from_local_dir("local/st-no-prompt-pooling", root)
+@pytest.mark.parametrize("pooling", ["mean", "max", "weightedmean", "mean_sqrt_len_tokens", "cls", "lasttoken"])
+def test_prompts_excluded_from_pooling_match_sentence_transformers(tmp_path, pooling):
+    """`include_prompt: false`: the prompt's tokens (measured as sentence-transformers does, less the
+    tokenizer's trailing [SEP]) are left out of the poolings that read every token."""
+    prompts = {"query": "query: represent this sentence for searching relevant passages: ", "document": "passage: "}
+    reference, root = _st_model(tmp_path, residual=False, prompts=prompts, pooling=pooling, include_prompt=False)
+    card = card_from_local_dir("local/st-no-prompt-pooling", root)
+    assert card.options == {"dense": {"include_prompt": False}}
+    with Engine(Catalog([card]), device="cpu") as engine:
+        queries = np.stack([i.dense for i in engine.encode_sync(card.id, TEXTS, is_query=True).items])
+        documents = np.stack([i.dense for i in engine.encode_sync(card.id, TEXTS).items])
+    np.testing.assert_allclose(queries, reference.encode_query(TEXTS), atol=1e-5)
+    np.testing.assert_allclose(documents, reference.encode_document(TEXTS), atol=1e-5)
+    if pooling == "mean":  # leaving the prompt out changes the vectors
+        full, _ = _st_model(tmp_path / "with", residual=False, prompts=prompts, pooling=pooling)
+        assert np.abs(queries - full.encode_query(TEXTS)).max() > 1e-3
