@@ -105,15 +105,18 @@ class ImageBatch:
             torch.tensor(self.seq_lens, device=device))
 
 
-def pack_images(pixels: Sequence[np.ndarray], positions: Sequence[int], backend: AttentionBackend,
-                device: torch.device, dtype: torch.dtype, patch_grids: bool = False) -> ImageBatch:
+def pack_images(pixels: Sequence[np.ndarray | tuple[np.ndarray, ...]], positions: Sequence[int],
+                backend: AttentionBackend, device: torch.device, dtype: torch.dtype,
+                patch_grids: bool = False) -> ImageBatch:
     """Preprocessed images into one batch on `device`: `[C, S, S]` float32 each, or with
-    `patch_grids` each image's own grid of flattened patches, `[h, w, C * p * p]`.
-    `positions`: the positions the vision tower runs for each image."""
+    `patch_grids` each image's own grid of flattened patches, `[h, w, C * p * p]` (an item of a
+    prompted model may hold several: its images in order, their grids one after another).
+    `positions`: the positions the vision tower runs for each item."""
     seq_lens = tuple(int(n) for n in positions)
     if patch_grids:
-        grids = tuple((int(p.shape[0]), int(p.shape[1])) for p in pixels)
-        flat = np.concatenate([p.reshape(-1, p.shape[-1]) for p in pixels])
+        images = [p for item in pixels for p in (item if isinstance(item, tuple) else (item,))]
+        grids = tuple((int(p.shape[0]), int(p.shape[1])) for p in images)
+        flat = np.concatenate([p.reshape(-1, p.shape[-1]) for p in images])
         values = torch.from_numpy(flat).to(device, dtype, non_blocking=True)
         return ImageBatch(pixel_values=values, attn=backend.prepare(seq_lens, device), seq_lens=seq_lens, grids=grids)
     values = torch.from_numpy(np.stack(pixels)).to(device, dtype, non_blocking=True)

@@ -256,6 +256,8 @@ class ImageTextInputs(TextTokenizer):
     # Image items run inside a prompt of their own (`image_prompts`), which may hold the item's text
     # beside its image (Qwen3-VL-Embedding's chat); False: an image item is its pixels alone.
     image_prompted: ClassVar[bool] = False
+    # where `image_prompted`: an image as the model's prompts write it (Qwen3-VL's vision tokens)
+    image_content: ClassVar[str] = ""
 
     def image_prompts(self, texts: Sequence[str | None], wrap: Callable[[list[str]], list[str]],
                       pixels: Sequence[np.ndarray], fields: Sequence[str]) -> tuple[list[np.ndarray], list[int]]:

@@ -37,8 +37,10 @@ class WorkItem(Generic[Payload]):
     # attention keys limited to the first key_len tokens (ColBERT query expansion); None: all
     key_len: int | None = None
     # an image item: its `[C, S, S]` pixel values (ids empty) and the positions the vision tower
-    # runs for it (patches, plus a class token), which the batcher counts as its tokens
-    pixels: np.ndarray | None = None
+    # runs for it (patches, plus a class token), which the batcher counts as its tokens. An item
+    # whose images run inside a prompt of its own (Qwen3-VL) may hold several, in the prompt's
+    # order: a reranker's pair of an image query and an image document.
+    pixels: np.ndarray | tuple[np.ndarray, ...] | None = None
     image_tokens: int = 0
     # the LoRA adapter applied to this sequence's rows (None: the base model); resolved once per
     # request, so a batch of several adapters needs no lookups (layers/lora.py)

@@ -234,13 +234,14 @@ def _takes_image_texts(inputs) -> bool:
 
 async def submit_images(engine: TaskContext, card, work_request, images: list, positions: list[int],
                         wanted: frozenset, queue: str | None = None, extra: Any = None,
-                        fields: Sequence[str] | None = None,
+                        fields: Sequence[str | tuple[str, ...]] | None = None,
                         prompts: ImagePrompts | None = None) -> tuple[int, float]:
     """Decode, check and preprocess the image items on the tokenizer pool and queue them (apart from
     texts: the scheduler batches them by patches for the vision tower); returns (positions the vision
     tower runs, seconds spent preparing). `queue` and `extra`: the score task's (MaxSim against a query);
     `fields`: the path each item's refusal names (default `items[i].image`); `prompts`: what a model
-    whose image items run inside prompts of their own writes them from (default: no texts, no template)."""
+    whose image items run inside prompts of their own writes them from (default: no texts, no template).
+    An item of such a model may be a tuple of images (with a tuple of fields), in its prompt's order."""
     limits = engine.limits
 
     def prepare(inputs, values, fields, texts, chunk):
@@ -248,8 +249,9 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
             raise InvalidRequest(f"model {card.id!r} has no vision tower; it takes text items only", field="items")
         pixels = _decoded_once(inputs.images, values, fields, limits)
         if isinstance(inputs, ImageTextInputs) and inputs.image_prompted:
+            item_fields = [field if isinstance(field, str) else field[-1] for field in fields]
             prompt_ids, counts = inputs.image_prompts(texts, (prompts or NO_PROMPTS).wrap_for(chunk), pixels,
-                                                      fields)
+                                                      item_fields)
             return prompt_ids, pixels, counts
         return [NO_IDS] * len(pixels), pixels, [inputs.images.positions(values) for values in pixels]
 
@@ -277,16 +279,18 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
 
 def _decoded_once(images, values: list, fields: list[str], limits) -> list:
     """Each distinct image value of a chunk decoded once (a reranker's image query stands beside
-    every document), then given to every item that holds it."""
+    every document), then given to every item that holds it; an item of several images (a tuple of
+    values, with a tuple of fields) gets the tuple of their pixels."""
+    flat = [(value, field) for item, where in zip(values, fields)
+            for value, field in (zip(item, where, strict=True) if isinstance(item, tuple) else ((item, where),))]
     first: dict[int, int] = {}
-    for i, value in enumerate(values):
+    for i, (value, _) in enumerate(flat):
         first.setdefault(id(value), i)
-    if len(first) == len(values):
-        return images.encode_images(values, fields, limits)
     order = list(first.values())
-    decoded = images.encode_images([values[i] for i in order], [fields[i] for i in order], limits)
-    by_value = {id(values[i]): pixels for i, pixels in zip(order, decoded)}
-    return [by_value[id(value)] for value in values]
+    decoded = images.encode_images([flat[i][0] for i in order], [flat[i][1] for i in order], limits)
+    by_value = {id(flat[i][0]): pixels for i, pixels in zip(order, decoded)}
+    return [tuple(by_value[id(v)] for v in item) if isinstance(item, tuple) else by_value[id(item)]
+            for item in values]
 
 
 def _itself(inputs):

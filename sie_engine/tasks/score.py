@@ -99,7 +99,7 @@ async def run(engine: TaskContext, call: Call) -> ScoreResult:
         request = engine.new_request(call, "score", len(ids))
         if query_image is not None:
             tokens, tokenize_s = await _submit_image_query(engine, card, request, query_text, query_image,
-                                                           instruction, maybe_texts, image_positions)
+                                                           instruction, images, maybe_texts)
         else:
             tokens, tokenize_s = await _submit_yes_no(engine, card, request, query_text, instruction, truncate,
                                                       texts, text_positions, images, image_positions, maybe_texts)
@@ -194,27 +194,32 @@ def _instruction(prompt: Mapping[str, Any], instruction: str | None) -> str:
 
 
 async def _submit_image_query(engine: TaskContext, card, request, query_text: str, query_image: Any,
-                              instruction: str | None, item_texts: Sequence[str | None],
-                              image_positions: list[int]) -> tuple[int, float]:
-    """Queue Qwen3-VL-Reranker's pairs of an image query (its text after the image) and text documents:
-    each pair's one image is the query's, inside the query's place of the card's prompt. A pair of two
-    images is refused: SIE's image items hold one image each."""
-    if image_positions:
-        first = image_positions[0]
-        raise InvalidRequest(f"items[{first}] is an image, and so is the query; model {card.id!r} is served "
-                             "pairs with one image: send the query or the documents as text",
-                             field=f"items[{first}].image")
+                              instruction: str | None, images: Sequence[Any],
+                              item_texts: Sequence[str | None]) -> tuple[int, float]:
+    """Queue Qwen3-VL-Reranker's pairs of an image query (its text after the image) and documents: every
+    pair is an image item holding the query's image, in the query's place of the card's prompt, and an
+    image document's image after it, in the document's place (its text after it)."""
     prompt = yes_no_options(card)
     instr = _instruction(prompt, instruction)
+    image_content, _ = await engine.with_tokenizer(card, _image_content)
+
+    def document(position: int) -> str:
+        text = item_texts[position] or ""
+        return image_content + text if images[position] is not None else text
 
     def wrap_at(position: int, content: str) -> str:
         return prompt["prefix"] + prompt["template"].format(instruction=instr, query=content,
-                                                            document=item_texts[position]) + prompt["suffix"]
+                                                            document=document(position)) + prompt["suffix"]
 
     count = len(item_texts)
-    return await submit_images(engine, card, request, [query_image] * count, list(range(count)), SCORE,
-                               queue="score:image", fields=["query.image"] * count,
-                               prompts=ImagePrompts([query_text or None] * count, wrap_at=wrap_at))
+    pairs = [query_image if images[i] is None else (query_image, images[i]) for i in range(count)]
+    fields = ["query.image" if images[i] is None else ("query.image", f"items[{i}].image") for i in range(count)]
+    return await submit_images(engine, card, request, pairs, list(range(count)), SCORE, queue="score:image",
+                               fields=fields, prompts=ImagePrompts([query_text or None] * count, wrap_at=wrap_at))
+
+
+def _image_content(inputs) -> str:
+    return inputs.image_content
 
 
 async def _tokenize_yes_no(engine: TaskContext, card, prompt: Mapping[str, Any], fill: Mapping[str, str],

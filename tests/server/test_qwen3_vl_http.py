@@ -149,7 +149,7 @@ def test_msgpack_image_documents_score_as_the_published_reranker_recipe(server, 
 
 
 def test_json_image_query_scores_text_documents_as_the_published_reranker_recipe(server, cards):
-    """An image query (base64 in JSON) with its text, against text documents; beside an image document, a 400."""
+    """An image query (base64 in JSON) with its text, against text documents and an image document."""
     image = sample_images()["webp_rgb"]
     wanted = reranker_reference(cards[0], [([image, "a cat"], [d]) for d in DOCUMENTS])
     query = {"image": base64.b64encode(image).decode(), "text": "a cat"}
@@ -157,9 +157,12 @@ def test_json_image_query_scores_text_documents_as_the_published_reranker_recipe
     assert response.status_code == 200, response.text
     scores = sorted(response.json()["scores"], key=lambda s: s["index"])
     np.testing.assert_allclose([s["score"] for s in scores], wanted, atol=1e-5)
-    both = httpx.post(f"{server.url}/v1/score/{RERANK}", timeout=60,
+    both = httpx.post(f"{server.url}/v1/score/{RERANK}", timeout=60,  # an image query beside an image document
                       json={"query": query, "items": [DOCUMENTS[0], {"image": query["image"]}]})
-    assert both.status_code == 400 and "items[1] is an image, and so is the query" in both.json()["error"]["message"]
+    assert both.status_code == 200, both.text
+    pair = reranker_reference(cards[0], [([image, "a cat"], [DOCUMENTS[0]]), ([image, "a cat"], [image])])
+    np.testing.assert_allclose([s["score"] for s in sorted(both.json()["scores"], key=lambda s: s["index"])], pair,
+                               atol=1e-5)
     with SIEClient(server.url) as client:  # the typed client takes the image as bytes (or a path, a PIL image)
         typed = client.score(RERANK, {"image": image, "text": "a cat"}, DOCUMENTS)
     np.testing.assert_allclose([s.score for s in sorted(typed.scores, key=lambda s: s.index)], wanted, atol=1e-5)

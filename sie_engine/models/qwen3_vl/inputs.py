@@ -69,18 +69,29 @@ class Qwen3VLInputs(ImageTextInputs):
         return Qwen2VLImages(processor)
 
     image_prompted = True
+    image_content = IMAGE_CONTENT  # an image as the chat template writes it into a prompt
 
     def image_prompts(self, texts: Sequence[str | None], wrap: Callable[[list[str]], list[str]],
-                      pixels: Sequence[np.ndarray], fields: Sequence[str]) -> tuple[list[np.ndarray], list[int]]:
+                      pixels: Sequence[np.ndarray | tuple[np.ndarray, ...]],
+                      fields: Sequence[str]) -> tuple[list[np.ndarray], list[int]]:
         """The chat of each image item (the user turn: its image, then its text, as the script orders
-        them) through the card's template, and its positions: the image's features stand for its one
-        placeholder. Refused (400) when the image and the text pass the window: nothing is cut."""
+        them) through the card's template, and its positions: each image's features stand for its
+        placeholder (an item of several images, a reranker's image query beside an image document,
+        has `wrap` write the others' placeholders, in the order of its pixels). Refused (400) when the
+        images and the text pass the window: nothing is cut."""
         whole = self._untruncated()
+        image_id = self.token_id(IMAGE_TOKEN)
         prompts = [np.asarray(whole.encode(prompt, add_special_tokens=False).ids, dtype=np.int32)
                    for prompt in wrap([IMAGE_CONTENT + (text or "") for text in texts])]
         merge = self.images.merge
-        counts = [int(values.shape[0] * values.shape[1]) // merge ** 2 + len(ids) - 1  # [h, w, ...] patch grids
-                  for values, ids in zip(pixels, prompts)]
+        counts = []
+        for values, ids in zip(pixels, prompts):
+            images = values if isinstance(values, tuple) else (values,)
+            if int((ids == image_id).sum()) != len(images):
+                raise ValueError(f"an image item's prompt holds {int((ids == image_id).sum())} image placeholders "
+                                 f"for its {len(images)} images")
+            features = sum(int(grid.shape[0] * grid.shape[1]) // merge ** 2 for grid in images)  # [h, w, ...]
+            counts.append(features + len(ids) - len(images))
         for count, field, text in zip(counts, fields, texts):
             if count > self.max_length:
                 raise InvalidRequest(f"{field}: the image and its prompt{' and text' if text else ''} take {count} "

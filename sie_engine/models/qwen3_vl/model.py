@@ -276,17 +276,23 @@ class Qwen3VLModel(Backbone):
 
     def forward_image_prompts(self, pixel_values: torch.Tensor, attn: AttentionMetadata, grids: Grids | None,
                               prompts: Sequence[np.ndarray]) -> torch.Tensor:
-        """B images, each inside its item's prompt ids (Qwen3VLInputs.image_prompts: one
-        `<|image_pad|>`, expanded here to the image's features) -> `[sum of B sequence lengths, H]`."""
+        """B image items, each inside its prompt ids (Qwen3VLInputs.image_prompts: one `<|image_pad|>`
+        per image of the item, each expanded here to its image's features; the `grids` of every item's
+        images in order) -> `[sum of B sequence lengths, H]`."""
         if grids is None:
             raise ValueError("a Qwen3-VL image batch carries each image's patch grid (patch_grids)")
         image_id = self.config.image_token_id
+        places = sum(int((prompt == image_id).sum()) for prompt in prompts)
+        if places != len(grids):
+            raise ValueError(f"an image batch's prompts hold {places} image placeholders for {len(grids)} images")
+        images = iter(grids)
         sequences = []
-        for (h, w), prompt in zip(grids, prompts, strict=True):
-            place = np.flatnonzero(prompt == image_id)
-            if len(place) != 1:
-                raise ValueError(f"an image item's prompt holds {len(place)} image placeholders; it takes one")
-            features = np.full(h * w // self.merge ** 2, image_id)
-            sequences.append(np.concatenate([prompt[:place[0]], features, prompt[place[0] + 1:]]).astype(np.int64))
+        for prompt in prompts:
+            pieces = np.split(prompt, np.flatnonzero(prompt == image_id))  # each after the first starts at one
+            expanded = [pieces[0]]
+            for piece in pieces[1:]:
+                h, w = next(images)
+                expanded += [np.full(h * w // self.merge ** 2, image_id), piece[1:]]
+            sequences.append(np.concatenate(expanded).astype(np.int64))
         ids = torch.from_numpy(np.concatenate(sequences)).to(pixel_values.device)
         return self.forward_mixed(ids, [len(s) for s in sequences], pixel_values, grids, attn)

@@ -7,7 +7,7 @@ queries with the request's instruction, through the Engine (the built-in card on
 equal the published script's recipe (`Qwen3VLEmbedder.process`, written out in the fixtures) within
 1e-4, each alone and in a batch of images of other sizes; and
 Qwen3-VL-Reranker's scores of text, image and image-with-text documents, and of image queries
-(with or without their text) against text documents, equal `Qwen3VLReranker.process`'s within 1e-5.
+(with or without their text) against any of them, equal `Qwen3VLReranker.process`'s within 1e-5.
 HTTP: tests/server/test_qwen3_vl_http.py."""
 
 from __future__ import annotations
@@ -180,21 +180,28 @@ def test_text_and_image_documents_score_as_the_published_reranker_recipe(engine,
     np.testing.assert_allclose(alone, got[3], atol=1e-6)
 
 
-def test_an_image_query_scores_text_documents_as_the_published_reranker_recipe(engine, tiny):
-    """The query's image (its text after it) in the query's place of each pair's prompt; the image
-    is decoded once for all the pairs."""
+def test_an_image_query_scores_text_and_image_documents_as_the_published_reranker_recipe(engine, tiny):
+    """The query's image (its text after it) in the query's place of each pair's prompt, an image
+    document's image (its text after it) in the document's: two images of their own sizes in one
+    sequence. The query's image is decoded once for all the pairs."""
     images = sample_images()
-    documents = ["the cat sat on the mat", "a dog on the beach at sunset", "x"]
+    documents = ["the cat sat on the mat", {"image": images["webp_rgb"]}, "x",
+                 {"image": images["png_rgb"], "text": "a dog on the beach at sunset"}]
+    document_parts = [["the cat sat on the mat"], [images["webp_rgb"]], ["x"],
+                      [images["png_rgb"], "a dog on the beach at sunset"]]
     for query, parts in (({"image": images["jpeg_rgb"], "text": "the cat"}, [images["jpeg_rgb"], "the cat"]),
                          ({"image": images["png_gray"]}, [images["png_gray"]])):
-        wanted = reranker_reference(tiny, [(parts, [d]) for d in documents], "Find the animal.")
+        wanted = reranker_reference(tiny, [(parts, d) for d in document_parts], "Find the animal.")
         result = engine.score_sync(RERANKER, query, documents, instruction="Find the animal.")
         got = {s.index: s.score for s in result.scores}
         np.testing.assert_allclose([got[i] for i in range(len(documents))], wanted, atol=1e-5)
-    with pytest.raises(InvalidRequest, match=r"items\[1\] is an image, and so is the query"):
-        engine.score_sync(RERANKER, {"image": images["png_rgb"]}, ["a cat", {"image": images["png_rgb"]}])
+    # a pair of two images alone scores as in the batch of other pairs
+    alone = engine.score_sync(RERANKER, query, [documents[3]], instruction="Find the animal.").scores[0].score
+    np.testing.assert_allclose(alone, got[3], atol=1e-6)
     with pytest.raises(InvalidRequest, match=r"query\.image"):
         engine.score_sync(RERANKER, {"image": images["png_rgb"][:60]}, ["a cat"])  # truncated
+    with pytest.raises(InvalidRequest, match=r"items\[1\]\.image"):
+        engine.score_sync(RERANKER, {"image": images["png_rgb"]}, ["a cat", {"image": images["png_rgb"][:60]}])
 
 
 def test_a_reranker_whose_lm_head_is_tied_to_its_embeddings_scores_as_the_recipe(tmp_path):
