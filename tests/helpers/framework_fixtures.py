@@ -15,7 +15,8 @@ EXTRACTOR = "test/tiny-gliner"
 LABELS = ["person", "organization", "location"]
 CLASSIFIER = "test/tiny-nli"
 CLASSES = ["software", "graphics", "games", "system administration"]
-FRAMEWORK_TOLERANCE_POINTS = 1.0
+# one query of the sample's 50 (2 points): a framework's own search may rank one tie otherwise
+FRAMEWORK_TOLERANCE_POINTS = 2.0
 
 
 def tiny_models(tmp: Path) -> dict[str, str]:

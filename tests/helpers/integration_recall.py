@@ -25,10 +25,11 @@ import numpy as np
 
 from dev_corpus import load_docs, load_queries
 
-# 200 documents and their first 100 queries: the smallest sample that still holds 100 queries
-# (sample() checks it); the path through the database is the same at any size, and the
-# recall through an adapter must equal the recall of the same vectors searched directly.
-SAMPLE_DOCS = 200
+# 100 documents and 50 of their queries: the path through the database is the same at any size,
+# and the recall through an adapter must equal the recall of the same vectors searched directly
+# (TOLERANCE_POINTS is below one query's 2 points: equal), so the sample is only as large as a
+# recall that tells vectors from noise needs (each module encodes it several times, per SIE mode).
+SAMPLE_DOCS = 100
 # Sparse and multi-vector paths (slower per document on CPU) once ran on a smaller sample than
 # the dense path; both are now the smallest, and the name stays for the tests that use it.
 SMALL_SAMPLE_DOCS = SAMPLE_DOCS
@@ -44,7 +45,7 @@ def sample(n_docs: int = SAMPLE_DOCS) -> tuple[list[dict], list[dict]]:
     docs = load_docs(n_docs)
     ids = {d["id"] for d in docs}
     queries = [q for q in load_queries() if q["relevant"] in ids][: n_docs // 2]
-    assert len(queries) >= 100, "the sample should hold enough queries for a stable recall"
+    assert len(queries) >= n_docs // 2, "the sample should hold a query for every other document"
     return docs, queries
 
 

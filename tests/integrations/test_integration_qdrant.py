@@ -110,7 +110,7 @@ def test_sparse_recall(indexed_hybrid, sie_client):
     query_vectors = sparse_dicts(v["sparse"] for v in helper.embed_queries(texts))
     exact = recall(brute_force_sparse([d["id"] for d in docs], doc_vectors, query_vectors), queries)
     assert abs(through_qdrant - exact) <= 0.5, (through_qdrant, exact)
-    # SPLADE-tiny is a 2-layer model: weaker than MiniLM, far above chance (10 / 200 docs).
+    # SPLADE-tiny is a 2-layer model: weaker than MiniLM, far above chance (10 / 100 docs).
     assert exact > 15.0, exact
 
 
