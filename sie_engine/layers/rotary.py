@@ -2,7 +2,8 @@
 Llama, Qwen, ModernBERT and NomicBERT) over packed tokens.
 
 `RotaryEmbedding(head_dim, base)(positions [T]) -> (cos [T, D], sin [T, D])` is
-computed once per forward pass and shared by every layer with the same base;
+computed once per forward pass and shared by every layer with the same base (`scaling`: Llama 3.1's
+frequency scaling, `Llama3Scaling`);
 `apply_rotary(x [T, H, D], cos, sin)` rotates queries or keys.
 
 The inverse frequencies are not a module buffer: backbones are built on the
@@ -13,17 +14,43 @@ exactly as transformers computes them (float32 on the CPU), then cached.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 
+@dataclass(frozen=True)
+class Llama3Scaling:
+    """Llama 3.1's `rope_type: llama3` (transformers' `_compute_llama3_parameters`): frequencies whose
+    wavelength passes `original_max_position_embeddings / low_freq_factor` are divided by `factor`,
+    those below `... / high_freq_factor` kept, those between blended smoothly."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+    def __call__(self, inv_freq: torch.Tensor) -> torch.Tensor:
+        old = self.original_max_position_embeddings
+        low_wavelen, high_wavelen = old / self.low_freq_factor, old / self.high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > low_wavelen, inv_freq / self.factor, inv_freq)
+        smooth = (old / wavelen - self.low_freq_factor) / (self.high_freq_factor - self.low_freq_factor)
+        smoothed = (1 - smooth) * scaled / self.factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        return torch.where(medium, smoothed, scaled)
+
+
 class RotaryEmbedding(nn.Module):
-    def __init__(self, head_dim: int, base: float):
+    def __init__(self, head_dim: int, base: float, scaling: Llama3Scaling | None = None):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"rotary embeddings need an even head_dim, got {head_dim}")
         self.head_dim = head_dim
         self.base = float(base)
+        self.scaling = scaling
         self._inv_freq: dict[torch.device, torch.Tensor] = {}
 
     def inv_freq(self, device: torch.device) -> torch.Tensor:
@@ -31,7 +58,8 @@ class RotaryEmbedding(nn.Module):
         cached = self._inv_freq.get(device)
         if cached is None:
             exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim
-            cached = (1.0 / (self.base ** exponents)).to(device)
+            inv_freq = 1.0 / (self.base ** exponents)
+            cached = (self.scaling(inv_freq) if self.scaling is not None else inv_freq).to(device)
             if cached.is_cuda:  # shared by every inference thread's stream: complete before any reads it
                 torch.cuda.current_stream(cached.device).synchronize()
             self._inv_freq[device] = cached

@@ -31,6 +31,7 @@ FAMILIES: dict[str, str] = {
     "qwen2": f"{_M}.qwen.model:QWEN2",
     "qwen3": f"{_M}.qwen.model:QWEN3",
     "mistral": f"{_M}.qwen.model:MISTRAL",
+    "llama": f"{_M}.qwen.model:LLAMA",
     # Gemma 3 text decoders (EmbeddingGemma: bidirectional, mean pooling and Dense layers in its card)
     "gemma3_text": f"{_M}.gemma3.model:FAMILY",
     "nomic_bert": f"{_M}.nomic_bert.model:FAMILY",
@@ -82,6 +83,7 @@ ARCHITECTURES: dict[str, str] = {
     **dict.fromkeys(["Qwen2Model", "Qwen2ForCausalLM", "Qwen2ForSequenceClassification"], "qwen2"),
     **dict.fromkeys(["Qwen3Model", "Qwen3ForCausalLM", "Qwen3ForSequenceClassification"], "qwen3"),
     **dict.fromkeys(["MistralModel", "MistralForCausalLM"], "mistral"),
+    **dict.fromkeys(["LlamaModel", "LlamaForCausalLM", "LlamaBidirectionalModel"], "llama"),
     "Gemma3TextModel": "gemma3_text",
     **dict.fromkeys(["NomicBertModel", "NomicBertForPreTraining", "NomicBertForMaskedLM",
                      "NomicBertForSequenceClassification"], "nomic_bert"),
@@ -111,7 +113,8 @@ ARCHITECTURES: dict[str, str] = {
 # config.json `model_type` -> family, for checkpoints without `architectures`.
 MODEL_TYPES: dict[str, str] = {
     "bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "camembert": "bert", "modernbert": "modernbert",
-    "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "gemma3_text": "gemma3_text",
+    "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "llama": "llama", "llama_bidirec": "llama",
+    "gemma3_text": "gemma3_text",
     "nomic_bert": "nomic_bert", "deberta-v2": "deberta-v2", "distilbert": "distilbert", "mpnet": "mpnet",
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
     "colqwen2": "colqwen2", "qwen3_vl": "qwen3_vl", "vision-encoder-decoder": "donut", "owlv2": "owlv2",

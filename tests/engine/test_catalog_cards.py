@@ -92,6 +92,16 @@ def _mistral():
     return MistralModel(config), 0
 
 
+def _llama():
+    from transformers import LlamaConfig, LlamaModel
+
+    rope = {"rope_type": "llama3", "rope_theta": 10_000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+    config = LlamaConfig(vocab_size=MINILM_VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=96, max_position_embeddings=512, rope_parameters=rope)
+    return LlamaModel(config), 0
+
+
 def _gemma3():
     from transformers import Gemma3TextConfig, Gemma3TextModel
 
@@ -126,7 +136,7 @@ def _mpnet():
 
 # family -> builder of (tiny transformers model, pad id). A new family needs a stand-in here.
 STAND_INS = {"bert": _bert, "modernbert": _modernbert, "qwen2": _qwen("qwen2"), "qwen3": _qwen("qwen3"),
-             "nomic_bert": _nomic_bert, "mpnet": _mpnet, "mistral": _mistral,
+             "nomic_bert": _nomic_bert, "mpnet": _mpnet, "mistral": _mistral, "llama": _llama,
              "gemma3_text": _gemma3, "distilbert": _distilbert}
 
 

@@ -135,6 +135,10 @@ MISTRAL = ("config.json (MistralModel, sliding_window 4096) + modules.json + 1_P
 GRITLM = ("config.json (MistralForCausalLM, sliding_window 4096) on the Hub + ContextualAI/gritlm: gritlm/gritlm.py "
           "(GritLM.encode: bidirectional attention, mean pooling without the instruction's tokens, normalized, "
           "max_length 512) and evaluation/eval_mteb.py (gritlm_instruction_format, the e5 instruction set)")
+NEMOTRON = ("mteb's mteb/models/model_implementations/nvidia_models.py (LlamaEmbedNemotron, contributed by the "
+            "model's authors: instruction template, average_pooling, normalize, max_seq_length 4096) + the model's "
+            "architecture (LlamaBidirectionalModel, llama_bidirec, llama3 rope) as vllm-neuron's verified port "
+            "states it")
 QWEN_EMB = "config.json + modules.json + 1_Pooling (lasttoken) + config_sentence_transformers.json prompts on the Hub"
 
 QWEN3_VL_EMB = ("QwenLM/Qwen3-VL-Embedding: README (model table) + src/models/qwen3_vl_embedding.py "
@@ -266,6 +270,11 @@ PUBLISHED: dict[str, Published] = {
     "GritLM/GritLM-7B": dataclasses.replace(
         dense("mistral", "mean", True, 4096, 512, GRITLM, f"<|user|>\n{WEB}\n<|embed|>\n{{text}}",
               "<|embed|>\n{text}"), include_prompt=False, causal=False),
+    # llama-embed-nemotron-8b: mteb's LlamaEmbedNemotron (its authors'): bidirectional Llama, average pooling,
+    # normalize, max_seq_length 4096, the instruct prompt on queries
+    "nvidia/llama-embed-nemotron-8b": dataclasses.replace(
+        dense("llama", "mean", True, 4096, 4096, NEMOTRON,
+              "Instruct: Given a question, retrieve passages that answer the question\nQuery: {text}"), causal=False),
     "Linq-AI-Research/Linq-Embed-Mistral": dense("mistral", "last", True, 4096, 4096, MISTRAL,
                                                  f"Instruct: {WEB}\nQuery: {{text}}"),
     # EmbeddingGemma: Gemma 3 text model (use_bidirectional_attention), mean pooling, 2_Dense 768 -> 3072,

@@ -35,26 +35,12 @@ MAX_TILES = 8 * 8 + 1
 
 
 def llama_decoder_config(text: Mapping[str, Any]) -> QwenConfig:
-    """transformers' LlamaConfig (as a dict) -> SIE's LLaMA-style decoder config; refuses what the
-    blocks do not run (rope scaling, MLP biases)."""
+    """transformers' LlamaConfig (as a dict) -> SIE's LLaMA-style decoder config (QwenConfig.from_llama
+    refuses what the blocks do not run)."""
     if text.get("model_type") != "llama":
         raise ValueError(f"text_config.model_type={text.get('model_type')!r}: SIE runs Idefics3 with a Llama "
                          "decoder (granite-docling's and SmolDocling's)")
-    rope = text.get("rope_parameters") or {}
-    if (rope.get("rope_type") or "default") != "default":
-        raise ValueError(f"text_config.rope_parameters.rope_type={rope.get('rope_type')!r} is not supported "
-                         "(only 'default')")
-    if text.get("mlp_bias"):
-        raise ValueError("text_config.mlp_bias=true is not supported (Llama checkpoints have none)")
-    heads = text["num_attention_heads"]
-    bias = bool(text.get("attention_bias", False))
-    return QwenConfig(vocab_size=text["vocab_size"], hidden_size=text["hidden_size"],
-                      num_hidden_layers=text["num_hidden_layers"], num_attention_heads=heads,
-                      num_key_value_heads=text.get("num_key_value_heads") or heads,
-                      intermediate_size=text["intermediate_size"],
-                      head_dim=text.get("head_dim") or text["hidden_size"] // heads, hidden_act=text["hidden_act"],
-                      max_position_embeddings=text["max_position_embeddings"], rms_norm_eps=text["rms_norm_eps"],
-                      rope_theta=float(rope.get("rope_theta", 10_000.0)), qkv_bias=bias, o_bias=bias)
+    return QwenConfig.from_llama(text)
 
 
 @dataclass(frozen=True)

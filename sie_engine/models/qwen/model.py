@@ -30,7 +30,7 @@ from torch import nn
 from ...attention import AttentionBackend, AttentionMetadata, default_scale
 from ...generation.cache import DecodeCache
 from ...layers.blocks import RMSNorm, activation
-from ...layers.rotary import RotaryEmbedding, apply_rotary
+from ...layers.rotary import Llama3Scaling, RotaryEmbedding, apply_rotary
 from ...layers.weights import WeightSpec
 from ..base import Backbone, Family
 
@@ -56,19 +56,18 @@ class QwenConfig:
     causal: bool = True
     # Mistral: each token sees at most this many tokens back; SIE serves sequences up to it only.
     sliding_window: int | None = None
+    # Llama 3.1's rope_type llama3 (None: plain rotary)
+    rope_scaling: Llama3Scaling | None = None
 
     @staticmethod
     def from_hf(config: Mapping[str, Any]) -> QwenConfig:
         model_type = config.get("model_type", "qwen2")
+        if model_type in LLAMA_TYPES:
+            return QwenConfig.from_llama(config)
         if model_type not in ("qwen2", "qwen3", "mistral"):
-            raise ValueError(f"model_type={model_type!r} is not a Qwen2/Qwen3/Mistral checkpoint")
+            raise ValueError(f"model_type={model_type!r} is not a Qwen2/Qwen3/Mistral/Llama checkpoint")
         qwen3, mistral = model_type == "qwen3", model_type == "mistral"
-        rope = config.get("rope_parameters") or {}
-        scaling = config.get("rope_scaling")
-        rope_type = (rope.get("rope_type") or (scaling or {}).get("rope_type") or (scaling or {}).get("type")
-                     or "default")
-        if rope_type != "default":
-            raise ValueError(f"rope_type={rope_type!r} is not supported (only 'default')")
+        rope, scaling = _rope(config)
         layer_types = config.get("layer_types") or []
         if config.get("use_sliding_window") and any(t == "sliding_attention" for t in layer_types):
             raise ValueError("use_sliding_window=true is not supported for Qwen embedders "
@@ -93,6 +92,33 @@ class QwenConfig:
             causal=bool(config.get("is_causal", True)),
             # Qwen2 configs carry a sliding_window that only use_sliding_window turns on (refused above)
             sliding_window=config.get("sliding_window") if mistral else None,
+            rope_scaling=scaling,
+        )
+
+    @staticmethod
+    def from_llama(config: Mapping[str, Any]) -> QwenConfig:
+        """transformers' LlamaConfig (as a dict; also NVIDIA's bidirectional `llama_bidirec`, which
+        attends both ways unless `is_causal` says otherwise) -> the same blocks: biases on all four
+        projections where `attention_bias`, no MLP bias (refused), plain or llama3-scaled rotary."""
+        if config.get("mlp_bias"):
+            raise ValueError("mlp_bias=true is not supported (Llama checkpoints have none)")
+        rope, scaling = _rope(config)
+        heads = config["num_attention_heads"]
+        bias = bool(config.get("attention_bias", False))
+        bidirectional = config.get("model_type") == "llama_bidirec"
+        return QwenConfig(
+            vocab_size=config["vocab_size"], hidden_size=config["hidden_size"],
+            num_hidden_layers=config["num_hidden_layers"], num_attention_heads=heads,
+            num_key_value_heads=config.get("num_key_value_heads") or heads,
+            intermediate_size=config["intermediate_size"],
+            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+            hidden_act=config.get("hidden_act", "silu"),
+            max_position_embeddings=config.get("max_position_embeddings", 2048),
+            rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+            rope_theta=float(rope.get("rope_theta") or config.get("rope_theta") or 10_000.0),
+            qkv_bias=bias, o_bias=bias,
+            causal=bool(config.get("is_causal", not bidirectional)),
+            rope_scaling=scaling,
         )
 
     @property
@@ -100,6 +126,24 @@ class QwenConfig:
         if self.sliding_window is not None:
             return min(self.max_position_embeddings, self.sliding_window)
         return self.max_position_embeddings
+
+
+LLAMA_TYPES = ("llama", "llama_bidirec")
+
+
+def _rope(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], Llama3Scaling | None]:
+    """A config's rotary parameters (transformers 5's `rope_parameters`, or 4.x's `rope_theta` and
+    `rope_scaling`) and its llama3 scaling, if any; another rope_type is refused."""
+    rope = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
+    if rope_type == "default":
+        return rope, None
+    if rope_type != "llama3":
+        raise ValueError(f"rope_type={rope_type!r} is not supported (only 'default' and 'llama3')")
+    values = {**scaling, **rope}
+    return rope, Llama3Scaling(float(values["factor"]), float(values["low_freq_factor"]),
+                               float(values["high_freq_factor"]), int(values["original_max_position_embeddings"]))
 
 
 class QwenAttention(nn.Module):
@@ -211,7 +255,7 @@ class QwenModel(Backbone):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(QwenDecoderLayer(config, backend) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
+        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling)
 
     def input_embeddings(self) -> nn.Embedding:
         return self.embed_tokens
@@ -257,3 +301,6 @@ QWEN3 = Family("qwen3", QwenConfig.from_hf, QwenModel, "last")
 # Mistral (e5-mistral-7b-instruct and the embedders trained from it): the same blocks, no biases,
 # a sliding window that caps the sequence length.
 MISTRAL = Family("mistral", QwenConfig.from_hf, QwenModel, "last")
+# Llama (Llama 3.1's llama3-scaled rotary; llama-embed-nemotron-8b's bidirectional `llama_bidirec`): the
+# same blocks, biases on all four projections where the config says so.
+LLAMA = Family("llama", QwenConfig.from_hf, QwenModel, "last")

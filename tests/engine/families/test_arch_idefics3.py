@@ -196,8 +196,7 @@ def test_config_refusals():
     with pytest.raises(ValueError, match="Llama decoder"):
         Idefics3Config.from_hf({"model_type": "idefics3", "vision_config": vision,
                                 "text_config": {"model_type": "mistral"}})
-    with pytest.raises(ValueError, match="rope_type"):
+    with pytest.raises(ValueError, match="rope_type"):  # llama3's scaling runs (the Llama family's tests); yarn not
         Idefics3Config.from_hf({"model_type": "idefics3", "vision_config": vision, "text_config": {
-            "model_type": "llama", "rope_parameters": {"rope_type": "llama3", "rope_theta": 10000, "factor": 8.0,
-                                                       "low_freq_factor": 1, "high_freq_factor": 4,
+            "model_type": "llama", "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000, "factor": 8.0,
                                                        "original_max_position_embeddings": 8192}}})
