@@ -547,10 +547,12 @@ PUBLISHED: dict[str, Published] = {
     "jackboyla/glirel-large-v0": other("deberta-v2", "relations", 512, GLIREL),
     # GLiNER bi-encoders (a ModernBERT text encoder, a separate labels encoder; tests/engine/heads/test_gliner_bi.py).
     # The v2.0 encoders: docs.knowledgator.com/docs/frameworks/glinker/pretrained-models and the models' README
-    # (text encoders ettin-encoder-68m / -150m / -400m, labels encoders all-MiniLM-L12-v2 / bge-small-en-v1.5 /
-    # bge-base-en-v1.5). modern-gliner-bi-base-v1.0: gliner_config.json at commit 85b4ebf (encoder_config
+    # (its GLiNER-bi-V2 table: text encoders ettin-encoder-32m / -68m / -150m / -400m, labels encoders
+    # all-MiniLM-L6-v2 / all-MiniLM-L12-v2 / bge-small-en-v1.5 / bge-base-en-v1.5, for edge / small / base / large).
+    # modern-gliner-bi-base-v1.0: gliner_config.json at commit 85b4ebf (encoder_config
     # answerdotai/ModernBERT-base, ModernBertForMaskedLM, max_position_embeddings 8192). Not confirmed from here:
     # their span_mode and labels_encoder_config (read at load), so those fields stay None.
+    "knowledgator/gliner-bi-edge-v2.0": other("modernbert", "extract", None, GLINER_BI_V2),
     "knowledgator/gliner-bi-small-v2.0": other("modernbert", "extract", None, GLINER_BI_V2),
     "knowledgator/gliner-bi-base-v2.0": other("modernbert", "extract", None, GLINER_BI_V2),
     "knowledgator/gliner-bi-large-v2.0": other("modernbert", "extract", None, GLINER_BI_V2),

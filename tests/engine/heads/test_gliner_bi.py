@@ -246,7 +246,7 @@ def test_the_saved_config_reads_as_a_bi_encoder(models):
     assert config.bi_encoder and config.labels_encoder_config["hidden_size"] == 48
 
 
-BI_CARDS = ["knowledgator/gliner-bi-small-v2.0", "knowledgator/gliner-bi-base-v2.0",
+BI_CARDS = ["knowledgator/gliner-bi-edge-v2.0", "knowledgator/gliner-bi-small-v2.0", "knowledgator/gliner-bi-base-v2.0",
             "knowledgator/gliner-bi-large-v2.0", "knowledgator/modern-gliner-bi-base-v1.0"]
 
 
