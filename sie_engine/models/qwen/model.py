@@ -1,17 +1,19 @@
 """LLaMA-style decoders used as embedders over packed input: Qwen2 / Qwen3 (Qwen3-Embedding,
-gte-Qwen2) and Mistral (e5-mistral-7b-instruct, SFR-Embedding, Linq-Embed-Mistral).
+gte-Qwen2), Mistral (e5-mistral-7b-instruct, SFR-Embedding, Linq-Embed-Mistral, GritLM) and Llama
+(llama-embed-nemotron-8b; Llama 3.1's llama3-scaled rotary, `QwenConfig.from_llama`).
 
 Read leaf to root: attention, MLP, layer, model. Module names follow Hugging
-Face's `Qwen2Model` / `Qwen3Model` / `MistralModel` (the same names in all three) except
-two fused projections, stacked by the weight spec: `self_attn.kv_proj` (k_proj, v_proj:
+Face's `Qwen2Model` / `Qwen3Model` / `MistralModel` / `LlamaModel` (the same names in all four)
+except two fused projections, stacked by the weight spec: `self_attn.kv_proj` (k_proj, v_proj:
 equal shards, so they fuse; q_proj is larger under grouped-query attention and stays
 separate) and `mlp.gate_up_proj`.
 
-The three differ only in Qwen2's biases on q/k/v, Qwen3's per-head RMSNorm on queries and
-keys, and Mistral's sliding window (every token attends to at most `sliding_window` tokens
-back): SIE runs no sliding window, so a Mistral checkpoint's window caps the sequence length,
-within which full causal attention is the same computation. Attention is causal unless
-config.json says `is_causal: false` (transformers' switch for bidirectional decoders).
+They differ only in Qwen2's biases on q/k/v (Llama's on all four where `attention_bias`), Qwen3's
+per-head RMSNorm on queries and keys, Llama 3.1's rotary scaling, and Mistral's sliding window (every
+token attends to at most `sliding_window` tokens back): SIE runs no sliding window, so a Mistral
+checkpoint's window caps the sequence length, within which full causal attention is the same
+computation. Attention is causal unless config.json says `is_causal: false` (transformers' switch for
+bidirectional decoders) or its model_type is NVIDIA's bidirectional `llama_bidirec`.
 Grouped-query attention hands the backend fewer K/V heads; no backend repeats them.
 Every tensor is `[T, ...]` with T the batch's real tokens, except in the cached decode path
 (`decode_embedded`, a generating model's: LightOnOCR's decoder), whose rows are the running
