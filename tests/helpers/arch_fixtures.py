@@ -36,6 +36,16 @@ def save_tiny(model, dest: Path) -> Path:
         shutil.copy(MINILM_DIR / name, dest / name)
     return dest
 
+def make_norms_count(model, biases: bool = False):
+    """transformers initialises norm weights to 1 (and biases to 0): nudge them so a weight that went
+    unloaded, or a bias that was dropped, changes the outputs. Returns the model."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or (biases and name.endswith("bias")):
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
 def no_segment_ids(root: Path) -> Path:
     """Models without segment embeddings (RoBERTa, DistilBERT, DeBERTa-v3) take no token_type_ids:
     say so in the MiniLM tokenizer_config.json, as their own tokenizers do."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..qwen.model import QwenConfig
+from ..qwen.model import QwenConfig, decoder_shape
 
 
 class RetrieverConfig:
@@ -48,16 +48,5 @@ def decoder_config(text: Mapping[str, Any], *, hidden_act: str, max_positions: i
     rope = text.get("rope_parameters") or {}
     if (rope.get("rope_type") or "default") != "default":
         raise ValueError(f"rope_type={rope.get('rope_type')!r} is not supported (only 'default')")
-    heads = text["num_attention_heads"]
-    return QwenConfig(
-        vocab_size=text["vocab_size"], hidden_size=text["hidden_size"],
-        num_hidden_layers=text["num_hidden_layers"], num_attention_heads=heads,
-        num_key_value_heads=text.get("num_key_value_heads") or heads,
-        intermediate_size=text["intermediate_size"],
-        head_dim=text.get("head_dim") or text["hidden_size"] // heads,
-        hidden_act=text.get("hidden_act") or hidden_act,
-        max_position_embeddings=text.get("max_position_embeddings", max_positions),
-        rms_norm_eps=text.get("rms_norm_eps", 1e-6),
-        rope_theta=float(rope.get("rope_theta") or text.get("rope_theta") or rope_theta),
-        **blocks,
-    )
+    return QwenConfig(**decoder_shape(text, positions=max_positions, hidden_act=hidden_act, rope_theta=rope_theta,
+                                      rope=rope), **blocks)

@@ -74,27 +74,15 @@ class QwenConfig:
         if config.get("use_sliding_window") and any(t == "sliding_attention" for t in layer_types):
             raise ValueError("use_sliding_window=true is not supported for Qwen embedders "
                              "(no released embedder uses it)")
-        heads = config["num_attention_heads"]
         attention_bias = config.get("attention_bias", False)
         return QwenConfig(
-            vocab_size=config["vocab_size"],
-            hidden_size=config["hidden_size"],
-            num_hidden_layers=config["num_hidden_layers"],
-            num_attention_heads=heads,
-            num_key_value_heads=config.get("num_key_value_heads") or heads,
-            intermediate_size=config["intermediate_size"],
-            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
-            hidden_act=config.get("hidden_act", "silu"),
-            max_position_embeddings=config.get("max_position_embeddings", 32768),
-            rms_norm_eps=config.get("rms_norm_eps", 1e-6),
-            rope_theta=float(rope.get("rope_theta") or config.get("rope_theta") or 10_000.0),
+            **decoder_shape(config, positions=32768, rope=rope, scaling=scaling),
             qkv_bias=attention_bias if qwen3 else not mistral,
             o_bias=attention_bias if qwen3 else False,
             qk_norm=qwen3,
             causal=bool(config.get("is_causal", True)),
             # Qwen2 configs carry a sliding_window that only use_sliding_window turns on (refused above)
             sliding_window=config.get("sliding_window") if mistral else None,
-            rope_scaling=scaling,
         )
 
     @staticmethod
@@ -105,23 +93,10 @@ class QwenConfig:
         if config.get("mlp_bias"):
             raise ValueError("mlp_bias=true is not supported (Llama checkpoints have none)")
         rope, scaling = _rope(config)
-        heads = config["num_attention_heads"]
         bias = bool(config.get("attention_bias", False))
         bidirectional = config.get("model_type") == "llama_bidirec"
-        return QwenConfig(
-            vocab_size=config["vocab_size"], hidden_size=config["hidden_size"],
-            num_hidden_layers=config["num_hidden_layers"], num_attention_heads=heads,
-            num_key_value_heads=config.get("num_key_value_heads") or heads,
-            intermediate_size=config["intermediate_size"],
-            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
-            hidden_act=config.get("hidden_act", "silu"),
-            max_position_embeddings=config.get("max_position_embeddings", 2048),
-            rms_norm_eps=config.get("rms_norm_eps", 1e-6),
-            rope_theta=float(rope.get("rope_theta") or config.get("rope_theta") or 10_000.0),
-            qkv_bias=bias, o_bias=bias,
-            causal=bool(config.get("is_causal", not bidirectional)),
-            rope_scaling=scaling,
-        )
+        return QwenConfig(**decoder_shape(config, positions=2048, rope=rope, scaling=scaling), qkv_bias=bias,
+                          o_bias=bias, causal=bool(config.get("is_causal", not bidirectional)))
 
     @property
     def max_seq_len(self) -> int:
@@ -131,6 +106,26 @@ class QwenConfig:
 
 
 LLAMA_TYPES = ("llama", "llama_bidirec")
+
+
+def decoder_shape(config: Mapping[str, Any], *, positions: int, hidden_act: str = "silu", rope_theta: float = 10_000.0,
+                  rope: Mapping[str, Any] | None = None, scaling: Llama3Scaling | None = None) -> dict[str, Any]:
+    """The QwenConfig fields every LLaMA-style config (a config.json, a VLM's text_config) gives alike:
+    sizes, activation, norm epsilon, rotary; `positions`, `hidden_act`, `rope_theta`: the config class's
+    defaults where the config leaves them out; `rope`: its rotary parameters (`_rope`)."""
+    heads = config["num_attention_heads"]
+    return dict(
+        vocab_size=config["vocab_size"], hidden_size=config["hidden_size"],
+        num_hidden_layers=config["num_hidden_layers"], num_attention_heads=heads,
+        num_key_value_heads=config.get("num_key_value_heads") or heads,
+        intermediate_size=config["intermediate_size"],
+        head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+        hidden_act=config.get("hidden_act") or hidden_act,
+        max_position_embeddings=config.get("max_position_embeddings", positions),
+        rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+        rope_theta=float((rope or {}).get("rope_theta") or config.get("rope_theta") or rope_theta),
+        rope_scaling=scaling,
+    )
 
 
 def _rope(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], Llama3Scaling | None]:

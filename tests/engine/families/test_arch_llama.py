@@ -22,6 +22,7 @@ from arch_fixtures import (
     TEXTS,
     check_batch_invariance,
     check_every_weight_loaded,
+    make_norms_count,
     max_abs_diff,
     reference_hidden,
     runner_for,
@@ -46,12 +47,7 @@ def tiny_llama(**overrides):
                   num_key_value_heads=2, intermediate_size=96, max_position_embeddings=512, rms_norm_eps=1e-5,
                   rope_parameters=LLAMA3, attention_bias=True)
     config.update(overrides)
-    model = LlamaModel(LlamaConfig(**config)).eval()
-    with torch.no_grad():  # transformers initialises norms to 1 and biases to 0: make them count
-        for name, p in model.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.1)
-    return model
+    return make_norms_count(LlamaModel(LlamaConfig(**config)).eval(), biases=True)
 
 
 @pytest.fixture(scope="module")

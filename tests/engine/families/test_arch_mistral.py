@@ -21,6 +21,7 @@ from arch_fixtures import (
     check_batch_invariance,
     check_every_weight_loaded,
     cosine,
+    make_norms_count,
     max_abs_diff,
     reference_hidden,
     reference_pooled,
@@ -46,12 +47,7 @@ def tiny_mistral(**overrides):
                   num_key_value_heads=2, intermediate_size=96, max_position_embeddings=512, rms_norm_eps=1e-5,
                   sliding_window=WINDOW, rope_parameters={"rope_type": "default", "rope_theta": 1e4})
     config.update(overrides)
-    model = MistralModel(MistralConfig(**config)).eval()
-    with torch.no_grad():  # transformers initialises norm weights to 1: make them count
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(torch.randn_like(p) * 0.1)
-    return model
+    return make_norms_count(MistralModel(MistralConfig(**config)).eval())
 
 
 @pytest.fixture(scope="module")
