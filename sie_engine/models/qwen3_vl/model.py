@@ -260,7 +260,7 @@ class Qwen3VLModel(Backbone):
         deepstack = None
         if pixel_values is not None and grids:
             rows = torch.from_numpy(np.flatnonzero(ids == self.config.image_token_id)).to(x.device)
-            features, stacked = self.visual(pixel_values, grids)  # [V, H], each [V, H]
+            features, stacked = self.image_features(pixel_values, grids)  # [V, H], each [V, H]
             if len(rows) != features.shape[0]:
                 raise ValueError(f"{len(rows)} image placeholders for {features.shape[0]} image features")
             x = x.index_copy(0, rows, features.to(x.dtype))
@@ -269,6 +269,37 @@ class Qwen3VLModel(Backbone):
                                                   self.merge)).to(x.device)
         rotary = multimodal_rotary(self.language_model.rotary, spatial, self.config.mrope_section, interleaved=True)
         return self.language_model.forward_embeddings(x, spatial[0], attn, rotary=rotary, deepstack=deepstack)
+
+    def image_features(self, pixel_values: torch.Tensor, grids: Grids) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The vision tower's features of the images `[N, C * T * p * p]` (every image's, in order), each
+        distinct image run once: a reranker's image query stands in every pair of its request. Images
+        are matched exactly (their grid and patches), after a fingerprint of both sums that costs one
+        host sync for the batch."""
+        sizes = [h * w for h, w in grids]
+        if len(grids) < 2:
+            return self.visual(pixel_values, grids)
+        pieces = pixel_values.split(sizes)
+        # per image, not atomics across images: equal images get equal sums on any device
+        sums = torch.stack([torch.stack([p.float().sum(), p.float().square().sum()]) for p in pieces])
+        unique: list[int] = []  # the first image of each distinct one
+        source: list[int] = []  # each image's place among the distinct ones
+        prints = [(grid, tuple(row)) for grid, row in zip(grids, sums.tolist())]
+        for i in range(len(grids)):
+            same = next((k for k, j in enumerate(unique)
+                         if prints[j] == prints[i] and torch.equal(pieces[j], pieces[i])), None)
+            source.append(len(unique) if same is None else same)
+            if same is None:
+                unique.append(i)
+        if len(unique) == len(grids):
+            return self.visual(pixel_values, grids)
+        features, stacked = self.visual(torch.cat([pieces[j] for j in unique]), [grids[j] for j in unique])
+        counts = [sizes[j] // self.merge ** 2 for j in unique]
+
+        def spread(distinct: torch.Tensor) -> torch.Tensor:
+            parts = distinct.split(counts)
+            return torch.cat([parts[k] for k in source])
+
+        return spread(features), [spread(layer) for layer in stacked]
 
     def forward_images(self, pixel_values: torch.Tensor, attn: AttentionMetadata,
                        grids: Grids | None = None) -> torch.Tensor:

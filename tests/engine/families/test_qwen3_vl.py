@@ -204,6 +204,26 @@ def test_an_image_query_scores_text_and_image_documents_as_the_published_reranke
         engine.score_sync(RERANKER, {"image": images["png_rgb"]}, ["a cat", {"image": images["png_rgb"][:60]}])
 
 
+def test_the_query_image_runs_through_the_vision_tower_once_per_batch(engine, monkeypatch):
+    """Every pair of an image query holds its image: the tower runs each distinct image once and gives
+    its features to every pair (the scores above equal the recipe with this in place)."""
+    from sie_engine.models.qwen3_vl.model import VisionTower
+
+    towered: list[int] = []
+    run = VisionTower.forward
+
+    def counting(self, patches, grids):
+        pieces = patches.split([h * w for h, w in grids])
+        assert not any(torch.equal(a, b) for i, a in enumerate(pieces) for b in pieces[:i]), "an image ran twice"
+        towered.append(len(grids))
+        return run(self, patches, grids)
+
+    monkeypatch.setattr(VisionTower, "forward", counting)
+    images = sample_images()
+    engine.score_sync(RERANKER, {"image": images["jpeg_rgb"]}, ["a", "b", "c", {"image": images["png_rgb"]}])
+    assert 2 <= sum(towered) < 5  # the pairs hold five images, two of them distinct
+
+
 def test_a_reranker_whose_lm_head_is_tied_to_its_embeddings_scores_as_the_recipe(tmp_path):
     from safetensors import safe_open
 
