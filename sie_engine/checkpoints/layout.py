@@ -51,7 +51,7 @@ def read_config_json(root: Path) -> dict | None:
     return read_json(Path(root) / "config.json")
 
 
-def read_json(path: Path) -> dict | None:
+def read_json(path: Path) -> Any:
     """A JSON file's contents, or None when it is absent or not JSON."""
     if not path.is_file():
         return None
@@ -84,14 +84,8 @@ def sentence_transformers_lowercases(root: Path) -> bool:
     sentence_bert_config.json of its Transformer module (the folder modules.json names; the root
     for a directory without modules.json). PyLate's mxbai-edge-colbert models set it on a cased
     ModernBERT tokenizer, so serving them as the tokenizer alone would give other ids."""
-    folder = ""
-    modules_path = root / "modules.json"
-    if modules_path.is_file():
-        try:
-            modules = json.loads(modules_path.read_text())
-        except ValueError:
-            modules = []
-        folder = next((m.get("path", "") for m in modules if str(m.get("type", "")).endswith("Transformer")), "")
+    modules = read_json(root / "modules.json") or []
+    folder = next((m.get("path", "") for m in modules if str(m.get("type", "")).endswith("Transformer")), "")
     config = read_json(root / folder / "sentence_bert_config.json")
     return bool(config and config.get("do_lower_case"))
 

@@ -307,15 +307,18 @@ def prompt_left_out(card, template: tuple[str, str | None] | None) -> str | None
     option; GritLM's mean over the text alone); None where it pools every token."""
     if template is None or ((card.options or {}).get("dense") or {}).get("include_prompt", True):
         return None
-    prefix = template[0].partition("{text}")[0].replace("{instruction}", template[1] or "")
-    return prefix or None
+    return template_parts(*template)[0] or None
+
+
+def template_parts(template: str, instruction: str | None) -> tuple[str, str]:
+    """(what comes before `{text}`, what comes after), `{instruction}` written in (or nothing)."""
+    prefix, _, suffix = template.partition("{text}")
+    return prefix.replace("{instruction}", instruction or ""), suffix.replace("{instruction}", instruction or "")
 
 
 def apply_template(texts: list[str], template: str, instruction: str | None) -> list[str]:
     """`{text}` replaced by each text and `{instruction}` by the instruction (or nothing)."""
-    prefix, _, suffix = template.partition("{text}")
-    prefix = prefix.replace("{instruction}", instruction or "")
-    suffix = suffix.replace("{instruction}", instruction or "")
+    prefix, suffix = template_parts(template, instruction)
     if prefix or suffix:
         return [prefix + t + suffix for t in texts]
     return texts
