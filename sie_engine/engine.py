@@ -39,6 +39,7 @@ from .decode_admission import DecodeAdmission, DecodeTicket
 from .errors import InvalidRequest, ModelNotFound, UnsupportedTask
 from .generation.head import GenerationHead
 from .generation.worker import DecodeWorker
+from .handoff import BatchedHandoff
 from .image_pool import IMAGE_THREADS
 from .images import header_pixels
 from .layers.lora import LoRAAdapter
@@ -223,6 +224,8 @@ class Engine:
         self.limits = limits
         self._tokenize_pool = concurrent.futures.ThreadPoolExecutor(tokenizer_threads,
                                                                     thread_name_prefix="sie-tokenize")
+        # tokenising and input preparation, their results handed back in batches (handoff.py)
+        self._tokenize_calls = BatchedHandoff(self._tokenize_pool, tokenizer_threads)
         # batches side by side: on CPU on a share of torch's threads each, on CUDA on a stream
         # each, so one batch's host work overlaps the other's kernels (parallelism.py)
         self.parallelism = BatchParallelism.for_device(
@@ -319,9 +322,9 @@ class Engine:
         tokenizer = await self._tokenizers.get(card)
         started = time.monotonic()
         fn = getattr(tokenizer, method)
-        # Always on the pool, even a short query (tens of microseconds, less than the two thread
-        # hand-offs): tokenising never runs on the loop, so no input can stall it.
-        result = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, lambda: fn(*args, **kwargs))
+        # Always on the pool, even a short query (tens of microseconds): tokenising never runs on
+        # the loop, so no input can stall it; the hand-offs are batched to keep that cheap.
+        result = await self._tokenize_calls.run(lambda: fn(*args, **kwargs))
         return result, time.monotonic() - started
 
     async def with_tokenizer(self, card: ModelCard, fn: Callable[..., Any], *args) -> tuple[Any, float]:
@@ -333,7 +336,7 @@ class Engine:
     async def _with_tokenizer(self, card: ModelCard, fn: Callable[..., Any], *args) -> tuple[Any, float]:
         tokenizer = await self._tokenizers.get(card)
         started = time.monotonic()
-        result = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, lambda: fn(tokenizer, *args))
+        result = await self._tokenize_calls.run(lambda: fn(tokenizer, *args))
         return result, time.monotonic() - started
 
     async def decode_worker(self, card: ModelCard) -> DecodeWorker:
@@ -740,6 +743,7 @@ class Engine:
         self._shutdown_threads()
 
     def _shutdown_threads(self) -> None:
+        self._tokenize_calls.close()
         for executor in (self._tokenize_pool, self._infer_pool, self._load_pool):
             executor.shutdown(wait=False, cancel_futures=True)
 
