@@ -70,7 +70,10 @@ async def _read_raw(request: web.BaseRequest, max_bytes: int, idle_timeout_s: fl
         if wait <= 0:
             raise body_timeout(f"the request body took longer than {total_timeout_s:g}s to arrive")
         try:
-            chunk = await asyncio.wait_for(request.content.readany(), wait)
+            if request.content.is_eof():  # all of it is here: the read cannot wait (and skips wait_for's task)
+                chunk = await request.content.readany()
+            else:
+                chunk = await asyncio.wait_for(request.content.readany(), wait)
         except asyncio.TimeoutError:
             if loop.time() >= deadline:
                 raise body_timeout(f"the request body took longer than {total_timeout_s:g}s to arrive") from None

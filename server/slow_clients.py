@@ -204,8 +204,6 @@ class HeadTimeout(asyncio.Protocol):
         if self._silence is not None:
             self._silence.cancel()
             self._silence = None
-        if data and self._timer is None and not self._busy:
-            self._timer = asyncio.get_running_loop().call_later(self._timeout, self._expired)
         if not self._first_line_done:
             end = data.find(b"\n")
             self.first_line_bytes += len(data) if end < 0 else end
@@ -213,9 +211,13 @@ class HeadTimeout(asyncio.Protocol):
         if self._on_data is not None:
             self._on_data(self)
         self.inner.data_received(data)
-        if self._timer is not None and self._head_parsed():
-            # the whole head is here; its handler starts a loop turn or two later, which on a
-            # starved machine can be past the timeout
+        # Once the whole head is here, no timer: its handler starts a loop turn or two later, which
+        # on a starved machine can be past the timeout. A head that came whole in one read (nearly
+        # every one) never starts a timer at all; a partial one starts it at its first bytes.
+        if self._timer is None:
+            if data and not self._busy and not self._head_parsed():
+                self._timer = asyncio.get_running_loop().call_later(self._timeout, self._expired)
+        elif self._head_parsed():
             self._stop_timer()
 
     def eof_received(self) -> bool | None:

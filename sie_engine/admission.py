@@ -212,10 +212,11 @@ class Reservation:
         # the request's image decoding, admitted by pixels (decode_admission.py; None: no images)
         self.decoding: DecodeTicket | None = None
 
-    def settle(self, fraction: float, tokens: int = 0) -> None:
-        """`fraction` of the request's items are queued now, `tokens` real tokens."""
+    def settle(self, fraction: float, tokens: int = 0, notify: bool = True) -> None:
+        """`fraction` of the request's items are queued now, `tokens` real tokens. `notify`: tell
+        the owner's `on_change` (False for a caller that reports the queue's change itself)."""
         self.queued += tokens
-        self._owner._take(self, min(self.tokens, self.estimate * fraction))
+        self._owner._take(self, min(self.tokens, self.estimate * fraction), notify)
 
     def release(self) -> None:
         """The request is queued in full, or ended before it was; idempotent. What it queued
@@ -362,7 +363,7 @@ class WaitAdmission:
             retry_after=max(1.0, math.ceil(wait - self.max_wait_s)),
         )
 
-    def _take(self, reservation: Reservation, tokens: float) -> None:
+    def _take(self, reservation: Reservation, tokens: float, notify: bool = True) -> None:
         if tokens <= 0:
             return
         reservation.tokens -= tokens
@@ -371,4 +372,5 @@ class WaitAdmission:
             self._reserved[reservation.model_id] = left
         else:
             self._reserved.pop(reservation.model_id, None)
-        self._on_change(reservation.model_id)
+        if notify:
+            self._on_change(reservation.model_id)

@@ -292,7 +292,7 @@ class Scheduler:
         queue.items.extend(items)
         queue.tokens += tokens
         if request.reservation is not None:  # its real tokens are queued now: the estimate goes
-            request.reservation.settle(len(items) / max(1, request.size), tokens)
+            request.reservation.settle(len(items) / max(1, request.size), tokens, notify=False)  # reported below
         if request not in self._inflight:  # a large request is submitted in several chunks
             request.enqueued_at = time.monotonic()
             self._inflight.add(request)
