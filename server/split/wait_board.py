@@ -17,25 +17,46 @@ from pathlib import Path
 
 from sie_engine.errors import Overloaded
 
-_LAYOUT = struct.Struct("dd")  # the scheduler's wait (s), the bound (s)
+# A sequence number, odd while the core is writing (a seqlock: the frontends read without a lock
+# and read again when a write overlapped theirs), then the scheduler's wait (s) and the bound (s).
+# Writes copy packed bytes in: `Struct.pack_into` zeroes its bytes before it packs them, and a
+# frontend reading in between saw a bound of 0 s and refused a request (about 1% of reads under a
+# busy core, tests/server/test_wait_board.py).
+_SEQUENCE = struct.Struct("<Q")
+_VALUES = struct.Struct("<dd")
+_SIZE = _SEQUENCE.size + _VALUES.size
+_READ_TRIES = 1000
 
 
 class WaitBoard:
     def __init__(self, path: Path, create: bool = False):
         if create:
-            path.write_bytes(_LAYOUT.pack(0.0, math.inf))
+            path.write_bytes(_SEQUENCE.pack(0) + _VALUES.pack(0.0, math.inf))
         fd = os.open(path, os.O_RDWR)
         try:
-            self._map = mmap.mmap(fd, _LAYOUT.size)
+            self._map = mmap.mmap(fd, _SIZE)
         finally:
             os.close(fd)
+        # the writer's count goes on from the board's (a replaced engine core writes the same board)
+        self._sequence = _SEQUENCE.unpack_from(self._map, 0)[0] & ~1
 
     def publish(self, wait_s: float, max_wait_s: float) -> None:
-        _LAYOUT.pack_into(self._map, 0, wait_s, max_wait_s)
+        """Write both numbers (one writer: the engine core's loop)."""
+        self._sequence += 1
+        self._map[:_SEQUENCE.size] = _SEQUENCE.pack(self._sequence)  # odd: being written
+        self._map[_SEQUENCE.size:_SIZE] = _VALUES.pack(wait_s, max_wait_s)
+        self._sequence += 1
+        self._map[:_SEQUENCE.size] = _SEQUENCE.pack(self._sequence)
 
     def read(self) -> tuple[float, float]:
-        wait_s, max_wait_s = _LAYOUT.unpack_from(self._map, 0)
-        return wait_s, max_wait_s
+        """The last numbers written whole; (0, inf), nothing to refuse on, in the unlikely case
+        that every try overlapped a write (admission decides each request in full anyway)."""
+        for _ in range(_READ_TRIES):
+            before = _SEQUENCE.unpack_from(self._map, 0)[0]
+            wait_s, max_wait_s = _VALUES.unpack_from(self._map, _SEQUENCE.size)
+            if not before & 1 and _SEQUENCE.unpack_from(self._map, 0)[0] == before:
+                return wait_s, max_wait_s
+        return 0.0, math.inf
 
     def refuse_if_overloaded(self) -> None:
         """Overloaded (429) when the engine's queue is over its bound; the message and
