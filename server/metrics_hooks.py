@@ -1,6 +1,7 @@
 """The engine's metric hooks (`ServerMetrics.pool_events` / `scheduler_events`): the pool and
 the scheduler call them from the engine's threads. Apart from metrics.py because the event
-classes' modules import torch, which a split server's frontends never load."""
+classes' modules import torch, which a split server's frontends never load. A load also freezes
+the heap after a model's first load (heap.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 from sie_engine.pool import PoolEvents
 from sie_engine.scheduler import SchedulerEvents
+
+from . import heap
 
 # `metrics` below is a metrics.ServerMetrics (not imported: metrics.py imports this module)
 
@@ -47,6 +50,7 @@ class PoolHooks(PoolEvents):
         with self.m._lock:
             self.m._resident.add(model_id)
             self.m.models_loaded.set(len(self.m._resident))
+        heap.after_load(model_id)  # its modules and structures out of full collections (heap.py)
 
     def load_failed(self, model_id: str, reason: str) -> None:
         self.m.load_failures.labels(model_id).inc()

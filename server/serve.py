@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from . import access_log
+from . import access_log, heap
 from .app import ANSWER_GRACE_S, create_app, drain
 from .connections import ConnectionLimitedRunner
 from .metrics import ServerMetrics
@@ -86,6 +86,7 @@ async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics
         from .queue import consumer as queue_consumer
 
         consumer = await queue_consumer.start(app, host, port)
+    heap.freeze_long_lived()  # built: what exists now lives as long as the process (heap.py)
     if announce is not None:
         announce(host, port)
     else:

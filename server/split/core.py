@@ -26,6 +26,7 @@ import zmq.asyncio
 from sie_contract import get as get_task
 from sie_engine.errors import SIEError
 
+from .. import heap
 from ..metrics import ServerMetrics
 from ..metrics_hooks import SchedulerHooks
 from ..runtime_cards import RuntimeCards
@@ -193,6 +194,7 @@ async def run_core(args: Any, paths: SplitPaths) -> int:
     socket.setsockopt(zmq.LINGER, 0)
     socket.bind(paths.engine_address)
     core = EngineCore(engine, socket)
+    heap.freeze_long_lived()  # built: what exists now lives as long as the process (heap.py)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
