@@ -130,6 +130,19 @@ def _tree(root: int) -> list[int]:
     return found
 
 
+def _role(pid: int) -> str:
+    """A split server's process role, from its command line (supervisor.py starts each part
+    as `python -m sie_server.split.core | .frontend`); "server" for anything else."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "server"
+    for role in ("core", "frontend"):
+        if f"sie_server.split.{role}".encode() in argv:
+            return role
+    return "server"
+
+
 class Server:
     def __init__(self, name: str, argv: list[str], port: int):
         self.name, self.port = name, port
@@ -140,10 +153,15 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def cpu_seconds(self) -> float:
-        """User + system time so far of the server process and every process under it (a split
-        server's supervisor, frontends and engine core), every thread."""
-        return sum(_cpu_of(pid) for pid in _tree(self.process.pid))
+    def cpu_seconds(self) -> dict[str, float]:
+        """User + system time so far of the server process and every process under it, every
+        thread, by role: a split server's engine core, frontends and supervisor apart (one
+        process: all of it under "server")."""
+        by_role: dict[str, float] = {}
+        for pid in _tree(self.process.pid):
+            role = _role(pid)
+            by_role[role] = by_role.get(role, 0.0) + _cpu_of(pid)
+        return by_role
 
     async def wait_ready(self, session, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -206,12 +224,16 @@ def start_servers(model_dir: Path, also: Path | None = None, frontends: tuple[in
 class Pass:
     requests: int
     seconds: float
-    cpu_s: float
+    cpu_by_role: dict[str, float]
     latencies: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
         return self.requests / self.seconds
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(self.cpu_by_role.values())
 
 
 async def drive(session, server: Server, bodies: list[bytes], clients: int, seconds: float) -> Pass:
@@ -234,7 +256,8 @@ async def drive(session, server: Server, bodies: list[bytes], clients: int, seco
 
     cpu_before, started = server.cpu_seconds(), time.perf_counter()
     await asyncio.gather(*(client(c) for c in range(clients)))
-    elapsed, cpu = time.perf_counter() - started, server.cpu_seconds() - cpu_before
+    elapsed, cpu_after = time.perf_counter() - started, server.cpu_seconds()
+    cpu = {role: seconds - cpu_before.get(role, 0.0) for role, seconds in cpu_after.items()}
     return Pass(len(latencies), elapsed, cpu, latencies)
 
 
@@ -302,7 +325,20 @@ def report(results: dict[tuple[str, int], list[Pass]], sizes: list[int], args) -
         for name in names[2:]:
             o_rate, o_p99, o_cpu = summary[(name, size)]
             print(f"  {size:2} text(s), {name}: rate {o_rate / m_rate:.2f}x, p99 {o_p99 / m_p99:.1f}x, "
-                  f"CPU {o_cpu:.2f} ms/request")
+                  f"CPU {o_cpu:.2f} ms/request{_by_role(results[(name, size)])}")
+
+
+def _by_role(passes: list[Pass]) -> str:
+    """A split server's CPU per request by process: the engine core's bounds its rate however
+    many frontends there are (one core, one GIL), so it is the number a many-core host scales by."""
+    roles = sorted({role for p in passes for role in p.cpu_by_role})
+    if roles == ["server"]:  # one process
+        return ""
+    names = {"server": "supervisor"}  # the split server's root process
+    parts = [f"{names.get(role, role)} "
+             f"{1000 * statistics.median(p.cpu_by_role.get(role, 0.0) / p.requests for p in passes):.2f}"
+             for role in roles]
+    return f" (by process, ms/request: {', '.join(parts)})"
 
 
 def main(argv=None) -> int:
