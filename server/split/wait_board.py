@@ -25,7 +25,7 @@ from sie_engine.errors import Overloaded
 _SEQUENCE = struct.Struct("<Q")
 _VALUES = struct.Struct("<dd")
 _SIZE = _SEQUENCE.size + _VALUES.size
-_READ_TRIES = 1000
+_READ_TRIES = 100
 
 
 class WaitBoard:
@@ -39,6 +39,7 @@ class WaitBoard:
             os.close(fd)
         # the writer's count goes on from the board's (a replaced engine core writes the same board)
         self._sequence = _SEQUENCE.unpack_from(self._map, 0)[0] & ~1
+        self._last_read = (0.0, math.inf)  # a reader's last whole read
 
     def publish(self, wait_s: float, max_wait_s: float) -> None:
         """Write both numbers (one writer: the engine core's loop)."""
@@ -49,14 +50,16 @@ class WaitBoard:
         self._map[:_SEQUENCE.size] = _SEQUENCE.pack(self._sequence)
 
     def read(self) -> tuple[float, float]:
-        """The last numbers written whole; (0, inf), nothing to refuse on, in the unlikely case
-        that every try overlapped a write (admission decides each request in full anyway)."""
+        """The numbers last written whole. When every try overlapped a write (the core was
+        descheduled mid-write: spinning longer would not help), this reader's previous whole read
+        (at first: 0 s and no bound, nothing to refuse on; admission decides each request in full)."""
         for _ in range(_READ_TRIES):
             before = _SEQUENCE.unpack_from(self._map, 0)[0]
-            wait_s, max_wait_s = _VALUES.unpack_from(self._map, _SEQUENCE.size)
+            values = _VALUES.unpack_from(self._map, _SEQUENCE.size)
             if not before & 1 and _SEQUENCE.unpack_from(self._map, 0)[0] == before:
-                return wait_s, max_wait_s
-        return 0.0, math.inf
+                self._last_read = values
+                return values
+        return self._last_read
 
     def refuse_if_overloaded(self) -> None:
         """Overloaded (429) when the engine's queue is over its bound; the message and

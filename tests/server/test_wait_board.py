@@ -1,4 +1,6 @@
-"""The wait board read by frontends while the engine core writes it (two processes, no lock)."""
+"""The wait board read by frontends while the engine core writes it (two processes, no lock).
+
+Before the seqlock about 1% of reads saw a half-written board (a bound of 0 s: a spurious 429)."""
 
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ def test_a_reader_never_sees_a_half_written_board(tmp_path):
     WaitBoard(path, create=True).publish(0.0, 30.0)
     context = multiprocessing.get_context("spawn")
     stop = context.Event()
+    reader = WaitBoard(path)
+    assert reader.read() == (0.0, 30.0)  # read whole before the writer starts
     writer = context.Process(target=_publish_forever, args=(path, stop), daemon=True)
     writer.start()
-    reader = WaitBoard(path)
     torn, reads, deadline = [], 0, time.monotonic() + 10.0
     try:
         while time.monotonic() < deadline and reads < 300_000:
