@@ -23,6 +23,7 @@ from arch_fixtures import (
     check_batch_invariance,
     check_every_weight_loaded,
     cosine,
+    make_norms_count,
     max_abs_diff,
     reference_hidden,
     reference_pooled,
@@ -61,11 +62,7 @@ def tiny_qwen(kind: str):
 @pytest.fixture(scope="module", params=["qwen3", "qwen2", "qwen2-bidirectional"])
 def model_dir(request, tmp_path_factory):
     torch.manual_seed(0)
-    model = tiny_qwen(request.param).eval()
-    with torch.no_grad():  # transformers initialises biases and norm weights to 0 / 1: make them count
-        for name, p in model.named_parameters():
-            if name.endswith(".bias") or "norm" in name:
-                p.add_(torch.randn_like(p) * 0.1)
+    model = make_norms_count(tiny_qwen(request.param).eval(), biases=True)
     return save_tiny(model, tmp_path_factory.mktemp(request.param.replace("-", "_"))), model
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from arch_fixtures import FP32_TOL, MINILM_VOCAB, TEXTS, save_tiny, tiny_card
+from arch_fixtures import FP32_TOL, MINILM_VOCAB, TEXTS, make_norms_count, save_tiny, tiny_card
 from sie_engine import Catalog, Engine
 
 S2P_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query.\nQuery: "
@@ -56,11 +56,7 @@ def root(tmp_path_factory):
     config = Qwen2Config(vocab_size=MINILM_VOCAB + 64, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2, intermediate_size=96, max_position_embeddings=512,
                          rope_parameters={"rope_type": "default", "rope_theta": 1e6})
-    model = Qwen2Model(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(".bias") or "norm" in name:
-                p.add_(torch.randn_like(p) * 0.1)
+    model = make_norms_count(Qwen2Model(config).eval(), biases=True)
     root = save_tiny(model, tmp_path_factory.mktemp("stella"))
     assert "is_causal" not in json.loads((root / "config.json").read_text())  # as stella's config.json
     _stella_layout(root, config.hidden_size)
