@@ -245,13 +245,8 @@ class Scheduler:
         self.wait_s = self.expected_wait()
         _, tokens = self.queued(model_id)
         self._committed[model_id] = tokens + self.admission.reserved(model_id)
-        if not self._reports_due:
-            try:
-                asyncio.get_running_loop().call_soon(self._publish_reports)
-            except RuntimeError:  # not on a loop (a test driving the scheduler by hand): at once
-                self._reports_due.add(model_id)
-                self._publish_reports()
-                return
+        if not self._reports_due:  # the scheduler runs on the engine's loop only
+            asyncio.get_running_loop().call_soon(self._publish_reports)
         self._reports_due.add(model_id)
 
     def _publish_reports(self) -> None:
