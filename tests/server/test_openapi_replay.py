@@ -165,7 +165,9 @@ def flood_until_429(server, url: str, body: dict) -> httpx.Response:
             return {name: bigger(inner) for name, inner in value.items()}
         return value * 8 if isinstance(value, list) else value * 16 if isinstance(value, str) else value
 
-    big = {name: value if name == "model" else bigger(value) for name, value in body.items()}
+    # a model's name and an enum (Cohere's input_type) stay as they are: the flood is of valid requests,
+    # so their 429 comes from the queue; a body made invalid was refused 400 before it could queue
+    big = {name: value if name in ("model", "input_type") else bigger(value) for name, value in body.items()}
     answers: list[httpx.Response] = []
     for _ in range(5):
         answers.clear()
