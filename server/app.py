@@ -15,7 +15,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -37,11 +37,12 @@ log = logging.getLogger(__name__)
 
 
 def create_app(engine: Engine, settings: ServerSettings | None = None,
-               metrics: ServerMetrics | None = None) -> web.Application:
+               metrics: ServerMetrics | None = None, card_admin: Any = None) -> web.Application:
     """The server app. Pass the `ServerMetrics` whose `pool_events` / `scheduler_events` the
     engine was built with (`serve.build_engine` does both); without one, the app counts
     requests but not the engine's loads, batches and queues. Every task registered in
-    `sie_contract` now gets its route."""
+    `sie_contract` now gets its route. `card_admin`: who changes the runtime cards (admin.setup;
+    a split server's frontend passes its engine core's)."""
     settings = settings or ServerSettings()
     metrics = metrics or ServerMetrics()
     metrics.memory_budget.set(engine.budget_bytes)
@@ -70,7 +71,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None,
     app.router.add_get("/readyz", handlers.readyz, name="readyz")
     app.router.add_get("/metrics", handlers.metrics, name="metrics")
     app.router.add_get("/openapi.json", handlers.openapi, name="openapi")
-    admin.setup(app, settings.config_dir, settings.admin_key_file)  # /v1/configs/models, persisted cards read
+    admin.setup(app, settings.config_dir, settings.admin_key_file, card_admin)  # /v1/configs/models
     for api in compat_routes.APIS:
         compat.mount_api(app, api)
     cors.setup(app, settings.cors_origins)  # aiohttp-cors, on every route above (off without origins)

@@ -17,6 +17,7 @@ Here are the steps they have in common:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from aiohttp import web
 
 from sie_engine import validation
 from sie_engine.errors import InvalidRequest, PayloadTooLarge, SIEError
+from sie_engine.types import ModelInfo
 
 from . import codec
 from .compat_routes import CompatApi
@@ -101,13 +103,20 @@ def require(body: dict, required: tuple[str, ...]) -> None:
             raise InvalidRequest(f"{name} is required", field=name)
 
 
-def check_dimensions(request: web.Request, model: str, value: Any, field: str) -> int | None:
+async def served_model(request: web.Request, model: str) -> ModelInfo:
+    """A served model's state now (ModelNotFound, a 404, for one not served): the engine's answer,
+    asked off the loop, as /v1/models asks it. A split server's frontend gets the engine core's;
+    its own `model_info` on the loop knows only the card (not whether the model loaded or failed)."""
+    return await asyncio.to_thread(request.app[ENGINE].model_info, model)
+
+
+async def check_dimensions(request: web.Request, model: str, value: Any, field: str) -> int | None:
     """`dimensions` for a model: refused unless the model was trained for shortened vectors
     (Matryoshka sizes on its card) or the value is its full width."""
     dims = validation.check_positive_int(value, field)
     if dims is None:
         return None
-    info = request.app[ENGINE].model_info(model)  # 404 for an unknown model
+    info = await served_model(request, model)  # 404 for an unknown model
     full = info.dims.get("dense")
     if info.matryoshka_dims or dims == full:
         return dims

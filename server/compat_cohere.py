@@ -171,7 +171,7 @@ async def embed(request: web.Request) -> web.Response:
         raise InvalidRequest("priority must be an integer of at least 0", field="priority")
     types = embedding_types(body.get("embedding_types"))
     cut = truncate(body.get("truncate"))
-    dims = compat.check_dimensions(request, model, body.get("output_dimension"), "output_dimension")
+    dims = await compat.check_dimensions(request, model, body.get("output_dimension"), "output_dimension")
     check_max_tokens(request, model, body.get("max_tokens"))
     items, field = items_of(body, engine.limits)
     result = await compat.encode(request, model, items,

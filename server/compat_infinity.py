@@ -31,6 +31,7 @@ Infinity's own client (infinity_client) accepts.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -94,7 +95,7 @@ async def embeddings(request: web.Request) -> web.Response:
     if encoding_format not in ENCODING_FORMATS:
         raise InvalidRequest(f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}", field="encoding_format")
     dimensions = body.get("dimensions")
-    dims = compat.check_dimensions(request, model, None if dimensions == 0 else dimensions, "dimensions")
+    dims = await compat.check_dimensions(request, model, None if dimensions == 0 else dimensions, "dimensions")
     texts = [text.strip() for text in input_texts(body["input"], request.app[ENGINE].limits, refuse_empty=False)]
     result = await compat.encode(request, model, texts, names={"dims": "dimensions", "items": "input"},
                                  output_types=["dense"], is_query=bool(alias), dims=dims,
@@ -166,7 +167,7 @@ async def models(request: web.Request) -> web.Response:
     created = int(request.app[LIFECYCLE].started_at)
     snapshot = await engine.status()
     data = []
-    for info in engine.models():
+    for info in await asyncio.to_thread(engine.models):  # off the loop, as /v1/models lists them
         queued = snapshot.models.get(info.id)
         data.append({
             "id": info.id, "object": "model", "owned_by": "infinity", "created": created, "backend": "sie",

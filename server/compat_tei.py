@@ -146,7 +146,7 @@ async def _embed(request: web.Request, model: str, alias: bool | None, body: dic
     if encoding_format not in (None, "float"):
         raise InvalidRequest("encoding_format: TEI's /embed answers floats only", field="encoding_format")
     texts = compat.texts_of(body["inputs"], request.app[ENGINE].limits, "inputs", empty=EMPTY)
-    dims = compat.check_dimensions(request, model, body.get("dimensions"), "dimensions")
+    dims = await compat.check_dimensions(request, model, body.get("dimensions"), "dimensions")
     result = await compat.encode(request, model, texts, names={**NAMES, "dims": "dimensions"}, output_types=["dense"],
                                  **prompted(body, alias), truncate=truncate(body), dims=dims,
                                  normalize=compat.check_bool(body, "normalize", True))
@@ -372,7 +372,7 @@ async def tokenize(request: web.Request) -> web.Response:
     card = engine.card(model)
     fields = prompted(body, alias)
     if fields["template"]:
-        texts = engine.prompted(card, texts, fields["is_query"])
+        texts = card.prompted(texts, fields["is_query"])
     compat.label(request, model)
     tokens, _ = await engine.with_tokenizer(card, _tokens, texts, add_special)  # the weights need not be loaded
     return await compat.answer(request, tokens)
@@ -394,9 +394,11 @@ def _model_type(card, outputs: tuple[str, ...]) -> dict:
 async def info(request: web.Request) -> web.Response:
     model, _ = path_model(request)
     engine = request.app[ENGINE]
-    card, model_info = engine.card(model), engine.model_info(model)
+    card, model_info = engine.card(model), await compat.served_model(request, model)
     compat.label(request, model)
-    dtype = card.dtype if card.dtype != "auto" else ("float16" if engine.device.type == "cuda" else "float32")
+    # str(): a split server's frontend knows the engine core's device by name (it imports no torch)
+    on_gpu = str(engine.device).startswith("cuda")
+    dtype = card.dtype if card.dtype != "auto" else ("float16" if on_gpu else "float32")
     return await compat.answer(request, {
         "model_id": model, "model_sha": None, "served_model_name": model, "model_dtype": dtype,
         "model_type": _model_type(card, model_info.outputs),
@@ -417,7 +419,7 @@ async def health(request: web.Request) -> web.Response:
         # GET /tei/<model>/embed reached the root's GET (model ids hold slashes): say what is wrong
         raise HTTPProblem("method_not_allowed", f"/{tail} takes POST")
     lifecycle = request.app[LIFECYCLE]
-    state = request.app[ENGINE].model_info(model).state  # 404 for a model not served here
+    state = (await compat.served_model(request, model)).state  # 404 for a model not served here
     if lifecycle.draining or not lifecycle.ready or state == "failed":
         return await compat.answer(request, {"error": "unhealthy", "error_type": "Unhealthy"}, status=503)
     return web.Response(status=200)

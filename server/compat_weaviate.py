@@ -83,7 +83,7 @@ async def vectors(request: web.Request) -> web.Response:
         raise InvalidRequest("config.pooling_strategy must be a string", field="config.pooling_strategy")
     is_query = compat.choose_mode(alias, TASK_TYPES.get(task_type) if task_type else None, "config.task_type")
     text = validation.check_text(body["text"], request.app[ENGINE].limits, "text")
-    dims = compat.check_dimensions(request, model, config.get("dimensions"), "config.dimensions")
+    dims = await compat.check_dimensions(request, model, config.get("dimensions"), "config.dimensions")
     result = await compat.encode(request, model, [text], names={"items[0].text": "text", "dims": "config.dimensions"},
                                  output_types=["dense"], is_query=is_query, dims=dims,
                                  normalize=True if dims is not None else None)
@@ -163,7 +163,7 @@ async def vectorize(request: web.Request) -> web.Response:
     except InvalidRequest as exc:
         raise _clip_names(exc, len(texts)) from None
     vectors = np.stack([item.dense for item in result.items]).astype(np.float32, copy=False)
-    if request.app[ENGINE].model_info(model).family not in RAW_FEATURE_FAMILIES:  # resident now: its family is known
+    if (await compat.served_model(request, model)).family not in RAW_FEATURE_FAMILIES:  # resident: its family is known
         vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     return await compat.answer(request, {"textVectors": vectors[:len(texts)], "imageVectors": vectors[len(texts):]},
                                vectors.nbytes)
@@ -173,7 +173,7 @@ async def vectorize(request: web.Request) -> web.Response:
 async def meta(request: web.Request) -> web.Response:
     model, _ = compat.split_mode(request.match_info["model"])
     engine = request.app[ENGINE]
-    info, card = engine.model_info(model), engine.card(model)
+    info, card = await compat.served_model(request, model), engine.card(model)
     compat.label(request, model)
     return await compat.answer(request, {"model": {
         "_name_or_path": model, "model_type": info.family, "outputs": list(info.outputs), "tasks": list(info.tasks),
@@ -189,7 +189,7 @@ async def ready(request: web.Request) -> web.Response:
     """204 once the server is ready and the model is served (and has not failed to load)."""
     model, _ = compat.split_mode(request.match_info["model"])
     lifecycle = request.app[LIFECYCLE]
-    state = request.app[ENGINE].model_info(model).state  # 404 for a model not served here
+    state = (await compat.served_model(request, model)).state  # 404 for a model not served here
     if lifecycle.draining or not lifecycle.ready or state == "failed":
         return await compat.answer(request, {"error": "not ready"}, status=503)
     return web.Response(status=204)

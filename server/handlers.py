@@ -131,7 +131,7 @@ async def status(request: web.Request) -> web.Response:
         "pool": request.app[SETTINGS].pool, "inflight": lifecycle.inflight,
         "queued_tokens": snapshot.queued_tokens, "queued_items": snapshot.queued_items, "models": models,
         # the runtime cards' digests: the router replays its cards to a worker whose differ
-        "configs": request.app[ADMIN].store.digests(),
+        "configs": request.app[ADMIN].cards.digests(),
     })
 
 

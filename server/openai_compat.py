@@ -91,7 +91,7 @@ async def embeddings(request: web.Request) -> web.Response:
     encoding_format = body.get("encoding_format") or "float"
     if encoding_format not in ENCODING_FORMATS:
         raise InvalidRequest(f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}", field="encoding_format")
-    dims = compat.check_dimensions(request, model, body.get("dimensions"), "dimensions")
+    dims = await compat.check_dimensions(request, model, body.get("dimensions"), "dimensions")
     texts = input_texts(body["input"], engine.limits)
     result = await compat.encode(request, model, texts, names={"dims": "dimensions", "items": "input"},
                                  output_types=["dense"], is_query=is_query, dims=dims,

@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -67,11 +67,13 @@ def startup_summary(engine: Engine, settings: ServerSettings) -> str:
 
 
 async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics | None = None, *,
-                announce: Callable[[str, int], None] | None = None, reuse_port: bool = False) -> int:
+                announce: Callable[[str, int], None] | None = None, reuse_port: bool = False,
+                card_admin: Any = None) -> int:
     """Serve until a stop signal, drain, and return the process exit code. A split server's
     frontend (server/split/frontend.py) shares the port (`reuse_port`) and tells its supervisor
-    it listens (`announce`) instead of printing the address and the engine's summary."""
-    app = create_app(engine, settings, metrics)
+    it listens (`announce`) instead of printing the address and the engine's summary, and changes
+    runtime cards through the engine core (`card_admin`)."""
+    app = create_app(engine, settings, metrics, card_admin)
     # handler_cancellation: a client that disconnects cancels its handler, and
     # with it the engine work queued for it.
     logger = logging.getLogger(access_log.LOGGER) if settings.access_log else None

@@ -72,13 +72,10 @@ def _body_arrived(request: web.Request) -> bool:
 
 @dataclass
 class AdminState:
-    """The admin API's (admin.py): the runtime cards, the admin keys, the cards the server started
-    with (a DELETE of a runtime card that replaced one brings it back), one change at a time."""
+    """The admin API's (admin.py): the runtime cards and their changes, and the admin keys."""
 
-    store: Any  # runtime_cards.RuntimeCards (imported there: this module stays light)
+    cards: Any  # card_admin.CardAdmin, or a split frontend's CoreCardAdmin (imported there: this module stays light)
     keys: ApiKeys
-    started_with: dict = field(default_factory=dict)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 # an Engine, or in a split server's frontend its EngineClient (server/split/client.py)

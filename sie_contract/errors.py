@@ -20,7 +20,6 @@ STATUS_BY_CODE: dict[str, int] = {
     "overloaded": 429,
     "inference_failed": 500,
     "internal_error": 500,
-    "not_implemented": 501,  # a route a split server's frontends do not serve yet (server/split/client.py)
     "not_ready": 503,
     "draining": 503,
     "model_load_failed": 503,

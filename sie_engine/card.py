@@ -28,6 +28,20 @@ POOLINGS = ("cls", "mean", "last", "max", "weightedmean", "mean_sqrt_len", "none
 DTYPES = ("auto", "float32", "float16", "bfloat16", "int8")
 
 
+def template_parts(template: str, instruction: str | None) -> tuple[str, str]:
+    """(what comes before `{text}`, what comes after), `{instruction}` written in (or nothing)."""
+    prefix, _, suffix = template.partition("{text}")
+    return prefix.replace("{instruction}", instruction or ""), suffix.replace("{instruction}", instruction or "")
+
+
+def apply_template(texts: list[str], template: str, instruction: str | None) -> list[str]:
+    """`{text}` replaced by each text and `{instruction}` by the instruction (or nothing)."""
+    prefix, suffix = template_parts(template, instruction)
+    if prefix or suffix:
+        return [prefix + t + suffix for t in texts]
+    return texts
+
+
 @dataclass(frozen=True)
 class WeightsSource:
     """Where a model's files come from; exactly one of `hub`, `package`, `path`.
@@ -146,6 +160,11 @@ class ModelCard:
         if is_query:
             return self.query_template, instruction if instruction is not None else self.query_instruction
         return self.document_template, None
+
+    def prompted(self, texts: list[str], is_query: bool = False, instruction: str | None = None) -> list[str]:
+        """The texts as the model reads them: the query or document template (and query
+        instruction) applied, as `encode` applies it."""
+        return apply_template(texts, *self.template_for(is_query, instruction))
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> ModelCard:

@@ -54,7 +54,6 @@ from .sizes import parse_bytes
 from .tasks import TaskRun
 from .tasks import implementation as task_implementation
 from .tasks.context import Call
-from .tasks.encode import apply_template
 from .tasks.generate import generated_tokens
 from .tasks.score_pairs import run_pairs, scores_pairs
 from .tokenizer import VocabularyLookup
@@ -382,13 +381,6 @@ class Engine:
         """A scheduler request of `size` items for `call`: its deadline, and its admission, which the
         request's items settle as they are queued."""
         return Request(call.card.id, task, size, deadline=call.deadline, reservation=call.reservation)
-
-    @staticmethod
-    def prompted(card: ModelCard, texts: list[str], is_query: bool = False,
-                 instruction: str | None = None) -> list[str]:
-        """The texts as the model reads them: the card's query or document template (and query
-        instruction) applied, as `encode` applies it."""
-        return apply_template(texts, *card.template_for(is_query, instruction))
 
     @property
     def max_queue_wait_s(self) -> float:

@@ -96,14 +96,14 @@ async def watch_cards(js, app: web.Application, stopping: asyncio.Event) -> None
     seen: set[str] | None = set()  # ids in the bucket's initial values; None once they are all read
     async for entry in watcher:
         if entry is None:  # the initial values are read: drop what the bucket no longer holds
-            gone = {card.id for card in app[ADMIN].store.cards()} - (seen or set())
+            gone = {card.id for card in app[ADMIN].cards.cards()} - (seen or set())
             for model_id in sorted(gone):
                 await _apply(admin.apply_removal(app, model_id), f"removal of {model_id}")
             seen = None
             continue
         model_id = id_of(entry.key)
         if entry.operation in ("DEL", "PURGE"):
-            if app[ADMIN].store.get(model_id) is not None:
+            if app[ADMIN].cards.get(model_id) is not None:
                 await _apply(admin.apply_removal(app, model_id), f"removal of {model_id}")
             continue
         if seen is not None:
@@ -113,7 +113,7 @@ async def watch_cards(js, app: web.Application, stopping: asyncio.Event) -> None
         except (ValueError, SIEError) as exc:
             log.error("queue mode: the bucket's card %s is not a card (%s); skipped", model_id, exc)
             continue
-        current = app[ADMIN].store.get(model_id)
+        current = app[ADMIN].cards.get(model_id)
         if current is None or digest(current) != digest(cards[0]):
             await _apply(admin.apply_cards(app, cards), f"card {model_id}")
 

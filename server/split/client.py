@@ -1,7 +1,7 @@
 """`EngineClient`: what a frontend's app holds where one process holds its Engine.
 
 It answers the Engine methods the server's handlers call: the work calls (`run`,
-`score_pairs`) and the state calls (`status`, `abort`, `drain`, admin cards...) cross to the
+`score_pairs`, `with_tokenizer`) and the state calls (`status`, `abort`, `drain`...) cross to the
 engine core as messages; what a handler reads without awaiting (the catalog, the deployment's
 limits, a card, `refuse_if_overloaded`) is answered here from this frontend's own copy of the
 catalog (parsed from the same options) and the wait board. A handler cancelled (its client
@@ -26,7 +26,7 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from sie_engine.card import Catalog
+from sie_engine.card import Catalog, ModelCard
 from sie_engine.errors import ModelNotFound, SIEError
 from sie_engine.types import ModelInfo
 
@@ -64,6 +64,7 @@ class EngineClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._background: set[asyncio.Task] = set()
+        self.card_admin = CoreCardAdmin(self)  # the admin API's, over the core's one CardAdmin
 
     # ---- lifecycle ---------------------------------------------------------
     async def start(self) -> None:
@@ -75,11 +76,11 @@ class EngineClient:
     async def _hello(self) -> None:
         while True:
             try:
-                self._facts = await self._send(protocol.Call(next(self._ids), "hello"), timeout=HELLO_TIMEOUT_S)
+                facts = await self._send(protocol.Call(next(self._ids), "hello"), timeout=HELLO_TIMEOUT_S)
                 break
             except asyncio.TimeoutError:
                 continue
-        self.catalog = Catalog(self._facts["cards"])
+        self._serve_catalog(facts)
         self._up = True
         log.info("engine core (pid %s) answers", self._facts.get("pid"))
 
@@ -108,9 +109,24 @@ class EngineClient:
         while True:
             raw = await self._socket.recv()
             reply = protocol.REPLIES.decode(raw)
+            if isinstance(reply, protocol.CatalogUpdate):
+                self._serve_catalog(protocol.unpack_value(reply.facts))
+                await self._socket.send(protocol.ENCODER.encode(protocol.Ack(reply.version)))
+                continue
             future = self._pending.get(reply.id)
             if future is not None and not future.done():
                 future.set_result(reply)
+
+    def _serve_catalog(self, facts: dict[str, Any]) -> None:
+        """Serve the engine core's catalog (its hello's, or a CatalogUpdate's after an admin
+        change), unless this frontend already serves a newer one of the same core (a hello
+        answered after an update)."""
+        current = (self._facts.get("pid"), self._facts.get("version", -1))
+        if facts["pid"] == current[0] and facts["version"] < current[1]:
+            return
+        self.catalog = Catalog(facts["cards"])
+        self._facts = {**self._facts, **facts}
+        self.card_admin.mirror(facts["runtime_cards"], facts["runtime_digests"])
 
     # ---- calls -------------------------------------------------------------
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -175,17 +191,10 @@ class EngineClient:
     async def warm_up(self, model: str) -> float:
         return await self._call("warm_up", model)
 
-    async def set_cards(self, cards: Sequence[Any]) -> list[str]:
-        raise HTTPProblem("not_implemented", "the admin API is served by a one-process server only this round "
-                          "(sie-server serve without --frontends)")
-
-    async def remove_card(self, model: str) -> bool:
-        raise HTTPProblem("not_implemented", "the admin API is served by a one-process server only this round "
-                          "(sie-server serve without --frontends)")
-
     async def with_tokenizer(self, card: Any, fn: Any, *args: Any) -> Any:
-        raise HTTPProblem("not_implemented", "this route needs the engine's tokenizer in-process; it is served by a "
-                          "one-process server only this round (sie-server serve without --frontends)")
+        """`fn(tokenizer, *args)` on the engine's tokenizer pool: the function crosses by its name
+        (a compat route's module-level function), its arguments as msgpack."""
+        return await self._call("with_tokenizer", card.id, protocol.function_name(fn), *args)
 
     def refuse_if_overloaded(self, model: str | None = None, body_bytes: int | None = None) -> None:
         if not self._up:
@@ -236,4 +245,34 @@ class EngineClient:
         return str(self._facts.get("device", "?"))
 
 
-__all__ = ["EngineClient", "SIEError"]
+class CoreCardAdmin:
+    """A frontend's side of the engine core's CardAdmin (card_admin.py): the admin API reads the
+    runtime cards from this frontend's mirror of them (kept with its catalog) and sends changes
+    to the core, which answers once every frontend serves the changed catalog."""
+
+    def __init__(self, client: EngineClient):
+        self._client = client
+        self._cards: dict[str, ModelCard] = {}
+        self._digests: dict[str, str] = {}
+
+    def mirror(self, cards: list[ModelCard], digests: dict[str, str]) -> None:
+        self._cards = {card.id: card for card in cards}
+        self._digests = dict(digests)
+
+    def cards(self) -> list[ModelCard]:
+        return list(self._cards.values())
+
+    def get(self, model: str) -> ModelCard | None:
+        return self._cards.get(model)
+
+    def digests(self) -> dict[str, str]:
+        return dict(self._digests)
+
+    async def apply(self, cards: list[ModelCard]) -> list[str]:
+        return await self._client._call("admin_apply", [card.to_dict() for card in cards])
+
+    async def remove(self, model: str) -> bool:
+        return await self._client._call("admin_remove", model)
+
+
+__all__ = ["CoreCardAdmin", "EngineClient", "SIEError"]

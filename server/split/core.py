@@ -6,7 +6,10 @@ inference) answering the frontends' calls on a ZMQ ROUTER socket.
 Each call runs as its own task on the engine's loop (as one request's handler does in one
 process); a `Cancel` cancels it, as a client's disconnect cancels its handler, and a `Gone` from
 the supervisor cancels every call of a frontend that died. The calls a frontend may make are
-the Engine's methods the server uses, listed in METHODS.
+the Engine's methods the server uses (ASYNC_METHODS, SYNC_METHODS), a tokenizer function of a
+compat route (`with_tokenizer`), and the admin API's changes of runtime cards: the core holds the
+one CardAdmin (the config dir, the catalog), and a change is answered once every frontend says it
+serves the new catalog (or ACK_TIMEOUT_S passed), so the next request to any frontend sees it.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ import zmq
 import zmq.asyncio
 
 from sie_contract import get as get_task
+from sie_engine.card import parse_card
 from sie_engine.errors import SIEError
 
 from .. import heap
+from ..card_admin import CardAdmin
 from ..metrics import ServerMetrics
 from ..metrics_hooks import SchedulerHooks
-from ..runtime_cards import RuntimeCards
 from ..settings import ServerSettings
 from . import protocol
 from .paths import READY_FD, USAGE_ERROR, SplitPaths, die_with_parent
@@ -41,6 +45,7 @@ log = logging.getLogger(__name__)
 # the sync ones run on a worker thread, as the one-process handlers run them.
 ASYNC_METHODS = frozenset({"run", "score_pairs", "status", "abort", "drain", "load", "set_cards", "remove_card"})
 SYNC_METHODS = frozenset({"models", "model_info"})
+ACK_TIMEOUT_S = 5.0  # a frontend that has not applied a catalog change by then is stuck or dying
 
 
 class _PublishingHooks(SchedulerHooks):
@@ -59,11 +64,15 @@ class _PublishingHooks(SchedulerHooks):
 
 
 class EngineCore:
-    def __init__(self, engine: Any, socket: zmq.asyncio.Socket):
+    def __init__(self, engine: Any, socket: zmq.asyncio.Socket, card_admin: CardAdmin):
         self.engine = engine
         self.socket = socket
+        self.card_admin = card_admin
         self.calls: dict[tuple[bytes, int], asyncio.Task] = {}
         self._warm: dict[str, asyncio.Future] = {}
+        self.frontends: set[bytes] = set()  # those that said hello and are not gone
+        self._catalog_version = 0
+        self._unacked: dict[int, tuple[set[bytes], asyncio.Future]] = {}  # version -> (frontends, all acked)
 
     async def serve(self) -> None:
         while True:
@@ -79,15 +88,21 @@ class EngineCore:
                 call = self.calls.get((identity, message.id))
                 if call is not None:
                     call.cancel()
+            elif isinstance(message, protocol.Ack):
+                self._acked(identity, message.version)
             else:
                 gone = [task for (ident, _), task in self.calls.items() if ident == message.identity]
                 for task in gone:
                     task.cancel()
+                self.frontends.discard(message.identity)
+                self._acked(message.identity, self._catalog_version)  # nobody left to wait for there
                 log.warning("engine core: frontend %s is gone; %d of its call(s) cancelled",
                             message.identity.decode(), len(gone))
 
     def _start(self, identity: bytes, call: protocol.Call) -> None:
         key = (identity, call.id)
+        if call.method == "hello":
+            self.frontends.add(identity)  # told of catalog changes from now on
         task = asyncio.create_task(self._answer(identity, call))
         self.calls[key] = task
         task.add_done_callback(lambda _: self.calls.pop(key, None))
@@ -116,6 +131,18 @@ class EngineCore:
             args.append(task.msgpack_decoder.decode(call.struct))
         if call.method == "warm_up":
             return await self._warm_up(*args)
+        if call.method == "with_tokenizer":  # (model, a server function's name, its arguments)
+            model, name, *rest = args
+            return await self.engine.with_tokenizer(self.engine.card(model), protocol.function_of(name), *rest)
+        if call.method == "admin_apply":  # the cards as their dicts, checked by the frontend
+            cards = [parse_card(entry, f"body[{i}]") for i, entry in enumerate(args[0])]
+            changed = await self.card_admin.apply(cards)
+            await self._publish_catalog()
+            return changed
+        if call.method == "admin_remove":
+            restored = await self.card_admin.remove(*args)
+            await self._publish_catalog()
+            return restored
         if call.method in ASYNC_METHODS:
             return await getattr(self.engine, call.method)(*args, **call.kwargs)
         if call.method in SYNC_METHODS:
@@ -132,11 +159,44 @@ class EngineCore:
         return await asyncio.shield(future)
 
     def facts(self) -> dict[str, Any]:
-        """What frontends read without a call: the engine's fixed settings."""
+        """What frontends read without a call: the engine's fixed settings and its catalog."""
         engine = self.engine
-        return {"pid": os.getpid(), "device": str(engine.device), "budget_bytes": engine.budget_bytes,
-                "max_queue_wait_s": engine.max_queue_wait_s, "cards": list(engine.catalog),
-                "scores_pairs": {card.id: _scores_pairs(engine, card.id) for card in engine.catalog}}
+        return {"device": str(engine.device), "budget_bytes": engine.budget_bytes,
+                "max_queue_wait_s": engine.max_queue_wait_s, **self.catalog_facts()}
+
+    def catalog_facts(self) -> dict[str, Any]:
+        """The catalog as a frontend keeps it: the cards, which score pairs, the runtime cards;
+        its version counts this core's (this pid's) changes."""
+        engine = self.engine
+        return {"pid": os.getpid(), "version": self._catalog_version, "cards": list(engine.catalog),
+                "scores_pairs": {card.id: _scores_pairs(engine, card.id) for card in engine.catalog},
+                "runtime_cards": self.card_admin.cards(), "runtime_digests": self.card_admin.digests()}
+
+    async def _publish_catalog(self) -> None:
+        """Tell every frontend the catalog changed; return once each serves it (or ACK_TIMEOUT_S)."""
+        self._catalog_version += 1
+        version = self._catalog_version
+        waiting = set(self.frontends)
+        done = asyncio.get_running_loop().create_future()
+        self._unacked[version] = (waiting, done)
+        update = protocol.ENCODER.encode(protocol.CatalogUpdate(version, protocol.pack_value(self.catalog_facts())))
+        try:
+            for identity in list(waiting):
+                await self.socket.send_multipart([identity, update])
+            if waiting:
+                await asyncio.wait_for(done, ACK_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            log.warning("engine core: frontend(s) %s did not apply catalog %d within %.0f s",
+                        sorted(i.decode() for i in waiting), version, ACK_TIMEOUT_S)
+        finally:
+            del self._unacked[version]
+
+    def _acked(self, identity: bytes, version: int) -> None:
+        for acked_version, (waiting, done) in self._unacked.items():
+            if acked_version <= version:
+                waiting.discard(identity)
+                if not waiting and not done.done():
+                    done.set_result(None)
 
 
 def _scores_pairs(engine: Any, model: str) -> bool:
@@ -174,8 +234,6 @@ async def run_core(args: Any, paths: SplitPaths) -> int:
     except ValueError as exc:
         print(f"sie-server: {exc}", file=sys.stderr, flush=True)
         return USAGE_ERROR
-    for card in RuntimeCards(settings.config_dir).load():  # as admin.setup does in one process
-        catalog.add(card)
     metrics = ServerMetrics()
     board = WaitBoard(paths.board)
     hooks = _PublishingHooks(metrics, board)
@@ -183,6 +241,11 @@ async def run_core(args: Any, paths: SplitPaths) -> int:
         engine = Engine(catalog, **targets(SERVE, values, "engine"), limits=Limits(**targets(SERVE, values, "limits")),
                         pool_events=metrics.pool_events, scheduler_events=hooks, loop=asyncio.get_running_loop())
     except ValueError as exc:  # an engine option the Engine refused, as cli.cmd_serve says it
+        print(f"sie-server: {exc}", file=sys.stderr, flush=True)
+        return USAGE_ERROR
+    try:
+        card_admin = CardAdmin(engine, settings.config_dir)  # the runtime cards, as admin.setup reads them
+    except ValueError as exc:
         print(f"sie-server: {exc}", file=sys.stderr, flush=True)
         return USAGE_ERROR
     hooks.scheduler = engine.scheduler
@@ -193,7 +256,7 @@ async def run_core(args: Any, paths: SplitPaths) -> int:
     socket = context.socket(zmq.ROUTER)
     socket.setsockopt(zmq.LINGER, 0)
     socket.bind(paths.engine_address)
-    core = EngineCore(engine, socket)
+    core = EngineCore(engine, socket, card_admin)
     heap.freeze_long_lived()  # built: what exists now lives as long as the process (heap.py)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

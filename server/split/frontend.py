@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 async def run_frontend(args: Any, paths: SplitPaths) -> int:
     from sie_engine.validation import Limits
 
@@ -51,7 +50,8 @@ async def run_frontend(args: Any, paths: SplitPaths) -> int:
 
     try:
         # the client answers the Engine methods the app calls (client.py lists them)
-        return await serve(cast("Engine", client), settings, ServerMetrics(), announce=listening, reuse_port=True)
+        return await serve(cast("Engine", client), settings, ServerMetrics(), announce=listening, reuse_port=True,
+                           card_admin=client.card_admin)
     finally:
         await client.aclose()
 

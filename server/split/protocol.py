@@ -2,12 +2,16 @@
 
 A frontend's DEALER socket sends `Call`s and `Cancel`s; the engine core's ROUTER answers each
 call with one `Reply` carrying the call's id. The supervisor tells the core a frontend died with
-`Gone` (its calls are cancelled: nobody is left to answer).
+`Gone` (its calls are cancelled: nobody is left to answer). When the admin API changes the cards,
+the core sends every frontend a `CatalogUpdate` and each answers `Ack` once it serves the new
+catalog. A call may name one of the server's own functions (`function_name`), never code.
 """
 
 from __future__ import annotations
 
+import importlib
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -36,22 +40,31 @@ class Gone(msgspec.Struct, tag=True, array_like=True):
     identity: bytes  # a frontend that died (from the supervisor)
 
 
+class Ack(msgspec.Struct, tag=True, array_like=True):
+    version: int  # the frontend serves the catalog of this CatalogUpdate
+
+
 class Failure(msgspec.Struct, array_like=True):
     cls: str  # the SIEError class (sie_engine.errors or HTTPProblem)
     message: str
     attrs: dict[str, Any] = {}
 
 
-class Reply(msgspec.Struct, array_like=True):
+class Reply(msgspec.Struct, tag=True, array_like=True):
     id: int
     value: bytes = b""  # pickled return value
     failure: Failure | None = None
 
 
-Message = Call | Cancel | Gone
+class CatalogUpdate(msgspec.Struct, tag=True, array_like=True):
+    version: int  # counts the core's changes: a frontend never goes back to an older catalog
+    facts: bytes  # pickled: EngineCore.catalog_facts()
+
+
+Message = Call | Cancel | Gone | Ack
 ENCODER = msgspec.msgpack.Encoder()
 MESSAGES = msgspec.msgpack.Decoder(Message)
-REPLIES = msgspec.msgpack.Decoder(Reply)
+REPLIES = msgspec.msgpack.Decoder(Reply | CatalogUpdate)
 
 
 def pack_value(value: Any) -> bytes:
@@ -84,3 +97,21 @@ def error_of(failure: Failure) -> engine_errors.SIEError:
     for key, value in failure.attrs.items():
         setattr(error, key, value)
     return error
+
+
+def function_name(fn: Callable[..., Any]) -> str:
+    """How a call names a module-level function of this server (a compat route's tokenizer work)."""
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def function_of(name: str) -> Callable[..., Any]:
+    """The function `function_name` named: only a module-level function of the server's own
+    package, never arbitrary code (the frontends are this server's processes, but a name is
+    all that crosses)."""
+    module, _, qualname = name.partition(":")
+    fn = None
+    if module.startswith("sie_server.") and qualname.isidentifier():
+        fn = getattr(importlib.import_module(module), qualname, None)
+    if not callable(fn):
+        raise engine_errors.SIEError(f"the engine core has no server function {name!r}")
+    return fn

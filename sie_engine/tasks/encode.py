@@ -22,6 +22,7 @@ from sie_contract.shapes import Muvera
 from sie_contract.values import Page
 
 from .. import validation as v
+from ..card import apply_template, template_parts
 from ..documents import expand_documents
 from ..errors import InvalidRequest
 from ..heads.colbert import marked_encode_args, uses_markers
@@ -308,20 +309,6 @@ def prompt_left_out(card, template: tuple[str, str | None] | None) -> str | None
     if template is None or ((card.options or {}).get("dense") or {}).get("include_prompt", True):
         return None
     return template_parts(*template)[0] or None
-
-
-def template_parts(template: str, instruction: str | None) -> tuple[str, str]:
-    """(what comes before `{text}`, what comes after), `{instruction}` written in (or nothing)."""
-    prefix, _, suffix = template.partition("{text}")
-    return prefix.replace("{instruction}", instruction or ""), suffix.replace("{instruction}", instruction or "")
-
-
-def apply_template(texts: list[str], template: str, instruction: str | None) -> list[str]:
-    """`{text}` replaced by each text and `{instruction}` by the instruction (or nothing)."""
-    prefix, suffix = template_parts(template, instruction)
-    if prefix or suffix:
-        return [prefix + t + suffix for t in texts]
-    return texts
 
 
 def _muvera_options(value: Any, outputs: Sequence[str]) -> Muvera | None:
