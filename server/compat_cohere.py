@@ -25,7 +25,6 @@ meta}`. Errors are Cohere's `{"message"}` with SIE's statuses.
 from __future__ import annotations
 
 import base64
-import uuid
 from typing import Any
 
 import numpy as np
@@ -37,6 +36,7 @@ from sie_engine.errors import InvalidRequest, PayloadTooLarge
 from . import codec, compat
 from .compat_rerank import cohere_error
 from .handlers import body_of
+from .request_ids import fresh_uuid
 from .state import ENGINE
 
 FIELDS = ("model", "input_type", "texts", "images", "inputs", "max_tokens", "output_dimension", "embedding_types",
@@ -180,7 +180,7 @@ async def embed(request: web.Request) -> web.Response:
                                  normalize=True if dims is not None else None)
     matrix = np.stack([item.dense for item in result.items]).astype(np.float32, copy=False)
     payload: dict[str, Any] = {
-        "id": str(uuid.uuid4()), "response_type": "embeddings_by_type",
+        "id": fresh_uuid(), "response_type": "embeddings_by_type",
         "embeddings": embeddings_by_type(matrix, types),
         "meta": {"api_version": {"version": "2"},
                  "billed_units": {"input_tokens": int(result.tokens),

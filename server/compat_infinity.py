@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-import uuid
 
 from aiohttp import web
 
@@ -44,6 +43,7 @@ from sie_engine.errors import InvalidRequest, SIEError, UnsupportedOutput, Unsup
 from . import compat, compat_classify
 from .handlers import body_of
 from .openai_compat import ENCODING_FORMATS, embedding_value, input_texts
+from .request_ids import fresh_uuid
 from .state import ENGINE, LIFECYCLE
 
 EMBEDDINGS_FIELDS = ("model", "input", "encoding_format", "dimensions", "user", "modality")
@@ -105,7 +105,7 @@ async def embeddings(request: web.Request) -> web.Response:
     return await compat.answer(request, {
         "object": "list", "data": data, "model": result.model,
         "usage": {"prompt_tokens": int(result.tokens), "total_tokens": int(result.tokens)},
-        "id": f"infinity-{uuid.uuid4()}", "created": int(time.time()),
+        "id": f"infinity-{fresh_uuid()}", "created": int(time.time()),
     }, sum(item.dense.nbytes for item in result.items))
 
 
@@ -132,7 +132,7 @@ async def rerank(request: web.Request) -> web.Response:
     return await compat.answer(request, {
         "object": "rerank", "results": results, "model": result.model,
         "usage": {"prompt_tokens": int(result.tokens), "total_tokens": int(result.tokens)},
-        "id": f"infinity-{uuid.uuid4()}", "created": int(time.time()),
+        "id": f"infinity-{fresh_uuid()}", "created": int(time.time()),
     })
 
 
@@ -151,7 +151,7 @@ async def classify(request: web.Request) -> web.Response:
     return await compat.answer(request, {
         "object": "classify", "data": result.labels, "model": result.model,
         "usage": {"prompt_tokens": result.tokens, "total_tokens": result.tokens},
-        "id": f"infinity-{uuid.uuid4()}", "created": int(time.time()),
+        "id": f"infinity-{fresh_uuid()}", "created": int(time.time()),
     })
 
 

@@ -22,7 +22,6 @@ SIE batches in arrival order). Errors are Cohere's `{"message"}` with SIE's stat
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from aiohttp import web
@@ -32,6 +31,7 @@ from sie_engine.errors import InvalidRequest, PayloadTooLarge, SIEError
 
 from . import codec, compat
 from .handlers import body_of
+from .request_ids import fresh_uuid
 from .state import ENGINE
 
 V1_FIELDS = ("model", "query", "documents", "top_n", "rank_fields", "return_documents", "max_chunks_per_doc")
@@ -107,7 +107,7 @@ async def _rerank(request: web.Request, fields: tuple[str, ...], version: str, r
             entry["document"] = document if isinstance(document, dict) else {"text": document}
         results.append(entry)
     return await compat.answer(request, {
-        "id": str(uuid.uuid4()), "results": results,
+        "id": fresh_uuid(), "results": results,
         "meta": {"api_version": {"version": version}, "billed_units": {"search_units": 1}},
         "model": result.model, "usage": {"total_tokens": int(result.tokens)},
     })

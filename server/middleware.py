@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import os
 import re
 import time
 
@@ -23,6 +22,7 @@ from . import access_log, admin, codec, cors, slow_clients
 from .body_budget import BODY_BUDGET
 from .errors import HTTPProblem, error_body, public, retry_headers, status_for
 from .parse_errors import SERVER_NAME
+from .request_ids import fresh_hex
 from .state import (
     API_KEYS,
     ENGINE,
@@ -140,7 +140,7 @@ async def frame(request: web.Request, handler) -> web.StreamResponse:
     route = request.match_info.route.name or "other"
     request_id = request.headers.get("X-Request-Id", "")
     if not _REQUEST_ID.match(request_id):
-        request_id = os.urandom(16).hex()  # uuid4().hex's length and randomness, without building a UUID
+        request_id = fresh_hex()  # no syscall on the loop (request_ids.py)
     lifecycle = request.app[LIFECYCLE]
     metrics = request.app[METRICS]
     counted = False

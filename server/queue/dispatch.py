@@ -29,6 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from ..deadline_header import deadline_ms as read_deadline_ms
+from ..request_ids import fresh_hex
 from ..router.errors import error_response
 from . import layout, wire
 
@@ -111,7 +112,7 @@ class QueueForwarder:
             return error_response(400, "invalid_request",
                                   f"name a pool with X-SIE-Pool (one of {', '.join(self.pools)}) or start the "
                                   "router with --default-pool")
-        request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        request_id = request.headers.get("X-Request-Id") or fresh_hex()
         response = await self._route(request, pool, body, start, request_id)
         response.headers["X-Request-Id"] = request_id
         label = self._model_label(model)
@@ -140,7 +141,7 @@ class QueueForwarder:
                                   f"request body of {len(body)} bytes; queue mode carries at most "
                                   f"{max(0, limit - wire.HEADER_ROOM)} (the NATS server's max_payload, less room "
                                   "for headers): split the items over several requests")
-        key = f"{next(self._count)}x{uuid.uuid4().hex[:8]}"
+        key = f"{next(self._count)}x{fresh_hex()[:8]}"
         reply = f"{self.prefix}.{key}"
         headers = {h: request.headers[h] for h in wire.FORWARDED if h in request.headers}
         headers.update({wire.REPLY: reply, wire.METHOD: request.method, wire.PATH: request.rel_url.raw_path_qs,

@@ -12,7 +12,6 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from dataclasses import dataclass
 
 import aiohttp
@@ -20,6 +19,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from ..deadline_header import deadline_ms as read_deadline_ms
+from ..request_ids import fresh_hex
 from .config import RouterConfig
 from .errors import error_response
 from .metrics import RouterMetrics
@@ -85,7 +85,7 @@ class Forwarder:
                      body: bytes) -> web.StreamResponse:
         start = time.monotonic()
         pool_label = pool or "*"
-        request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        request_id = request.headers.get("X-Request-Id") or fresh_hex()
         response = await self._route(request, pool, model, body, start, request_id)
         response.headers["X-Request-Id"] = request_id
         self.metrics.requests.labels(pool_label, self.model_label(model), str(response.status)).inc()
