@@ -62,7 +62,7 @@ from .variants import PrecisionVariants
 from .warmup import warm_up_fields
 from .weights import WeightsLocation, locate_weights
 from .work import WorkItem
-from .worker_threads import as_batch_work
+from .worker_threads import worker_pool
 
 log = logging.getLogger(__name__)
 
@@ -223,16 +223,14 @@ class Engine:
         self.host_cache_bytes = parse_bytes(host_cache) if host_cache is not None else default_host_cache(self.device)
         self.limits = limits
         # worker threads never preempt the loop that hands them work (worker_threads.py)
-        self._tokenize_pool = concurrent.futures.ThreadPoolExecutor(
-            tokenizer_threads, thread_name_prefix="sie-tokenize", initializer=as_batch_work)
+        self._tokenize_pool = worker_pool(tokenizer_threads, "sie-tokenize")
         # tokenising and input preparation, their results handed back in batches (handoff.py)
         self._tokenize_calls = BatchedHandoff(self._tokenize_pool, tokenizer_threads)
         # batches side by side: on CPU on a share of torch's threads each, on CUDA on a stream
         # each, so one batch's host work overlaps the other's kernels (parallelism.py)
         self.parallelism = BatchParallelism.for_device(
             self.device, cpu_batches if self.device.type == "cpu" else cuda_batches)
-        self._infer_pool = concurrent.futures.ThreadPoolExecutor(
-            self.parallelism.batches, thread_name_prefix="sie-infer", initializer=as_batch_work)
+        self._infer_pool = worker_pool(self.parallelism.batches, "sie-infer")
         self._load_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sie-load")
         self._loop_thread = _LoopThread("sie-engine") if loop is None else None
         self.loop = loop if loop is not None else self._loop_thread.loop  # type: ignore[union-attr]

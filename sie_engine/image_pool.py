@@ -16,16 +16,15 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from .worker_threads import as_batch_work
+from .worker_threads import worker_pool
 
 T = TypeVar("T")
 
 # Half the cores, one at least: on the 2-core box one image thread beside two tokenizer threads.
 IMAGE_THREADS = max(1, (os.cpu_count() or 2) // 2)
-_POOL = ThreadPoolExecutor(IMAGE_THREADS, thread_name_prefix="sie-images", initializer=as_batch_work)
+_POOL = worker_pool(IMAGE_THREADS, "sie-images")
 
 
 async def on_image_threads(fn: Callable[..., T], *args: Any) -> tuple[T, float]:

@@ -47,7 +47,7 @@ from .errors import DeadlineExceeded, Draining, InferenceFailed, ModelLoadFailed
 from .parallelism import BatchParallelism, on_threads
 from .pool import ModelPool
 from .work import WorkItem
-from .worker_threads import as_batch_work
+from .worker_threads import worker_pool
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +117,7 @@ class Scheduler:
         self._executor = infer_executor  # at least `parallelism.batches` threads
         # replacement inference threads when the current ones are gone (watchdog)
         self._executor_factory = executor_factory or (
-            lambda: concurrent.futures.ThreadPoolExecutor(parallelism.batches, thread_name_prefix="sie-infer",
-                                                         initializer=as_batch_work))
+            lambda: worker_pool(parallelism.batches, "sie-infer"))
         self.parallelism = parallelism
         self._replacements: list[Executor] = []
         self._closing = False

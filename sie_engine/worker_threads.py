@@ -19,8 +19,14 @@ from __future__ import annotations
 
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 log = logging.getLogger(__name__)
+
+
+def worker_pool(threads: int, name: str) -> ThreadPoolExecutor:
+    """A pool of `threads` worker threads named `name`_N, each marked `SCHED_BATCH`."""
+    return ThreadPoolExecutor(threads, thread_name_prefix=name, initializer=as_batch_work)
 
 
 def as_batch_work() -> None:
