@@ -300,6 +300,10 @@ SERVE: tuple[Option, ...] = (
            "(a larger page is rendered at a lower scale)", count(), 1 << 23, "limits", metavar="N"),
     Option("--max-document-inflated-bytes", "bytes a document's compressed streams (images aside) may inflate to, "
            "checked before rendering (more: 413)", positive_size, 32 * 2**20, "limits", metavar="SIZE"),
+    Option("--max-video-bytes", "encoded bytes per video item (more: 413)", positive_size, 20 * 2**20, "limits",
+           metavar="SIZE"),
+    Option("--max-video-frames", "frames per video item, read from its container or counted from its packets "
+           "before decoding (more: 413)", count(), 36_000, "limits", metavar="N"),
     Option("--image-formats", "comma-separated image formats Pillow may decode (others: 400)", image_formats,
            ("PNG", "JPEG", "WEBP", "GIF", "BMP"), "limits", metavar="LIST"),
     Option("--max-connections", "client connections served at once; more get 503 with Retry-After", count(),

@@ -67,6 +67,14 @@ _DOCUMENT_SCHEMA = {
                    "msgpack; rendered server-side, one image input per page; links and file references are "
                    "never followed"}
 Document = Annotated[Any, Meta(extra_json_schema=_DOCUMENT_SCHEMA)]
+# A video item's file bytes (MP4, WebM, MKV, AVI, MOV: what FFmpeg demuxes), carried as an image's are.
+# Its frames are sampled and timed server-side for a model that reads video (Qwen3-VL-Embedding).
+_VIDEO_SCHEMA = {
+    "type": "string", "format": "byte",
+    "description": "the video file's bytes: base64 or a data:video/mp4;base64, URI in JSON, raw bytes in msgpack; "
+                   "its frames are sampled server-side (one a second, at most 64, as Qwen3-VL-Embedding's "
+                   "script does); URLs are not fetched"}
+Video = Annotated[Any, Meta(extra_json_schema=_VIDEO_SCHEMA)]
 # Fixed bounds of a document's options: what no deployment would raise (its own bounds are Limits').
 MIN_DPI, MAX_DPI, DEFAULT_DPI = 18, 600, 144
 Dpi = Annotated[int, Meta(ge=MIN_DPI, le=MAX_DPI, description="render resolution in dots per inch "
@@ -109,11 +117,13 @@ class EncodeItem(_Shape):
     """`{id?, text}`, `{id?, image}` or `{id?, document, pages?, dpi?}` (image models only): one of
     text, image and document, or `{id?, image, text}` for a model that reads an image with its text
     in one prompt (Qwen3-VL-Embedding; other models refuse it). A document answers one item per
-    page rendered (`PageOut`)."""
+    page rendered (`PageOut`). `{id?, video}` (and `{id?, video, text}`) for a model that reads
+    video (Qwen3-VL-Embedding)."""
 
     text: Text | None = None
     image: Image = None
     document: Document = None
+    video: Video = None
     pages: PageNumbers | PageRanges | None = None
     dpi: Dpi | None = None
     id: ItemId | None = None
@@ -124,14 +134,15 @@ class EncodeItem(_Shape):
 
 def _check_one_input(item: EncodeItem | ExtractItem, image_text: bool = False) -> None:
     """An item carries one of text, image and document (with `image_text`, a text may come with its
-    image); pages and dpi only with a document."""
-    sent = [name for name in ("text", "image", "document") if getattr(item, name) is not None]
-    if len(sent) > 1 and not (image_text and sent == ["text", "image"]):
-        raise Refusal("", f"has both {sent[0]} and {sent[1]}; an item carries one of text, image and document"
-                      + (" (or an image and its text)" if image_text else ""))
+    image, and an encode item may be a video, with its text); pages and dpi only with a document."""
+    inputs = ("text", "image", "document", "video") if image_text else ("text", "image", "document")
+    sent = [name for name in inputs if getattr(item, name) is not None]
+    if len(sent) > 1 and not (image_text and sent in (["text", "image"], ["text", "video"])):
+        raise Refusal("", f"has both {sent[0]} and {sent[1]}; an item carries one of {', '.join(inputs[:-1])} and "
+                      f"{inputs[-1]}" + (" (or an image or video and its text)" if image_text else ""))
     if item.document is None and (item.pages is not None or item.dpi is not None):
         raise Refusal("pages" if item.pages is not None else "dpi", "applies to a document item only")
-    for name in ("image", "document"):
+    for name in inputs[1:]:
         value = getattr(item, name)
         if value is not None and not isinstance(value, (str, bytes, bytearray)):
             raise Refusal(name, f"must be bytes (msgpack) or a base64 string (JSON), got {type(value).__name__}")

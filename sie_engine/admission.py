@@ -107,7 +107,8 @@ def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int
     GLiNER cuts a text longer than the window into several windows; the real count replaces
     this bound as soon as the text is tokenised. A generative model's image or page also counts
     `generated_tokens`: its decoder prompt plus the max_new_tokens it may generate (the charge
-    stays reserved while it decodes: its work never sits in the scheduler's queues)."""
+    stays reserved while it decodes: its work never sits in the scheduler's queues). A video item
+    (with or without its text) counts the window: its frames and prompt are refused past it."""
     items = fields.get("items")
     if not isinstance(items, (list, tuple)):
         return 0
@@ -116,7 +117,9 @@ def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int
     total = 0
     for item in items:
         text = item.get("text") if isinstance(item, dict) else item
-        if isinstance(text, str):
+        if image_tokens is not None and isinstance(item, dict) and item.get("video") is not None:
+            total += window
+        elif isinstance(text, str):
             total += min(_text_bytes(text) + shared, window)
         elif image_tokens is not None and isinstance(item, dict) and item.get("image") is not None:
             total += image_tokens + generated_tokens

@@ -278,10 +278,19 @@ class ImageTextInputs(TextTokenizer):
     image_content: ClassVar[str] = ""
 
     def image_prompts(self, texts: Sequence[str | None], wrap: Callable[[list[str]], list[str]],
-                      pixels: Sequence[np.ndarray], fields: Sequence[str]) -> tuple[list[np.ndarray], list[int]]:
+                      pixels: Sequence[np.ndarray], fields: Sequence[str],
+                      contents: Sequence[str | None] | None = None) -> tuple[list[np.ndarray], list[int]]:
         """Each image item's prompt ids (its text, or None, where the family puts it beside the image,
-        through the card's template: `wrap`) and the positions it runs (only where `image_prompted`)."""
+        through the card's template: `wrap`) and the positions it runs (only where `image_prompted`);
+        `contents`: an item's own content in place of `image_content` (a video's, None for an image)."""
         raise NotImplementedError(f"{type(self).__name__} gives image items no prompt of their own")
+
+    # Video items: a family that reads them samples a video's frames into image grids (`encode_video`)
+    reads_video: ClassVar[bool] = False
+
+    def encode_video(self, value: Any, field: str, limits: Any) -> tuple[tuple[np.ndarray, ...], str]:
+        """A video item -> (its frames' grids, in order, and its content in the item's prompt)."""
+        raise NotImplementedError(f"{type(self).__name__} reads no video")
 
 
 def _lowercase_first(tokenizer: Any) -> None:

@@ -33,6 +33,13 @@ class DocumentItem:
 
 
 @dataclass(frozen=True)
+class VideoItem:
+    """A video item as sent (its file's bytes or base64), its frames sampled later (videos.py)."""
+
+    data: str | bytes | bytearray
+
+
+@dataclass(frozen=True)
 class Limits:
     max_items: int = 4096
     max_text_chars: int = 262_144
@@ -53,6 +60,11 @@ class Limits:
     # what a document's content, font and object streams inflate to (pdf_inflation.py; images are
     # streamed by pdfium and not counted), checked before pdfium parses a page
     max_document_inflated_bytes: int = 32 * 2**20
+    # video items (videos.py): encoded bytes, and the frames a video may hold (read from its
+    # container, or counted from its packets, before a frame is decoded: a long video is refused,
+    # not decoded); each frame's pixels are bounded by max_image_pixels
+    max_video_bytes: int = 20 * 2**20
+    max_video_frames: int = 36_000  # 20 minutes at 30 frames a second
 
 
 def parse_items(items: Any, limits: Limits, field: str = "items") -> tuple[list[str], list[str]]:
@@ -61,20 +73,23 @@ def parse_items(items: Any, limits: Limits, field: str = "items") -> tuple[list[
     return ids, texts
 
 
-def parse_encode_items(items: Any, limits: Limits, field: str = "items",
-                       image_text: bool = False) -> tuple[list[str], list[str | None], list[Any | None]]:
+def parse_encode_items(items: Any, limits: Limits, field: str = "items", image_text: bool = False,
+                       videos: bool = False) -> tuple[list[str], list[str | None], list[Any | None]]:
     """Encode's items: strings, `{id?, text}` or `{id?, image}` objects -> (ids, texts, images), each
     position holding a text or an image (the other None); with `image_text`, an `{id?, image, text}`
     object too (both set: the encode task asks the model whether it takes them). An image is only
-    type-checked here: its bytes are decoded off the event loop (images.py)."""
-    return _parse_items(items, limits, field, images=True, image_text=image_text)
+    type-checked here: its bytes are decoded off the event loop (images.py). With `videos`, an
+    `{id?, video}` object too (with `image_text`, `{id?, video, text}`): a `VideoItem` among the images."""
+    return _parse_items(items, limits, field, images=True, image_text=image_text, videos=videos)
 
 
 _ITEM_FIELDS = frozenset({"id", "text"})
-_ENCODE_ITEM_FIELDS = frozenset({"id", "text", "image", "document", "pages", "dpi"})
+_IMAGE_ITEM_FIELDS = frozenset({"id", "text", "image", "document", "pages", "dpi"})
+_ENCODE_ITEM_FIELDS = _IMAGE_ITEM_FIELDS | {"video"}
 
 
-def _parse_items(items: Any, limits: Limits, field: str, images: bool, image_text: bool = False):
+def _parse_items(items: Any, limits: Limits, field: str, images: bool, image_text: bool = False,
+                 videos: bool = False):
     kinds = "{id?, text} or {id?, image} objects" if images else "{id?, text} objects"
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
         raise InvalidRequest(f"{field} must be a list of {kinds} or strings", field=field)
@@ -82,7 +97,7 @@ def _parse_items(items: Any, limits: Limits, field: str, images: bool, image_tex
         raise InvalidRequest(f"{field} must not be empty", field=field)
     if len(items) > limits.max_items:
         raise PayloadTooLarge(f"{field} holds {len(items)} items; at most {limits.max_items} per request", field=field)
-    allowed = _ENCODE_ITEM_FIELDS if images else _ITEM_FIELDS
+    allowed = (_ENCODE_ITEM_FIELDS if videos else _IMAGE_ITEM_FIELDS) if images else _ITEM_FIELDS
     max_chars = limits.max_text_chars
     ids: list[str] = []
     texts: list[str | None] = []
@@ -141,11 +156,13 @@ def _object_item(item: dict[str, Any], where: str, default_id: str, allowed: fro
     elif images and item.get("document") is not None:
         document = _binary_member(item, "document", text, where)
         image = DocumentItem(document, item.get("pages"), item.get("dpi"))  # rendered off the event loop
+    elif images and item.get("video") is not None:  # its frames sampled off the event loop
+        image = VideoItem(_binary_member(item, "video", None if image_text else text, where))
     return item_id, text, image
 
 
 def _binary_member(item: dict[str, Any], name: str, text: Any, where: str) -> str | bytes | bytearray:
-    """An item's `image` or `document`: bytes (msgpack) or base64 (JSON), and never beside a text."""
+    """An item's `image`, `document` or `video`: bytes (msgpack) or base64 (JSON), and never beside a text."""
     if text is not None:
         raise InvalidRequest(f"{where} has both text and {name}; an item carries one of them", field=where)
     value = item[name]

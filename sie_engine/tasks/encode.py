@@ -44,18 +44,21 @@ TOKENIZE_CHUNK = 2048
 
 async def run(engine: TaskContext, call: Call) -> EncodeResult:
     card, request = call.card, call.fields
-    ids, texts, images = v.parse_encode_items(request["items"], engine.limits, image_text=True)
+    ids, texts, images = v.parse_encode_items(request["items"], engine.limits, image_text=True, videos=True)
     image_positions = [i for i, image in enumerate(images) if image is not None]
     paired = [i for i in image_positions if texts[i] is not None]
-    if paired:  # an image with its text: only a model that writes both into one prompt takes it
-        await _check_image_texts(engine, card, paired[0])
     if image_positions and "image" not in card.modalities:
         first = image_positions[0]
-        kind = "document" if isinstance(images[first], v.DocumentItem) else "image"
-        raise InvalidRequest(f"items[{first}] is {'a document' if kind == 'document' else 'an image'}, but model "
+        kind = _kind(images[first])
+        raise InvalidRequest(f"items[{first}] is {'an image' if kind == 'image' else 'a ' + kind}, but model "
                              f"{card.id!r} takes {' and '.join(card.modalities)} items only; use an image model "
-                             f"(CLIP, SigLIP, ColPali) for {kind}s",
+                             f"(CLIP, SigLIP, ColPali{', Qwen3-VL-Embedding' if kind == 'video' else ''}) for {kind}s",
                              field=f"items[{first}].{kind}")
+    videos = [i for i in image_positions if isinstance(images[i], v.VideoItem)]
+    if videos:
+        await _check_videos(engine, card, videos[0])
+    if paired:  # an image with its text: only a model that writes both into one prompt takes it
+        await _check_image_texts(engine, card, paired[0])
     outputs = v.check_output_types(request.get("output_types"), card)
     # the fields are of their declared types (the request struct checked them); what the deployment's
     # limits and the model bound is checked here
@@ -233,6 +236,24 @@ def _takes_image_texts(inputs) -> bool:
     return isinstance(inputs, ImageTextInputs) and inputs.image_prompted
 
 
+def _kind(value: Any) -> str:
+    """What an item of the images list is: an image, a document or a video."""
+    return "document" if isinstance(value, v.DocumentItem) else "video" if isinstance(value, v.VideoItem) else "image"
+
+
+async def _check_videos(engine: TaskContext, card, position: int) -> None:
+    """Refuse a video item unless the model samples videos into its prompts (Qwen3-VL-Embedding)."""
+    reads, _ = await engine.with_tokenizer(card, _reads_video)
+    if not reads:
+        raise InvalidRequest(f"items[{position}] is a video, but model {card.id!r} reads images only; send its frames "
+                             "as image items, or use a model that reads video (Qwen3-VL-Embedding)",
+                             field=f"items[{position}].video")
+
+
+def _reads_video(inputs) -> bool:
+    return isinstance(inputs, ImageTextInputs) and inputs.reads_video
+
+
 async def submit_images(engine: TaskContext, card, work_request, images: list, positions: list[int],
                         wanted: frozenset, queue: str | None = None, extra: Any = None,
                         fields: Sequence[str | tuple[str, ...]] | None = None,
@@ -248,11 +269,18 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
     def prepare(inputs, values, fields, texts, chunk):
         if inputs.images is None:
             raise InvalidRequest(f"model {card.id!r} has no vision tower; it takes text items only", field="items")
-        pixels = _decoded_once(inputs.images, values, fields, limits)
+        videos = {i: inputs.encode_video(value.data, fields[i], limits)
+                  for i, value in enumerate(values) if isinstance(value, v.VideoItem)}  # (grids, content)
+        pixels = _decoded_once(inputs.images, [value for i, value in enumerate(values) if i not in videos],
+                               [field for i, field in enumerate(fields) if i not in videos], limits)
+        if videos:
+            still = iter(pixels)
+            pixels = [videos[i][0] if i in videos else next(still) for i in range(len(values))]
         if isinstance(inputs, ImageTextInputs) and inputs.image_prompted:
             item_fields = [field if isinstance(field, str) else field[-1] for field in fields]
+            contents = [videos[i][1] if i in videos else None for i in range(len(values))] if videos else None
             prompt_ids, counts = inputs.image_prompts(texts, (prompts or NO_PROMPTS).wrap_for(chunk), pixels,
-                                                      item_fields)
+                                                      item_fields, contents)
             return prompt_ids, pixels, counts
         return [NO_IDS] * len(pixels), pixels, [inputs.images.positions(values) for values in pixels]
 
@@ -263,7 +291,7 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
         chunk = positions[start:start + IMAGE_CHUNK]
         (prompt_ids, pixels, counts), spent = await on_image_threads(
             prepare, inputs, [images[i] for i in chunk],
-            [fields[i] if fields is not None else f"items[{i}].image" for i in chunk],
+            [fields[i] if fields is not None else f"items[{i}].{_kind(images[i])}" for i in chunk],
             [prompts.texts[i] if prompts is not None else None for i in chunk], chunk)
         seconds += spent
         tokens += sum(counts)

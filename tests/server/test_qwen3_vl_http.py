@@ -5,7 +5,9 @@ bytes, tensor objects), through the typed client and (texts) OpenAI's `/v1/embed
 equal to the in-process Engine's (1e-6) and to the published embedding recipe (1e-4,
 tests/helpers/qwen3_vl_fixtures.py); text pairs through `POST /v1/score` and the Cohere/Jina
 `POST /v1/rerank`, image documents through `/v1/score` in msgpack and an image query in JSON, equal to
-the published reranker recipe (1e-5); what the models cannot take answered with a 400 naming the item."""
+the published reranker recipe (1e-5); video items (an MP4 in JSON as a data: URI, in msgpack as raw bytes,
+with its text) equal to the Engine's and the recipe's (tests/helpers/video_fixtures.py); what the models
+cannot take answered with a 400 naming the item."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from server_fixtures import start_server
 from sie_client import SIEClient
 from sie_client.wire import loads
 from sie_engine import Catalog, Engine, WeightsSource
+from video_fixtures import encode_video, synthetic_frames, video_embedding_reference
 
 EMBEDDING = "Qwen/Qwen3-VL-Embedding-2B"
 RERANKER = "Qwen/Qwen3-VL-Reranker-2B"
@@ -184,3 +187,29 @@ def test_what_they_cannot_take_is_a_400_naming_the_item(server, route, model, bo
                           headers=MSGPACK, timeout=60)
     assert response.status_code == 400, response.content
     assert field in msgpack.unpackb(response.content, raw=False)["error"]["message"]
+
+
+def test_video_items_in_json_and_msgpack_equal_the_engine_and_the_published_recipe(server, cards):
+    root, _, made = cards
+    video = encode_video(synthetic_frames(12, 96, 64), fps=4)
+    items = [{"video": video}, {"video": video, "text": "a moving square"}]
+    with Engine(Catalog(made), device="cpu") as engine:
+        expected = (np.stack(video_embedding_reference(root, items)),
+                    np.stack([np.asarray(item.dense) for item in engine.encode_sync(EMBED, items).items]))
+    uri = "data:video/mp4;base64," + base64.b64encode(video).decode()
+    response = httpx.post(f"{server.url}/v1/encode/{EMBED}", timeout=120,
+                          json={"items": [{"video": uri}, {"video": uri, "text": "a moving square"}]})
+    assert response.status_code == 200, response.text
+    assert_vectors(np.asarray([item["dense"] for item in response.json()["items"]], dtype=np.float32), expected)
+    packed = httpx.post(f"{server.url}/v1/encode/{EMBED}", content=msgpack.packb({"items": items}, use_bin_type=True),
+                        headers=MSGPACK, timeout=120)
+    assert packed.status_code == 200, packed.content
+    assert_vectors(np.stack([np.asarray(item["dense"]) for item in loads(packed.content, MSGPACK["Accept"])["items"]]),
+                   expected)
+    broken = httpx.post(f"{server.url}/v1/encode/{EMBED}", timeout=60,
+                        json={"items": [{"video": base64.b64encode(b"nope").decode()}]})
+    assert broken.status_code == 400 and "items[0].video" in broken.json()["error"]["message"], broken.text
+    # the reranker's documents are texts, images and PDFs: a video is an unknown field there
+    score = httpx.post(f"{server.url}/v1/score/{RERANK}", timeout=60,
+                       json={"query": "a cat", "items": [{"video": uri}]})
+    assert score.status_code == 400 and "video" in score.json()["error"]["message"], score.text

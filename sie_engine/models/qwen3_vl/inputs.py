@@ -27,6 +27,7 @@ from ...errors import InvalidRequest
 from ...tokenizer import ImageTextInputs
 from ..colqwen2.inputs import IMAGE_TOKEN, Qwen2VLImages
 from .model import Qwen3VLConfig
+from .video import prepare_video
 
 DEFAULT_INSTRUCTION = "Represent the user's input."  # Qwen3VLEmbedder's default_instruction
 # Qwen3VLEmbedder's MIN_PIXELS and MAX_PIXELS, in tokens of (patch * merge)**2 pixels
@@ -70,19 +71,26 @@ class Qwen3VLInputs(ImageTextInputs):
 
     image_prompted = True
     image_content = IMAGE_CONTENT  # an image as the chat template writes it into a prompt
+    reads_video = True  # video.py: a video's temporal patches, each with its timestamp
+
+    def encode_video(self, value: Any, field: str, limits: Any) -> tuple[tuple[np.ndarray, ...], str]:
+        return prepare_video(value, self.images.processor, limits, field, IMAGE_CONTENT)
 
     def image_prompts(self, texts: Sequence[str | None], wrap: Callable[[list[str]], list[str]],
                       pixels: Sequence[np.ndarray | tuple[np.ndarray, ...]],
-                      fields: Sequence[str]) -> tuple[list[np.ndarray], list[int]]:
+                      fields: Sequence[str],
+                      contents: Sequence[str | None] | None = None) -> tuple[list[np.ndarray], list[int]]:
         """The chat of each image item (the user turn: its image, then its text, as the script orders
         them) through the card's template, and its positions: each image's features stand for its
         placeholder (an item of several images, a reranker's image query beside an image document,
-        has `wrap` write the others' placeholders, in the order of its pixels). Refused (400) when the
-        images and the text pass the window: nothing is cut."""
+        has `wrap` write the others' placeholders, in the order of its pixels; a video item's content,
+        in `contents`, holds one placeholder per temporal patch). Refused (400) when the images and
+        the text pass the window: nothing is cut."""
         whole = self._untruncated()
         image_id = self.token_id(IMAGE_TOKEN)
+        own = contents or [None] * len(texts)
         prompts = [np.asarray(whole.encode(prompt, add_special_tokens=False).ids, dtype=np.int32)
-                   for prompt in wrap([IMAGE_CONTENT + (text or "") for text in texts])]
+                   for prompt in wrap([(content or IMAGE_CONTENT) + (text or "") for content, text in zip(own, texts)])]
         merge = self.images.merge
         counts = []
         for values, ids in zip(pixels, prompts):
@@ -94,9 +102,10 @@ class Qwen3VLInputs(ImageTextInputs):
             counts.append(features + len(ids) - len(images))
         for count, field, text in zip(counts, fields, texts):
             if count > self.max_length:
-                raise InvalidRequest(f"{field}: the image and its prompt{' and text' if text else ''} take {count} "
+                what = "video" if field.endswith(".video") else "image"
+                raise InvalidRequest(f"{field}: the {what} and its prompt{' and text' if text else ''} take {count} "
                                      f"positions; this model reads at most {self.max_length} (shorten the text or "
-                                     "send a smaller image)", field=field)
+                                     f"send a smaller {what})", field=field)
         return prompts, counts
 
     def load_text(self, layout, max_length: int, trust_remote_code: bool) -> None:

@@ -1,0 +1,130 @@
+"""Qwen3-VL-Embedding's video items on tiny random weights: the dense vectors of `{video}` and
+`{video, text}` items (MP4 and WebM, several frame rates and sizes, as documents and as queries
+with the request's instruction) through the Engine equal the published recipe over transformers
+(tests/helpers/video_fixtures.py: qwen_vl_utils' sampling and resize written out, transformers'
+Qwen3VLVideoProcessor, Qwen3VLProcessor's timestamps, Qwen3VLModel) within 1e-4, each alone and in a
+batch beside images; the sampling follows qwen_vl_utils' numbers; and a video that cannot be read,
+is too short, too long or too large is refused with the field it came in. Where torchvision is
+installed, the frames' resize equals torchvision's exactly and the patches transformers' with it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from image_fixtures import sample_images
+from qwen3_vl_fixtures import make_tiny_qwen3_vl
+from sie_engine import Catalog, Engine, WeightsSource
+from sie_engine.errors import InvalidRequest, PayloadTooLarge
+from sie_engine.models.qwen3_vl.video import frame_size, resize_frames
+from sie_engine.validation import Limits
+from sie_engine.videos import sample_video, smart_nframes
+from video_fixtures import encode_video, synthetic_frames, video_embedding_reference
+
+EMBEDDING = "Qwen/Qwen3-VL-Embedding-2B"
+VECTOR_TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return make_tiny_qwen3_vl(tmp_path_factory.mktemp("qwen3_vl_video") / "qwen3-vl")
+
+
+@pytest.fixture(scope="module")
+def engine(tiny):
+    card = dataclasses.replace(Catalog.builtin().get(EMBEDDING), weights=WeightsSource(path=str(tiny)),
+                               dtype="float32")
+    with Engine(Catalog([card]), device="cpu") as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def videos() -> dict[str, bytes]:
+    return {
+        "mp4": encode_video(synthetic_frames(12, 96, 64), fps=4),  # 3 s: 4 frames sampled (the minimum)
+        "webm": encode_video(synthetic_frames(7, 70, 50, seed=1), fps=2, container="webm"),  # no frame count
+        "long": encode_video(synthetic_frames(18, 128, 64, seed=2), fps=3),  # 6 s: 6 frames, 3 temporal patches
+    }
+
+
+def encode(engine, items, **fields) -> np.ndarray:
+    return np.stack([np.asarray(item.dense) for item in engine.encode_sync(EMBEDDING, items, **fields).items])
+
+
+def test_video_items_equal_the_published_embedding_recipe(engine, tiny, videos):
+    items = [{"video": videos["mp4"]}, {"video": videos["webm"], "text": "a cat"}, {"video": videos["long"]}]
+    ours = encode(engine, items)
+    np.testing.assert_allclose(ours, np.stack(video_embedding_reference(tiny, items)), atol=VECTOR_TOL)
+    # each alone equals itself beside images of other sizes and a text
+    mixed = encode(engine, [{"image": sample_images()["png_rgb"]}, items[2], {"text": "the dog"}, items[0]])
+    np.testing.assert_allclose(mixed[[3, 1]], ours[[0, 2]], atol=1e-5)
+    np.testing.assert_allclose(encode(engine, [items[1]])[0], ours[1], atol=1e-5)
+
+
+def test_a_video_query_carries_the_requests_instruction_as_the_recipe_does(engine, tiny, videos):
+    instruction = "Retrieve videos relevant to the user's query."
+    items = [{"video": videos["mp4"], "text": "a moving square"}]
+    ours = encode(engine, items, is_query=True, instruction=instruction)
+    np.testing.assert_allclose(ours, np.stack(video_embedding_reference(tiny, items, instruction)), atol=VECTOR_TOL)
+
+
+def test_frames_are_sampled_and_sized_as_qwen_vl_utils_does(videos):
+    # smart_nframes: total / fps * 1 a second, within [4, min(64, total)] (even), floored to even
+    assert smart_nframes(12, 4.0, 1.0, 4, 64) == 4
+    assert smart_nframes(30, 3.0, 1.0, 4, 64) == 10
+    assert smart_nframes(201, 30.0, 1.0, 4, 64) == 6
+    assert smart_nframes(9000, 30.0, 1.0, 4, 64) == 64
+    assert smart_nframes(3, 30.0, 1.0, 4, 64) == 2
+    assert smart_nframes(1, 30.0, 1.0, 4, 64) == 0
+    sampled = sample_video(videos["long"], Limits(), "items[0].video", 1.0, 4, 64)
+    assert sampled.indices.tolist() == np.linspace(0, 17, 6).round().astype(int).tolist()
+    assert sampled.frames.shape == (6, 64, 128, 3) and sampled.fps == 3.0
+    # each temporal patch's time: the mean of its two frames' (Qwen3VLProcessor's timestamps)
+    assert sampled.timestamps(2) == pytest.approx([(a + b) / 6 for a, b in zip(sampled.indices[::2],
+                                                                                sampled.indices[1::2])])
+    # 64 x 64 frames grow to 128 tokens of 32 x 32 (VIDEO_MIN_TOKEN_NUM), 720p ones shrink to 768
+    assert frame_size(10, 64, 64, 32) == (384, 384)
+    height, width = frame_size(64, 720, 1280, 32)
+    assert height % 32 == width % 32 == 0 and height * width <= 768 * 32 * 32
+
+
+def test_what_a_video_cannot_be_is_refused_with_its_field(engine, videos):
+    cases = [
+        ({"video": b"not a video at all"}, InvalidRequest, "is not a video FFmpeg can read"),
+        ({"video": encode_video(synthetic_frames(1, 64, 64), fps=1)}, InvalidRequest, "at least 2"),
+        ({"video": "data:video/mp4;base64,@@@"}, InvalidRequest, "not valid base64"),
+        ({"video": "https://example.com/a.mp4"}, InvalidRequest, "does not fetch URLs"),
+    ]
+    for item, error, words in cases:
+        with pytest.raises(error, match=words) as caught:
+            engine.encode_sync(EMBEDDING, [{"text": "fine"}, item])
+        assert caught.value.field == "items[1].video"
+    with pytest.raises(InvalidRequest, match="one of"):
+        engine.encode_sync(EMBEDDING, [{"video": videos["mp4"], "image": sample_images()["png_rgb"]}])
+    # bounds read before any frame is decoded
+    with pytest.raises(PayloadTooLarge, match="18 frames; at most 10"):
+        sample_video(videos["long"], Limits(max_video_frames=10), "items[0].video", 1.0, 4, 64)
+    # 10 s: 5 temporal patches of 144 features pass the tiny model's 512 positions (nothing is cut)
+    with pytest.raises(InvalidRequest, match="the video and its prompt take 8.. positions; this model reads at most"):
+        engine.encode_sync(EMBEDDING, [{"video": encode_video(synthetic_frames(30, 64, 64), fps=3)}])
+    with pytest.raises(PayloadTooLarge, match="128 x 64 pixel frames"):
+        sample_video(videos["long"], Limits(max_image_pixels=4000), "items[0].video", 1.0, 4, 64)
+    with pytest.raises(PayloadTooLarge, match="at most 1000 per video"):
+        sample_video(videos["long"], Limits(max_video_bytes=1000), "items[0].video", 1.0, 4, 64)
+
+
+def test_the_frames_resize_as_torchvision_and_patch_as_transformers_with_it():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as tv
+
+    rng = np.random.default_rng(0)
+    for n, height, width, new_h, new_w in [(4, 64, 96, 352, 512), (2, 480, 640, 416, 544), (2, 720, 1280, 608, 1088)]:
+        frames = rng.integers(0, 256, (n, height, width, 3), dtype=np.uint8)
+        wanted = tv.resize(torch.from_numpy(frames).permute(0, 3, 1, 2), [new_h, new_w],
+                           interpolation=InterpolationMode.BICUBIC, antialias=True).float()
+        torch.testing.assert_close(resize_frames(frames, new_h, new_w), wanted, atol=0, rtol=0)
