@@ -304,6 +304,9 @@ SERVE: tuple[Option, ...] = (
            metavar="SIZE"),
     Option("--max-video-frames", "frames per video item, read from its container or counted from its packets "
            "before decoding (more: 413)", count(), 36_000, "limits", metavar="N"),
+    Option("--max-video-pixels", "frames x width x height decoded per video item, checked before decoding "
+           "(more: 413; the default is 20 minutes of 1080p at 30 frames a second)", count(), 36_000 * 1920 * 1080,
+           "limits", metavar="N"),
     Option("--image-formats", "comma-separated image formats Pillow may decode (others: 400)", image_formats,
            ("PNG", "JPEG", "WEBP", "GIF", "BMP"), "limits", metavar="LIST"),
     Option("--max-connections", "client connections served at once; more get 503 with Retry-After", count(),

@@ -131,8 +131,11 @@ class ModelCard:
             raise ValueError(f"card {self.id}: pooling {self.pooling!r} not one of {POOLINGS}")
         if self.dtype not in DTYPES:
             raise ValueError(f"card {self.id}: dtype {self.dtype!r} not one of {DTYPES}")
-        if not self.modalities or set(self.modalities) - {"text", "image"}:
-            raise ValueError(f"card {self.id}: modalities {self.modalities} must be text and/or image")
+        if not self.modalities or set(self.modalities) - {"text", "image", "video"}:
+            raise ValueError(f"card {self.id}: modalities {self.modalities} must be text, image and/or video")
+        if "video" in self.modalities and "image" not in self.modalities:
+            raise ValueError(f"card {self.id}: modalities name video without image (a video's frames run through "
+                             "the vision tower)")
         if self.query_tower not in self.modalities:
             raise ValueError(f"card {self.id}: query_tower {self.query_tower!r} is not one of its modalities")
         if self.max_seq_len <= 0 or self.max_batch_tokens < self.max_seq_len:

@@ -60,11 +60,13 @@ class Limits:
     # what a document's content, font and object streams inflate to (pdf_inflation.py; images are
     # streamed by pdfium and not counted), checked before pdfium parses a page
     max_document_inflated_bytes: int = 32 * 2**20
-    # video items (videos.py): encoded bytes, and the frames a video may hold (read from its
-    # container, or counted from its packets, before a frame is decoded: a long video is refused,
-    # not decoded); each frame's pixels are bounded by max_image_pixels
+    # video items (videos.py): encoded bytes, the frames a video may hold (read from its container,
+    # or counted from its packets, before a frame is decoded: a long video is refused, not decoded)
+    # and the pixels decoding it costs (frames x width x height: sampling decodes up to its last
+    # frame); each frame's pixels are bounded by max_image_pixels
     max_video_bytes: int = 20 * 2**20
     max_video_frames: int = 36_000  # 20 minutes at 30 frames a second
+    max_video_pixels: int = 36_000 * 1920 * 1080  # those 20 minutes at 1080p
 
 
 def parse_items(items: Any, limits: Limits, field: str = "items") -> tuple[list[str], list[str]]:

@@ -5,8 +5,9 @@ with FFmpeg through PyAV, every bound checked before a frame is decoded.
 - The container is opened from memory (nothing is fetched or written), its first video stream read:
   the frame size from the stream's codec parameters, at most `Limits.max_image_pixels` a frame (413);
   the frame count from the container's header or, where it has none (WebM, MKV), counted from the
-  stream's packets (demuxed, not decoded), at most `Limits.max_video_frames` (413). A file FFmpeg
-  cannot read, or one without a video stream, is a 400.
+  stream's packets (demuxed, not decoded), at most `Limits.max_video_frames` (413); frames x width x
+  height, what decoding up to the last sampled frame costs, at most `Limits.max_video_pixels` (413).
+  A file FFmpeg cannot read, or one without a video stream, is a 400.
 - Sampling (`smart_nframes`, for a video given as a file with `fps`): n = total / video_fps * fps,
   within [min_frames, max_frames] (each rounded to an even count) and the total, floored to an even
   count; the frames at linspace(0, total - 1, n), rounded.
@@ -73,6 +74,10 @@ def sample_video(value, limits: Limits, field: str, fps: float, min_frames: int,
             total = stream.frames or _count_packets(container, stream, limits.max_video_frames, field)
         if total > limits.max_video_frames:
             raise PayloadTooLarge(f"{field} has {total} frames; at most {limits.max_video_frames} per video (cut it)",
+                                  field=field)
+        if total * width * height > limits.max_video_pixels:
+            raise PayloadTooLarge(f"{field} has {total} frames of {width} x {height} pixels: {total * width * height} "
+                                  f"to decode; at most {limits.max_video_pixels} per video (cut or downscale it)",
                                   field=field)
         count = smart_nframes(total, video_fps, fps, min_frames, max_frames)
         if count < FRAME_FACTOR:

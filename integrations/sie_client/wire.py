@@ -199,9 +199,10 @@ def normalize_items(items: Any) -> list[dict]:
             item = dict(item)
             if item.get("image") is not None:
                 item["image"] = image_value(item["image"])
-            if isinstance(item.get("document"), (PurePath, bytearray, memoryview)):  # a PDF file's path or bytes
-                document = item["document"]
-                item["document"] = Path(document).read_bytes() if isinstance(document, PurePath) else bytes(document)
+            for name in ("document", "video"):  # a PDF's or a video file's path or bytes
+                value = item.get(name)
+                if isinstance(value, (PurePath, bytearray, memoryview)):
+                    item[name] = Path(value).read_bytes() if isinstance(value, PurePath) else bytes(value)
             result.append(item)
         elif is_image(item):
             result.append({"image": image_value(item)})

@@ -55,8 +55,10 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
                              f"(CLIP, SigLIP, ColPali{', Qwen3-VL-Embedding' if kind == 'video' else ''}) for {kind}s",
                              field=f"items[{first}].{kind}")
     videos = [i for i in image_positions if isinstance(images[i], v.VideoItem)]
-    if videos:
-        await _check_videos(engine, card, videos[0])
+    if videos and "video" not in card.modalities:
+        raise InvalidRequest(f"items[{videos[0]}] is a video, but model {card.id!r} reads images only; send its "
+                             "frames as image items, or use a model that reads video (Qwen3-VL-Embedding)",
+                             field=f"items[{videos[0]}].video")
     if paired:  # an image with its text: only a model that writes both into one prompt takes it
         await _check_image_texts(engine, card, paired[0])
     outputs = v.check_output_types(request.get("output_types"), card)
@@ -239,19 +241,6 @@ def _takes_image_texts(inputs) -> bool:
 def _kind(value: Any) -> str:
     """What an item of the images list is: an image, a document or a video."""
     return "document" if isinstance(value, v.DocumentItem) else "video" if isinstance(value, v.VideoItem) else "image"
-
-
-async def _check_videos(engine: TaskContext, card, position: int) -> None:
-    """Refuse a video item unless the model samples videos into its prompts (Qwen3-VL-Embedding)."""
-    reads, _ = await engine.with_tokenizer(card, _reads_video)
-    if not reads:
-        raise InvalidRequest(f"items[{position}] is a video, but model {card.id!r} reads images only; send its frames "
-                             "as image items, or use a model that reads video (Qwen3-VL-Embedding)",
-                             field=f"items[{position}].video")
-
-
-def _reads_video(inputs) -> bool:
-    return isinstance(inputs, ImageTextInputs) and inputs.reads_video
 
 
 async def submit_images(engine: TaskContext, card, work_request, images: list, positions: list[int],

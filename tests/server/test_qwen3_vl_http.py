@@ -6,8 +6,8 @@ equal to the in-process Engine's (1e-6) and to the published embedding recipe (1
 tests/helpers/qwen3_vl_fixtures.py); text pairs through `POST /v1/score` and the Cohere/Jina
 `POST /v1/rerank`, image documents through `/v1/score` in msgpack and an image query in JSON, equal to
 the published reranker recipe (1e-5); video items (an MP4 in JSON as a data: URI, in msgpack as raw bytes,
-with its text) equal to the Engine's and the recipe's (tests/helpers/video_fixtures.py); what the models
-cannot take answered with a 400 naming the item."""
+with its text, and through the typed client) equal to the Engine's and the recipe's
+(tests/helpers/video_fixtures.py); what the models cannot take answered with a 400 naming the item."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def test_what_they_cannot_take_is_a_400_naming_the_item(server, route, model, bo
     assert field in msgpack.unpackb(response.content, raw=False)["error"]["message"]
 
 
-def test_video_items_in_json_and_msgpack_equal_the_engine_and_the_published_recipe(server, cards):
+def test_video_items_in_json_msgpack_and_the_typed_client_equal_the_engine_and_the_recipe(server, cards, tmp_path):
     root, _, made = cards
     video = encode_video(synthetic_frames(12, 96, 64), fps=4)
     items = [{"video": video}, {"video": video, "text": "a moving square"}]
@@ -206,6 +206,11 @@ def test_video_items_in_json_and_msgpack_equal_the_engine_and_the_published_reci
     assert packed.status_code == 200, packed.content
     assert_vectors(np.stack([np.asarray(item["dense"]) for item in loads(packed.content, MSGPACK["Accept"])["items"]]),
                    expected)
+    path = tmp_path / "clip.mp4"  # the typed client reads a video's path (or takes its bytes)
+    path.write_bytes(video)
+    with SIEClient(server.url) as client:
+        typed = client.encode(EMBED, [{"video": path}, {"video": video, "text": "a moving square"}])
+    assert_vectors(np.stack([np.asarray(item.dense) for item in typed.items]), expected)
     broken = httpx.post(f"{server.url}/v1/encode/{EMBED}", timeout=60,
                         json={"items": [{"video": base64.b64encode(b"nope").decode()}]})
     assert broken.status_code == 400 and "items[0].video" in broken.json()["error"]["message"], broken.text

@@ -105,7 +105,7 @@ class Qwen3VLInputs(ImageTextInputs):
                 what = "video" if field.endswith(".video") else "image"
                 raise InvalidRequest(f"{field}: the {what} and its prompt{' and text' if text else ''} take {count} "
                                      f"positions; this model reads at most {self.max_length} (shorten the text or "
-                                     f"send a smaller {what})", field=field)
+                                     f"send a {'shorter or ' if what == 'video' else ''}smaller {what})", field=field)
         return prompts, counts
 
     def load_text(self, layout, max_length: int, trust_remote_code: bool) -> None:

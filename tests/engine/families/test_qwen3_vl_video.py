@@ -25,6 +25,7 @@ from sie_engine.videos import sample_video, smart_nframes
 from video_fixtures import encode_video, synthetic_frames, video_embedding_reference
 
 EMBEDDING = "Qwen/Qwen3-VL-Embedding-2B"
+IMAGES_ONLY = "qwen3-vl-images"  # the embedding card declaring text and image only
 VECTOR_TOL = 1e-4
 
 
@@ -37,7 +38,8 @@ def tiny(tmp_path_factory) -> Path:
 def engine(tiny):
     card = dataclasses.replace(Catalog.builtin().get(EMBEDDING), weights=WeightsSource(path=str(tiny)),
                                dtype="float32")
-    with Engine(Catalog([card]), device="cpu") as engine:
+    cards = [card, dataclasses.replace(card, id=IMAGES_ONLY, modalities=("text", "image"))]
+    with Engine(Catalog(cards), device="cpu") as engine:
         yield engine
 
 
@@ -102,6 +104,11 @@ def test_what_a_video_cannot_be_is_refused_with_its_field(engine, videos):
         with pytest.raises(error, match=words) as caught:
             engine.encode_sync(EMBEDDING, [{"text": "fine"}, item])
         assert caught.value.field == "items[1].video"
+    with pytest.raises(InvalidRequest, match="reads images only") as caught:  # a card that declares no video
+        engine.encode_sync(IMAGES_ONLY, [{"video": videos["mp4"]}])
+    assert caught.value.field == "items[0].video"
+    with pytest.raises(ValueError, match="video without image"):
+        dataclasses.replace(Catalog.builtin().get(EMBEDDING), modalities=("text", "video"))
     with pytest.raises(InvalidRequest, match="one of"):
         engine.encode_sync(EMBEDDING, [{"video": videos["mp4"], "image": sample_images()["png_rgb"]}])
     # bounds read before any frame is decoded
@@ -112,6 +119,8 @@ def test_what_a_video_cannot_be_is_refused_with_its_field(engine, videos):
         engine.encode_sync(EMBEDDING, [{"video": encode_video(synthetic_frames(30, 64, 64), fps=3)}])
     with pytest.raises(PayloadTooLarge, match="128 x 64 pixel frames"):
         sample_video(videos["long"], Limits(max_image_pixels=4000), "items[0].video", 1.0, 4, 64)
+    with pytest.raises(PayloadTooLarge, match="18 frames of 128 x 64 pixels: 147456 to decode; at most 100000"):
+        sample_video(videos["long"], Limits(max_video_pixels=100_000), "items[0].video", 1.0, 4, 64)
     with pytest.raises(PayloadTooLarge, match="at most 1000 per video"):
         sample_video(videos["long"], Limits(max_video_bytes=1000), "items[0].video", 1.0, 4, 64)
 
