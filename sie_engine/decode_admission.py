@@ -17,7 +17,8 @@ request is admitted and served whatever images are queued.
 The rate (pixels/s over all image threads) is an exponential moving average over decoded chunks;
 before the first, `PRIOR_PIXELS_PER_S` a thread. A document's pages are rendered there too but are
 not charged here (their size is known only once the document is parsed, on those threads); their
-chunks do not feed the rate.
+chunks do not feed the rate. A video is charged its decoding in image pixels from its container
+(`videos.admission_pixels`), and its chunks do not feed the rate either.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class DecodeAdmission:
                         f"the image threads hold about {self.backlog / self.rate:.0f}s of image decoding and this "
                         f"request's {pixels} pixels would take {pixels / self.rate:.1f}s more, beyond the "
                         f"{self.max_wait_s:g}s this server admits (--max-queue-wait); retry after Retry-After seconds "
-                        "or send smaller images",
+                        "or send smaller images (or shorter videos)",
                         retry_after=max(1.0, math.ceil(wait - self.max_wait_s)))
             self.backlog += pixels
         return DecodeTicket(self, pixels)

@@ -59,6 +59,7 @@ from .tasks.score_pairs import run_pairs, scores_pairs
 from .tokenizer import VocabularyLookup
 from .types import EngineStatus, ModelInfo, ModelStatus, ScoreResult, SparseVector, Timings
 from .variants import PrecisionVariants
+from .videos import admission_pixels as video_admission_pixels
 from .warmup import warm_up_fields
 from .weights import WeightsLocation, locate_weights
 from .work import WorkItem
@@ -449,17 +450,19 @@ class Engine:
             reservation.release()
 
     async def _admit_decoding(self, card: ModelCard, request: dict[str, Any]) -> DecodeTicket | None:
-        """The request's image items admitted by their pixels (decode_admission.py), read from their
-        headers off this loop (about 0.1 ms an image); None when it sends no image."""
+        """The request's image and video items admitted by their pixels (decode_admission.py), read from
+        their headers and containers off this loop (about 0.1 ms an image); None when it sends neither."""
         items = request.get("items")
         if not card.image_size or not isinstance(items, (list, tuple)) or not self.scheduler.admission.bounded:
             return None  # no wait bound (an in-process engine by default): nothing to refuse by
         images = [item["image"] for item in items if isinstance(item, dict) and item.get("image") is not None]
-        if not images:
+        videos = [item["video"] for item in items if isinstance(item, dict) and item.get("video") is not None]
+        if not images and not videos:
             return None
         limits = self.limits
         pixels = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: sum(header_pixels(image, limits) for image in images))
+            None, lambda: sum(header_pixels(image, limits) for image in images)
+            + sum(video_admission_pixels(video, limits) for video in videos))
         return self.decoding.admit(pixels)
 
     def scores_pairs(self, model: str) -> bool:

@@ -29,6 +29,10 @@ from .images import file_bytes
 from .validation import Limits
 
 FRAME_FACTOR = 2  # qwen_vl_utils: frames come in pairs (a temporal patch)
+# What a frame pixel FFmpeg decodes costs in image pixels (decode admission's unit: Pillow's decode, RGB
+# conversion and resize), the costliest codec measured rounded up: 720p VP8 0.23, MPEG-4 Part 2 0.13,
+# H.264 0.10 of the fastest image path's cost per pixel (bench/bench_video_decode.py, bench/RESULTS.md).
+DECODED_PIXEL_COST = 0.25
 
 
 @dataclass(frozen=True)
@@ -55,41 +59,73 @@ def smart_nframes(total: int, video_fps: float, fps: float, min_frames: int, max
     return int(math.floor(count / FRAME_FACTOR) * FRAME_FACTOR)
 
 
+@dataclass(frozen=True)
+class VideoProbe:
+    """What a video's container says, read without decoding a frame."""
+
+    width: int
+    height: int
+    fps: float
+    frames: int
+
+
+def probe_video(data: bytes, limits: Limits, field: str) -> VideoProbe:
+    """The video's frame size, rate and count, each within its bound (see the module docstring)."""
+    import av
+
+    with av.open(io.BytesIO(data), mode="r") as container:
+        stream = _video_stream(container, field)
+        width, height = stream.codec_context.width, stream.codec_context.height
+        if width * height > limits.max_image_pixels:
+            raise PayloadTooLarge(f"{field} has {width} x {height} pixel frames; at most {limits.max_image_pixels} "
+                                  "pixels a frame (downscale it)", field=field)
+        rate = stream.average_rate or stream.guessed_rate
+        if not rate or rate <= 0:
+            raise InvalidRequest(f"{field} has no frame rate in its container (remux it as MP4)", field=field)
+        total = stream.frames or _count_packets(container, stream, limits.max_video_frames, field)
+    if total > limits.max_video_frames:
+        raise PayloadTooLarge(f"{field} has {total} frames; at most {limits.max_video_frames} per video (cut it)",
+                              field=field)
+    if total * width * height > limits.max_video_pixels:
+        raise PayloadTooLarge(f"{field} has {total} frames of {width} x {height} pixels: {total * width * height} "
+                              f"to decode; at most {limits.max_video_pixels} per video (cut or downscale it)",
+                              field=field)
+    return VideoProbe(width, height, float(rate), total)
+
+
 def sample_video(value, limits: Limits, field: str, fps: float, min_frames: int, max_frames: int) -> SampledVideo:
     """A video item's sampled frames (see the module docstring); refusals name `field`."""
     import av
 
     data = file_bytes(value, limits.max_video_bytes, field, "video", "data:video/mp4;base64,...")
     try:
-        with av.open(io.BytesIO(data), mode="r") as container:
-            stream = _video_stream(container, field)
-            width, height = stream.codec_context.width, stream.codec_context.height
-            if width * height > limits.max_image_pixels:
-                raise PayloadTooLarge(f"{field} has {width} x {height} pixel frames; at most {limits.max_image_pixels} "
-                                      "pixels a frame (downscale it)", field=field)
-            rate = stream.average_rate or stream.guessed_rate
-            if not rate or rate <= 0:
-                raise InvalidRequest(f"{field} has no frame rate in its container (remux it as MP4)", field=field)
-            video_fps = float(rate)
-            total = stream.frames or _count_packets(container, stream, limits.max_video_frames, field)
-        if total > limits.max_video_frames:
-            raise PayloadTooLarge(f"{field} has {total} frames; at most {limits.max_video_frames} per video (cut it)",
-                                  field=field)
-        if total * width * height > limits.max_video_pixels:
-            raise PayloadTooLarge(f"{field} has {total} frames of {width} x {height} pixels: {total * width * height} "
-                                  f"to decode; at most {limits.max_video_pixels} per video (cut or downscale it)",
-                                  field=field)
-        count = smart_nframes(total, video_fps, fps, min_frames, max_frames)
+        probe = probe_video(data, limits, field)
+        count = smart_nframes(probe.frames, probe.fps, fps, min_frames, max_frames)
         if count < FRAME_FACTOR:
-            raise InvalidRequest(f"{field} has {total} frame(s); a video takes at least {FRAME_FACTOR} (send one frame "
-                                 "as an image)", field=field)
-        indices = np.linspace(0, total - 1, count).round().astype(np.int64)
+            raise InvalidRequest(f"{field} has {probe.frames} frame(s); a video takes at least {FRAME_FACTOR} (send "
+                                 "one frame as an image)", field=field)
+        indices = np.linspace(0, probe.frames - 1, count).round().astype(np.int64)
         with av.open(io.BytesIO(data), mode="r") as container:
-            frames = _decode_at(container, _video_stream(container, field), indices, (width, height), field)
+            frames = _decode_at(container, _video_stream(container, field), indices, (probe.width, probe.height), field)
     except (av.error.FFmpegError, UnicodeDecodeError, ValueError) as exc:
         raise InvalidRequest(f"{field} is not a video FFmpeg can read ({type(exc).__name__}); send MP4, WebM, MKV, "
                              "MOV or AVI", field=field) from None
-    return SampledVideo(frames, indices, video_fps)
+    return SampledVideo(frames, indices, probe.fps)
+
+
+def admission_pixels(value, limits: Limits, sampled_at_most: int = 64) -> int:
+    """What decoding a video item costs the image threads, in image pixels (decode_admission.py
+    charges those): its frames' pixels decoded at `DECODED_PIXEL_COST` each, and the pixels of the
+    frames it samples (at most `sampled_at_most`), converted and resized as an image's are. Read from
+    the container only. 0 for what sampling refuses at once (not a video, over a bound)."""
+    import av
+
+    try:
+        probe = probe_video(file_bytes(value, limits.max_video_bytes, "video", "video", ""), limits, "video")
+    except (InvalidRequest, PayloadTooLarge, av.error.FFmpegError, UnicodeDecodeError, ValueError):
+        return 0
+    frame = probe.width * probe.height
+    return int(probe.frames * frame * DECODED_PIXEL_COST) + min(probe.frames, sampled_at_most) * frame
 
 
 def _video_stream(container, field: str):

@@ -287,7 +287,7 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
         ticket = work_request.reservation.decoding if work_request.reservation is not None else None
         if ticket is not None:  # its pixels are decoded: admission's backlog shrinks, the rate is measured
             ticket.decoded(len(chunk) / len(positions), spent,
-                           measured=not any(isinstance(images[i], PictureSource) for i in chunk))
+                           measured=not any(isinstance(images[i], (PictureSource, v.VideoItem)) for i in chunk))
         engine.submit(card, queue or IMAGE_QUEUE, [
             WorkItem(work_request, position, ids, outputs=wanted, pixels=values, image_tokens=count, extra=extra)
             for position, ids, values, count in zip(chunk, prompt_ids, pixels, counts)

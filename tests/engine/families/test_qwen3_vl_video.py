@@ -1,14 +1,16 @@
 """Qwen3-VL-Embedding's video items on tiny random weights: the dense vectors of `{video}` and
-`{video, text}` items (MP4 and WebM, several frame rates and sizes, as documents and as queries
+`{video, text}` items (MPEG-4 and H.264 in MP4, VP8 in WebM, several frame rates and sizes, as documents and as queries
 with the request's instruction) through the Engine equal the published recipe over transformers
 (tests/helpers/video_fixtures.py: qwen_vl_utils' sampling and resize written out, transformers'
 Qwen3VLVideoProcessor, Qwen3VLProcessor's timestamps, Qwen3VLModel) within 1e-4, each alone and in a
-batch beside images; the sampling follows qwen_vl_utils' numbers; and a video that cannot be read,
-is too short, too long or too large is refused with the field it came in. Where torchvision is
+batch beside images; the sampling follows qwen_vl_utils' numbers; a video that cannot be read, is
+too short, too long or too large is refused with the field it came in; and decode admission charges
+a video its decoding from its container, so a second video behind a full bound is a 429 at once. Where torchvision is
 installed, the frames' resize equals torchvision's exactly and the patches transformers' with it."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 
@@ -18,10 +20,10 @@ import pytest
 from image_fixtures import sample_images
 from qwen3_vl_fixtures import make_tiny_qwen3_vl
 from sie_engine import Catalog, Engine, WeightsSource
-from sie_engine.errors import InvalidRequest, PayloadTooLarge
+from sie_engine.errors import InvalidRequest, Overloaded, PayloadTooLarge
 from sie_engine.models.qwen3_vl.video import frame_size, resize_frames
 from sie_engine.validation import Limits
-from sie_engine.videos import sample_video, smart_nframes
+from sie_engine.videos import DECODED_PIXEL_COST, admission_pixels, sample_video, smart_nframes
 from video_fixtures import encode_video, synthetic_frames, video_embedding_reference
 
 EMBEDDING = "Qwen/Qwen3-VL-Embedding-2B"
@@ -48,6 +50,7 @@ def videos() -> dict[str, bytes]:
     return {
         "mp4": encode_video(synthetic_frames(12, 96, 64), fps=4),  # 3 s: 4 frames sampled (the minimum)
         "webm": encode_video(synthetic_frames(7, 70, 50, seed=1), fps=2, container="webm"),  # no frame count
+        "h264": encode_video(synthetic_frames(16, 80, 48, seed=3), fps=5, container="h264"),  # B-frames
         "long": encode_video(synthetic_frames(18, 128, 64, seed=2), fps=3),  # 6 s: 6 frames, 3 temporal patches
     }
 
@@ -57,7 +60,8 @@ def encode(engine, items, **fields) -> np.ndarray:
 
 
 def test_video_items_equal_the_published_embedding_recipe(engine, tiny, videos):
-    items = [{"video": videos["mp4"]}, {"video": videos["webm"], "text": "a cat"}, {"video": videos["long"]}]
+    items = [{"video": videos["mp4"]}, {"video": videos["webm"], "text": "a cat"}, {"video": videos["long"]},
+             {"video": videos["h264"]}]
     ours = encode(engine, items)
     np.testing.assert_allclose(ours, np.stack(video_embedding_reference(tiny, items)), atol=VECTOR_TOL)
     # each alone equals itself beside images of other sizes and a text
@@ -137,3 +141,27 @@ def test_the_frames_resize_as_torchvision_and_patch_as_transformers_with_it():
         wanted = tv.resize(torch.from_numpy(frames).permute(0, 3, 1, 2), [new_h, new_w],
                            interpolation=InterpolationMode.BICUBIC, antialias=True).float()
         torch.testing.assert_close(resize_frames(frames, new_h, new_w), wanted, atol=0, rtol=0)
+
+
+def test_decode_admission_charges_a_video_from_its_container(tiny, videos):
+    frame = 128 * 64  # "long": 18 frames of 128 x 64, all decoded, all sampled at most
+    assert admission_pixels(videos["long"], Limits()) == int(18 * frame * DECODED_PIXEL_COST) + 18 * frame
+    assert admission_pixels(b"not a video", Limits()) == 0  # refused at once by sampling: costs nothing
+    assert admission_pixels(videos["long"], Limits(max_video_frames=10)) == 0
+    # 6 s at 1,000 frames a second: 6,000 frames to decode (~12.8M image pixels of charge, ~0.2 s at the
+    # image threads' prior rate), 6 sampled; the card's window cut to the tiny model's 512 positions, so
+    # the token bound (a video reserves the window) holds a few ms where the decoding bound holds 0.4 s
+    fast = encode_video(synthetic_frames(6000, 128, 64), fps=1000)
+    card = dataclasses.replace(Catalog.builtin().get(EMBEDDING), weights=WeightsSource(path=str(tiny)),
+                               dtype="float32", max_seq_len=512, max_batch_tokens=4096)
+    with Engine(Catalog([card]), device="cpu", max_queue_wait_s=0.1) as engine:
+        engine.encode_sync(EMBEDDING, ["warm the model up: its batches are measured"])
+
+        async def both():
+            return await asyncio.gather(*(engine.encode(EMBEDDING, [{"video": fast}]) for _ in range(2)),
+                                        return_exceptions=True)
+
+        answers = asyncio.run_coroutine_threadsafe(both(), engine.loop).result(120)
+    refused = [a for a in answers if isinstance(a, BaseException)]  # whichever was admitted second
+    assert len(refused) == 1 and isinstance(refused[0], Overloaded), answers
+    assert "of image decoding" in str(refused[0]) and "shorter videos" in str(refused[0]), refused
