@@ -13,7 +13,8 @@ with FFmpeg through PyAV, every bound checked before a frame is decoded.
   count; the frames at linspace(0, total - 1, n), rounded.
 - Decoding goes frame by frame up to the last sampled frame, keeping only the sampled ones as RGB
   (what torchvision's and decord's readers give qwen_vl_utils); a frame whose size differs from the
-  stream's, or a stream that ends before its header's count, is a 400.
+  stream's is a 400, and so is a stream that ends well before its container's count (one that ends a
+  frame or two short gives its last frame for those).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ FRAME_FACTOR = 2  # qwen_vl_utils: frames come in pairs (a temporal patch)
 # conversion and resize), the costliest codec measured rounded up: 720p VP8 0.23, MPEG-4 Part 2 0.13,
 # H.264 0.10 of the fastest image path's cost per pixel (bench/bench_video_decode.py, bench/RESULTS.md).
 DECODED_PIXEL_COST = 0.25
+DECODED_AT_LEAST = 0.9  # of a container's frame count, for a stream that ends short (_decode_at)
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ def probe_video(data: bytes, limits: Limits, field: str) -> VideoProbe:
         rate = stream.average_rate or stream.guessed_rate
         if not rate or rate <= 0:
             raise InvalidRequest(f"{field} has no frame rate in its container (remux it as MP4)", field=field)
-        total = stream.frames or _count_packets(container, stream, limits.max_video_frames, field)
+        total = stream.frames or _count_packets(container, stream, limits.max_video_frames)
     if total > limits.max_video_frames:
         raise PayloadTooLarge(f"{field} has {total} frames; at most {limits.max_video_frames} per video (cut it)",
                               field=field)
@@ -134,7 +136,7 @@ def _video_stream(container, field: str):
     return container.streams.video[0]
 
 
-def _count_packets(container, stream, most: int, field: str) -> int:
+def _count_packets(container, stream, most: int) -> int:
     """The stream's frames counted from its packets (no decoding); stops past `most`."""
     count = 0
     for packet in container.demux(stream):
@@ -146,18 +148,25 @@ def _count_packets(container, stream, most: int, field: str) -> int:
 
 
 def _decode_at(container, stream, indices: np.ndarray, size: tuple[int, int], field: str) -> np.ndarray:
+    """The frames at `indices` (in order, repeats kept), decoded in stream order up to the last one.
+    A container's frame count may run a frame or two past what its stream decodes (edit lists, a
+    dropped last frame): sampled frames past the end take the last decoded frame, as long as the
+    stream decoded at least `DECODED_AT_LEAST` of the count; a shorter stream is a 400."""
     wanted = np.bincount(indices, minlength=int(indices[-1]) + 1)  # a short video samples some frames twice
     kept: list[np.ndarray] = []
+    last, decoded = None, 0  # the last frame decoded (converted only if it stands in for missing ones)
     for number, frame in enumerate(container.decode(stream)):
         if (frame.width, frame.height) != size:
             raise InvalidRequest(f"{field} changes its frame size from {size[0]} x {size[1]} to {frame.width} x "
                                  f"{frame.height} at frame {number}; re-encode it at one size", field=field)
-        if number < len(wanted) and wanted[number]:
-            rgb = frame.to_ndarray(format="rgb24")
-            kept += [rgb] * int(wanted[number])
+        last, decoded = frame, number + 1
+        if wanted[number]:
+            kept += [frame.to_ndarray(format="rgb24")] * int(wanted[number])
         if number >= len(wanted) - 1:
             break
     if len(kept) < len(indices):
-        raise InvalidRequest(f"{field} ends after fewer frames than its header says (at most {len(kept)} of "
-                             f"{int(indices[-1]) + 1} decoded); re-encode it", field=field)
+        if last is None or decoded < DECODED_AT_LEAST * len(wanted):
+            raise InvalidRequest(f"{field} ends after {decoded} frames where its container says {len(wanted)}; "
+                                 "re-encode it", field=field)
+        kept += [last.to_ndarray(format="rgb24")] * (len(indices) - len(kept))
     return np.stack(kept)

@@ -165,3 +165,19 @@ def test_decode_admission_charges_a_video_from_its_container(tiny, videos):
     refused = [a for a in answers if isinstance(a, BaseException)]  # whichever was admitted second
     assert len(refused) == 1 and isinstance(refused[0], Overloaded), answers
     assert "of image decoding" in str(refused[0]) and "shorter videos" in str(refused[0]), refused
+
+
+def test_a_stream_a_frame_short_of_its_container_gives_its_last_frame_and_a_much_shorter_one_is_refused(
+        videos, monkeypatch):
+    from sie_engine import videos as video_module
+
+    honest = video_module.probe_video(videos["long"], Limits(), "items[0].video")  # 18 frames at 3 fps
+    whole = sample_video(videos["long"], Limits(), "items[0].video", 1.0, 4, 64)
+    # the container says 19: linspace(0, 18, 6) asks for frame 18, past the stream's end
+    monkeypatch.setattr(video_module, "probe_video", lambda *args: dataclasses.replace(honest, frames=19))
+    padded = sample_video(videos["long"], Limits(), "items[0].video", 1.0, 4, 64)
+    assert padded.indices[-1] == 18 and padded.frames.shape == whole.frames.shape
+    np.testing.assert_array_equal(padded.frames[-1], whole.frames[-1])  # frame 17, the stream's last
+    monkeypatch.setattr(video_module, "probe_video", lambda *args: dataclasses.replace(honest, frames=36))
+    with pytest.raises(InvalidRequest, match="ends after 18 frames where its container says 36"):
+        sample_video(videos["long"], Limits(), "items[0].video", 1.0, 4, 64)
