@@ -260,14 +260,12 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
             raise InvalidRequest(f"model {card.id!r} has no vision tower; it takes text items only", field="items")
         videos = {i: inputs.encode_video(value.data, fields[i], limits)
                   for i, value in enumerate(values) if isinstance(value, v.VideoItem)}  # (grids, content)
-        pixels = _decoded_once(inputs.images, [value for i, value in enumerate(values) if i not in videos],
-                               [field for i, field in enumerate(fields) if i not in videos], limits)
-        if videos:
-            still = iter(pixels)
-            pixels = [videos[i][0] if i in videos else next(still) for i in range(len(values))]
+        still = iter(_decoded_once(inputs.images, [value for i, value in enumerate(values) if i not in videos],
+                                   [field for i, field in enumerate(fields) if i not in videos], limits))
+        pixels = [videos[i][0] if i in videos else next(still) for i in range(len(values))]
         if isinstance(inputs, ImageTextInputs) and inputs.image_prompted:
             item_fields = [field if isinstance(field, str) else field[-1] for field in fields]
-            contents = [videos[i][1] if i in videos else None for i in range(len(values))] if videos else None
+            contents = [videos[i][1] if i in videos else None for i in range(len(values))]
             prompt_ids, counts = inputs.image_prompts(texts, (prompts or NO_PROMPTS).wrap_for(chunk), pixels,
                                                       item_fields, contents)
             return prompt_ids, pixels, counts

@@ -1,4 +1,4 @@
-"""Small synthetic videos encoded with PyAV (FFmpeg's MPEG-4 Part 2 in MP4, VP8 in WebM), and
+"""Small synthetic videos encoded with PyAV (FFmpeg's MPEG-4 Part 2 and H.264 in MP4, VP8 in WebM), and
 Qwen3-VL-Embedding's published recipe for a video item over transformers, the reference of
 tests/engine/families/test_qwen3_vl_video.py.
 

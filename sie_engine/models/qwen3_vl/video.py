@@ -22,13 +22,13 @@ then to Qwen3VLProcessor with `do_resize=False` and `do_sample_frames=False`.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from ...errors import InvalidRequest
 from ...videos import FRAME_FACTOR, SampledVideo, sample_video
+from ..colqwen2.inputs import MAX_ASPECT_RATIO
 
 VIDEO_FPS = 1.0  # Qwen3VLEmbedder's FPS
 VIDEO_MAX_FRAMES = 64  # and its MAX_FRAMES
@@ -36,23 +36,18 @@ VIDEO_MIN_FRAMES = 4  # qwen_vl_utils' FPS_MIN_FRAMES
 FRAME_MIN_TOKENS = 128  # qwen_vl_utils' VIDEO_MIN_TOKEN_NUM and VIDEO_MAX_TOKEN_NUM: a frame's area in
 FRAME_MAX_TOKENS = 768  # (patch * merge)**2 pixel tokens
 MODEL_SEQ_LEN = 128_000  # qwen_vl_utils' default budget of a video's pixels: MODEL_SEQ_LEN tokens, 0.9 of it
-MAX_RATIO = 200
 
 
 def frame_size(frames: int, height: int, width: int, factor: int) -> tuple[int, int]:
-    """(height, width) qwen_vl_utils resizes `frames` sampled frames of `height` x `width` to."""
+    """(height, width) qwen_vl_utils resizes `frames` sampled frames of `height` x `width` to: its
+    smart resize (the one Qwen2-VL's image processor runs, transformers' `smart_resize`) between the
+    video bounds of a frame's area."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
     least = FRAME_MIN_TOKENS * factor ** 2
     budget = MODEL_SEQ_LEN * factor * factor * 0.9
     most = max(min(FRAME_MAX_TOKENS * factor ** 2, budget / frames * FRAME_FACTOR), int(least * 1.05))
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
-    if h_bar * w_bar > most:
-        beta = math.sqrt(height * width / most)
-        h_bar, w_bar = math.floor(height / beta / factor) * factor, math.floor(width / beta / factor) * factor
-    elif h_bar * w_bar < least:
-        beta = math.sqrt(least / (height * width))
-        h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    return smart_resize(height, width, factor=factor, min_pixels=least, max_pixels=most)
 
 
 def resize_frames(frames: np.ndarray, height: int, width: int):
@@ -95,9 +90,9 @@ def prepare_video(value: Any, processor: Any, limits, field: str, image_content:
     """A video item -> (each temporal patch's grid, its prompt content); refusals name `field`."""
     sampled = sample_video(value, limits, field, VIDEO_FPS, VIDEO_MIN_FRAMES, VIDEO_MAX_FRAMES)
     count, height, width = sampled.frames.shape[:3]
-    if max(height, width) > MAX_RATIO * min(height, width):
+    if max(height, width) > MAX_ASPECT_RATIO * min(height, width):
         raise InvalidRequest(f"{field} has {width} x {height} pixel frames: this model takes frames whose longer side "
-                             f"is at most {MAX_RATIO} times the shorter", field=field)
+                             f"is at most {MAX_ASPECT_RATIO} times the shorter", field=field)
     factor = int(processor.patch_size) * int(processor.merge_size)
     new_h, new_w = frame_size(count, height, width, factor)
     grids = temporal_patches(resize_frames(sampled.frames, new_h, new_w), processor)

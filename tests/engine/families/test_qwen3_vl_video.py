@@ -1,12 +1,12 @@
 """Qwen3-VL-Embedding's video items on tiny random weights: the dense vectors of `{video}` and
-`{video, text}` items (MPEG-4 and H.264 in MP4, VP8 in WebM, several frame rates and sizes, as documents and as queries
-with the request's instruction) through the Engine equal the published recipe over transformers
-(tests/helpers/video_fixtures.py: qwen_vl_utils' sampling and resize written out, transformers'
-Qwen3VLVideoProcessor, Qwen3VLProcessor's timestamps, Qwen3VLModel) within 1e-4, each alone and in a
-batch beside images; the sampling follows qwen_vl_utils' numbers; a video that cannot be read, is
-too short, too long or too large is refused with the field it came in; and decode admission charges
-a video its decoding from its container, so a second video behind a full bound is a 429 at once. Where torchvision is
-installed, the frames' resize equals torchvision's exactly and the patches transformers' with it."""
+`{video, text}` items (MPEG-4 and H.264 in MP4, VP8 in WebM, several frame rates and sizes, as
+documents and as queries with the request's instruction) through the Engine equal the published
+recipe over transformers (tests/helpers/video_fixtures.py: qwen_vl_utils' sampling and resize written
+out, transformers' Qwen3VLVideoProcessor, Qwen3VLProcessor's timestamps, Qwen3VLModel) within 1e-4,
+each alone and in a batch beside images; the sampling follows qwen_vl_utils' numbers; a video that
+cannot be read, is too short, too long or too large is refused with the field it came in; and decode
+admission charges a video its decoding from its container, so a second video behind a full bound is
+a 429 at once. Where torchvision is installed, the frames' resize equals torchvision's exactly."""
 
 from __future__ import annotations
 
