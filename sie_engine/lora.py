@@ -85,7 +85,7 @@ def load_adapter(name: str, root: Path, backbone: nn.Module, device: torch.devic
     targets: tuple[str, ...] = type(backbone).lora_targets
     if not targets:
         raise UnsupportedArchitecture(f"the {type(backbone).__name__} family does not apply LoRA adapters yet "
-                                      "(BERT-family encoders do)")
+                                      "(BERT-family encoders and Jina's XLM-RoBERTa do)")
     config = read_config(root)
     spec: WeightSpec = backbone.weight_spec
     modules = dict(backbone.named_modules())

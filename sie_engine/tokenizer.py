@@ -70,6 +70,13 @@ class VocabularyLookup:
     # Ids of the special tokens (TextTokenizer's are its Hugging Face tokenizer's): heads that score the
     # vocabulary (SPLADE) leave them out.
     special_ids: frozenset[int] = frozenset()
+    unk_token_id: int | None = None
+
+    def vocabulary_id(self, token: str) -> int | None:
+        """`token`'s id as one vocabulary entry, else the unknown token's, as transformers'
+        `convert_tokens_to_ids` answers (None where the vocabulary has neither)."""
+        found = self._tok.token_to_id(token)
+        return self.unk_token_id if found is None else found
 
     def plain_ids(self, text: str) -> np.ndarray:
         """A text's ids without special tokens (e.g. to find a symbol's vocabulary entry)."""
@@ -122,6 +129,7 @@ class TextTokenizer(VocabularyLookup):
         self.cls_token_id = hf.cls_token_id
         self.sep_token_id = hf.sep_token_id
         self.special_ids = frozenset(hf.all_special_ids)
+        self.unk_token_id = hf.unk_token_id
         # BERT-style models take segment ids for sentence pairs; RoBERTa-style ones do not
         # (their tokenizers leave token_type_ids out of model_input_names).
         self.uses_type_ids = "token_type_ids" in (hf.model_input_names or ())

@@ -18,7 +18,8 @@ vector (`score: mean` divides by the number of query vectors, as BGE-M3 does).
 
 Card options (`options.multivector`): kind, query_marker, document_marker,
 query_length, expand_queries, attend_to_expansion_tokens, skiplist (`punctuation`, a list
-of tokens, or none), normalize, score (sum | mean).
+of tokens, or none), skiplist_lookup (`encoded`: colbert-ir's, the default; `vocabulary`:
+PyLate's), normalize, score (sum | mean).
 
 Query expansion: the [MASK] tokens are queries of attention (each gets a vector) but not
 keys, as colbert-ir (`attend_to_mask_tokens=False`) and PyLate
@@ -49,6 +50,7 @@ from .st_dense import load_module_weights
 
 KINDS = ("colbert", "bge-m3")
 SCORES = ("sum", "mean")
+SKIPLIST_LOOKUPS = ("encoded", "vocabulary")
 
 
 def marked_encode_args(card: ModelCard, is_query: bool) -> dict[str, Any]:
@@ -183,13 +185,26 @@ def _st_dense(root: Path) -> dict[str, torch.Tensor] | None:
     return None
 
 
-def skiplist_ids(ctx: HeadContext, skiplist: Any) -> list[int]:
-    """Token ids of the document skiplist (`punctuation`: ColBERT's string.punctuation)."""
+def skiplist_ids(ctx: HeadContext, skiplist: Any, lookup: str = "encoded") -> list[int]:
+    """Token ids of the document skiplist (`punctuation`: ColBERT's string.punctuation).
+
+    lookup `encoded`: each symbol's first id when encoded alone (colbert-ir's); `vocabulary`: the
+    symbol as one vocabulary entry, the unknown token's id where there is none (PyLate's
+    `convert_tokens_to_ids`). The two agree on WordPiece and byte-level BPE vocabularies; on a
+    SentencePiece one (XLM-R's) a symbol encoded alone takes the word-start piece first."""
     if skiplist in (None, "none", False):
         return []
+    if lookup not in SKIPLIST_LOOKUPS:
+        raise ValueError(f"card {ctx.card.id}: options.multivector.skiplist_lookup {lookup!r} not one of "
+                         f"{SKIPLIST_LOOKUPS}")
     symbols = list(string.punctuation) if skiplist == "punctuation" else list(skiplist)
     ids = set()
     for symbol in symbols:
+        if lookup == "vocabulary":
+            found = ctx.tokenizer.vocabulary_id(symbol)
+            if found is not None:
+                ids.add(int(found))
+            continue
         encoded = ctx.tokenizer.plain_ids(symbol)
         if len(encoded):
             ids.add(int(encoded[0]))
@@ -215,7 +230,7 @@ def multivector_heads(ctx: HeadContext, proj: nn.Linear, *, drop_first: bool, de
     score_mode = options.get("score", default_score)
     if score_mode not in SCORES:
         raise ValueError(f"card {ctx.card.id}: options.multivector.score {score_mode!r} not one of {SCORES}")
-    skip = skiplist_ids(ctx, options.get("skiplist", default_skiplist))
+    skip = skiplist_ids(ctx, options.get("skiplist", default_skiplist), options.get("skiplist_lookup", "encoded"))
     marker = options.get("document_marker")
     if skip and marker is None:
         raise ValueError(f"card {ctx.card.id}: a document skiplist needs options.multivector.document_marker")

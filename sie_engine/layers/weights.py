@@ -6,7 +6,8 @@ A backbone states:
   once to find the checkpoint's prefix (`bert.`, `roberta.`, `model.` or none);
 - `renames`: (old, new) substring replacements applied to checkpoint names;
 - `stacked`: (checkpoint part, fused parameter part, shard index) for fused
-  projections such as QKV; each shard fills its slice of the fused weight.
+  projections such as QKV; each shard fills its slice of the fused weight (a checkpoint that
+  keeps the fused tensor whole fills it at once).
 
 `load_checkpoint` copies every mapped tensor into the module and fails listing
 every parameter left unloaded or loaded with the wrong shape.
@@ -89,7 +90,8 @@ def load_checkpoint(module: nn.Module, tensors: Mapping[str, torch.Tensor], spec
                                   f"{tuple(view.shape)}")
                     continue
                 view.copy_(tensor)
-            filled[name] = filled.get(name, 0) + 1
+            # a fused parameter whole in the checkpoint (Jina's Wqkv beside transformers' q/k/v) fills every shard
+            filled[name] = filled.get(name, 0) + (1 if shard is not None else needed_shards.get(name, 1))
             report.loaded.add(ckpt_name)
     missing = [n for n in params if filled.get(n, 0) < needed_shards.get(n, 1)]
     if missing or errors:

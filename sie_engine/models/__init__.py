@@ -35,6 +35,8 @@ FAMILIES: dict[str, str] = {
     # Gemma 3 text decoders (EmbeddingGemma: bidirectional, mean pooling and Dense layers in its card)
     "gemma3_text": f"{_M}.gemma3.model:FAMILY",
     "nomic_bert": f"{_M}.nomic_bert.model:FAMILY",
+    # Jina's XLM-RoBERTa with rotary positions (jina-colbert-v2; transformers' JinaEmbeddingsV3Model)
+    "jina_xlm_roberta": f"{_M}.jina_xlm_roberta.model:FAMILY",
     # DeBERTa-v2/v3: the backbone of most GLiNER models and of NLI cross-encoders
     "deberta-v2": f"{_M}.deberta_v2.model:FAMILY",
     # MPNet (all-mpnet-base-v2 and the other sentence-transformers MPNet models): a relative position bias
@@ -85,6 +87,7 @@ ARCHITECTURES: dict[str, str] = {
     **dict.fromkeys(["MistralModel", "MistralForCausalLM"], "mistral"),
     **dict.fromkeys(["LlamaModel", "LlamaForCausalLM", "LlamaBidirectionalModel"], "llama"),
     "Gemma3TextModel": "gemma3_text",
+    **dict.fromkeys(["JinaEmbeddingsV3Model", "JinaEmbeddingsV3ForMaskedLM"], "jina_xlm_roberta"),
     **dict.fromkeys(["NomicBertModel", "NomicBertForPreTraining", "NomicBertForMaskedLM",
                      "NomicBertForSequenceClassification"], "nomic_bert"),
     **dict.fromkeys(["DebertaV2Model", "DebertaV2ForMaskedLM", "DebertaV2ForSequenceClassification"], "deberta-v2"),
@@ -115,13 +118,19 @@ MODEL_TYPES: dict[str, str] = {
     "bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "camembert": "bert", "modernbert": "modernbert",
     "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "llama": "llama", "llama_bidirec": "llama",
     "gemma3_text": "gemma3_text",
-    "nomic_bert": "nomic_bert", "deberta-v2": "deberta-v2", "distilbert": "distilbert", "mpnet": "mpnet",
+    "nomic_bert": "nomic_bert", "jina_embeddings_v3": "jina_xlm_roberta", "deberta-v2": "deberta-v2",
+    "distilbert": "distilbert", "mpnet": "mpnet",
     "model2vec": "static", "clip": "clip", "siglip": "siglip", "siglip2": "siglip2", "colpali": "colpali",
     "colqwen2": "colqwen2", "qwen3_vl": "qwen3_vl", "vision-encoder-decoder": "donut", "owlv2": "owlv2",
     "florence2": "florence2", "grounding-dino": "grounding-dino", "pp_doclayout_v3": "pp-doclayout",
     "lighton_ocr": "lighton_ocr", "glm_ocr": "glm_ocr",
     "paddleocr_vl": "paddleocr_vl", "idefics3": "idefics3",
 }
+
+# (model_type, position_embedding_type) -> family, asked before `architectures`: Jina's rotary
+# XLM-RoBERTa checkpoints say `model_type: xlm-roberta` (and XLM-R's or ColBERT's architectures),
+# their position embedding type alone tells them from a plain XLM-RoBERTa.
+POSITION_VARIANTS: dict[tuple[str, str], str] = {("xlm-roberta", "rotary"): "jina_xlm_roberta"}
 
 # Checkpoint layouts other than a plain Hugging Face directory, asked in order: layout name -> the
 # module with `detects(root) -> bool` (cheap: file names, a glance at config.json),
@@ -212,7 +221,11 @@ def family(name: str) -> Any:
 
 
 def family_name(config: Mapping[str, Any]) -> str:
-    """The family a config.json names (its `architectures`, else its `model_type`), without importing it."""
+    """The family a config.json names (a position variant, its `architectures`, else its `model_type`),
+    without importing it."""
+    variant = POSITION_VARIANTS.get((str(config.get("model_type")), str(config.get("position_embedding_type"))))
+    if variant is not None:
+        return variant
     for arch in config.get("architectures") or []:
         if arch in ARCHITECTURES:
             return ARCHITECTURES[arch]
@@ -240,6 +253,6 @@ def head_builder(output: str) -> Callable:
     return resolve(HEADS[output])
 
 
-__all__ = ["ARCHITECTURES", "FAMILIES", "HEADS", "LAYOUTS", "MODEL_TYPES", "family", "family_for", "family_name",
-           "head_builder", "layout_module", "register_family", "register_head", "register_layout", "resolve",
-           "unregister_family", "unregister_head", "unregister_layout"]
+__all__ = ["ARCHITECTURES", "FAMILIES", "HEADS", "LAYOUTS", "MODEL_TYPES", "POSITION_VARIANTS", "family", "family_for",
+           "family_name", "head_builder", "layout_module", "register_family", "register_head", "register_layout",
+           "resolve", "unregister_family", "unregister_head", "unregister_layout"]

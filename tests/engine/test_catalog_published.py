@@ -42,11 +42,19 @@ def _resolved(template: str, instruction: str | None) -> str:
     return template.replace("{instruction}", instruction or "")
 
 
+def _published_config(row) -> dict:
+    """The config.json fields that pick a row's family."""
+    config = {"model_type": row.model_type}
+    if row.position_embedding_type is not None:
+        config["position_embedding_type"] = row.position_embedding_type
+    return config
+
+
 @pytest.mark.parametrize("card", CARDS, ids=[c.id for c in CARDS])
 def test_card_agrees_with_the_published_configuration(card):
     row = PUBLISHED.get(card.id)
     assert row is not None, f"{card.id}: add what the model publishes to tests/helpers/published_model_facts.py"
-    assert family_for({"model_type": row.model_type}).name == card.family, "family"
+    assert family_for(_published_config(row)).name == card.family, "family"
     assert set(card.outputs) == set(row.outputs), "outputs"
     if row.max_seq_len is not None:
         if row.window is not None:
@@ -73,6 +81,8 @@ def test_card_agrees_with_the_published_configuration(card):
         assert options.get("query_length") == row.query_length
         if row.query_expansion is not None:
             assert options.get("expand_queries", False) == row.query_expansion, "query expansion"
+        if row.attend_to_expansion is not None:
+            assert options.get("attend_to_expansion_tokens", False) == row.attend_to_expansion, "attention to expansion"
     if "sparse" in row.outputs:
         assert card.options.get("sparse", {}).get("activation", "log1p_relu") == row.sparse_activation
     if "generate" in row.outputs:  # the decoder's positions are max_seq_len (checked above)
@@ -99,6 +109,7 @@ ELSEWHERE = {
     "Qwen/Qwen3-Reranker-8B": "tests/engine/tasks/test_score_llm_reranker.py",
     "mixedbread-ai/mxbai-rerank-base-v2": "tests/engine/tasks/test_score_mxbai_rerank_v2.py",
     "mixedbread-ai/mxbai-rerank-large-v2": "tests/engine/tasks/test_score_mxbai_rerank_v2.py",
+    "jinaai/jina-colbert-v2": "tests/engine/heads/test_heads_colbert_jina.py",
     "vidore/colpali-v1.3-hf": "tests/engine/families/test_colpali.py",
     "vidore/colqwen2-v1.0-hf": "tests/engine/families/test_colqwen2.py",
     "Qwen/Qwen3-VL-Reranker-2B": "tests/engine/families/test_qwen3_vl.py",

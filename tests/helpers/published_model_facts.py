@@ -43,6 +43,9 @@ class Published:
     query_length: int | None = None
     markers: tuple[str, str] | None = None
     query_expansion: bool | None = None  # PyLate's do_query_expansion, where the row states it
+    attend_to_expansion: bool | None = None  # PyLate's attend_to_expansion_tokens, where the row states it
+    # config.json's position_embedding_type where it picks the family (Jina's rotary XLM-RoBERTa)
+    position_embedding_type: str | None = None
     # dense: the pooling leaves the prompt out (sentence-transformers' include_prompt: false, GritLM's
     # masked instruction); the decoder attends bidirectionally (causal False), where the row states it
     include_prompt: bool = True
@@ -447,6 +450,18 @@ PUBLISHED: dict[str, Published] = {
                                                      markers=("[Q] ", "[D] "), query_expansion=False),
     "mixedbread-ai/mxbai-edge-colbert-v0-32m": other("modernbert", "multivector", 512, MXBAI_EDGE, query_length=48,
                                                      markers=("[Q] ", "[D] "), query_expansion=False),
+    # Jina's own usage (README on the Hub, as mirrored: PyLate with query_prefix [QueryMarker], document_prefix
+    # [DocumentMarker], attend_to_expansion_tokens True, trust_remote_code; 128 dimensions; 8192-token input) and
+    # mteb's registry entry (the same PyLate arguments at revision 4cf816e5, 559M parameters, max_tokens 8192). The
+    # checkpoint's artifact.metadata was not readable here: query_length 32 is PyLate's default (and colbert-ir's
+    # query_maxlen) when the metadata gives none; PyLate's skiplist is convert_tokens_to_ids(string.punctuation).
+    # The backbone is jinaai/xlm-roberta-flash-implementation (config.json model_type xlm-roberta,
+    # position_embedding_type rotary), transformers' JinaEmbeddingsV3Model
+    # (tests/engine/heads/test_heads_colbert_jina.py).
+    "jinaai/jina-colbert-v2": other("xlm-roberta", "multivector", 8192, "README (PyLate usage, 128 dims, 8192 "
+                                    "tokens) + mteb's model registry (PyLate arguments, revision 4cf816e5)",
+                                    query_length=32, markers=("[QueryMarker]", "[DocumentMarker]"),
+                                    query_expansion=True, attend_to_expansion=True, position_embedding_type="rotary"),
     # visual document retrieval: ColPali's page images and queries (tests/engine/families/test_colpali.py)
     "vidore/colpali-v1.3-hf": other("colpali", "multivector", None, "config.json (model_type colpali, "
                                     "ColPaliForRetrieval, embedding_dim 128, vlm_config paligemma) + "

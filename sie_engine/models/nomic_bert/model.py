@@ -21,6 +21,7 @@ from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata, default_scale
 from ...layers.blocks import activation
+from ...layers.lora import LoRABatch
 from ...layers.rotary import RotaryEmbedding, apply_rotary
 from ...layers.weights import WeightSpec
 from ..base import Backbone, Family
@@ -119,6 +120,9 @@ class NomicBertEmbeddings(nn.Module):
 
 
 class NomicBertAttention(nn.Module):
+    """Fused QKV, rotary on queries and keys, `out_proj`; also the attention of the Jina XLM-RoBERTa
+    family (models/jina_xlm_roberta), which names it `mixer` and applies LoRA deltas to it."""
+
     def __init__(self, hidden_size: int, num_heads: int, bias: bool, backend: AttentionBackend):
         super().__init__()
         self.num_heads = num_heads
@@ -129,12 +133,20 @@ class NomicBertAttention(nn.Module):
         self.scale = default_scale(self.head_dim)
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
-                attn: AttentionMetadata) -> torch.Tensor:
+                attn: AttentionMetadata, lora: LoRABatch | None = None) -> torch.Tensor:
+        """`lora`: the deltas of this module's `Wqkv` and `out_proj` (scoped to it), or None."""
         T, H = x.shape
-        q, k, v = self.Wqkv(x).view(T, 3, self.num_heads, self.head_dim).unbind(1)  # each [T, heads, head_dim]
+        qkv = self.Wqkv(x)
+        if lora is not None:
+            lora.add_(qkv, x, "Wqkv")
+        q, k, v = qkv.view(T, 3, self.num_heads, self.head_dim).unbind(1)  # each [T, heads, head_dim]
         cos, sin = rotary
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        return self.out_proj(self.backend(q, k, v, attn, scale=self.scale).reshape(T, H))
+        context = self.backend(q, k, v, attn, scale=self.scale).reshape(T, H)
+        out = self.out_proj(context)
+        if lora is not None:
+            lora.add_(out, context, "out_proj")
+        return out
 
 
 class NomicBertGatedMLP(nn.Module):

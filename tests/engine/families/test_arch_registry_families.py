@@ -1,5 +1,5 @@
 """Every architecture string registered for the ModernBERT, Qwen2/Qwen3, Mistral, Gemma 3, DistilBERT and NomicBERT
-families resolves to its family and loads the backbone out of that class's checkpoint
+families (and Jina's rotary XLM-RoBERTa) resolves to its family and loads the backbone out of that class's checkpoint
 (whose prefix and extra head tensors differ: `model.`, `nomic_bert.`, lm/classifier heads),
 giving transformers' base-model hidden states within 1e-4 (float32)."""
 
@@ -69,6 +69,14 @@ def _nomic(cls_name):
     return getattr(transformers, cls_name)(config)
 
 
+def _jina(cls_name):
+    import transformers
+
+    config = transformers.JinaEmbeddingsV3Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                                                 num_attention_heads=4, intermediate_size=48)
+    return getattr(transformers, cls_name)(config)
+
+
 CASES = {
     "ModernBertModel": _modernbert, "ModernBertForMaskedLM": _modernbert,
     "ModernBertForSequenceClassification": _modernbert, "ModernBertForTokenClassification": _modernbert,
@@ -78,6 +86,7 @@ CASES = {
     "DistilBertModel": _distilbert, "DistilBertForMaskedLM": _distilbert,
     "DistilBertForSequenceClassification": _distilbert,
     "NomicBertModel": _nomic, "NomicBertForMaskedLM": _nomic, "NomicBertForSequenceClassification": _nomic,
+    "JinaEmbeddingsV3Model": _jina, "JinaEmbeddingsV3ForMaskedLM": _jina,
 }
 # Registered strings without a transformers class (Nomic's remote-code pretraining wrapper).
 WITHOUT_TRANSFORMERS_CLASS = {"NomicBertForPreTraining"}
@@ -85,7 +94,7 @@ WITHOUT_TRANSFORMERS_CLASS = {"NomicBertForPreTraining"}
 
 def test_every_registered_string_of_these_families_has_a_case():
     ours = {a for a, f in ARCHITECTURES.items() if f in ("modernbert", "qwen2", "qwen3", "mistral", "gemma3_text",
-                                                           "nomic_bert", "distilbert")}
+                                                           "nomic_bert", "distilbert", "jina_xlm_roberta")}
     assert ours == set(CASES) | WITHOUT_TRANSFORMERS_CLASS
 
 

@@ -1,0 +1,1 @@
+"""Jina XLM-RoBERTa with rotary positions (jina-colbert-v2, jina-embeddings-v3)."""
