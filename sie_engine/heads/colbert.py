@@ -202,12 +202,11 @@ def skiplist_ids(ctx: HeadContext, skiplist: Any, lookup: str = "encoded") -> li
     for symbol in symbols:
         if lookup == "vocabulary":
             found = ctx.tokenizer.vocabulary_id(symbol)
-            if found is not None:
-                ids.add(int(found))
-            continue
-        encoded = ctx.tokenizer.plain_ids(symbol)
-        if len(encoded):
-            ids.add(int(encoded[0]))
+        else:
+            encoded = ctx.tokenizer.plain_ids(symbol)
+            found = int(encoded[0]) if len(encoded) else None
+        if found is not None:
+            ids.add(int(found))
     return sorted(ids)
 
 

@@ -81,6 +81,11 @@ class LoRABatch:
         return out
 
 
+def scoped(lora: LoRABatch | None, prefix: str) -> LoRABatch | None:
+    """`lora`'s view for the submodule under `prefix`; None (no adapter in the batch) stays None."""
+    return lora.scope(prefix) if lora is not None else None
+
+
 def lora_batch(adapters: Sequence[LoRAAdapter | None], seq_lens: Sequence[int]) -> LoRABatch | None:
     """The segments of a batch whose i-th sequence (`seq_lens[i]` rows) uses `adapters[i]`
     (None: the base model); consecutive sequences of one adapter make one segment. None when

@@ -19,7 +19,7 @@ from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata, default_scale
 from ...layers.blocks import activation, residual_linear_
-from ...layers.lora import LoRABatch
+from ...layers.lora import LoRABatch, scoped
 from ...layers.weights import WeightSpec
 from ..base import Backbone, Family, MaskedLMLayout
 
@@ -162,7 +162,7 @@ class BertEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor, attn: AttentionMetadata, lora: LoRABatch | None = None) -> torch.Tensor:
         for i, layer in enumerate(self.layer):
-            x = layer(x, attn, lora.scope(f"encoder.layer.{i}.") if lora is not None else None)
+            x = layer(x, attn, scoped(lora, f"encoder.layer.{i}."))
         return x
 
 

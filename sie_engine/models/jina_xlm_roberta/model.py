@@ -25,11 +25,11 @@ from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata
 from ...layers.blocks import activation
-from ...layers.lora import LoRABatch
+from ...layers.lora import LoRABatch, scoped
 from ...layers.rotary import RotaryEmbedding
 from ...layers.weights import WeightSpec
 from ..base import Backbone, Family
-from ..nomic_bert.model import NomicBertAttention, NomicBertEmbeddings
+from ..nomic_bert.model import NomicBertAttention, NomicBertEmbeddings, rotary_settings
 
 # transformers' JinaEmbeddingsV3Config.default_theta, used when its config.json has no rope_parameters
 PORT_DEFAULT_THETA = 20000.0
@@ -61,12 +61,7 @@ class JinaXLMRobertaConfig:
         if config.get("model_type") != "jina_embeddings_v3" and config.get("position_embedding_type") != "rotary":
             raise ValueError(f"position_embedding_type={config.get('position_embedding_type')!r}: not Jina's rotary "
                              "XLM-RoBERTa (a plain XLM-RoBERTa is the bert family's)")
-        for key, allowed in _UNSUPPORTED.items():
-            if key in config and config[key] not in allowed:
-                raise ValueError(f"{key}={config[key]!r} is not supported (supported: {allowed[0]!r})")
-        rope = config.get("rope_parameters") or {}
-        if rope.get("rope_type", "default") != "default":
-            raise ValueError(f"rope_type={rope['rope_type']!r} is not supported (only 'default')")
+        rope = rotary_settings(config, _UNSUPPORTED)
         if "rope_theta" in rope:
             theta = float(rope["rope_theta"])
         elif config.get("rotary_emb_base") is not None:
@@ -128,8 +123,8 @@ class JinaBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn: AttentionMetadata,
                 lora: LoRABatch | None = None) -> torch.Tensor:
-        x = self.norm1(x + self.mixer(x, rotary, attn, lora.scope("mixer.") if lora is not None else None))
-        return self.norm2(x + self.mlp(x, lora.scope("mlp.") if lora is not None else None))
+        x = self.norm1(x + self.mixer(x, rotary, attn, scoped(lora, "mixer.")))
+        return self.norm2(x + self.mlp(x, scoped(lora, "mlp.")))
 
 
 class JinaXLMRobertaModel(Backbone):
@@ -166,7 +161,7 @@ class JinaXLMRobertaModel(Backbone):
         x = self.emb_ln(self.embeddings(input_ids, token_type_ids))
         rotary = self.rotary(positions)  # once per batch, shared by every layer
         for i, layer in enumerate(self.layers):
-            x = layer(x, rotary, attn, lora.scope(f"layers.{i}.") if lora is not None else None)
+            x = layer(x, rotary, attn, scoped(lora, f"layers.{i}."))
         return x
 
 

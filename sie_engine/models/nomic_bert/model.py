@@ -31,6 +31,19 @@ from .card import nomic_card
 _GATED = {"swiglu": "silu", "geglu": "gelu"}
 
 
+def rotary_settings(config: Mapping[str, Any], unsupported: Mapping[str, tuple[Any, ...]]) -> Mapping[str, Any]:
+    """The config's `rope_parameters` ({} where none), after refusing the flash-attention-era settings
+    SIE does not run (`unsupported`: key -> the values it runs, the first the one to name) and any
+    rope_type but the default. NomicBERT's and Jina's XLM-RoBERTa configs share these settings."""
+    for key, allowed in unsupported.items():
+        if key in config and config[key] not in allowed:
+            raise ValueError(f"{key}={config[key]!r} is not supported (supported: {allowed[0]!r})")
+    rope = config.get("rope_parameters") or {}
+    if rope.get("rope_type", "default") != "default":
+        raise ValueError(f"rope_type={rope['rope_type']!r} is not supported (only 'default')")
+    return rope
+
+
 @dataclass(frozen=True)
 class NomicBertConfig:
     vocab_size: int
@@ -56,16 +69,10 @@ class NomicBertConfig:
                     return config[name]
             return default
 
-        unsupported = {
+        rope = rotary_settings(config, {
             "rotary_emb_fraction": (1.0, None), "rotary_emb_interleaved": (False, None), "prenorm": (False, None),
             "parallel_block": (False, None), "use_rms_norm": (False, None), "rotary_scaling_factor": (None,),
-        }
-        for key, allowed in unsupported.items():
-            if key in config and config[key] not in allowed:
-                raise ValueError(f"{key}={config[key]!r} is not supported (supported: {allowed[0]!r})")
-        rope = config.get("rope_parameters") or {}
-        if rope.get("rope_type", "default") != "default":
-            raise ValueError(f"rope_type={rope['rope_type']!r} is not supported (only 'default')")
+        })
         if "activation_function" in config:
             if config["activation_function"] not in _GATED:
                 raise ValueError(f"activation_function={config['activation_function']!r} is not supported "
