@@ -262,10 +262,11 @@ def tokenizer_window(card: ModelCard, layout: CheckpointLayout, family: Family) 
 def load_tokenizer(card: ModelCard, layout: CheckpointLayout) -> VocabularyLookup:
     family: Family = family_for(layout.config, card.family)  # an unsupported architecture is the error to report first
     make = family.tokenizer or TextTokenizer  # a family with its own input preparation (static embedders) brings it
-    if "video" in card.modalities and not getattr(make, "reads_video", False):
+    inputs = make(layout, tokenizer_window(card, layout, family), trust_remote_code=card.trust_remote_code)
+    if "video" in card.modalities and not inputs.reads_video:
         raise ValueError(f"card {card.id}: modalities name video, but the {family.name} family reads no video "
                          "(Qwen3-VL-Embedding's does)")
-    return make(layout, tokenizer_window(card, layout, family), trust_remote_code=card.trust_remote_code)
+    return inputs
 
 
 def with_backbone_overrides(card: ModelCard, layout: CheckpointLayout) -> CheckpointLayout:

@@ -71,6 +71,9 @@ class VocabularyLookup:
     # vocabulary (SPLADE) leave them out.
     special_ids: frozenset[int] = frozenset()
     unk_token_id: int | None = None
+    # Video items: a family that reads them samples a video's frames into image grids
+    # (ImageTextInputs.encode_video)
+    reads_video: ClassVar[bool] = False
 
     def vocabulary_id(self, token: str) -> int | None:
         """`token`'s id as one vocabulary entry, else the unknown token's, as transformers'
@@ -292,9 +295,6 @@ class ImageTextInputs(TextTokenizer):
         through the card's template: `wrap`) and the positions it runs (only where `image_prompted`);
         `contents`: an item's own content in place of `image_content` (a video's, None for an image)."""
         raise NotImplementedError(f"{type(self).__name__} gives image items no prompt of their own")
-
-    # Video items: a family that reads them samples a video's frames into image grids (`encode_video`)
-    reads_video: ClassVar[bool] = False
 
     def encode_video(self, value: Any, field: str, limits: Any) -> tuple[tuple[np.ndarray, ...], str]:
         """A video item -> (its frames' grids, in order, and its content in the item's prompt)."""

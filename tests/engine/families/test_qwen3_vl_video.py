@@ -17,11 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from image_fixtures import sample_images
+from image_fixtures import make_tiny_clip, sample_images
 from qwen3_vl_fixtures import make_tiny_qwen3_vl
-from sie_engine import Catalog, Engine, WeightsSource
+from sie_engine import Catalog, Engine, ModelCard, WeightsSource
+from sie_engine.checkpoints import describe
 from sie_engine.errors import InvalidRequest, Overloaded, PayloadTooLarge
 from sie_engine.models.qwen3_vl.video import frame_size, resize_frames
+from sie_engine.runner import load_tokenizer
 from sie_engine.validation import Limits
 from sie_engine.videos import DECODED_PIXEL_COST, admission_pixels, sample_video, smart_nframes
 from video_fixtures import encode_video, synthetic_frames, video_embedding_reference
@@ -97,7 +99,7 @@ def test_frames_are_sampled_and_sized_as_qwen_vl_utils_does(videos):
     assert height % 32 == width % 32 == 0 and height * width <= 768 * 32 * 32
 
 
-def test_what_a_video_cannot_be_is_refused_with_its_field(engine, videos):
+def test_what_a_video_cannot_be_is_refused_with_its_field(engine, videos, tmp_path):
     cases = [
         ({"video": b"not a video at all"}, InvalidRequest, "is not a video FFmpeg can read"),
         ({"video": encode_video(synthetic_frames(1, 64, 64), fps=1)}, InvalidRequest, "at least 2"),
@@ -113,6 +115,11 @@ def test_what_a_video_cannot_be_is_refused_with_its_field(engine, videos):
     assert caught.value.field == "items[0].video"
     with pytest.raises(ValueError, match="video without image"):
         dataclasses.replace(Catalog.builtin().get(EMBEDDING), modalities=("text", "video"))
+    clip = make_tiny_clip(tmp_path / "clip")  # a card may not declare video for a family that reads none
+    card = ModelCard(id="clip-video", weights=WeightsSource(path=str(clip)), modalities=("text", "image", "video"),
+                     image_size=32)
+    with pytest.raises(ValueError, match="the clip family reads no video"):
+        load_tokenizer(card, describe(clip))
     with pytest.raises(InvalidRequest, match="one of"):
         engine.encode_sync(EMBEDDING, [{"video": videos["mp4"], "image": sample_images()["png_rgb"]}])
     # bounds read before any frame is decoded
