@@ -6,7 +6,9 @@ asks for by default), `dimensions` (Matryoshka truncation, then
 renormalisation; refused on models trained without Matryoshka sizes), `user`
 (ignored), and SIE's `input_type` (`query` | `document`) for query mode. A
 client that can send no extra field selects query mode with the model alias
-`<model>#query`.
+`<model>#query`. `task`, as Jina's embeddings API names it (`retrieval.query`,
+`text-matching`, ...), selects the card's profile of that name (jina-embeddings-v3's task
+adapters), so a client written for Jina's API works unchanged.
 
 Token-id input is refused with 400: the ids such clients send come from
 OpenAI's tokenizer (tiktoken), which SIE's models do not share, so decoding
@@ -34,7 +36,7 @@ ENCODING_FORMATS = ("float", "base64")
 # SIE's query-mode extension: `query` / `document`, and the names other providers give them
 # (NVIDIA NIM's `passage`, Cohere's and Nomic's `search_query` / `search_document`).
 INPUT_TYPES = {"query": True, "search_query": True, "document": False, "passage": False, "search_document": False}
-FIELDS = EMBEDDINGS_FIELDS + ("input_type",)
+FIELDS = EMBEDDINGS_FIELDS + ("input_type", "task")
 TOKEN_IDS = ("token-id input is not supported: the ids come from another tokenizer than the model's own, so SIE "
              "cannot read them; send the text (LangChain's OpenAIEmbeddings: check_embedding_ctx_length=False)")
 
@@ -85,17 +87,24 @@ async def embeddings(request: web.Request) -> web.Response:
     body = await body_of(request)
     codec.check_fields(body, FIELDS, required=("model", "input"))
     model, alias = compat.split_mode(body["model"])
-    is_query = compat.choose_mode(alias, input_type(body.get("input_type")), "input_type")
+    explicit = input_type(body.get("input_type"))
+    # neither says: a `task`'s profile may (the engine's default, document mode, otherwise)
+    is_query = compat.choose_mode(alias, explicit, "input_type") if explicit is not None or alias is not None \
+        else None
     if body.get("user") is not None and not isinstance(body["user"], str):  # OpenAI's end-user id: text
         raise InvalidRequest("user must be a string (an id of your end user; SIE ignores it)", field="user")
     encoding_format = body.get("encoding_format") or "float"
     if encoding_format not in ENCODING_FORMATS:
         raise InvalidRequest(f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}", field="encoding_format")
+    task = body.get("task")
+    if task is not None and not isinstance(task, str):
+        raise InvalidRequest("task must be a string: one of the model's profiles (GET /v1/models/{model} lists them)",
+                             field="task")
     dims = await compat.check_dimensions(request, model, body.get("dimensions"), "dimensions")
     texts = input_texts(body["input"], engine.limits)
-    result = await compat.encode(request, model, texts, names={"dims": "dimensions", "items": "input"},
-                                 output_types=["dense"], is_query=is_query, dims=dims,
-                                 normalize=True if dims is not None else None)
+    names = {"dims": "dimensions", "items": "input", "profile": "task"}
+    result = await compat.encode(request, model, texts, names=names, output_types=["dense"], is_query=is_query,
+                                 dims=dims, profile=task, normalize=True if dims is not None else None)
     data = [{"object": "embedding", "index": i, "embedding": embedding_value(item.dense, encoding_format)}
             for i, item in enumerate(result.items)]
     payload = {"object": "list", "data": data, "model": result.model,

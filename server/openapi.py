@@ -37,6 +37,8 @@ SCHEMAS = {
         "dimensions": {"type": "integer", "minimum": 1}, "user": {"type": "string"},
         "input_type": {"enum": ["query", "document", "passage", "search_query", "search_document"],
                        "description": "SIE's query mode (or name the model `<model>#query`)"},
+        "task": {"type": "string", "description": "one of the model's profiles, as Jina's embeddings API names its "
+                                                  "tasks (jina-embeddings-v3: retrieval.query, text-matching, ...)"},
     }, ["model", "input"]),
     "EmbeddingsResponse": _obj({
         "object": {"const": "list"},

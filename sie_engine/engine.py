@@ -420,7 +420,7 @@ class Engine:
             raise InvalidRequest(str(exc), field=exc.field) from None
         card = self.card(model)
         self._require_task(card, task)
-        request = with_profile(card, request)  # the card's profile under the request's fields; its adapter checked
+        request = with_profile(card, request, task)  # the profile under the request's fields; its adapter checked
         deadline = time.monotonic() + timeout if timeout is not None else None
         return await self._on_engine_loop(self._admitted, implementation, task, card, request, deadline,
                                           pre_admitted)

@@ -92,6 +92,15 @@ class ResidentAdapter:
 AdapterKey = tuple[str, str]
 
 
+def _checkpoint_adapter(runner: ModelRunner, name: str) -> LoRAAdapter:
+    """The adapter `name` the model's checkpoint holds (a card's `adapters: {x: {checkpoint: name}}`)."""
+    adapter = runner.checkpoint_adapters.get(name)
+    if adapter is None:
+        held = ", ".join(runner.checkpoint_adapters) or "none"
+        raise ValueError(f"the checkpoint holds no adapter {name!r} (it holds: {held})")
+    return adapter
+
+
 def adapter_label(key: AdapterKey) -> str:
     """How logs, reservations and errors name an adapter: `<model>+lora:<name>`."""
     return f"{key[0]}+lora:{key[1]}"
@@ -518,10 +527,13 @@ class ModelPool:
         started = time.monotonic()
         log.info("loading LoRA adapter %s from %s", label, source.describe())
         try:
-            root = await loop.run_in_executor(self._executor, adapter_dir, source, label)
-            # read to host memory first: its bytes, measured, are what room is made for
-            adapter = await loop.run_in_executor(self._executor, load_adapter, name, root, runner.backbone,
-                                                 torch.device("cpu"), runner.dtype)
+            if source.checkpoint:  # read with the model's weights: its host copy is the runner's
+                adapter = _checkpoint_adapter(runner, source.checkpoint)
+            else:
+                root = await loop.run_in_executor(self._executor, adapter_dir, source, label)
+                # read to host memory first: its bytes, measured, are what room is made for
+                adapter = await loop.run_in_executor(self._executor, load_adapter, name, root, runner.backbone,
+                                                     torch.device("cpu"), runner.dtype)
             await self._make_room(label, adapter.nbytes)
             try:
                 if self.device.type != "cpu":

@@ -1,9 +1,11 @@
 """A request's `profile` and `lora_id`, resolved against its model's card at the engine's boundary.
 
 A profile (the card's `profiles`) is a named set of encode fields, an adapter (`lora_id`)
-among them: the request's own fields win, the profile fills in the rest. A `lora_id` must be
-one of the card's `adapters`. Both refusals are 400s that list what the card has and suggest
-the closest names, so a typo is fixed from the message alone.
+among them: the request's own fields win, the profile fills in the rest. A request that names
+neither a profile nor an adapter gets the card's `query_profile` or `document_profile` (by its
+`is_query`), where the card has one. A `lora_id` must be one of the card's `adapters`. Both
+refusals are 400s that list what the card has and suggest the closest names, so a typo is
+fixed from the message alone.
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     return "; did you mean " + " or ".join(repr(c) for c in close) + "?" if close else ""
 
 
-def with_profile(card: ModelCard, fields: Mapping[str, Any]) -> dict[str, Any]:
+def with_profile(card: ModelCard, fields: Mapping[str, Any], task: str = "encode") -> dict[str, Any]:
     """The request's fields with its profile's defaults under them (the request's own win), its
-    adapter checked. InvalidRequest for an unknown profile or adapter."""
+    adapter checked. InvalidRequest for an unknown profile or adapter. The card's default
+    profiles are encode's (`task`): its fields are what a profile presets."""
     merged = dict(fields)
     name = fields.get("profile")
+    if name is None and task == "encode" and fields.get("lora_id") is None:
+        name = card.query_profile if fields.get("is_query") else card.document_profile
     if name is not None:
         profile = card.profiles.get(name)
         if profile is None:

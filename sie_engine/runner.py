@@ -116,6 +116,9 @@ class ModelRunner:
     backend: AttentionBackend
     # tokens per batch (the scheduler's budget): the card's, capped on CPU (see batch_budget)
     batch_tokens: int = 0
+    # LoRA adapters the checkpoint itself holds (Backbone.checkpoint_adapters), on the CPU: what a
+    # card's `adapters: {name: {checkpoint: ...}}` load from, by name
+    checkpoint_adapters: Mapping[str, LoRAAdapter] = field(default_factory=dict)
     # per inference thread: batches of one model may run side by side on CPU
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
@@ -310,6 +313,7 @@ def build_runner(card: ModelCard, layout: CheckpointLayout | Path, device: torch
         if not report.prefix.endswith(layout.backbone_prefix_suffix):
             raise WeightLoadError(f"the backbone's tensors sit under {report.prefix!r}; a {layout.kind} checkpoint "
                                   f"keeps them under '*{layout.backbone_prefix_suffix}'")
+        checkpoint_adapters = backbone.checkpoint_adapters(checkpoint, report.prefix)
         if card.dtype == "int8":  # before the heads: a head tied to the backbone ties to the quantised copy
             backbone = quantize_linear_int8(backbone)
         context = HeadContext(card=card, root=layout.root, hf_config=layout.config, config=typed_config,
@@ -329,7 +333,7 @@ def build_runner(card: ModelCard, layout: CheckpointLayout | Path, device: torch
     return ModelRunner(
         card=card, layout=layout, family=family, config=typed_config, model=LoadedModel(backbone, heads),
         tokenizer=tokenizer, device=device, dtype=dtype, backend=backend,
-        batch_tokens=batch_budget(card, family, device, dtype),
+        batch_tokens=batch_budget(card, family, device, dtype), checkpoint_adapters=checkpoint_adapters,
     )
 
 

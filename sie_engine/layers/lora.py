@@ -30,7 +30,8 @@ class LoRAWeights:
     a: `[r, in]`; b: `[out, r]`, peft's scaling (`lora_alpha / r`, or `/ sqrt(r)` with rsLoRA)
     folded in. For a fused projection (BERT's QKV) the shards' `a`s are stacked (`r` is their
     ranks' sum) and `b` is block-diagonal: each shard's `b` fills its output rows and its
-    own rank's columns, zeros elsewhere (a shard peft did not target has no block)."""
+    own rank's columns, zeros elsewhere (a shard peft did not target has no block).
+    An embedding table's delta (`add_embedding_`) is `a[ids] @ b.T`: a `[vocab, r]`, b `[dim, r]`."""
 
     a: torch.Tensor
     b: torch.Tensor
@@ -78,6 +79,16 @@ class LoRABatch:
             weights = adapter.modules.get(key)
             if weights is not None:
                 out[start:end].addmm_(x[start:end] @ weights.a.t(), weights.b.t())
+        return out
+
+    def add_embedding_(self, out: torch.Tensor, ids: torch.Tensor, module: str) -> torch.Tensor:
+        """`out[rows] += a[ids[rows]] @ b.T` for each segment whose adapter adapts the embedding
+        table `module`: the rows of the delta table `a @ b.T` for the tokens, without building it."""
+        key = self.prefix + module
+        for start, end, adapter in self.segments:
+            weights = adapter.modules.get(key)
+            if weights is not None:
+                out[start:end].addmm_(weights.a[ids[start:end]], weights.b.t())
         return out
 
 

@@ -23,6 +23,7 @@ from ..layers.weights import WeightSpec
 
 if TYPE_CHECKING:
     from ..card import ModelCard
+    from ..layers.lora import LoRAAdapter
     from ..tokenizer import VocabularyLookup
 
 # float32 batches on CPU run fastest at about 2,048 tokens: the activations of a batch
@@ -92,6 +93,12 @@ class Backbone(nn.Module):
         """Bytes one batch needs beyond the weights (the pool's reserve); None: the transformer
         estimate from config.json (pool.activation_reserve)."""
         return None
+
+    def checkpoint_adapters(self, checkpoint: Mapping[str, torch.Tensor], prefix: str) -> dict[str, LoRAAdapter]:
+        """LoRA adapters the checkpoint itself holds beside the weights (`checkpoint` streams its
+        tensors, the backbone's under `prefix`), by name, on the CPU in the backbone's dtype: what a
+        card's `adapters: {name: {checkpoint: ...}}` serve. Empty: the checkpoint keeps none."""
+        return {}
 
     def input_embeddings(self) -> nn.Embedding | None:
         """The token embedding table, for heads tied to it (an MLM decoder); None: not exposed

@@ -28,8 +28,11 @@ CATALOG = Catalog.builtin()
 # Static embedders (model2vec) have no transformer to stand in for: tests/engine/families/test_arch_static.py
 # checks their cards against model2vec itself.
 # Image-text models (CLIP, SigLIP) take images too: tests/engine/families/test_images_engine.py runs their cards.
+# Cards whose checkpoint holds task adapters (jina-embeddings-v3) run them by default: a plain stand-in has
+# none, so tests/engine/families/test_jina_task_adapters.py checks the card on a checkpoint that holds them.
 DENSE_CARDS = [card for card in CATALOG if tuple(card.outputs) == ("dense",) and card.family != "static"
-               and "image" not in card.modalities]
+               and "image" not in card.modalities
+               and not any(source.checkpoint for source in card.adapters.values())]
 
 # bert-family cards whose real checkpoint is XLM-RoBERTa (position offset, pad index 1), besides
 # those whose description names XLM-R.

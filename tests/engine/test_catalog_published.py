@@ -50,6 +50,17 @@ def _published_config(row) -> dict:
     return config
 
 
+def _check_task_adapters(card, row) -> None:
+    """The checkpoint's task adapters, where the row names them: all served; queries and documents run
+    theirs without asking."""
+    if row.task_adapters is None:
+        return
+    assert {name: source.checkpoint for name, source in card.adapters.items()} == \
+        {task: task for task in row.task_adapters}, "task adapters"
+    for side, task in ((card.query_profile, row.query_task), (card.document_profile, row.document_task)):
+        assert side is not None and card.profiles[side]["lora_id"] == task, "the task a query / document runs"
+
+
 @pytest.mark.parametrize("card", CARDS, ids=[c.id for c in CARDS])
 def test_card_agrees_with_the_published_configuration(card):
     row = PUBLISHED.get(card.id)
@@ -68,6 +79,7 @@ def test_card_agrees_with_the_published_configuration(card):
         assert _resolved(card.query_template, card.query_instruction) == row.query, "query prompt"
         assert card.document_template == row.document, "document prompt"
         assert card.options.get("dense", {}).get("include_prompt", True) == row.include_prompt, "include_prompt"
+    _check_task_adapters(card, row)
     if row.causal is not None:
         assert card.options.get("backbone", {}).get("is_causal", True) == row.causal, "causal attention"
     if "classifier" in row.outputs:

@@ -46,6 +46,11 @@ class Published:
     attend_to_expansion: bool | None = None  # PyLate's attend_to_expansion_tokens, where the row states it
     # config.json's position_embedding_type where it picks the family (Jina's rotary XLM-RoBERTa)
     position_embedding_type: str | None = None
+    # the task adapters the checkpoint holds (jina-embeddings-v3's lora_adaptations), and the ones its
+    # authors' encode runs for queries and for documents
+    task_adapters: tuple[str, ...] | None = None
+    query_task: str | None = None
+    document_task: str | None = None
     # dense: the pooling leaves the prompt out (sentence-transformers' include_prompt: false, GritLM's
     # masked instruction); the decoder attends bidirectionally (causal False), where the row states it
     include_prompt: bool = True
@@ -458,6 +463,16 @@ PUBLISHED: dict[str, Published] = {
     # The backbone is jinaai/xlm-roberta-flash-implementation (config.json model_type xlm-roberta,
     # position_embedding_type rotary), transformers' JinaEmbeddingsV3Model
     # (tests/engine/heads/test_heads_colbert_jina.py).
+    # mteb's mteb/models/jina_models.py (JinaWrapper: encode(task=..., prompt=jina_task_to_prompt[task]),
+    # revision 215a6e12, embed_dim 1024, max_tokens 8194 positions, its tasks' names and which one a
+    # retrieval query or passage runs) + Jina's modeling_lora.py (XLMRobertaLoRA: the tasks' adapters as
+    # parametrizations of every linear and embedding layer; the task's instruction before each text)
+    "jinaai/jina-embeddings-v3": Published(
+        "xlm-roberta", ("dense",), "mteb's model registry (jina_models.py) + Jina's modeling_lora.py", 8192, "mean",
+        True, 1024, "Represent the query for retrieving evidence documents: {text}",
+        "Represent the document for retrieval: {text}", position_embedding_type="rotary",
+        task_adapters=("retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"),
+        query_task="retrieval.query", document_task="retrieval.passage"),
     "jinaai/jina-colbert-v2": other("xlm-roberta", "multivector", 8192, "README (PyLate usage, 128 dims, 8192 "
                                     "tokens) + mteb's model registry (PyLate arguments, revision 4cf816e5)",
                                     query_length=32, markers=("[QueryMarker]", "[DocumentMarker]"),

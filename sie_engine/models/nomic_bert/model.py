@@ -115,14 +115,21 @@ class NomicBertEmbeddings(nn.Module):
         self.word_embeddings = nn.Embedding(vocab_size, hidden_size)
         self.token_type_embeddings = nn.Embedding(type_vocab_size, hidden_size) if type_vocab_size > 0 else None
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
-        """`[T]` ids, optional `[T]` segments -> `[T, H]` (before `emb_ln`; no position embeddings)."""
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+                lora: LoRABatch | None = None) -> torch.Tensor:
+        """`[T]` ids, optional `[T]` segments -> `[T, H]` (before `emb_ln`; no position embeddings).
+        `lora`: deltas of the tables (Jina's task adapters adapt both)."""
         x = self.word_embeddings(input_ids)
+        if lora is not None:
+            lora.add_embedding_(x, input_ids, "word_embeddings")
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
                 x = x + self.token_type_embeddings.weight[0]  # every token is segment 0: no gather
             else:
                 x = x + self.token_type_embeddings(token_type_ids)
+            if lora is not None:
+                segments = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
+                lora.add_embedding_(x, segments, "token_type_embeddings")
         return x
 
 

@@ -21,7 +21,6 @@ from safetensors.torch import load_file, save_file
 
 from arch_fixtures import (
     FP32_TOL,
-    MINILM_VOCAB,
     TEXTS,
     check_batch_invariance,
     check_every_weight_loaded,
@@ -37,21 +36,11 @@ from arch_fixtures import (
     sie_pooled,
 )
 from engine_fixtures import Recorder, make_engine
+from jina_checkpoints import THETA, jina_layout, tiny_config
 from lora_models import peft_reference
 from sie_engine import ModelCard, WeightsSource
 from sie_engine.models import family_for
 from sie_engine.models.jina_xlm_roberta.model import JinaXLMRobertaConfig
-
-THETA = 10000.0  # jina-colbert-v2's base; the port's default (20000) is read from its rope_parameters
-
-
-def tiny_config(**overrides):
-    from transformers import JinaEmbeddingsV3Config
-
-    fields = dict(vocab_size=MINILM_VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                  intermediate_size=64, max_position_embeddings=512,
-                  rope_parameters={"rope_type": "default", "rope_theta": THETA})
-    return JinaEmbeddingsV3Config(**{**fields, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -99,25 +88,6 @@ def test_batch_invariance(runner, token_ids):
     check_batch_invariance(runner, token_ids)
 
 
-def jina_layout(src, dest, prefix: str = "roberta.", **config_fields):
-    """`src` rewritten as Jina's remote-code checkpoints are: tensors under `prefix`, config.json in
-    XLMRobertaFlashConfig's terms."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
-        if f.is_file() and f.name not in ("model.safetensors", "config.json"):
-            (dest / f.name).write_bytes(f.read_bytes())
-    tensors = {prefix + k: v for k, v in load_file(str(src / "model.safetensors")).items()}
-    save_file(tensors, str(dest / "model.safetensors"))
-    port = json.loads((src / "config.json").read_text())
-    config = {key: port[key] for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                                         "intermediate_size", "max_position_embeddings", "type_vocab_size",
-                                         "layer_norm_eps", "hidden_act", "pad_token_id")}
-    config.update(model_type="xlm-roberta", architectures=["HF_ColBERT"], position_embedding_type="rotary",
-                  rotary_emb_base=THETA, use_flash_attn=True, **config_fields)
-    (dest / "config.json").write_text(json.dumps(config))
-    return dest
-
-
 def test_jinas_own_layout_is_the_same_model(model_dir, token_ids, tmp_path):
     root = jina_layout(model_dir[0], tmp_path / "jina")
     config = json.loads((root / "config.json").read_text())
@@ -152,7 +122,7 @@ def test_config_reads_both_layouts_and_refuses_what_it_does_not_run():
     assert JinaXLMRobertaConfig.from_hf(jina).rope_theta == 20000.0
     with pytest.raises(ValueError, match="rotary base"):
         JinaXLMRobertaConfig.from_hf({k: v for k, v in jina.items() if k != "rotary_emb_base"})
-    with pytest.raises(ValueError, match="lora_adaptations"):
+    with pytest.raises(ValueError, match="lora_rank"):  # task adapters (test_jina_task_adapters.py) need their rank
         JinaXLMRobertaConfig.from_hf({**jina, "lora_adaptations": ["retrieval.query", "retrieval.passage"]})
     with pytest.raises(ValueError, match="rotary_emb_interleaved"):
         JinaXLMRobertaConfig.from_hf({**jina, "rotary_emb_interleaved": True})

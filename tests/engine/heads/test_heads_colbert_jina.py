@@ -21,8 +21,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
-from test_arch_jina_xlm_roberta import jina_layout, tiny_config
 
+from jina_checkpoints import jina_layout, tiny_config
 from sie_engine import Catalog, Engine, WeightsSource
 
 CARD = Catalog.builtin().get("jinaai/jina-colbert-v2")

@@ -1,0 +1,85 @@
+"""jina-embeddings-v3's task adapters over HTTP on a real `sie-server serve`: the catalog's card over
+a tiny random checkpoint in Jina's layout (tests/helpers/jina_checkpoints.py). Queries and documents
+get retrieval.query and retrieval.passage (with their prompts) on /v1/encode and OpenAI's
+/v1/embeddings alike; `profile`, and Jina's own `task` on /v1/embeddings, select the others; each
+equals transformers' port with that task's deltas merged. An unknown task is a 400 naming `task`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import yaml
+
+from arch_fixtures import TEXTS
+from jina_checkpoints import task_adapter_checkpoint, task_reference
+from server_fixtures import start_server
+
+CARD = Path(__file__).parents[2] / "sie_engine" / "catalog" / "jina-embeddings-v3.yaml"
+MODEL = "jinaai/jina-embeddings-v3"
+ATOL = 2e-5  # float32, merged weights (the reference) against the deltas added apart (SIE)
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    checkpoint = task_adapter_checkpoint(tmp_path_factory.mktemp("jina-v3"))
+    merged = tmp_path_factory.mktemp("merged")
+    return checkpoint[0], {task: task_reference(checkpoint, task, TEXTS, merged)
+                           for task in ("retrieval.query", "retrieval.passage", "text-matching", "classification")}
+
+
+@pytest.fixture(scope="module")
+def server(references, tmp_path_factory):
+    card = yaml.safe_load(CARD.read_text())
+    card.update(weights={"path": str(references[0])}, max_seq_len=120)
+    cards = tmp_path_factory.mktemp("cards")
+    (cards / "jina.yaml").write_text(json.dumps(card))  # a user card of the same id replaces the catalog's
+    process = start_server("--models", str(cards), "--no-builtin", "--preload", MODEL, "--device", "cpu",
+                           log_dir=tmp_path_factory.mktemp("log"))
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def rows(answer: httpx.Response, key: str = "items", field: str = "dense") -> np.ndarray:
+    assert answer.status_code == 200, answer.text
+    return np.asarray([item[field] for item in answer.json()[key]], dtype=np.float32)
+
+
+@pytest.mark.parametrize(("body", "task"), [
+    ({"is_query": True}, "retrieval.query"), ({}, "retrieval.passage"),
+    ({"profile": "text-matching"}, "text-matching"), ({"lora_id": "classification", "template": False},
+                                                      "classification"),
+])
+def test_encode_runs_each_task_as_jina_does(server, references, body, task):
+    got = rows(httpx.post(f"{server.url}/v1/encode/{MODEL}", json={"items": TEXTS, **body}, timeout=60))
+    np.testing.assert_allclose(got, references[1][task], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize(("body", "task"), [
+    ({"input_type": "query"}, "retrieval.query"), ({}, "retrieval.passage"),
+    ({"task": "retrieval.query"}, "retrieval.query"), ({"task": "text-matching"}, "text-matching"),
+])
+def test_openai_embeddings_take_input_type_and_jinas_task(server, references, body, task):
+    answer = httpx.post(f"{server.url}/v1/embeddings", json={"model": MODEL, "input": TEXTS, **body}, timeout=60)
+    np.testing.assert_allclose(rows(answer, "data", "embedding"), references[1][task], atol=ATOL, rtol=0)
+
+
+def test_an_unknown_task_is_a_400_naming_it(server):
+    answer = httpx.post(f"{server.url}/v1/embeddings", json={"model": MODEL, "input": TEXTS, "task": "text-match"},
+                        timeout=60)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == "task" and "did you mean 'text-matching'" in error["message"], error
+    answer = httpx.post(f"{server.url}/v1/embeddings", json={"model": MODEL, "input": TEXTS, "task": 3}, timeout=60)
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "task", answer.text
+
+
+def test_the_model_lists_its_tasks(server):
+    entry = httpx.get(f"{server.url}/v1/models/{MODEL}", timeout=30).json()
+    tasks = ["retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"]
+    assert entry["adapters"] == tasks and entry["profiles"] == tasks
