@@ -143,3 +143,13 @@ def test_card_refuses_a_default_profile_it_lacks_and_mixed_sources():
                                                   "separation": {"checkpoint": "separation", "path": "/x"}}})
     with pytest.raises(ValueError, match="weights.checkpoint"):
         ModelCard.from_dict({**data, "weights": {"checkpoint": "separation"}})
+
+
+def test_precision_variants_run_the_tasks_too(checkpoint, references):
+    """A precision variant is a model of its own: its runner reads the adapters in its own dtype."""
+    card = catalog_card(checkpoint[0])
+    with make_engine([card], Recorder()) as engine:
+        for precision in ("bfloat16", "int8"):
+            got = engine.encode_sync(card.id, TEXTS, is_query=True, precision=precision)
+            cosines = (np.stack([it.dense for it in got.items]) * references["retrieval.query"]).sum(1)
+            assert cosines.min() > 0.999, precision
