@@ -4,8 +4,9 @@ Checked field by field against cohere-python 7.3.1 (src/cohere/v2/raw_client.py 
 EmbedInput / EmbedContent / EmbedByTypeResponse types):
 
 - `model`, `input_type` (required by Cohere's client): `search_query` runs the card's query
-  prompt; `search_document`, `classification` and `clustering` the card's document prompt (SIE's
-  cards carry those two prompts only); `image` is for image inputs, which take no prompt;
+  prompt; `search_document`, `classification` and `clustering` the card's document prompt, except
+  that `classification` and `clustering` select the card's profile of that name where it has one
+  (jina-embeddings-v3's task adapters); `image` is for image inputs, which take no prompt;
 - what to embed, exactly one of: `texts` (strings), `images` (data URIs:
   `data:image/png;base64,...`), `inputs` (`[{content: [{type: text, text} | {type: image_url,
   image_url: {url}}]}]`, one part per input: SIE's image models embed a text or an image, they
@@ -43,6 +44,8 @@ FIELDS = ("model", "input_type", "texts", "images", "inputs", "max_tokens", "out
           "truncate", "priority")
 INPUT_TYPES = {"search_query": True, "search_document": False, "classification": False, "clustering": False,
                "image": False}
+# input types a card's profile of the same name serves where it has one (jina-embeddings-v3's tasks)
+PROFILE_TYPES = ("classification", "clustering")
 TRUNCATE = {"END": True, "NONE": False}
 
 
@@ -166,6 +169,8 @@ async def embed(request: web.Request) -> web.Response:
     if kind is not None and (not isinstance(kind, str) or kind not in INPUT_TYPES):
         raise InvalidRequest(f"input_type must be one of {', '.join(INPUT_TYPES)}", field="input_type")
     is_query = compat.choose_mode(alias, INPUT_TYPES[kind] if kind is not None else None, "input_type")
+    card = engine.catalog.get(model)
+    profile = kind if kind in PROFILE_TYPES and card is not None and kind in card.profiles else None
     priority = body.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int) or priority < 0):
         raise InvalidRequest("priority must be an integer of at least 0", field="priority")
@@ -177,7 +182,7 @@ async def embed(request: web.Request) -> web.Response:
     result = await compat.encode(request, model, items,
                                  names={"dims": "output_dimension", "items": field},
                                  output_types=["dense"], is_query=is_query, dims=dims, truncate=cut,
-                                 normalize=True if dims is not None else None)
+                                 profile=profile, normalize=True if dims is not None else None)
     matrix = np.stack([item.dense for item in result.items]).astype(np.float32, copy=False)
     payload: dict[str, Any] = {
         "id": fresh_uuid(), "response_type": "embeddings_by_type",

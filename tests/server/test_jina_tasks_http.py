@@ -1,7 +1,8 @@
 """jina-embeddings-v3's task adapters over HTTP on a real `sie-server serve`: the catalog's card over
 a tiny random checkpoint in Jina's layout (tests/helpers/jina_checkpoints.py). Queries and documents
 get retrieval.query and retrieval.passage (with their prompts) on /v1/encode and OpenAI's
-/v1/embeddings alike; `profile`, and Jina's own `task` on /v1/embeddings, select the others; each
+/v1/embeddings alike; `profile`, Jina's own `task` on /v1/embeddings and Cohere's input_type on
+/v2/embed select the others; each
 equals transformers' port with that task's deltas merged. An unknown task is a 400 naming `task`."""
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import numpy as np
 import pytest
 import yaml
 
+import sie_engine.catalog
 from arch_fixtures import TEXTS
 from jina_checkpoints import task_adapter_checkpoint, task_reference
 from server_fixtures import start_server
 
-CARD = Path(__file__).parents[2] / "sie_engine" / "catalog" / "jina-embeddings-v3.yaml"
+CARD = Path(sie_engine.catalog.__file__).parent / "jina-embeddings-v3.yaml"  # the shipped card
 MODEL = "jinaai/jina-embeddings-v3"
 ATOL = 2e-5  # float32, merged weights (the reference) against the deltas added apart (SIE)
 
@@ -28,7 +30,8 @@ def references(tmp_path_factory):
     checkpoint = task_adapter_checkpoint(tmp_path_factory.mktemp("jina-v3"))
     merged = tmp_path_factory.mktemp("merged")
     return checkpoint[0], {task: task_reference(checkpoint, task, TEXTS, merged)
-                           for task in ("retrieval.query", "retrieval.passage", "text-matching", "classification")}
+                           for task in ("retrieval.query", "retrieval.passage", "text-matching", "classification",
+                                       "separation")}
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +72,18 @@ def test_openai_embeddings_take_input_type_and_jinas_task(server, references, bo
     np.testing.assert_allclose(rows(answer, "data", "embedding"), references[1][task], atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize(("input_type", "task"), [
+    ("search_query", "retrieval.query"), ("search_document", "retrieval.passage"),
+    ("classification", "classification"), ("clustering", "separation"),
+])
+def test_cohere_input_types_select_the_tasks(server, references, input_type, task):
+    answer = httpx.post(f"{server.url}/v2/embed", json={"model": MODEL, "texts": TEXTS, "input_type": input_type,
+                                                        "embedding_types": ["float"]}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    got = np.asarray(answer.json()["embeddings"]["float"], dtype=np.float32)
+    np.testing.assert_allclose(got, references[1][task], atol=ATOL, rtol=0)
+
+
 def test_an_unknown_task_is_a_400_naming_it(server):
     answer = httpx.post(f"{server.url}/v1/embeddings", json={"model": MODEL, "input": TEXTS, "task": "text-match"},
                         timeout=60)
@@ -82,4 +97,4 @@ def test_an_unknown_task_is_a_400_naming_it(server):
 def test_the_model_lists_its_tasks(server):
     entry = httpx.get(f"{server.url}/v1/models/{MODEL}", timeout=30).json()
     tasks = ["retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"]
-    assert entry["adapters"] == tasks and entry["profiles"] == tasks
+    assert entry["adapters"] == tasks and entry["profiles"] == [*tasks, "clustering"]
