@@ -90,7 +90,8 @@ def task_adapter_checkpoint(tmp: Path) -> tuple[Path, Path, dict]:
         tensors[module + ".parametrizations.weight.original"] = tensor
         tensors[module + ".parametrizations.weight.0.lora_A"], tensors[module + ".parametrizations.weight.0.lora_B"] \
             = deltas[name]
-    assert {n.split(".")[-2] for n in deltas} >= {"word_embeddings", "Wqkv", "out_proj", "fc1", "fc2", "dense"}
+    assert {n.split(".")[-2] for n in deltas} >= {"word_embeddings", "token_type_embeddings", "Wqkv", "out_proj",
+                                                 "fc1", "fc2", "dense"}
     save_file(tensors, str(jina / "model.safetensors"))
     return jina, port, deltas
 
