@@ -6,9 +6,8 @@ asks for by default), `dimensions` (Matryoshka truncation, then
 renormalisation; refused on models trained without Matryoshka sizes), `user`
 (ignored), and SIE's `input_type` (`query` | `document`) for query mode. A
 client that can send no extra field selects query mode with the model alias
-`<model>#query`. `task`, as Jina's embeddings API names it (`retrieval.query`,
-`text-matching`, ...), selects the card's profile of that name (jina-embeddings-v3's task
-adapters), so a client written for Jina's API works unchanged.
+`<model>#query`. Jina's embeddings API's fields (`task`, `embedding_type`, `normalized`,
+`late_chunking`: jina_fields.py) are taken too.
 
 Token-id input is refused with 400: the ids such clients send come from
 OpenAI's tokenizer (tiktoken), which SIE's models do not share, so decoding
@@ -30,13 +29,15 @@ from sie_engine.errors import InvalidRequest, PayloadTooLarge
 from . import codec, compat
 from .fields import EMBEDDINGS_FIELDS
 from .handlers import body_of
+from .jina_fields import FIELDS as JINA_FIELDS
+from .jina_fields import jina_options
 from .state import ENGINE, SETTINGS
 
 ENCODING_FORMATS = ("float", "base64")
 # SIE's query-mode extension: `query` / `document`, and the names other providers give them
 # (NVIDIA NIM's `passage`, Cohere's and Nomic's `search_query` / `search_document`).
 INPUT_TYPES = {"query": True, "search_query": True, "document": False, "passage": False, "search_document": False}
-FIELDS = EMBEDDINGS_FIELDS + ("input_type", "task")
+FIELDS = EMBEDDINGS_FIELDS + ("input_type",) + JINA_FIELDS
 TOKEN_IDS = ("token-id input is not supported: the ids come from another tokenizer than the model's own, so SIE "
              "cannot read them; send the text (LangChain's OpenAIEmbeddings: check_embedding_ctx_length=False)")
 
@@ -93,18 +94,18 @@ async def embeddings(request: web.Request) -> web.Response:
         else None
     if body.get("user") is not None and not isinstance(body["user"], str):  # OpenAI's end-user id: text
         raise InvalidRequest("user must be a string (an id of your end user; SIE ignores it)", field="user")
-    encoding_format = body.get("encoding_format") or "float"
-    if encoding_format not in ENCODING_FORMATS:
+    encoding_format = body.get("encoding_format") or None
+    if encoding_format is not None and encoding_format not in ENCODING_FORMATS:
         raise InvalidRequest(f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}", field="encoding_format")
-    task = body.get("task")
-    if task is not None and not isinstance(task, str):
-        raise InvalidRequest("task must be a string: one of the model's profiles (GET /v1/models/{model} lists them)",
-                             field="task")
+    jina = jina_options(body, encoding_format)
+    encoding_format = jina.encoding_format or "float"
     dims = await compat.check_dimensions(request, model, body.get("dimensions"), "dimensions")
     texts = input_texts(body["input"], engine.limits)
+    # a cut vector is renormalised unless Jina's `normalized: false` asks for it as pooled
+    normalize = jina.normalize if jina.normalize is not None else (True if dims is not None else None)
     names = {"dims": "dimensions", "items": "input", "profile": "task"}
     result = await compat.encode(request, model, texts, names=names, output_types=["dense"], is_query=is_query,
-                                 dims=dims, profile=task, normalize=True if dims is not None else None)
+                                 dims=dims, profile=jina.task, normalize=normalize)
     data = [{"object": "embedding", "index": i, "embedding": embedding_value(item.dense, encoding_format)}
             for i, item in enumerate(result.items)]
     payload = {"object": "list", "data": data, "model": result.model,

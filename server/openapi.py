@@ -39,6 +39,10 @@ SCHEMAS = {
                        "description": "SIE's query mode (or name the model `<model>#query`)"},
         "task": {"type": "string", "description": "one of the model's profiles, as Jina's embeddings API names its "
                                                   "tasks (jina-embeddings-v3: retrieval.query, text-matching, ...)"},
+        "embedding_type": {"enum": ["float", "base64"], "description": "Jina's name for encoding_format"},
+        "encoding_type": {"enum": ["float", "base64"], "description": "Jina's older name for encoding_format"},
+        "normalized": {"type": "boolean", "description": "Jina's: false answers the vectors as pooled"},
+        "late_chunking": {"const": False, "description": "Jina's: only false (SIE embeds each input on its own)"},
     }, ["model", "input"]),
     "EmbeddingsResponse": _obj({
         "object": {"const": "list"},

@@ -2,11 +2,13 @@
 a tiny random checkpoint in Jina's layout (tests/helpers/jina_checkpoints.py). Queries and documents
 get retrieval.query and retrieval.passage (with their prompts) on /v1/encode and OpenAI's
 /v1/embeddings alike; `profile`, Jina's own `task` on /v1/embeddings and Cohere's input_type on
-/v2/embed select the others; each
+/v2/embed select the others (with the rest of Jina's fields: embedding_type, normalized,
+late_chunking false); each
 equals transformers' port with that task's deltas merged. An unknown task is a 400 naming `task`."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -82,6 +84,32 @@ def test_cohere_input_types_select_the_tasks(server, references, input_type, tas
     assert answer.status_code == 200, answer.text
     got = np.asarray(answer.json()["embeddings"]["float"], dtype=np.float32)
     np.testing.assert_allclose(got, references[1][task], atol=ATOL, rtol=0)
+
+
+def test_a_jina_api_client_body_is_served(server, references):
+    """What Jina's own examples and LlamaIndex's JinaEmbedding send to api.jina.ai/v1/embeddings."""
+    body = {"model": MODEL, "task": "text-matching", "late_chunking": False, "embedding_type": "float", "input": TEXTS}
+    answer = httpx.post(f"{server.url}/v1/embeddings", json=body, timeout=60)
+    want = references[1]["text-matching"]
+    np.testing.assert_allclose(rows(answer, "data", "embedding"), want, atol=ATOL, rtol=0)
+    packed = httpx.post(f"{server.url}/v1/embeddings", json={**body, "embedding_type": None, "encoding_type": "base64"},
+                        timeout=60)
+    assert packed.status_code == 200, packed.text
+    got = np.stack([np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in packed.json()["data"]])
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+    pooled = rows(httpx.post(f"{server.url}/v1/embeddings", json={**body, "normalized": False}, timeout=60),
+                  "data", "embedding")
+    norms = np.linalg.norm(pooled, axis=1)
+    assert np.abs(norms - 1).max() > 1e-3  # as pooled: not unit vectors
+    np.testing.assert_allclose(pooled / norms[:, None], want, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize(("field", "value"), [("late_chunking", True), ("embedding_type", "binary"),
+                                              ("normalized", "yes"), ("encoding_type", "ubinary")])
+def test_what_jinas_fields_ask_that_sie_does_not_serve_is_a_400(server, field, value):
+    answer = httpx.post(f"{server.url}/v1/embeddings", json={"model": MODEL, "input": TEXTS, field: value},
+                        timeout=60)
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == field, answer.text
 
 
 def test_an_unknown_task_is_a_400_naming_it(server):
