@@ -1,6 +1,6 @@
-"""The fields Jina's embeddings API adds to OpenAI's (`POST /v1/embeddings`), so that a client
-written for Jina's API (LangChain's and LlamaIndex's Jina embedders, Jina's own examples) works
-with SIE as its base URL:
+"""The fields Jina's embeddings API adds to OpenAI's (`POST /v1/embeddings`), so that a request
+written for Jina's API (the body Jina's examples and its clients' code send to
+api.jina.ai/v1/embeddings) is served as it is, pointed at SIE:
 
 - `task`: the model's profile of that name (jina-embeddings-v3's task adapters);
 - `embedding_type` (and its older name `encoding_type`): `float` or `base64`, as OpenAI's
