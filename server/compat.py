@@ -62,13 +62,14 @@ def label(request: web.Request, model: str) -> None:
         request[MODEL_LABEL] = model
 
 
-def choose_mode(alias: bool | None, explicit: bool | None, field: str) -> bool:
-    """The mode from an explicit field or the model alias (document mode without either);
-    the two disagreeing is a mistake worth a 400, not a silent pick."""
+def choose_mode(alias: bool | None, explicit: bool | None, field: str) -> bool | None:
+    """The mode from an explicit field or the model alias; None without either (the engine's
+    default: document mode, or the card's default profile for documents, which a profile the
+    request names may override); the two disagreeing is a mistake worth a 400, not a silent pick."""
     if explicit is not None and alias is not None and explicit != alias:
         raise InvalidRequest(f"{field} asks for {'query' if explicit else 'document'} mode but the model alias "
                              f"asks for {'query' if alias else 'document'} mode", field=field)
-    return bool(explicit if explicit is not None else alias)
+    return explicit if explicit is not None else alias
 
 
 # ---- request values ---------------------------------------------------------------

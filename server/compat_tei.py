@@ -107,7 +107,7 @@ def mode(body: dict, alias: bool | None) -> bool:
     if name is not None and (not isinstance(name, str) or name not in PROMPTS):
         raise InvalidRequest(f"prompt_name must be one of {', '.join(PROMPTS)} (SIE serves each model's query "
                              "and document prompts)", field="prompt_name")
-    return compat.choose_mode(alias, PROMPTS.get(name) if name is not None else None, "prompt_name")
+    return bool(compat.choose_mode(alias, PROMPTS.get(name) if name is not None else None, "prompt_name"))
 
 
 def prompted(body: dict, alias: bool | None) -> dict[str, bool]:

@@ -88,10 +88,7 @@ async def embeddings(request: web.Request) -> web.Response:
     body = await body_of(request)
     codec.check_fields(body, FIELDS, required=("model", "input"))
     model, alias = compat.split_mode(body["model"])
-    explicit = input_type(body.get("input_type"))
-    # neither says: a `task`'s profile may (the engine's default, document mode, otherwise)
-    is_query = compat.choose_mode(alias, explicit, "input_type") if explicit is not None or alias is not None \
-        else None
+    is_query = compat.choose_mode(alias, input_type(body.get("input_type")), "input_type")
     if body.get("user") is not None and not isinstance(body["user"], str):  # OpenAI's end-user id: text
         raise InvalidRequest("user must be a string (an id of your end user; SIE ignores it)", field="user")
     encoding_format = body.get("encoding_format") or None

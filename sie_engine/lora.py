@@ -139,16 +139,6 @@ def _pairs(keys: list[str], errors: list[str]) -> dict[str, tuple[str, str]]:
     return pairs
 
 
-def _mapped(name: str, spec: WeightSpec) -> tuple[str, int | None]:
-    """A checkpoint-style parameter name through the spec's renames and stacked map."""
-    for old, new in spec.renames:
-        name = name.replace(old, new)
-    for part, fused, index in spec.stacked:
-        if part in name:
-            return name.replace(part, fused), index
-    return name, None
-
-
 def _place(path: str, spec: WeightSpec, modules: dict[str, nn.Module],
            targets: tuple[str, ...]) -> tuple[str, int | None] | str:
     """The backbone module (and fused shard) peft's module `path` is, or why there is none. The
@@ -157,7 +147,7 @@ def _place(path: str, spec: WeightSpec, modules: dict[str, nn.Module],
     if "." in path:
         candidates.append(path.split(".", 1)[1])
     for candidate in candidates:
-        param, shard = _mapped(candidate + ".weight", spec)
+        param, shard = spec.mapped(candidate + ".weight")
         module = param[:-len(".weight")]
         if module in modules:
             if not any(module.endswith("." + target) for target in targets):

@@ -30,6 +30,16 @@ class WeightSpec:
     # Checkpoint names (after the prefix) the backbone knowingly does not use.
     ignore: tuple[str, ...] = ()
 
+    def mapped(self, name: str) -> tuple[str, int | None]:
+        """A checkpoint name (after the prefix) as the backbone names it, through the renames and
+        the stacked map, and the shard of a fused parameter it fills (None: the whole parameter)."""
+        for old, new in self.renames:
+            name = name.replace(old, new)
+        for part, fused_part, index in self.stacked:
+            if part in name:
+                return name.replace(part, fused_part), index
+        return name, None
+
 
 @dataclass
 class LoadReport:
@@ -65,13 +75,7 @@ def load_checkpoint(module: nn.Module, tensors: Mapping[str, torch.Tensor], spec
             if any(name.startswith(ig) or name == ig for ig in spec.ignore):
                 report.loaded.add(ckpt_name)
                 continue
-            for old, new in spec.renames:
-                name = name.replace(old, new)
-            shard = None
-            for part, fused_part, index in spec.stacked:
-                if part in name:
-                    name, shard = name.replace(part, fused_part), index
-                    break
+            name, shard = spec.mapped(name)
             target = params.get(name)
             if target is None:
                 continue  # not the backbone's (a head's, or unused)

@@ -215,13 +215,12 @@ class JinaXLMRobertaModel(Backbone):
         adapted = (*self.lora_targets, "word_embeddings", "token_type_embeddings")
         per_task: list[dict[str, LoRAWeights]] = [{} for _ in tasks]
         errors: list[str] = []
+        dtype = self.emb_ln.weight.dtype
         for key in [k for k in checkpoint.keys() if k.startswith(prefix) and k.endswith(LORA_A)]:
             path = key[len(prefix):-len(LORA_A)]
             if any(path.startswith(ignored) for ignored in self.weight_spec.ignore):
                 continue  # the pooler's: no encode head reads it
-            name = path
-            for old, new in self.weight_spec.renames:
-                name = name.replace(old, new)
+            name, _ = self.weight_spec.mapped(path)
             module = modules.get(name)
             if module is None or not any(name.endswith(target) for target in adapted):
                 errors.append(f"{key}: no module the forward adapts (it adapts {', '.join(adapted)})")
@@ -231,7 +230,6 @@ class JinaXLMRobertaModel(Backbone):
             if problem:
                 errors.append(f"{key}: {problem}")
                 continue
-            dtype = self.emb_ln.weight.dtype
             for i in range(len(tasks)):
                 b_i = b[i] * self.config.lora_scaling
                 if isinstance(module, nn.Embedding):  # rows looked up by token: a [vocab, r], b [dim, r]
