@@ -81,9 +81,11 @@ SCORE = Task(
     fields=(
         Field("query", type=QueryText, wire_type=WireQueryText, required=True,
               description="a string or {text}; a vision-language reranker (Qwen3-VL-Reranker) also takes {image} "
-                          "or {image, text}"),
+                          "or {video}, with or without their text"),
         Field("items", type=EncodeItems, wire_type=WireEncodeItems, required=True,
-              description="texts: strings or {id?, text} objects; page images as {id?, image} (ColPali only)"),
+              description="texts: strings or {id?, text} objects; page images as {id?, image} (ColPali, ColQwen2); "
+                          "a vision-language reranker's images and videos as {id?, image, text?} and "
+                          "{id?, video, text?}"),
         Field("top_k", type=PositiveInt, description="keep the k best"),
         TRUNCATE,
         Field("instruction", type=str, description="prompted LLM rerankers only: replaces the card's"),

@@ -68,12 +68,13 @@ _DOCUMENT_SCHEMA = {
                    "never followed"}
 Document = Annotated[Any, Meta(extra_json_schema=_DOCUMENT_SCHEMA)]
 # A video item's file bytes (MP4, WebM, MKV, AVI, MOV: what FFmpeg demuxes), carried as an image's are.
-# Its frames are sampled and timed server-side for a model that reads video (Qwen3-VL-Embedding).
+# Its frames are sampled and timed server-side for a model that reads video (Qwen3-VL-Embedding and
+# -Reranker).
 _VIDEO_SCHEMA = {
     "type": "string", "format": "byte",
     "description": "the video file's bytes: base64 or a data:video/mp4;base64, URI in JSON, raw bytes in msgpack; "
                    "its frames are sampled server-side (one a second, at most 64, as Qwen3-VL-Embedding's "
-                   "script does); URLs are not fetched"}
+                   "and Qwen3-VL-Reranker's scripts do); URLs are not fetched"}
 Video = Annotated[Any, Meta(extra_json_schema=_VIDEO_SCHEMA)]
 # Fixed bounds of a document's options: what no deployment would raise (its own bounds are Limits').
 MIN_DPI, MAX_DPI, DEFAULT_DPI = 18, 600, 144
@@ -215,15 +216,18 @@ class ExtractItem(_Shape):
 
 
 class Query(_Shape):
-    """`{text}`; for a vision-language reranker (Qwen3-VL-Reranker) also `{image}` or `{image, text}`:
-    a query image, with its text after it (other models refuse an image)."""
+    """`{text}`; for a vision-language reranker (Qwen3-VL-Reranker) also `{image}` or `{video}`, with or
+    without a text: a query image or video, its text after it (other models refuse them)."""
 
     text: Text | None = None
     image: Image = None
+    video: Video = None
 
     def __post_init__(self) -> None:
-        if self.text is None and self.image is None:
-            raise Refusal("text", "is required (a vision-language reranker also takes an image)")
+        if self.image is not None and self.video is not None:
+            raise Refusal("", "has both image and video; send one of them (its text beside it)")
+        if self.text is None and self.image is None and self.video is None:
+            raise Refusal("text", "is required (a vision-language reranker also takes an image or a video)")
 
 
 class Classify(_Shape):

@@ -108,11 +108,18 @@ def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int
     this bound as soon as the text is tokenised. A generative model's image or page also counts
     `generated_tokens`: its decoder prompt plus the max_new_tokens it may generate (the charge
     stays reserved while it decodes: its work never sits in the scheduler's queues). A video item
-    (with or without its text) counts the window: its frames and prompt are refused past it."""
+    (with or without its text) counts the window: its frames and prompt are refused past it. A
+    reranker's image query enters every pair (`image_tokens` more each); its video query makes
+    every pair count the window."""
     items = fields.get("items")
     if not isinstance(items, (list, tuple)):
         return 0
-    shared = SPECIAL_TOKENS + prompt_bytes
+    query = fields.get("query")
+    query_media = query if image_tokens is not None and isinstance(query, dict) else {}
+    if query_media.get("video") is not None:
+        return window * len(items)
+    query_image = image_tokens if image_tokens is not None and query_media.get("image") is not None else 0
+    shared = SPECIAL_TOKENS + prompt_bytes + query_image
     shared += sum(_text_bytes(value) for name, value in fields.items() if name != "items")
     total = 0
     for item in items:
@@ -122,7 +129,7 @@ def upper_bound_tokens(fields: Mapping[str, Any], window: int, prompt_bytes: int
         elif isinstance(text, str):
             total += min(_text_bytes(text) + shared, window)
         elif image_tokens is not None and isinstance(item, dict) and item.get("image") is not None:
-            total += image_tokens + generated_tokens
+            total += image_tokens + generated_tokens + query_image
         elif image_tokens is not None and isinstance(item, dict) and item.get("document") is not None:
             pages = item.get("pages")
             total += (image_tokens + generated_tokens) * (len(pages) if isinstance(pages, list) else document_pages)

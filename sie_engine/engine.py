@@ -450,13 +450,16 @@ class Engine:
             reservation.release()
 
     async def _admit_decoding(self, card: ModelCard, request: dict[str, Any]) -> DecodeTicket | None:
-        """The request's image and video items admitted by their pixels (decode_admission.py), read from
-        their headers and containers off this loop (about 0.1 ms an image); None when it sends neither."""
+        """The request's image and video items (and a reranker's image or video query, decoded once for
+        all its pairs) admitted by their pixels (decode_admission.py), read from their headers and
+        containers off this loop (about 0.1 ms an image); None when it sends neither."""
         items = request.get("items")
         if not card.image_size or not isinstance(items, (list, tuple)) or not self.scheduler.admission.bounded:
             return None  # no wait bound (an in-process engine by default): nothing to refuse by
-        images = [item["image"] for item in items if isinstance(item, dict) and item.get("image") is not None]
-        videos = [item["video"] for item in items if isinstance(item, dict) and item.get("video") is not None]
+        query = request.get("query")
+        media = [*items, query] if isinstance(query, dict) else items
+        images = [item["image"] for item in media if isinstance(item, dict) and item.get("image") is not None]
+        videos = [item["video"] for item in media if isinstance(item, dict) and item.get("video") is not None]
         if not images and not videos:
             return None
         limits = self.limits

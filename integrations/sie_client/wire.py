@@ -200,9 +200,8 @@ def normalize_items(items: Any) -> list[dict]:
             if item.get("image") is not None:
                 item["image"] = image_value(item["image"])
             for name in ("document", "video"):  # a PDF's or a video file's path or bytes
-                value = item.get(name)
-                if isinstance(value, (PurePath, bytearray, memoryview)):
-                    item[name] = Path(value).read_bytes() if isinstance(value, PurePath) else bytes(value)
+                if name in item:
+                    item[name] = file_value(item[name])
             result.append(item)
         elif is_image(item):
             result.append({"image": image_value(item)})
@@ -219,6 +218,14 @@ def is_image(value: Any) -> bool:
 
 def _is_pil(value: Any) -> bool:
     return any(cls.__module__.startswith("PIL.") and cls.__name__ == "Image" for cls in type(value).__mro__)
+
+
+def file_value(value: Any) -> Any:
+    """A document's or a video's file as the wire carries it: a `Path` read, a buffer's bytes; anything
+    else (bytes, a base64 string, None) as it is, for the server to type-check."""
+    if isinstance(value, PurePath):
+        return Path(value).read_bytes()
+    return bytes(value) if isinstance(value, (bytearray, memoryview)) else value
 
 
 def image_value(value: Any) -> Any:
@@ -244,23 +251,27 @@ def drop_none(body: dict) -> dict:
 
 def normalize_query(query: Any) -> dict:
     """A string, a `{text}` dict or, for a vision-language reranker, an image (bytes, a path, a PIL image)
-    or an `{image, text?}` dict -> the query as the wire carries it."""
+    or an `{image, text?}` or `{video, text?}` dict (a video's path or bytes) -> the query as the wire
+    carries it."""
     if isinstance(query, str):
         return {"text": query}
     if is_image(query):
         return {"image": image_value(query)}
-    if isinstance(query, Mapping) and ("text" in query or "image" in query):
+    if isinstance(query, Mapping) and ("text" in query or "image" in query or "video" in query):
         shaped = {"text": query["text"]} if "text" in query else {}
         if query.get("image") is not None:
             shaped["image"] = image_value(query["image"])
+        if query.get("video") is not None:
+            shaped["video"] = file_value(query["video"])
         return shaped
-    raise TypeError("query must be a string, a {text} dict, or an image or {image, text?} dict (vision-language "
-                    "rerankers)")
+    raise TypeError("query must be a string, a {text} dict, or an image, {image, text?} or {video, text?} dict "
+                    "(vision-language rerankers)")
 
 
 def normalize_request(task: str, body: dict) -> dict:
     """A task's request body with items as `{id?, text}` objects and a query as `{text}` (or `{image,
-    text?}`) (the forms every task's fields take; plain strings are accepted for convenience)."""
+    text?}`, `{video, text?}`) (the forms every task's fields take; plain strings are accepted for
+    convenience)."""
     if "items" in body:
         body["items"] = normalize_items(body["items"])
     if "query" in body:

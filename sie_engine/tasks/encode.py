@@ -49,16 +49,12 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     paired = [i for i in image_positions if texts[i] is not None]
     if image_positions and "image" not in card.modalities:
         first = image_positions[0]
-        kind = _kind(images[first])
+        kind = item_kind(images[first])
         raise InvalidRequest(f"items[{first}] is {'an image' if kind == 'image' else 'a ' + kind}, but model "
                              f"{card.id!r} takes {' and '.join(card.modalities)} items only; use an image model "
                              f"(CLIP, SigLIP, ColPali{', Qwen3-VL-Embedding' if kind == 'video' else ''}) for {kind}s",
                              field=f"items[{first}].{kind}")
-    videos = [i for i in image_positions if isinstance(images[i], v.VideoItem)]
-    if videos and "video" not in card.modalities:
-        raise InvalidRequest(f"items[{videos[0]}] is a video, but model {card.id!r} reads images only; send its "
-                             "frames as image items, or use a model that reads video (Qwen3-VL-Embedding)",
-                             field=f"items[{videos[0]}].video")
+    refuse_videos(card, images, image_positions)
     if paired:  # an image with its text: only a model that writes both into one prompt takes it
         await _check_image_texts(engine, card, paired[0])
     outputs = v.check_output_types(request.get("output_types"), card)
@@ -206,16 +202,19 @@ class ImagePrompts:
 
     texts: Sequence[str | None]
     wrap: Callable[[list[str]], list[str]] = _unwrapped
-    # where items' prompts differ beyond their content (a reranker's image query beside each document's
-    # text): the prompt of the item at a request position around its content, in place of `wrap`
-    wrap_at: Callable[[int, str], str] | None = None
+    # where items' prompts differ beyond their content (a reranker's image or video query beside each
+    # document): the prompt of the item at a request position around its content, given the contents of
+    # the item's other images or videos (None: an image), in place of `wrap`
+    wrap_at: Callable[[int, str, tuple[str | None, ...]], str] | None = None
 
-    def wrap_for(self, positions: Sequence[int]) -> Callable[[list[str]], list[str]]:
-        """`wrap` for the items at `positions` (a chunk of the request's image items, in order)."""
+    def wrap_for(self, positions: Sequence[int],
+                 others: Sequence[tuple[str | None, ...]]) -> Callable[[list[str]], list[str]]:
+        """`wrap` for the items at `positions` (a chunk of the request's image items, in order), `others`
+        each item's other members' contents."""
         wrap_at = self.wrap_at
         if wrap_at is None:
             return self.wrap
-        return lambda contents: [wrap_at(p, c) for p, c in zip(positions, contents, strict=True)]
+        return lambda contents: [wrap_at(p, c, o) for p, c, o in zip(positions, contents, others, strict=True)]
 
 
 NO_PROMPTS = ImagePrompts((), _unwrapped)
@@ -224,6 +223,15 @@ NO_PROMPTS = ImagePrompts((), _unwrapped)
 def template_wrap(template: tuple[str, str | None] | None) -> Callable[[list[str]], list[str]]:
     """The card's template with its instruction around each content (None: the request's `template: false`)."""
     return _unwrapped if template is None else lambda contents: apply_template(contents, *template)
+
+
+def refuse_videos(card, images: Sequence[Any], positions: Sequence[int]) -> None:
+    """Refuse video items where the card declares no video modality."""
+    videos = [i for i in positions if isinstance(images[i], v.VideoItem)]
+    if videos and "video" not in card.modalities:
+        raise InvalidRequest(f"items[{videos[0]}] is a video, but model {card.id!r} reads images only; send its "
+                             "frames as image items, or use a model that reads video (Qwen3-VL-Embedding, "
+                             "Qwen3-VL-Reranker)", field=f"items[{videos[0]}].video")
 
 
 async def _check_image_texts(engine: TaskContext, card, position: int) -> None:
@@ -238,7 +246,7 @@ def _takes_image_texts(inputs) -> bool:
     return isinstance(inputs, ImageTextInputs) and inputs.image_prompted
 
 
-def _kind(value: Any) -> str:
+def item_kind(value: Any) -> str:
     """What an item of the images list is: an image, a document or a video."""
     return "document" if isinstance(value, v.DocumentItem) else "video" if isinstance(value, v.VideoItem) else "image"
 
@@ -258,16 +266,13 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
     def prepare(inputs, values, fields, texts, chunk):
         if inputs.images is None:
             raise InvalidRequest(f"model {card.id!r} has no vision tower; it takes text items only", field="items")
-        videos = {i: inputs.encode_video(value.data, fields[i], limits)
-                  for i, value in enumerate(values) if isinstance(value, v.VideoItem)}  # (grids, content)
-        still = iter(_decoded_once(inputs.images, [value for i, value in enumerate(values) if i not in videos],
-                                   [field for i, field in enumerate(fields) if i not in videos], limits))
-        pixels = [videos[i][0] if i in videos else next(still) for i in range(len(values))]
+        members = _decoded_once(inputs, values, fields, limits)
+        pixels = [_item_pixels(value, decoded) for value, decoded in zip(values, members)]
         if isinstance(inputs, ImageTextInputs) and inputs.image_prompted:
             item_fields = [field if isinstance(field, str) else field[-1] for field in fields]
-            contents = [videos[i][1] if i in videos else None for i in range(len(values))]
-            prompt_ids, counts = inputs.image_prompts(texts, (prompts or NO_PROMPTS).wrap_for(chunk), pixels,
-                                                      item_fields, contents)
+            contents = [[content for _, content in decoded] for decoded in members]
+            wrap = (prompts or NO_PROMPTS).wrap_for(chunk, [tuple(own[1:]) for own in contents])
+            prompt_ids, counts = inputs.image_prompts(texts, wrap, pixels, item_fields, [own[0] for own in contents])
             return prompt_ids, pixels, counts
         return [NO_IDS] * len(pixels), pixels, [inputs.images.positions(values) for values in pixels]
 
@@ -278,14 +283,15 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
         chunk = positions[start:start + IMAGE_CHUNK]
         (prompt_ids, pixels, counts), spent = await on_image_threads(
             prepare, inputs, [images[i] for i in chunk],
-            [fields[i] if fields is not None else f"items[{i}].{_kind(images[i])}" for i in chunk],
+            [fields[i] if fields is not None else f"items[{i}].{item_kind(images[i])}" for i in chunk],
             [prompts.texts[i] if prompts is not None else None for i in chunk], chunk)
         seconds += spent
         tokens += sum(counts)
         ticket = work_request.reservation.decoding if work_request.reservation is not None else None
         if ticket is not None:  # its pixels are decoded: admission's backlog shrinks, the rate is measured
             ticket.decoded(len(chunk) / len(positions), spent,
-                           measured=not any(isinstance(images[i], (PictureSource, v.VideoItem)) for i in chunk))
+                           measured=not any(isinstance(member, (PictureSource, v.VideoItem))
+                                            for i in chunk for member in _members(images[i])))
         engine.submit(card, queue or IMAGE_QUEUE, [
             WorkItem(work_request, position, ids, outputs=wanted, pixels=values, image_tokens=count, extra=extra)
             for position, ids, values, count in zip(chunk, prompt_ids, pixels, counts)
@@ -293,20 +299,37 @@ async def submit_images(engine: TaskContext, card, work_request, images: list, p
     return tokens, seconds
 
 
-def _decoded_once(images, values: list, fields: list[str], limits) -> list:
-    """Each distinct image value of a chunk decoded once (a reranker's image query stands beside
-    every document), then given to every item that holds it; an item of several images (a tuple of
-    values, with a tuple of fields) gets the tuple of their pixels."""
+def _members(item: Any) -> tuple:
+    """The images and videos of an item: itself, or the tuple it is (a reranker's query beside a document)."""
+    return item if isinstance(item, tuple) else (item,)
+
+
+def _decoded_once(inputs, values: list, fields: list, limits) -> list[list[tuple[Any, str | None]]]:
+    """Each distinct image and video of a chunk decoded once (a reranker's query stands beside every
+    document), then given to every item that holds it: per item, per member, (its pixels, its prompt
+    content): an image's array and None, a video's temporal patches and its content (timestamps and
+    placeholders)."""
     flat = [(value, field) for item, where in zip(values, fields)
-            for value, field in (zip(item, where, strict=True) if isinstance(item, tuple) else ((item, where),))]
-    first: dict[int, int] = {}
-    for i, (value, _) in enumerate(flat):
-        first.setdefault(id(value), i)
-    order = list(first.values())
-    decoded = images.encode_images([flat[i][0] for i in order], [flat[i][1] for i in order], limits)
-    by_value = {id(flat[i][0]): pixels for i, pixels in zip(order, decoded)}
-    return [tuple(by_value[id(v)] for v in item) if isinstance(item, tuple) else by_value[id(item)]
-            for item in values]
+            for value, field in zip(_members(item), _members(where), strict=True)]
+    first: dict[int, tuple[Any, str]] = {}
+    for value, field in flat:
+        first.setdefault(id(value), (value, field))
+    stills = [(value, field) for value, field in first.values() if not isinstance(value, v.VideoItem)]
+    decoded: dict[int, tuple[Any, str | None]] = {
+        id(value): (pixels, None) for (value, _), pixels in
+        zip(stills, inputs.images.encode_images([s[0] for s in stills], [s[1] for s in stills], limits))}
+    for value, field in first.values():
+        if isinstance(value, v.VideoItem):
+            decoded[id(value)] = inputs.encode_video(value.data, field, limits)  # (grids, content)
+    return [[decoded[id(member)] for member in _members(item)] for item in values]
+
+
+def _item_pixels(item: Any, decoded: list[tuple[Any, str | None]]) -> Any:
+    """What the vision tower runs for an item: an image's array, a video's tuple of temporal patches,
+    or for a tuple of images and videos the tuple of all their arrays, in the prompt's order."""
+    if not isinstance(item, tuple):
+        return decoded[0][0]
+    return tuple(array for pixels, _ in decoded for array in (pixels if isinstance(pixels, tuple) else (pixels,)))
 
 
 def _itself(inputs):

@@ -8,7 +8,8 @@ Three kinds of model score:
   like any other work.
 - LLM rerankers (`options.score.kind: yes-no`): every pair is the card's prompt around the query
   and the item, P(yes) at its last token; a vision-language one (Qwen3-VL-Reranker: `image` among
-  its modalities) takes image items, with or without their text, inside its own image prompts.
+  its modalities) takes image items and an image query, with or without their text, inside its own
+  image prompts, and video items and a video query where its card reads `video`.
 - late-interaction models (card output `multivector`): the query is encoded once
   (with its query marker and expansion), then the items run as `score` work whose
   head computes MaxSim against the query's vectors on the device, so item vectors
@@ -31,7 +32,7 @@ from ..types import ScoredItem, ScoreResult
 from ..work import WorkItem
 from .common import check_truncation, longest_first
 from .context import Call, TaskContext
-from .encode import ImagePrompts, submit_images
+from .encode import ImagePrompts, item_kind, refuse_videos, submit_images
 
 SCORE = frozenset({"score"})  # the head score work runs
 # multi-vector kinds whose documents are page images (their text items are queries): ColPali, ColQwen2
@@ -41,24 +42,39 @@ PAGE_RETRIEVERS = ("colpali", "colqwen2")
 def parse_query(query: Any, limits: v.Limits, card) -> tuple[str, Any | None]:
     """`{"text": ...}` or a plain string -> (the query text, None); for a vision-language reranker
     (`takes_image_query`) also `{"image": ..., "text"?: ...}` -> (its text, "" without one; the image as
-    sent, decoded off the event loop)."""
-    image = None
+    sent, decoded off the event loop), and where its card reads video `{"video": ..., "text"?: ...}`
+    (the video a `VideoItem`, its frames sampled off the event loop)."""
+    media = None
     if isinstance(query, Mapping):
-        unknown = set(query) - {"text", "id", "image"}
+        unknown = set(query) - {"text", "id", "image", "video"}
         if unknown:
-            raise InvalidRequest(f"query has unknown fields {sorted(unknown)} (allowed: text, image)", field="query")
-        image = query.get("image")
-        if image is not None and not takes_image_query(card):
-            raise InvalidRequest(f"query.image: model {card.id!r} ranks against text queries; only a "
-                                 "vision-language reranker (Qwen3-VL-Reranker) takes an image query",
-                                 field="query.image")
-        if image is not None and not isinstance(image, (str, bytes, bytearray)):
-            raise InvalidRequest("query.image must be bytes (msgpack) or a base64 string (JSON), "
-                                 f"got {type(image).__name__}", field="query.image")
-        query = query.get("text", "" if image is not None else None)
+            raise InvalidRequest(f"query has unknown fields {sorted(unknown)} (allowed: text, image, video)",
+                                 field="query")
+        sent = [name for name in ("image", "video") if query.get(name) is not None]
+        if len(sent) > 1:
+            raise InvalidRequest("query has both image and video; send one of them (its text beside it)",
+                                 field="query")
+        if sent:
+            media = _query_media(query, sent[0], card)
+        query = query.get("text", "" if media is not None else None)
     elif not isinstance(query, str):
         raise InvalidRequest("query must be an object with a text field or a string", field="query")
-    return v.check_text(query, limits, "query.text"), image
+    return v.check_text(query, limits, "query.text"), media
+
+
+def _query_media(query: Mapping[str, Any], name: str, card) -> Any:
+    """The query's image (as sent) or video (a `VideoItem`), refused where the model cannot read it."""
+    field, value = f"query.{name}", query[name]
+    if not takes_image_query(card):
+        raise InvalidRequest(f"{field}: model {card.id!r} ranks against text queries; only a vision-language "
+                             "reranker (Qwen3-VL-Reranker) takes an image or video query", field=field)
+    if name == "video" and "video" not in card.modalities:
+        raise InvalidRequest(f"{field}: model {card.id!r} reads images only; send frames of the video as the "
+                             "query's image", field=field)
+    if not isinstance(value, (str, bytes, bytearray)):
+        raise InvalidRequest(f"{field} must be bytes (msgpack) or a base64 string (JSON), got {type(value).__name__}",
+                             field=field)
+    return v.VideoItem(value) if name == "video" else value
 
 
 def takes_image_query(card) -> bool:
@@ -68,16 +84,17 @@ def takes_image_query(card) -> bool:
 
 async def run(engine: TaskContext, call: Call) -> ScoreResult:
     card, fields = call.card, call.fields
-    query_text, query_image = parse_query(fields["query"], engine.limits, card)
+    query_text, query_media = parse_query(fields["query"], engine.limits, card)
     maybe_texts: Sequence[str | None]
     score_kind = ((card.options or {}).get("score") or {}).get("kind")
     if "image" in card.modalities and "multivector" in card.outputs:  # ColPali: pages are image items
         ids, maybe_texts, images = v.parse_encode_items(fields["items"], engine.limits)
-    elif "image" in card.modalities and score_kind == "yes-no":  # Qwen3-VL-Reranker: images, with their texts
-        ids, maybe_texts, images = v.parse_encode_items(fields["items"], engine.limits, image_text=True)
+    elif "image" in card.modalities and score_kind == "yes-no":  # Qwen3-VL-Reranker: images and videos, with texts
+        ids, maybe_texts, images = v.parse_encode_items(fields["items"], engine.limits, image_text=True, videos=True)
     else:
         (ids, maybe_texts), images = v.parse_items(fields["items"], engine.limits), []
     image_positions = [i for i, image in enumerate(images) if image is not None]
+    refuse_videos(card, images, image_positions)
     documents = [i for i in image_positions if isinstance(images[i], v.DocumentItem)]
     if documents:  # a score answers per item, and a document is many pages
         raise InvalidRequest(f"items[{documents[0]}] is a document; score ranks page images: encode the document "
@@ -97,8 +114,8 @@ async def run(engine: TaskContext, call: Call) -> ScoreResult:
 
     if score_kind == "yes-no":  # LLM reranker: one prompt per pair, P(yes) at its last token
         request = engine.new_request(call, "score", len(ids))
-        if query_image is not None:
-            tokens, tokenize_s = await _submit_image_query(engine, card, request, query_text, query_image,
+        if query_media is not None:
+            tokens, tokenize_s = await _submit_media_query(engine, card, request, query_text, query_media,
                                                            instruction, images, maybe_texts)
         else:
             tokens, tokenize_s = await _submit_yes_no(engine, card, request, query_text, instruction, truncate,
@@ -193,27 +210,27 @@ def _instruction(prompt: Mapping[str, Any], instruction: str | None) -> str:
     return instr or ""
 
 
-async def _submit_image_query(engine: TaskContext, card, request, query_text: str, query_image: Any,
+async def _submit_media_query(engine: TaskContext, card, request, query_text: str, query_media: Any,
                               instruction: str | None, images: Sequence[Any],
                               item_texts: Sequence[str | None]) -> tuple[int, float]:
-    """Queue Qwen3-VL-Reranker's pairs of an image query (its text after the image) and documents: every
-    pair is an image item holding the query's image, in the query's place of the card's prompt, and an
-    image document's image after it, in the document's place (its text after it)."""
+    """Queue Qwen3-VL-Reranker's pairs of an image or video query (its text after it) and documents:
+    every pair is an item holding the query's image or video, in the query's place of the card's
+    prompt, and an image or video document's after it, in the document's place (its text after it)."""
     prompt = yes_no_options(card)
     instr = _instruction(prompt, instruction)
     image_content, _ = await engine.with_tokenizer(card, _image_content)
 
-    def document(position: int) -> str:
-        text = item_texts[position] or ""
-        return image_content + text if images[position] is not None else text
-
-    def wrap_at(position: int, content: str) -> str:
+    def wrap_at(position: int, content: str, others: tuple[str | None, ...]) -> str:
+        # others: the document's image (None) or video content, where it has one
+        document = "".join(other or image_content for other in others) + (item_texts[position] or "")
         return prompt["prefix"] + prompt["template"].format(instruction=instr, query=content,
-                                                            document=document(position)) + prompt["suffix"]
+                                                            document=document) + prompt["suffix"]
 
+    query_field = "query.video" if isinstance(query_media, v.VideoItem) else "query.image"
     count = len(item_texts)
-    pairs = [query_image if images[i] is None else (query_image, images[i]) for i in range(count)]
-    fields = ["query.image" if images[i] is None else ("query.image", f"items[{i}].image") for i in range(count)]
+    pairs = [query_media if images[i] is None else (query_media, images[i]) for i in range(count)]
+    fields = [query_field if images[i] is None else (query_field, f"items[{i}].{item_kind(images[i])}")
+              for i in range(count)]
     return await submit_images(engine, card, request, pairs, list(range(count)), SCORE, queue="score:image",
                                fields=fields, prompts=ImagePrompts([query_text or None] * count, wrap_at=wrap_at))
 

@@ -37,9 +37,10 @@ RERANK_INSTRUCTION = "Given a search query, retrieve relevant candidates that an
 IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"  # the chat template's rendering of an image
 
 
-def make_tiny_qwen3_vl(dest: Path, seed: int = 0, tied: bool = False) -> Path:
+def make_tiny_qwen3_vl(dest: Path, seed: int = 0, tied: bool = False, positions: int = 512) -> Path:
     """A random Qwen3VLForConditionalGeneration with its tokenizer and image processor in `dest`
-    (`tied`: its LM head is the input embeddings, saved once, as `tie_word_embeddings` checkpoints are)."""
+    (`tied`: its LM head is the input embeddings, saved once, as `tie_word_embeddings` checkpoints are;
+    `positions`: its window, max_position_embeddings)."""
     import torch
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -48,7 +49,7 @@ def make_tiny_qwen3_vl(dest: Path, seed: int = 0, tied: bool = False) -> Path:
     tokenizer = tiny_qwen2_tokenizer(extra_merges=(("y", "e"), ("ye", "s"), ("n", "o")))
     ids = tokenizer.convert_tokens_to_ids
     text = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=positions,
                 rope_parameters={"rope_type": "default", "rope_theta": 10_000.0, "mrope_section": [2, 1, 1],
                                  "mrope_interleaved": True},
                 pad_token_id=tokenizer.pad_token_id)

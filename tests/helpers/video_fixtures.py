@@ -1,6 +1,6 @@
 """Small synthetic videos encoded with PyAV (FFmpeg's MPEG-4 Part 2 and H.264 in MP4, VP8 in WebM), and
-Qwen3-VL-Embedding's published recipe for a video item over transformers, the reference of
-tests/engine/families/test_qwen3_vl_video.py.
+Qwen3-VL-Embedding's and Qwen3-VL-Reranker's published recipes for video items over transformers, the
+references of tests/engine/families/test_qwen3_vl_video.py.
 
 The recipe (`Qwen3VLEmbedder.format_model_input`: a video file as `{video, fps: 1, max_frames: 64}`,
 the user turn's video first, then its text) goes through qwen_vl_utils' `fetch_video`, written out
@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
-from qwen3_vl_fixtures import EMBED_INSTRUCTION, MERGE, PATCH, chat
+from qwen3_vl_fixtures import EMBED_INSTRUCTION, IMAGE, MERGE, PATCH, chat, reranker_prompt
 
 VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"  # the chat template's rendering of a video
 
@@ -143,8 +145,15 @@ def _video_processor():
                                                             image_mean=[0.5] * 3, image_std=[0.5] * 3)
 
 
-def video_embedding_reference(path: Path, items: list[dict], instruction: str | None = None) -> list[np.ndarray]:
-    """`Qwen3VLEmbedder.process` over `{video, text?}` items: each item's normalised embedding."""
+@dataclass(frozen=True)
+class Video:
+    """A video file's bytes among a reranker pair's parts (the others: texts and image bytes)."""
+
+    data: bytes
+
+
+def _video_recipe(path: Path) -> SimpleNamespace:
+    """transformers' parts of the recipes over the tiny model at `path`."""
     import torch
     from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
 
@@ -156,18 +165,77 @@ def video_embedding_reference(path: Path, items: list[dict], instruction: str | 
                                 vision_end_token="<|vision_end|>", video_token="<|video_pad|>",
                                 _calculate_timestamps=lambda *args: Qwen3VLProcessor._calculate_timestamps(None, *args))
     model = Qwen3VLForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
+    return SimpleNamespace(path=path, tokenizer=tokenizer, video_processor=video_processor, processor=processor,
+                           model=model)
+
+
+def _run_prompt(recipe: SimpleNamespace, prompt: str, parts: list) -> Any:
+    """The last hidden state of a chat prompt holding `parts`' images and videos in order (its
+    `<|image_pad|>` expanded to each image's features, each video's placeholder to its timestamped
+    temporal patches, as Qwen3VLProcessor writes them)."""
+    import torch
+    from PIL import Image
+    from transformers import Qwen3VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    tokenizer, model = recipe.tokenizer, recipe.model
+    kwargs = {}
+    pictures = [part for part in parts if isinstance(part, bytes)]
+    if pictures:
+        image_processor = Qwen2VLImageProcessorPil.from_pretrained(recipe.path)
+        pixels = image_processor(images=[Image.open(io.BytesIO(b)).convert("RGB") for b in pictures],
+                                 return_tensors="pt")
+        counts = iter((pixels["image_grid_thw"].prod(-1) // MERGE ** 2).tolist())
+        pieces = prompt.split("<|image_pad|>")
+        prompt = pieces[0] + "".join("<|image_pad|>" * next(counts) + rest for rest in pieces[1:])
+        kwargs.update(pixel_values=pixels["pixel_values"], image_grid_thw=pixels["image_grid_thw"])
+    videos = [part.data for part in parts if isinstance(part, Video)]
+    if videos:
+        fetched = [fetch_video(data) for data in videos]
+        processed = recipe.video_processor(videos=[f[0] for f in fetched], video_metadata=[f[1] for f in fetched],
+                                    do_resize=False, do_sample_frames=False, return_metadata=True,
+                                    return_tensors="pt")
+        pieces = prompt.split(VIDEO)
+        prompt = pieces[0] + "".join(Qwen3VLProcessor.replace_video_token(recipe.processor, processed, i) + rest
+                                     for i, rest in enumerate(pieces[1:]))
+        kwargs.update(pixel_values_videos=processed["pixel_values_videos"], video_grid_thw=processed["video_grid_thw"])
+    input_ids = torch.tensor([tokenizer(prompt)["input_ids"]])
+    kwargs["mm_token_type_ids"] = ((input_ids == model.config.image_token_id).int()
+                                   + (input_ids == model.config.video_token_id).int() * 2)
+    with torch.no_grad():
+        return model.model(input_ids=input_ids, **kwargs).last_hidden_state[0, -1]
+
+
+def video_embedding_reference(path: Path, items: list[dict], instruction: str | None = None) -> list[np.ndarray]:
+    """`Qwen3VLEmbedder.process` over `{video, text?}` items: each item's normalised embedding."""
+    import torch
+
+    recipe = _video_recipe(path)
     out = []
     for item in items:
-        video, metadata = fetch_video(item["video"])
-        processed = video_processor(videos=[video], video_metadata=[metadata], do_resize=False,
-                                    do_sample_frames=False, return_metadata=True, return_tensors="pt")
         prompt = chat(instruction or EMBED_INSTRUCTION, [VIDEO] + ([item["text"]] if "text" in item else []))
-        expanded = Qwen3VLProcessor.replace_video_token(processor, processed, 0)
-        input_ids = torch.tensor([tokenizer(prompt.replace(VIDEO, expanded))["input_ids"]])
-        with torch.no_grad():
-            hidden = model.model(input_ids=input_ids, pixel_values_videos=processed["pixel_values_videos"],
-                                 video_grid_thw=processed["video_grid_thw"],
-                                 mm_token_type_ids=(input_ids == model.config.video_token_id).int() * 2
-                                 ).last_hidden_state[0]
-        out.append(torch.nn.functional.normalize(hidden[-1], dim=-1).numpy())
+        last = _run_prompt(recipe, prompt, [Video(item["video"])])
+        out.append(torch.nn.functional.normalize(last, dim=-1).numpy())
     return out
+
+
+def video_reranker_reference(path: Path, pairs: list[tuple[list, list]], instruction: str | None = None) -> list[float]:
+    """`Qwen3VLReranker.process`'s scores of (query parts, document parts) pairs, each side's parts in
+    the script's order (its video, then its image, then its text; a part: a `Video`, image bytes or a
+    text), one pair at a time as the script runs them: sigmoid(last hidden . (lm_head[yes] - lm_head[no]))."""
+    import torch
+
+    recipe = _video_recipe(path)
+    tokenizer, model = recipe.tokenizer, recipe.model
+    row = (model.lm_head.weight[tokenizer.convert_tokens_to_ids("yes")]
+           - model.lm_head.weight[tokenizer.convert_tokens_to_ids("no")])
+
+    def rendered(parts: list) -> list[str]:
+        return [VIDEO if isinstance(p, Video) else IMAGE if isinstance(p, bytes) else p for p in parts]
+
+    scores = []
+    for query, document in pairs:
+        prompt = reranker_prompt(rendered(query), rendered(document), instruction)
+        with torch.no_grad():
+            scores.append(float(torch.sigmoid(_run_prompt(recipe, prompt, query + document) @ row)))
+    return scores

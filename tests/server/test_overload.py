@@ -54,6 +54,10 @@ def test_upper_bound_is_above_the_real_token_count():
     # a text-only model (no image count) refuses image items, and an item that is neither a
     # text nor an image is refused by validation: neither can cost anything (issue #30)
     assert upper_bound_tokens(images, 77) == 1 + 8
+    # a vision-language reranker's image query enters every pair; its video query makes each pair a window
+    image_query = {"query": {"image": "aGk=", "text": "q"}, **images}
+    assert upper_bound_tokens(image_query, 77, image_tokens=257) == 2 * (257 + 257) + min(257 + 1 + 1 + 8, 77)
+    assert upper_bound_tokens({"query": {"video": "aGk="}, **images}, 512, image_tokens=257) == 3 * 512
     assert upper_bound_tokens({"items": [1, None, {"x": 2}, {"text": 3}]}, 256) == 0
     # before a model's preprocessor loads, the card's image size bounds them: ColPali's 448-px
     # page (1,024 patches and its prompt: ~1,030), ViT-L/14 at 224 (257), SigLIP so400m/14 at 384 (729)

@@ -7,7 +7,9 @@ tests/helpers/qwen3_vl_fixtures.py); text pairs through `POST /v1/score` and the
 `POST /v1/rerank`, image documents through `/v1/score` in msgpack and an image query in JSON, equal to
 the published reranker recipe (1e-5); video items (an MP4 in JSON as a data: URI, in msgpack as raw bytes,
 with its text, and through the typed client) equal to the Engine's and the recipe's
-(tests/helpers/video_fixtures.py); what the models cannot take answered with a 400 naming the item."""
+(tests/helpers/video_fixtures.py), and a video query against video documents through `/v1/score` in JSON
+and msgpack and the typed client equal to the reranker recipe; what the models cannot take answered
+with a 400 naming the item."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from server_fixtures import start_server
 from sie_client import SIEClient
 from sie_client.wire import loads
 from sie_engine import Catalog, Engine, WeightsSource
-from video_fixtures import encode_video, synthetic_frames, video_embedding_reference
+from video_fixtures import Video, encode_video, synthetic_frames, video_embedding_reference, video_reranker_reference
 
 EMBEDDING = "Qwen/Qwen3-VL-Embedding-2B"
 RERANKER = "Qwen/Qwen3-VL-Reranker-2B"
@@ -41,7 +43,8 @@ MSGPACK = {"Content-Type": "application/msgpack", "Accept": "application/msgpack
 @pytest.fixture(scope="module")
 def cards(tmp_path_factory):
     """The built-in cards on the tiny weights at float32, as a `--models` directory would hold them."""
-    root = make_tiny_qwen3_vl(tmp_path_factory.mktemp("qwen3-vl") / "qwen3-vl")
+    # 2048 positions: a reranker pair of a video and the judging prompt passes 512
+    root = make_tiny_qwen3_vl(tmp_path_factory.mktemp("qwen3-vl") / "qwen3-vl", positions=2048)
     builtin = Catalog.builtin()
     made = [dataclasses.replace(builtin.get(card_id), id=name, weights=WeightsSource(path=str(root)),
                                 dtype="float32") for card_id, name in ((EMBEDDING, EMBED), (RERANKER, RERANK))]
@@ -214,7 +217,39 @@ def test_video_items_in_json_msgpack_and_the_typed_client_equal_the_engine_and_t
     broken = httpx.post(f"{server.url}/v1/encode/{EMBED}", timeout=60,
                         json={"items": [{"video": base64.b64encode(b"nope").decode()}]})
     assert broken.status_code == 400 and "items[0].video" in broken.json()["error"]["message"], broken.text
-    # the reranker's documents are texts, images and PDFs: a video is an unknown field there
-    score = httpx.post(f"{server.url}/v1/score/{RERANK}", timeout=60,
-                       json={"query": "a cat", "items": [{"video": uri}]})
-    assert score.status_code == 400 and "video" in score.json()["error"]["message"], score.text
+
+
+def test_a_video_query_against_video_documents_in_json_msgpack_and_the_typed_client_scores_as_the_recipe(
+        server, cards, tmp_path):
+    root = cards[0]
+    query, document = (encode_video(synthetic_frames(12, 96, 64), fps=4),
+                       encode_video(synthetic_frames(7, 70, 50, seed=1), fps=2, container="webm"))
+    wanted = video_reranker_reference(root, [([Video(query), "a square"], [Video(document)]),
+                                             ([Video(query), "a square"], ["a moving square"])])
+
+    def scores(answer: dict) -> list[float]:
+        by_index = {item["index"]: item["score"] for item in answer["scores"]}
+        return [by_index[0], by_index[1]]
+
+    uri = "data:video/mp4;base64," + base64.b64encode(query).decode()
+    body = {"query": {"video": uri, "text": "a square"},
+            "items": [{"video": base64.b64encode(document).decode()}, "a moving square"]}
+    response = httpx.post(f"{server.url}/v1/score/{RERANK}", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    np.testing.assert_allclose(scores(response.json()), wanted, atol=1e-5)
+    packed = httpx.post(f"{server.url}/v1/score/{RERANK}", headers=MSGPACK, timeout=120, content=msgpack.packb(
+        {"query": {"video": query, "text": "a square"}, "items": [{"video": document}, "a moving square"]},
+        use_bin_type=True))
+    assert packed.status_code == 200, packed.content
+    np.testing.assert_allclose(scores(loads(packed.content, MSGPACK["Accept"])), wanted, atol=1e-5)
+    path = tmp_path / "query.mp4"  # the typed client reads the query video's path
+    path.write_bytes(query)
+    with SIEClient(server.url) as client:
+        typed = client.score(RERANK, {"video": path, "text": "a square"}, [{"video": document}, "a moving square"])
+    np.testing.assert_allclose([s.score for s in sorted(typed.scores, key=lambda s: s.index)], wanted, atol=1e-5)
+    both = httpx.post(f"{server.url}/v1/score/{RERANK}", timeout=60,
+                      json={"query": {"video": uri, "image": uri}, "items": ["a cat"]})
+    assert both.status_code == 400 and "both image and video" in both.json()["error"]["message"], both.text
+    broken = httpx.post(f"{server.url}/v1/score/{RERANK}", timeout=60,
+                        json={"query": {"video": base64.b64encode(b"nope").decode()}, "items": ["a cat"]})
+    assert broken.status_code == 400 and "query.video" in broken.json()["error"]["message"], broken.text

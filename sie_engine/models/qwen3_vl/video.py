@@ -1,6 +1,7 @@
-"""Qwen3-VL-Embedding's video items, as its published script (`Qwen3VLEmbedder.format_model_input`:
-a video file as `{video, fps: 1, max_frames: 64}`) hands them to qwen_vl_utils (`fetch_video`) and
-then to Qwen3VLProcessor with `do_resize=False` and `do_sample_frames=False`.
+"""Qwen3-VL-Embedding's and Qwen3-VL-Reranker's video items, as their published scripts
+(`Qwen3VLEmbedder.format_model_input`, `Qwen3VLReranker.format_mm_content`: a video file as `{video,
+fps: 1, max_frames: 64}`) hand them to qwen_vl_utils (`fetch_video`) and then to Qwen3VLProcessor
+with `do_resize=False` and `do_sample_frames=False` (the reranker one pair at a time).
 
 - Frames: sampled by sie_engine/videos.py at one a second, between 4 and 64 of them.
 - Their size (qwen_vl_utils' `smart_resize`, factor patch * merge = 32): sides multiples of 32, the
@@ -30,8 +31,8 @@ from ...errors import InvalidRequest
 from ...videos import FRAME_FACTOR, SampledVideo, sample_video
 from ..colqwen2.inputs import MAX_ASPECT_RATIO
 
-VIDEO_FPS = 1.0  # Qwen3VLEmbedder's FPS
-VIDEO_MAX_FRAMES = 64  # and its MAX_FRAMES
+VIDEO_FPS = 1.0  # Qwen3VLEmbedder's FPS, and Qwen3VLReranker's
+VIDEO_MAX_FRAMES = 64  # and their MAX_FRAMES
 VIDEO_MIN_FRAMES = 4  # qwen_vl_utils' FPS_MIN_FRAMES
 FRAME_MIN_TOKENS = 128  # qwen_vl_utils' VIDEO_MIN_TOKEN_NUM and VIDEO_MAX_TOKEN_NUM: a frame's area in
 FRAME_MAX_TOKENS = 768  # (patch * merge)**2 pixel tokens

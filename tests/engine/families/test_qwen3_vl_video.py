@@ -1,9 +1,11 @@
-"""Qwen3-VL-Embedding's video items on tiny random weights: the dense vectors of `{video}` and
-`{video, text}` items (MPEG-4 and H.264 in MP4, VP8 in WebM, several frame rates and sizes, as
-documents and as queries with the request's instruction) through the Engine equal the published
-recipe over transformers (tests/helpers/video_fixtures.py: qwen_vl_utils' sampling and resize written
-out, transformers' Qwen3VLVideoProcessor, Qwen3VLProcessor's timestamps, Qwen3VLModel) within 1e-4,
-each alone and in a batch beside images; the sampling follows qwen_vl_utils' numbers; a video that
+"""Qwen3-VL-Embedding's and Qwen3-VL-Reranker's video items on tiny random weights: the dense vectors
+of `{video}` and `{video, text}` items (MPEG-4 and H.264 in MP4, VP8 in WebM, several frame rates and
+sizes, as documents and as queries with the request's instruction) through the Engine equal the
+published recipe over transformers (tests/helpers/video_fixtures.py: qwen_vl_utils' sampling and
+resize written out, transformers' Qwen3VLVideoProcessor, Qwen3VLProcessor's timestamps, Qwen3VLModel)
+within 1e-4, each alone and in a batch beside images; the reranker's scores of video documents and of
+a video query against text, image and video documents equal its script's within 1e-5; the sampling
+follows qwen_vl_utils' numbers; a video that
 cannot be read, is too short, too long or too large is refused with the field it came in; and decode
 admission charges a video its decoding from its container, so a second video behind a full bound is
 a 429 at once. Where torchvision is installed, the frames' resize equals torchvision's exactly."""
@@ -26,11 +28,14 @@ from sie_engine.models.qwen3_vl.video import frame_size, resize_frames
 from sie_engine.runner import load_tokenizer
 from sie_engine.validation import Limits
 from sie_engine.videos import DECODED_PIXEL_COST, admission_pixels, sample_video, smart_nframes
-from video_fixtures import encode_video, synthetic_frames, video_embedding_reference
+from video_fixtures import Video, encode_video, synthetic_frames, video_embedding_reference, video_reranker_reference
 
 EMBEDDING = "Qwen/Qwen3-VL-Embedding-2B"
+RERANKER = "Qwen/Qwen3-VL-Reranker-2B"
 IMAGES_ONLY = "qwen3-vl-images"  # the embedding card declaring text and image only
+RERANKER_IMAGES_ONLY = "qwen3-vl-reranker-images"
 VECTOR_TOL = 1e-4
+SCORE_TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +44,18 @@ def tiny(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def engine(tiny):
-    card = dataclasses.replace(Catalog.builtin().get(EMBEDDING), weights=WeightsSource(path=str(tiny)),
-                               dtype="float32")
-    cards = [card, dataclasses.replace(card, id=IMAGES_ONLY, modalities=("text", "image"))]
+def tiny_long(tmp_path_factory) -> Path:
+    """The reranker's stand-in: a pair of a video and its judging prompt (or two videos) passes 512 positions."""
+    return make_tiny_qwen3_vl(tmp_path_factory.mktemp("qwen3_vl_video") / "qwen3-vl-2k", seed=2, positions=2048)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny, tiny_long):
+    card, reranker = (dataclasses.replace(Catalog.builtin().get(model), weights=WeightsSource(path=str(path)),
+                                          dtype="float32")
+                      for model, path in ((EMBEDDING, tiny), (RERANKER, tiny_long)))
+    cards = [card, dataclasses.replace(card, id=IMAGES_ONLY, modalities=("text", "image")), reranker,
+             dataclasses.replace(reranker, id=RERANKER_IMAGES_ONLY, modalities=("text", "image"))]
     with Engine(Catalog(cards), device="cpu") as engine:
         yield engine
 
@@ -77,6 +90,80 @@ def test_a_video_query_carries_the_requests_instruction_as_the_recipe_does(engin
     items = [{"video": videos["mp4"], "text": "a moving square"}]
     ours = encode(engine, items, is_query=True, instruction=instruction)
     np.testing.assert_allclose(ours, np.stack(video_embedding_reference(tiny, items, instruction)), atol=VECTOR_TOL)
+
+
+def scores(engine, query, documents, **fields) -> list[float]:
+    by_index = {s.index: s.score for s in engine.score_sync(RERANKER, query, documents, **fields).scores}
+    return [by_index[i] for i in range(len(documents))]
+
+
+def test_video_documents_score_as_the_published_reranker_recipe(engine, tiny_long, videos):
+    """A text query against video documents (with and without their text) beside text and image
+    documents: each pair's prompt holds the document's timestamped temporal patches, then its text."""
+    image = sample_images()["png_rgb"]
+    documents = [{"video": videos["mp4"]}, "a cat on a mat", {"video": videos["long"], "text": "a moving square"},
+                 {"image": image}, {"video": videos["webm"]}]
+    parts = [[Video(videos["mp4"])], ["a cat on a mat"], [Video(videos["long"]), "a moving square"], [image],
+             [Video(videos["webm"])]]
+    for instruction in (None, "Find the clip."):
+        wanted = video_reranker_reference(tiny_long, [(["a square"], d) for d in parts], instruction)
+        np.testing.assert_allclose(scores(engine, "a square", documents, instruction=instruction), wanted,
+                                   atol=SCORE_TOL)
+    alone = scores(engine, "a square", [documents[2]], instruction=instruction)
+    np.testing.assert_allclose(alone, wanted[2:3], atol=1e-6)  # alone as in the batch
+
+
+def test_a_video_query_scores_text_image_and_video_documents_as_the_published_reranker_recipe(engine, tiny_long,
+                                                                                             videos):
+    """The query's video (its text after it) in the query's place of each pair, a document's image or
+    video (its text after it) in the document's: one sequence of two media of their own sizes. The
+    query's video is sampled and decoded once for all the pairs."""
+    image = sample_images()["jpeg_rgb"]
+    documents = ["a moving square", {"image": image, "text": "a photo"}, {"video": videos["h264"]}, "x"]
+    document_parts = [["a moving square"], [image, "a photo"], [Video(videos["h264"])], ["x"]]
+    for query, parts in (({"video": videos["long"], "text": "find this"}, [Video(videos["long"]), "find this"]),
+                         ({"video": videos["mp4"]}, [Video(videos["mp4"])])):
+        wanted = video_reranker_reference(tiny_long, [(parts, d) for d in document_parts], "Find the clip.")
+        np.testing.assert_allclose(scores(engine, query, documents, instruction="Find the clip."), wanted,
+                                   atol=SCORE_TOL)
+
+
+def test_the_query_video_is_sampled_once_for_all_its_pairs(engine, videos, monkeypatch):
+    from sie_engine.models.qwen3_vl import inputs as qwen3_vl_inputs
+
+    sampled: list[str] = []
+    prepare = qwen3_vl_inputs.prepare_video
+
+    def counting(value, processor, limits, field, content):
+        sampled.append(field)
+        return prepare(value, processor, limits, field, content)
+
+    monkeypatch.setattr(qwen3_vl_inputs, "prepare_video", counting)
+    scores(engine, {"video": videos["mp4"]}, ["a", "b", {"image": sample_images()["png_rgb"]}, "c"])
+    assert sampled == ["query.video"]
+
+
+def test_what_a_reranker_cannot_take_of_a_video_is_refused_with_its_field(engine, videos):
+    image = sample_images()["png_rgb"]
+    cases = [
+        ({"video": b"not a video"}, ["a cat"], "query.video", "is not a video FFmpeg can read"),
+        ({"video": videos["mp4"], "image": image}, ["a cat"], "query", "both image and video"),
+        ({"video": 7}, ["a cat"], "query.video", "must be bytes"),
+        ("a cat", ["fine", {"video": b"not a video"}], "items[1].video", "is not a video FFmpeg can read"),
+        ({"video": videos["mp4"]}, ["fine", {"video": b"nope"}], "items[1].video", "is not a video FFmpeg can read"),
+        ({"video": b"nope"}, [{"image": image}], "query.video", "is not a video FFmpeg can read"),
+    ]
+    for query, documents, field, words in cases:
+        with pytest.raises(InvalidRequest, match=words) as caught:
+            engine.score_sync(RERANKER, query, documents)
+        assert caught.value.field == field, (query, documents)
+    # a reranker card that declares no video: its video query and items are refused, naming them
+    with pytest.raises(InvalidRequest, match="reads images only") as caught:
+        engine.score_sync(RERANKER_IMAGES_ONLY, {"video": videos["mp4"]}, ["a cat"])
+    assert caught.value.field == "query.video"
+    with pytest.raises(InvalidRequest, match="is a video, but model .* reads images only") as caught:
+        engine.score_sync(RERANKER_IMAGES_ONLY, "a cat", [{"video": videos["mp4"]}])
+    assert caught.value.field == "items[0].video"
 
 
 def test_frames_are_sampled_and_sized_as_qwen_vl_utils_does(videos):
