@@ -126,10 +126,14 @@ ELSEWHERE = {
     "vidore/colqwen2-v1.0-hf": "tests/engine/families/test_colqwen2.py",
     "Qwen/Qwen3-VL-Reranker-2B": "tests/engine/families/test_qwen3_vl.py",
     "Qwen/Qwen3-VL-Reranker-8B": "tests/engine/families/test_qwen3_vl.py",
+    # a ModernBERT or DeBERTa-v3 text encoder and a labels encoder
     **dict.fromkeys(["knowledgator/gliner-bi-edge-v2.0", "knowledgator/gliner-bi-small-v2.0",
                      "knowledgator/gliner-bi-base-v2.0", "knowledgator/gliner-bi-large-v2.0",
-                     "knowledgator/modern-gliner-bi-base-v1.0"],
-                    "tests/engine/heads/test_gliner_bi.py"),  # a ModernBERT text encoder and a labels encoder
+                     "knowledgator/modern-gliner-bi-base-v1.0", "knowledgator/modern-gliner-bi-large-v1.0",
+                     "knowledgator/gliner-bi-small-v1.0", "knowledgator/gliner-bi-base-v1.0",
+                     "knowledgator/gliner-bi-large-v1.0", "Ihor/gliner-biomed-bi-small-v1.0",
+                     "Ihor/gliner-biomed-bi-base-v1.0", "Ihor/gliner-biomed-bi-large-v1.0"],
+                    "tests/engine/heads/test_gliner_bi.py"),
 }
 LOADED = [card for card in LOADED if card.id not in ELSEWHERE]
 

@@ -113,6 +113,15 @@ GLINER = "gliner_config.json (model_name: the DeBERTa backbone, span_mode) on th
 GLINER_BI_V2 = ("the model card (README: a ModernBERT / Ettin text encoder, a sentence-transformers labels "
                 "encoder) and docs.knowledgator.com's GLiNKER pretrained-models table on the Hub")
 GLINER_BI_MODERN = "gliner_config.json (encoder_config: answerdotai/ModernBERT-base) on the Hub"
+GLINER_BIOMED = ("docs.knowledgator.com's GLiNER pretrained-models page, its GLiNER-biomed table (Knowledgator/"
+                 "Documentation docs/frameworks/gliner/pretrained-models/tables/GlinerBiomedTable.jsx, commit "
+                 "49bcb1d: each model's encoder, a DeBERTa-v3, and labels encoder, '-' for the uni-encoders) and "
+                 "the ds4dh/GLiNER-biomed README (the six models, uni- and bi-encoder); max_seq_len 512 is the "
+                 "DeBERTa-v3 backbones' (max_position_embeddings), as the GLINER rows take it")
+GLINER_BI_V1 = ("docs.knowledgator.com's GLiNER pretrained-models page, its bi-encoder table (Knowledgator/"
+                "Documentation docs/frameworks/gliner/pretrained-models/tables/BiEncoderTable.jsx: each model's "
+                "encoder and labels encoder; its modern-gliner-bi-large-v1.0 row links to the base model's page, "
+                "its name and encoders are the large one's)")
 GLINER2 = ("config.json (model_type extractor) + encoder_config/config.json (DeBERTa-v3-base) on the Hub; "
            "microsoft/deberta-v3-base's tokenizer_config.json gives model_max_length 512")
 GLIREL = ("glirel_config.json (model_name microsoft/deberta-v3-large, whose tokenizer_config.json gives "
@@ -587,6 +596,28 @@ PUBLISHED: dict[str, Published] = {
     "knowledgator/gliner-bi-base-v2.0": other("modernbert", "extract", None, GLINER_BI_V2),
     "knowledgator/gliner-bi-large-v2.0": other("modernbert", "extract", None, GLINER_BI_V2),
     "knowledgator/modern-gliner-bi-base-v1.0": other("modernbert", "extract", None, GLINER_BI_MODERN),
+    # GLiNER-biomed (GLINER_BIOMED): uni-encoders on microsoft/deberta-v3-small / -base / -large; bi-encoders on
+    # the same text encoders with labels encoders sentence-transformers/all-MiniLM-L6-v2 / BAAI/bge-small-en-v1.5 /
+    # BAAI/bge-base-en-v1.5 (tests/engine/heads/test_gliner_bi.py's "deberta" variant runs that combination).
+    # The text encoder's family (deberta-v2) is the card's, its 512 positions the window, as the DeBERTa GLiNER
+    # rows above. Not confirmed from here (their gliner_config.json is only on the Hub): span_mode, max_len and
+    # the bi-encoders' labels_encoder_config, all read at load (a missing labels_encoder_config or a token-level
+    # bi-encoder is refused there, not served wrongly), so span_mode stays None.
+    "Ihor/gliner-biomed-small-v1.0": other("deberta-v2", "extract", 512, GLINER_BIOMED),
+    "Ihor/gliner-biomed-base-v1.0": other("deberta-v2", "extract", 512, GLINER_BIOMED),
+    "Ihor/gliner-biomed-large-v1.0": other("deberta-v2", "extract", 512, GLINER_BIOMED),
+    "Ihor/gliner-biomed-bi-small-v1.0": other("deberta-v2", "extract", 512, GLINER_BIOMED),
+    "Ihor/gliner-biomed-bi-base-v1.0": other("deberta-v2", "extract", 512, GLINER_BIOMED),
+    "Ihor/gliner-biomed-bi-large-v1.0": other("deberta-v2", "extract", 512, GLINER_BIOMED),
+    # Knowledgator's v1.0 bi-encoders (GLINER_BI_V1): gliner-bi-small / -base / -large on microsoft/deberta-v3-small /
+    # -base / -large with labels encoders all-MiniLM-L6-v2 / bge-small-en-v1.5 / bge-base-en-v1.5 (test_gliner_bi.py's
+    # "deberta" variant), modern-gliner-bi-large on answerdotai/ModernBERT-large with bge-base-en-v1.5. As for the
+    # rows above, span_mode and labels_encoder_config are read at load; the ModernBERT card's window is its
+    # base sibling's (1024, not stated: None here), the DeBERTa ones 512.
+    "knowledgator/gliner-bi-small-v1.0": other("deberta-v2", "extract", 512, GLINER_BI_V1),
+    "knowledgator/gliner-bi-base-v1.0": other("deberta-v2", "extract", 512, GLINER_BI_V1),
+    "knowledgator/gliner-bi-large-v1.0": other("deberta-v2", "extract", 512, GLINER_BI_V1),
+    "knowledgator/modern-gliner-bi-large-v1.0": other("modernbert", "extract", None, GLINER_BI_V1),
     # GLiNER2 (span architecture: entities and classification in one pass; tests/engine/heads/test_gliner2.py runs it)
     "fastino/gliner2-base-v1": other("deberta-v2", "gliner2", 512, GLINER2),
 }

@@ -1,11 +1,11 @@
 """GLiNER bi-encoders against the `gliner` library's `predict_entities` on the same weights.
 
-A bi-encoder (knowledgator/gliner-bi-*, modern-gliner-bi-*) encodes the text alone and each
-label with a second encoder (mean-pooled, projected). The references are gliner's own
-`BiEncoderSpanGLiNER`s built from config over tiny random encoders (a BERT or a ModernBERT
-for the text, a BERT for the labels, widths that need both projections), their span heads
-random and spread as test_gliner_extract's are, saved and reloaded; SIE serves the same
-directory. Entities, offsets and labels equal, scores within 1e-5.
+A bi-encoder (knowledgator/gliner-bi-*, modern-gliner-bi-*, Ihor/gliner-biomed-bi-*) encodes the
+text alone and each label with a second encoder (mean-pooled, projected). The references are
+gliner's own `BiEncoderSpanGLiNER`s built from config over tiny random encoders (a BERT, a
+ModernBERT or a DeBERTa-v3 for the text, a BERT for the labels, widths that need both
+projections), their span heads random and spread as test_gliner_extract's are, saved and
+reloaded; SIE serves the same directory. Entities, offsets and labels equal, scores within 1e-5.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_gliner_deberta import tiny_deberta
 from test_gliner_extract import LABELS, TEXTS, WINDOW_TOKENS, build_reference, long_text, windowed_reference
 
 from sie_engine import Catalog, Engine, ModelCard, WeightsSource
@@ -29,7 +30,13 @@ VARIANTS = {
     # text encoder, labels encoder width, GLiNER settings
     "bert": ("bert", 48, dict(hidden_size=32, max_width=5)),
     "modernbert": ("modernbert", 32, dict(hidden_size=40, max_width=6, subtoken_pooling="mean")),
+    # the gliner-biomed bi-encoders' combination: a DeBERTa-v3 text encoder (log-bucketed relative
+    # positions, no absolute ones), a BERT labels encoder narrower than the GLiNER width
+    "deberta": ("deberta", 24, dict(hidden_size=48, max_width=5)),
 }
+# the variants run in windows: BERT's absolute positions, and DeBERTa's relative ones (each window
+# restarts them, as gliner run on that window does)
+WINDOWED = ("bert", "deberta")
 
 
 def tiny_modernbert(dest: Path, seed: int) -> Path:
@@ -47,8 +54,12 @@ def tiny_modernbert(dest: Path, seed: int) -> Path:
 def build_bi_encoder(tmp: Path, name: str, seed: int):
     """A VARIANTS bi-encoder saved under `tmp / name` -> (directory, the reloaded gliner reference)."""
     text, labels_width, settings = VARIANTS[name]
-    text_dir = (tiny_modernbert(tmp / f"{name}-text", seed) if text == "modernbert"
-                else make_tiny_bert(tmp / f"{name}-text", seed=seed))
+    if text == "modernbert":
+        text_dir = tiny_modernbert(tmp / f"{name}-text", seed)
+    elif text == "deberta":
+        text_dir = tiny_deberta("v3", tmp / f"{name}-text", seed=seed)
+    else:
+        text_dir = make_tiny_bert(tmp / f"{name}-text", seed=seed)
     labels_dir = make_tiny_bert(tmp / f"{name}-labels", seed=10 + seed, hidden_size=labels_width)
     reference = build_reference(tmp / name, text_dir, seed=seed, labels_encoder=str(labels_dir), **settings)
     assert type(reference.model).__name__ == "BiEncoderSpanModel"
@@ -65,9 +76,10 @@ def models(tmp_path_factory):
 def cards_for(models) -> list[ModelCard]:
     cards = [ModelCard(id=f"bi/{name}", weights=WeightsSource(path=str(root)), outputs=("extract",), max_seq_len=512,
                        max_batch_tokens=2048) for name, (root, _) in models.items()]
-    root, _ = models["bert"]  # a small window, so a paragraph needs several
-    return cards + [ModelCard(id="bi/bert/window", weights=WeightsSource(path=str(root)), outputs=("extract",),
-                              max_seq_len=WINDOW_TOKENS, max_batch_tokens=512)]
+    # a small window, so a paragraph needs several
+    return cards + [ModelCard(id=f"bi/{name}/window", weights=WeightsSource(path=str(models[name][0])),
+                              outputs=("extract",), max_seq_len=WINDOW_TOKENS, max_batch_tokens=512)
+                    for name in WINDOWED]
 
 
 @pytest.fixture(scope="module")
@@ -107,14 +119,15 @@ def test_multi_label_and_threshold(engine, models):
 
 
 @pytest.mark.parametrize("flat", [True, False], ids=["flat", "nested"])
-def test_long_text_windows(engine, models, flat):
+@pytest.mark.parametrize("variant", WINDOWED)
+def test_long_text_windows(engine, models, variant, flat):
     """A text longer than the window: gliner on each of SIE's windows, candidates pooled and decoded once
     (test_gliner_extract's windowed reference), equal to SIE's windows of a bi-encoder."""
-    root, reference = models["bert"]
+    root, reference = models[variant]
     text = long_text()
     prepared, expected = windowed_reference(reference, root, text, flat, 0.5)
     assert len(prepared.windows) >= 4 and len(expected) >= 5
-    result = engine.extract_sync("bi/bert/window", [text, TEXTS[0]], LABELS, threshold=0.5, flat=flat)
+    result = engine.extract_sync(f"bi/{variant}/window", [text, TEXTS[0]], LABELS, threshold=0.5, flat=flat)
     assert_same(result.items[0].entities, expected)
     assert_same(result.items[1].entities, reference.predict_entities(TEXTS[0], LABELS, flat_ner=flat, threshold=0.5))
 
@@ -246,21 +259,31 @@ def test_the_saved_config_reads_as_a_bi_encoder(models):
     assert config.bi_encoder and config.labels_encoder_config["hidden_size"] == 48
 
 
-BI_CARDS = ["knowledgator/gliner-bi-edge-v2.0", "knowledgator/gliner-bi-small-v2.0", "knowledgator/gliner-bi-base-v2.0",
-            "knowledgator/gliner-bi-large-v2.0", "knowledgator/modern-gliner-bi-base-v1.0"]
+BI_CARDS = {  # the built-in bi-encoder cards, by the VARIANTS stand-in of their text encoder's family
+    "modernbert": ["knowledgator/gliner-bi-edge-v2.0", "knowledgator/gliner-bi-small-v2.0",
+                   "knowledgator/gliner-bi-base-v2.0", "knowledgator/gliner-bi-large-v2.0",
+                   "knowledgator/modern-gliner-bi-base-v1.0", "knowledgator/modern-gliner-bi-large-v1.0"],
+    "deberta": ["Ihor/gliner-biomed-bi-small-v1.0", "Ihor/gliner-biomed-bi-base-v1.0",
+                "Ihor/gliner-biomed-bi-large-v1.0", "knowledgator/gliner-bi-small-v1.0",
+                "knowledgator/gliner-bi-base-v1.0", "knowledgator/gliner-bi-large-v1.0"],
+}
+FAMILIES = {"modernbert": "modernbert", "deberta": "deberta-v2"}
 
 
-def test_the_bi_encoder_cards_load_from_themselves_on_a_stand_in(models):
-    """Each built-in bi-encoder card (test_catalog_published.py's ELSEWHERE) on the tiny ModernBERT
-    bi-encoder: it builds, and answers as gliner does."""
+@pytest.mark.parametrize("variant", list(BI_CARDS))
+def test_the_bi_encoder_cards_load_from_themselves_on_a_stand_in(models, variant):
+    """Each built-in bi-encoder card on the tiny bi-encoder of its text encoder's family (a ModernBERT,
+    or the DeBERTa-v3 the gliner-biomed bi-encoders use): it builds from the card alone, and answers
+    as gliner does."""
     import dataclasses
 
     builtin = Catalog.builtin()
-    root, reference = models["modernbert"]
-    cards = [dataclasses.replace(builtin.get(name), weights=WeightsSource(path=str(root))) for name in BI_CARDS]
+    root, reference = models[variant]
+    cards = [dataclasses.replace(builtin.get(name), weights=WeightsSource(path=str(root)))
+             for name in BI_CARDS[variant]]
     with Engine(Catalog(cards), device="cpu") as engine:
         for card in cards:
-            assert card.family == "modernbert" and card.outputs == ("extract",)
+            assert card.family == FAMILIES[variant] and card.outputs == ("extract",)
             result = engine.extract_sync(card.id, TEXTS[:2], LABELS, threshold=0.3)
             for text, item in zip(TEXTS, result.items):
                 assert_same(item.entities, reference.predict_entities(text, LABELS, threshold=0.3))
