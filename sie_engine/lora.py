@@ -46,8 +46,10 @@ def adapter_dir(source: WeightsSource, what: str) -> Path:
     return resolve_source(source, what, hub_patterns=[CONFIG_FILE, WEIGHTS_FILE])
 
 
-def read_config(root: Path) -> dict[str, Any]:
-    """adapter_config.json, checked: a LoRA adapter SIE can apply (ValueError naming what is not)."""
+def read_config(root: Path, merging: bool = False) -> dict[str, Any]:
+    """adapter_config.json, checked: a LoRA adapter SIE can apply (ValueError naming what is not);
+    `merging`: its deltas are merged into the base's weights at load (colpali-engine's adapters), where
+    a `modules_to_save` module's saved copy simply replaces the base's."""
     path = root / CONFIG_FILE
     if not path.is_file() or not (root / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"{root} is not a PEFT adapter: it needs {CONFIG_FILE} and {WEIGHTS_FILE} "
@@ -57,7 +59,8 @@ def read_config(root: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: peft_type {config.get('peft_type')!r} is not supported (only LORA)")
     if config.get("bias", "none") != "none":
         raise ValueError(f"{path}: bias {config['bias']!r} is not supported (only 'none')")
-    settings = [name for name in UNSUPPORTED_SETTINGS if config.get(name)]
+    allowed = ("modules_to_save",) if merging else ()
+    settings = [name for name in UNSUPPORTED_SETTINGS if config.get(name) and name not in allowed]
     if settings:
         raise ValueError(f"{path}: {', '.join(settings)} {'is' if len(settings) == 1 else 'are'} not supported "
                          "(SIE applies plain LoRA deltas: x @ A^T @ B^T * scaling)")
@@ -92,7 +95,7 @@ def load_adapter(name: str, root: Path, backbone: nn.Module, device: torch.devic
     shards: dict[str, list[tuple[int | None, torch.Tensor, torch.Tensor]]] = {}
     errors: list[str] = []
     with safe_open(str(root / WEIGHTS_FILE), framework="pt") as tensors:
-        pairs = _pairs(list(tensors.keys()), errors)
+        pairs = lora_pairs(list(tensors.keys()), errors)
         for path, (a_name, b_name) in sorted(pairs.items()):
             if any(path == unused or path.endswith("." + unused) for unused in UNUSED_MODULES):
                 continue
@@ -117,7 +120,7 @@ def load_adapter(name: str, root: Path, backbone: nn.Module, device: torch.devic
     return LoRAAdapter(name, weights)
 
 
-def _pairs(keys: list[str], errors: list[str]) -> dict[str, tuple[str, str]]:
+def lora_pairs(keys: list[str], errors: list[str]) -> dict[str, tuple[str, str]]:
     """peft's module path -> (its lora_A name, its lora_B name); any other tensor is an error."""
     found: dict[str, dict[str, str]] = {}
     for key in keys:

@@ -308,7 +308,8 @@ def build_runner(card: ModelCard, layout: CheckpointLayout | Path, device: torch
     backbone, backend = new_backbone(family, typed_config, device, dtype)
     if tokenizer is None:
         tokenizer = load_tokenizer(card, layout)
-    with Checkpoint(layout.weight_files) as checkpoint:  # tensors stream from the files, one at a time
+    with Checkpoint(layout.weight_files) as files:  # tensors stream from the files, one at a time
+        checkpoint = layout.tensors(files)
         report = load_checkpoint(backbone, checkpoint, backbone.weight_spec)
         if not report.prefix.endswith(layout.backbone_prefix_suffix):
             raise WeightLoadError(f"the backbone's tensors sit under {report.prefix!r}; a {layout.kind} checkpoint "

@@ -9,7 +9,7 @@ tensors sit in them.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,9 @@ class CheckpointLayout:
         them is reported after its architecture, which is the likelier mistake).
     backbone_prefix_suffix: the backbone's tensors sit under a prefix ending so ("" : any).
     lowercase: lowercase texts before tokenising (sentence-transformers' `do_lower_case`).
+    weights_root: the directory of the weight files where it is not `root` (an adapter's base).
+    view: the checkpoint as the family names its tensors, over the files' tensors (None: as they
+        are); a layout that renames or merges tensors at load (colpali-engine's) gives one.
     """
 
     kind: str
@@ -40,10 +43,16 @@ class CheckpointLayout:
     bos_eos: bool = False
     backbone_prefix_suffix: str = ""
     lowercase: bool = False
+    weights_root: Path | None = None
+    view: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
 
     @property
     def weight_files(self) -> tuple[Path, ...]:
-        return tuple(weight_files(self.root))
+        return tuple(weight_files(self.weights_root or self.root))
+
+    def tensors(self, files: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The checkpoint's tensors by the family's names, over the open weight files."""
+        return self.view(files) if self.view is not None else files
 
 
 def read_config_json(root: Path) -> dict | None:

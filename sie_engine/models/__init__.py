@@ -142,6 +142,7 @@ LAYOUTS: dict[str, str] = {
     "gliner2": f"{_M}.gliner2.checkpoint",
     "gliclass": f"{_M}.gliclass.checkpoint",
     "model2vec": f"{_M}.static.layout",
+    "colpali-engine": f"{_M}.colqwen2.colpali_engine",
 }
 
 # A card's output -> the builder of its heads, `fn(HeadContext) -> {name: Head}` (sie_engine/heads:

@@ -124,6 +124,8 @@ ELSEWHERE = {
     "jinaai/jina-colbert-v2": "tests/engine/heads/test_heads_colbert_jina.py",
     "vidore/colpali-v1.3-hf": "tests/engine/families/test_colpali.py",
     "vidore/colqwen2-v1.0-hf": "tests/engine/families/test_colqwen2.py",
+    "vidore/colqwen2-v1.0": "tests/engine/families/test_colqwen2_colpali_engine.py",
+    "vidore/colqwen2.5-v0.2": "tests/engine/families/test_colqwen2_colpali_engine.py",
     "Qwen/Qwen3-VL-Reranker-2B": "tests/engine/families/test_qwen3_vl.py",
     "Qwen/Qwen3-VL-Reranker-8B": "tests/engine/families/test_qwen3_vl.py",
     # a ModernBERT or DeBERTa-v3 text encoder and a labels encoder

@@ -109,3 +109,102 @@ def colqwen2_mrope_pages(path: Path, images: list[bytes]):
     with torch.no_grad():
         out = model(**pages, position_ids=positions).embeddings
     return [e[m.bool()].numpy() for e, m in zip(out, pages["attention_mask"])]
+
+
+# colpali-engine's LoRA targets as vidore's ColQwen2 / ColQwen2.5 adapters name them (its training configs)
+COLPALI_ENGINE_TARGETS = ("(.*(model).*(down_proj|gate_proj|up_proj|k_proj|q_proj|v_proj|o_proj).*$"
+                          "|.*(custom_text_proj).*$)")
+# what colpali-engine's base and adapter repositories carry of the processor (no processor_config.json)
+PROCESSOR_FILES = ("preprocessor_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
+def _colpali_engine_name(name: str) -> str:
+    """ColQwen2ForRetrieval's tensor name as colpali-engine's ColQwen2 / ColQwen2_5 saves it (the inverse
+    of transformers' convert_colqwen2_weights_to_hf.py renames)."""
+    for ours, theirs in (("embedding_proj_layer.", "custom_text_proj."), ("vlm.language_model.", "model."),
+                         ("vlm.model.language_model.", "model."), ("vlm.visual.", "visual."),
+                         ("vlm.model.visual.", "visual."), ("vlm.lm_head.", "lm_head.")):
+        if name.startswith(ours):
+            return theirs + name[len(ours):]
+    raise ValueError(f"unexpected ColQwen2ForRetrieval tensor {name}")
+
+
+def make_tiny_colpali_engine(dest: Path, seed: int = 0, qwen2_5: bool = True, modules_to_save: bool = False):
+    """A tiny colpali-engine ColQwen2.5 (or ColQwen2) base in its own layout, a PEFT LoRA adapter on it made
+    by peft with colpali-engine's targets (and, with `modules_to_save`, the projection saved whole), and
+    the reference: the base with peft's `merge_and_unload` applied, as ColQwen2ForRetrieval (transformers'
+    conversion). Returns (base directory, adapter directory, reference directory)."""
+    import json
+    import shutil
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import save_file
+    from torch import nn
+    from transformers import ColQwen2ForRetrieval
+
+    dest = Path(dest)
+    hf = make_tiny_colqwen2(dest / "hf", seed=seed, qwen2_5=qwen2_5)
+    model = ColQwen2ForRetrieval.from_pretrained(hf, dtype=torch.float32).eval()
+    base, adapter, reference = dest / "base", dest / "adapter", dest / "merged"
+    base.mkdir(parents=True)
+    state = {_colpali_engine_name(k): v.contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(base / "model.safetensors"))
+    vlm = model.config.vlm_config.to_dict()
+    vlm["architectures"] = ["ColQwen2_5" if qwen2_5 else "ColQwen2"]
+    (base / "config.json").write_text(json.dumps(vlm))
+
+    class ColpaliEngineNames(nn.Module):  # the module names colpali-engine's ColQwen2_5 gives the same parts
+        def __init__(self):
+            super().__init__()
+            self.model, self.visual = model.vlm.language_model, model.vlm.visual
+            self.custom_text_proj = model.embedding_proj_layer
+
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=COLPALI_ENGINE_TARGETS, init_lora_weights=False,
+                        modules_to_save=["custom_text_proj"] if modules_to_save else None,
+                        exclude_modules=["custom_text_proj"] if modules_to_save else None)
+    torch.manual_seed(seed + 1)
+    peft_model = get_peft_model(ColpaliEngineNames(), config)
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.mul_(0.2)  # deltas of a trained adapter's size, not a random matrix's
+            if "modules_to_save" in name:
+                param.add_(torch.randn_like(param) * 0.1)  # the saved copy differs from the base's
+    peft_model.save_pretrained(adapter)
+    settings = json.loads((adapter / "adapter_config.json").read_text())
+    settings["base_model_name_or_path"] = str(base)
+    (adapter / "adapter_config.json").write_text(json.dumps(settings))
+    # merged in place into the modules `model` shares; a modules_to_save copy replaces its module, so the
+    # unloaded parts go back into `model` by name
+    unloaded = peft_model.merge_and_unload()
+    model.vlm.language_model, model.vlm.visual = unloaded.model, unloaded.visual
+    model.embedding_proj_layer = unloaded.custom_text_proj
+    model.save_pretrained(reference)
+    from transformers import ColQwen2Processor
+
+    image_processor = ColQwen2Processor.from_pretrained(hf).image_processor
+    for directory in (base, adapter, reference):
+        for name in PROCESSOR_FILES + (("processor_config.json",) if directory == reference else ()):
+            if (hf / name).is_file():
+                shutil.copy(hf / name, directory / name)
+        if directory != reference:  # colpali-engine (transformers 4) saved the image processor on its own
+            image_processor.save_pretrained(directory)
+    return base, adapter, reference
+
+
+def colpali_engine_queries(path: Path, queries: list[str]):
+    """ColQwen2ForRetrieval's (transformers') query embeddings of colpali-engine's query texts: "Query: " +
+    the text + 10 pad tokens, no "\\n" (colpali-engine's process_queries), without special tokens."""
+    import torch
+    from transformers import AutoTokenizer, ColQwen2ForRetrieval
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = ColQwen2ForRetrieval.from_pretrained(path, dtype=torch.float32).eval()
+    out = []
+    for query in queries:
+        text = f"Query: {query}{tokenizer.pad_token * 10}"
+        ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+        with torch.no_grad():
+            out.append(model(input_ids=ids, attention_mask=torch.ones_like(ids)).embeddings[0].numpy())
+    return out

@@ -122,6 +122,10 @@ GLINER_BI_V1 = ("docs.knowledgator.com's GLiNER pretrained-models page, its bi-e
                 "Documentation docs/frameworks/gliner/pretrained-models/tables/BiEncoderTable.jsx: each model's "
                 "encoder and labels encoder; its modern-gliner-bi-large-v1.0 row links to the base model's page, "
                 "its name and encoders are the large one's)")
+COLPALI_ENGINE = ("adapter_config.json (base_model_name_or_path vidore/colqwen2-base / vidore/colqwen2.5-base, "
+                  "as the models' READMEs and users' setup notes state) + illuin-tech/colpali's colpali_engine "
+                  "(models/qwen2/colqwen2, models/qwen2_5/colqwen2_5: dim 128, the visual prompt, the query "
+                  "prefix and 10 augmentation tokens; get_rope_index's positions in Qwen2(.5)-VL's forward)")
 GLINER2 = ("config.json (model_type extractor) + encoder_config/config.json (DeBERTa-v3-base) on the Hub; "
            "microsoft/deberta-v3-base's tokenizer_config.json gives model_max_length 512")
 GLIREL = ("glirel_config.json (model_name microsoft/deberta-v3-large, whose tokenizer_config.json gives "
@@ -497,6 +501,12 @@ PUBLISHED: dict[str, Published] = {
                                      "(ColQwen2ForRetrieval's docstring checkpoint; ColQwen2Config: model_type "
                                      "colqwen2, embedding_dim 128, vlm_config qwen2_vl) + ColQwen2Processor's "
                                      "prompts + Qwen2VLImageProcessor's defaults (patch 14, merge 2)"),
+    # colpali-engine's own checkpoints (tests/engine/families/test_colqwen2_colpali_engine.py): PEFT LoRA adapters
+    # on colpali-engine bases, merged at load; the base each names, colpali-engine's ColQwen2 / ColQwen2_5 classes
+    # (a Qwen2-VL / Qwen2.5-VL + custom_text_proj of dim 128) and their processors' prompts as released
+    # (illuin-tech/colpali before d29e228: "Query: " + text + 10 <|endoftext|>, no "\n")
+    "vidore/colqwen2-v1.0": other("colqwen2", "multivector", None, COLPALI_ENGINE),
+    "vidore/colqwen2.5-v0.2": other("colqwen2", "multivector", None, COLPALI_ENGINE),
     # Qwen3-VL-Embedding / -Reranker: QwenLM/Qwen3-VL-Embedding's README (model table: 2048 / 4096 dims, MRL,
     # instruction aware) and its src/models/qwen3_vl_embedding.py (Qwen3VLEmbedder: the chat of a system
     # instruction, default "Represent the user's input.", and the user's input, last-token pooling, normalize,

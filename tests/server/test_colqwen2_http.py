@@ -2,7 +2,9 @@
 (`--model NAME=PATH`), page images of four sizes and query texts through `POST /v1/encode` in JSON
 (base64 images, lists of floats) and in msgpack (raw image bytes, tensor objects), each answer equal
 to the in-process Engine's on the same directory (1e-6) and to transformers' ColQwen2ForRetrieval
-(1e-5); `POST /v1/score` with page images equal to ColQwen2Processor.score_retrieval (1e-4); what it
+(1e-5); `POST /v1/score` with page images equal to ColQwen2Processor.score_retrieval (1e-4); a
+colpali-engine ColQwen2.5 LoRA adapter directory (vidore/colqwen2.5-v0.2's layout) served beside it,
+its JSON scores equal to MaxSim over peft's merged model run as colpali-engine runs it; what it
 cannot serve refused with a 400 naming the item."""
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from colqwen2_fixtures import colqwen2_reference, make_tiny_colqwen2
+from colqwen2_fixtures import (
+    colpali_engine_queries,
+    colqwen2_mrope_pages,
+    colqwen2_reference,
+    make_tiny_colpali_engine,
+    make_tiny_colqwen2,
+)
 from image_fixtures import encode_image, sample_images
 from server_fixtures import start_server
 from sie_client.wire import loads
@@ -32,9 +40,16 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
-    process = start_server("--model", f"colqwen2={model_dir}", "--preload", "colqwen2",
-                           log_dir=tmp_path_factory.mktemp("sie-server"))
+def colpali_engine(tmp_path_factory):
+    """(a colpali-engine ColQwen2.5 adapter directory, peft's merged model as ColQwen2ForRetrieval)."""
+    _, adapter, merged = make_tiny_colpali_engine(tmp_path_factory.mktemp("colpali-engine"))
+    return adapter, merged
+
+
+@pytest.fixture(scope="module")
+def server(model_dir, colpali_engine, tmp_path_factory):
+    process = start_server("--model", f"colqwen2={model_dir}", "--model", f"colqwen25={colpali_engine[0]}",
+                           "--preload", "colqwen2", log_dir=tmp_path_factory.mktemp("sie-server"))
     try:
         yield process
     finally:
@@ -83,6 +98,20 @@ def test_msgpack_raw_bytes_answer_tensor_objects_equal_the_engine_and_transforme
     assert set(raw["items"][0]["multivector"]) == {"dtype", "shape", "data"}  # a tensor object, not lists
     answer = loads(response.content, response.headers["Content-Type"])
     assert_answers([np.asarray(item["multivector"]) for item in answer["items"]], expected)
+
+
+def test_a_colpali_engine_adapter_scores_pages_as_its_merged_model(server, colpali_engine):
+    _, merged = colpali_engine
+    images = sample_images()
+    pages = colqwen2_mrope_pages(merged, [images[name] for name in PAGES])
+    (query,) = colpali_engine_queries(merged, ["the cat"])
+    wanted = [float((query @ page.T).max(axis=1).sum()) for page in pages]
+    body = {"query": "the cat", "items": [{"id": name, "image": base64.b64encode(images[name]).decode()}
+                                          for name in PAGES]}
+    response = httpx.post(f"{server.url}/v1/score/colqwen25", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    ranked = response.json()["scores"]
+    np.testing.assert_allclose([s["score"] for s in sorted(ranked, key=lambda s: s["index"])], wanted, atol=1e-4)
 
 
 def test_msgpack_score_ranks_the_pages_as_score_retrieval(server, expected):

@@ -6,7 +6,8 @@ the query prefix and augmentation, and Qwen2VLImageProcessor's smart resize of e
   features (N = h * w / merge**2 of its patch grid): the tokens before the placeholder, the N
   features, the tokens after it.
 - A query: `query_prefix` ("Query: ") + text + 10 pad tokens (`<|endoftext|>`, query augmentation)
-  + "\\n", tokenised as the processor does (the Qwen2 tokenizer adds no special tokens).
+  + "\\n", tokenised as the processor does (the Qwen2 tokenizer adds no special tokens); a
+  colpali-engine checkpoint's (colpali_engine.py) without the "\\n", as colpali-engine writes them.
 - A page's pixels: the processor resizes it so both sides are multiples of patch_size * merge_size
   and its area lies within min/max pixels (`size.shortest_edge` / `size.longest_edge` are areas
   here), then hands its patches over flattened, window by window: `[h * w, C * T * p * p]`, kept
@@ -26,6 +27,7 @@ import numpy as np
 from ...errors import InvalidRequest, PayloadTooLarge
 from ...images import MAX_RESIZED_PIXELS, ImagePreprocessor, prepare_images
 from ...tokenizer import ImageTextInputs, Tokenized
+from .colpali_engine import query_newline
 from .model import ColQwen2Config
 
 QUERY_AUGMENTATION_TOKENS = 10  # ColQwen2Processor's suffix: the pad token ten times
@@ -116,7 +118,8 @@ class ColQwen2Inputs(ImageTextInputs):
         super().__init__(layout, max_length, trust_remote_code)
         prompts = read_colqwen2_prompts(self.layout_root)
         self.query_prefix = prompts["query_prefix"]
-        self.query_suffix = self.hf.pad_token * QUERY_AUGMENTATION_TOKENS + "\n"
+        newline = "\n" if query_newline(self.layout_config) else ""  # transformers' processor; colpali-engine's none
+        self.query_suffix = self.hf.pad_token * QUERY_AUGMENTATION_TOKENS + newline
         ids = self.plain_ids(prompts["visual_prompt_prefix"])
         image_id = self.token_id(IMAGE_TOKEN)
         places = np.flatnonzero(ids == image_id)
@@ -135,7 +138,7 @@ class ColQwen2Inputs(ImageTextInputs):
         return Qwen2VLImages(processor)  # each page's size is the processor's to decide
 
     def load_text(self, layout, max_length: int, trust_remote_code: bool) -> None:
-        self.layout_root = layout.root
+        self.layout_root, self.layout_config = layout.root, layout.config
         super().load_text(layout, max_length, trust_remote_code)
 
     def encode(self, texts: Sequence[str], *, add_special_tokens: bool = True, with_offsets: bool = False) -> Tokenized:
