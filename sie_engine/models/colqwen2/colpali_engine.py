@@ -32,6 +32,7 @@ from ...checkpoints.layout import CheckpointLayout, read_config_json, read_json
 from ...lora import CONFIG_FILE, PEFT_PREFIX, WEIGHTS_FILE, lora_pairs, read_config, scaling
 from ...weights import resolve_source, tensor_shapes, weight_files
 from .card import colqwen2_card
+from .model import MROPE_SWITCH
 
 KIND = "colpali-engine"
 ARCHITECTURES = ("ColQwen2", "ColQwen2_5")
@@ -41,7 +42,6 @@ RENAMES = (("custom_text_proj.", "embedding_proj_layer."), ("model.language_mode
            ("model.visual.", "vlm.visual."), ("model.", "vlm.language_model."),
            ("language_model.", "vlm.language_model."), ("visual.", "vlm.visual."), ("lm_head.", "vlm.lm_head."))
 QUERY_NEWLINE = "query_newline"  # a layout config key ColQwen2Inputs reads (the colqwen2 config ignores it)
-PROCESSOR_FILES = ("preprocessor_config.json", "tokenizer.json", "tokenizer_config.json")
 
 
 def detects(root: Path) -> bool:
@@ -68,13 +68,13 @@ def describe_layout(root: Path) -> CheckpointLayout:
     if not widths:
         raise ValueError(f"{base}: a colpali-engine checkpoint without {PROJECTION}weight (its projection)")
     vlm = {key: value for key, value in config.items() if key != "architectures"}
-    own = adapter is not None and all((adapter / name).is_file() for name in PROCESSOR_FILES[:1])
-    files_root = adapter if own and adapter is not None else base
+    # the processor and tokenizer the adapter carries (vidore's do), else the base's
+    files_root = adapter if adapter is not None and (adapter / "preprocessor_config.json").is_file() else base
     return CheckpointLayout(
         kind=KIND, root=files_root, weights_root=base,
         tokenizer_source=files_root if (files_root / "tokenizer_config.json").is_file() else base,
         config={"model_type": "colqwen2", "vlm_config": vlm, "embedding_dim": widths[0],
-                "mrope_positions": True, QUERY_NEWLINE: False},
+                MROPE_SWITCH: True, QUERY_NEWLINE: False},
         view=lambda files: ColpaliEngineTensors(files, adapter))
 
 
