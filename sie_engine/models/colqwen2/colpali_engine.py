@@ -59,10 +59,6 @@ def describe_layout(root: Path) -> CheckpointLayout:
     adapter = root if read_config_json(root) is None else None
     base = _base_of(root) if adapter is not None else root
     config = read_config_json(base) or {}
-    if not any(name in ARCHITECTURES for name in config.get("architectures") or ()):
-        raise ValueError(f"{root}: a PEFT adapter is served as a model's weights only over a colpali-engine "
-                         f"ColQwen2 / ColQwen2.5 base ({base} names {config.get('architectures')}); serve other "
-                         "adapters as a card's `adapters` over their base model's card")
     widths = [shape[0] for name, shape, _, _ in tensor_shapes(tuple(weight_files(base)))
               if name == PROJECTION + "weight"]
     if not widths:
@@ -87,12 +83,19 @@ def local_card(name: str, root: Path) -> ModelCard:
 
 
 def _base_of(adapter: Path) -> Path:
-    """The base directory an adapter names: a local directory, or a hub repository (fetched)."""
+    """The base directory an adapter names (a local directory, or a hub repository, fetched once its
+    config.json says it is a colpali-engine ColQwen: any other base is refused before its weights come)."""
     base = adapter_base(adapter)
     if base is None:
         raise ValueError(f"{adapter / CONFIG_FILE} names no base_model_name_or_path: SIE cannot tell which "
                          "colpali-engine base its deltas apply to")
-    return resolve_source(base, f"the base {base.describe()} of adapter {adapter}")
+    what = f"the base {base.describe()} of adapter {adapter}"
+    config = read_config_json(resolve_source(base, what, hub_patterns=["config.json"] if base.hub else None)) or {}
+    if not any(name in ARCHITECTURES for name in config.get("architectures") or ()):
+        raise ValueError(f"{adapter}: a PEFT adapter is served as a model's weights only over a colpali-engine "
+                         f"ColQwen2 / ColQwen2.5 base ({base.describe()} names {config.get('architectures')}); serve "
+                         "other adapters as a card's `adapters` over their base model's card")
+    return resolve_source(base, what)
 
 
 def renamed(name: str) -> str:
