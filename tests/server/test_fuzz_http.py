@@ -257,9 +257,12 @@ def test_thousands_of_generated_requests_get_no_5xx_and_no_hang(server, http, do
         transport.close()
     print("requests per route:", counts, "statuses:", statuses)
     assert sum(counts.values()) >= EXAMPLES * 0.9
+    # every route drawn, and often: a GET-only route's share is about 50 of the 2,000, and the derandomized
+    # draw moves whenever the OpenAPI document changes (a schema edit once left /metrics 38), so the bound
+    # sits well under the share, at what a route that the strategy still reaches cannot fall below
     for route in ("encode", "score", "extract", "embeddings", "models", "status", "/healthz", "/readyz", "/metrics",
                   "/openapi.json"):
-        assert counts.get(route, 0) >= EXAMPLES // 50, (route, counts)
+        assert counts.get(route, 0) >= EXAMPLES // 100, (route, counts)
     assert statuses.get(200, 0) >= EXAMPLES // 5, statuses  # plenty reach the models, not only the validators
 
     # still alive and still right
