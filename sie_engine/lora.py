@@ -21,7 +21,7 @@ from torch import nn
 
 from .card import WeightsSource
 from .errors import UnsupportedArchitecture
-from .layers.lora import LoRAAdapter, LoRAWeights
+from .layers.lora import LoRAAdapter, LoRAWeights, require_positive
 from .layers.weights import WeightSpec
 from .weights import resolve_source
 
@@ -64,10 +64,7 @@ def read_config(root: Path, merging: bool = False) -> dict[str, Any]:
     if settings:
         raise ValueError(f"{path}: {', '.join(settings)} {'is' if len(settings) == 1 else 'are'} not supported "
                          "(SIE applies plain LoRA deltas: x @ A^T @ B^T * scaling)")
-    for key in ("r", "lora_alpha"):
-        value = config.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{path}: {key} must be a positive number, not {value!r}")
+    require_positive(config, ("r", "lora_alpha"), f"{path}: ")
     return config
 
 

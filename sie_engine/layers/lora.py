@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -90,6 +91,15 @@ class LoRABatch:
             if weights is not None:
                 out[start:end].addmm_(weights.a[ids[start:end]], weights.b.t())
         return out
+
+
+def require_positive(config: Mapping[str, Any], keys: Sequence[str], where: str = "") -> None:
+    """ValueError (prefixed `where`) unless each of `keys` is a positive number: an adapter config's
+    rank and alpha (peft's `r` / `lora_alpha`, Jina's `lora_rank` / `lora_alpha`)."""
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"{where}{key} must be a positive number, not {value!r}")
 
 
 def scoped(lora: LoRABatch | None, prefix: str) -> LoRABatch | None:

@@ -33,7 +33,7 @@ from torch import nn
 
 from ...attention import AttentionBackend, AttentionMetadata
 from ...layers.blocks import activation
-from ...layers.lora import LoRAAdapter, LoRABatch, LoRAWeights, scoped
+from ...layers.lora import LoRAAdapter, LoRABatch, LoRAWeights, require_positive, scoped
 from ...layers.rotary import RotaryEmbedding
 from ...layers.weights import WeightSpec
 from ..base import Backbone, Family
@@ -112,11 +112,8 @@ def _task_adapters(config: Mapping[str, Any]) -> tuple[tuple[str, ...], float]:
     if config.get("load_trained_adapters") is False:
         raise ValueError("load_trained_adapters is false: this checkpoint's task adapters are not trained ones "
                          "(Jina's code initialises them anew), so there are none to serve")
-    rank, alpha = config.get("lora_rank"), config.get("lora_alpha")
-    for key, value in (("lora_rank", rank), ("lora_alpha", alpha)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{key} must be a positive number, not {value!r}")
-    return tuple(tasks), float(alpha) / float(rank)  # type: ignore[arg-type]
+    require_positive(config, ("lora_rank", "lora_alpha"))
+    return tuple(tasks), float(config["lora_alpha"]) / float(config["lora_rank"])
 
 
 # Jina's parametrized checkpoint: a module's base weight and its tasks' stacked deltas
