@@ -77,11 +77,24 @@ def chat(system: str, user: list) -> str:
     return f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
 
 
+def expand_images(processor, prompt: str, pictures: list[bytes]) -> tuple[str, dict]:
+    """The prompt with each `<|image_pad|>` expanded to its image's features (in order, as
+    Qwen3VLProcessor does) and the model's image inputs; no pictures: the prompt as it is."""
+    if not pictures:
+        return prompt, {}
+    from PIL import Image
+
+    pixels = processor(images=[Image.open(io.BytesIO(b)).convert("RGB") for b in pictures], return_tensors="pt")
+    counts = (pixels["image_grid_thw"].prod(-1) // MERGE ** 2).tolist()
+    pieces = prompt.split("<|image_pad|>")
+    prompt = pieces[0] + "".join("<|image_pad|>" * n + rest for n, rest in zip(counts, pieces[1:], strict=True))
+    return prompt, dict(pixel_values=pixels["pixel_values"], image_grid_thw=pixels["image_grid_thw"])
+
+
 def run_recipe(path: Path, prompts: list[str], images: list[list[bytes]]):
     """transformers' Qwen3VLForConditionalGeneration over each prompt alone (its `<|image_pad|>`
     expanded to its image's features, as Qwen3VLProcessor does) -> (the model, each last hidden state)."""
     import torch
-    from PIL import Image
     from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -91,14 +104,7 @@ def run_recipe(path: Path, prompts: list[str], images: list[list[bytes]]):
     image_id = model.config.image_token_id
     last = []
     for prompt, pictures in zip(prompts, images):
-        kwargs = {}
-        if pictures:
-            pil = [Image.open(io.BytesIO(b)).convert("RGB") for b in pictures]
-            pixels = processor(images=pil, return_tensors="pt")
-            counts = (pixels["image_grid_thw"].prod(-1) // MERGE ** 2).tolist()
-            pieces = prompt.split("<|image_pad|>")
-            prompt = pieces[0] + "".join("<|image_pad|>" * n + rest for n, rest in zip(counts, pieces[1:]))
-            kwargs = dict(pixel_values=pixels["pixel_values"], image_grid_thw=pixels["image_grid_thw"])
+        prompt, kwargs = expand_images(processor, prompt, pictures)
         input_ids = torch.tensor([tokenizer(prompt)["input_ids"]])
         kwargs["mm_token_type_ids"] = (input_ids == image_id).int()
         with torch.no_grad():

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from qwen3_vl_fixtures import EMBED_INSTRUCTION, IMAGE, MERGE, PATCH, chat, reranker_prompt
+from qwen3_vl_fixtures import EMBED_INSTRUCTION, IMAGE, MERGE, PATCH, chat, expand_images, reranker_prompt
 
 VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"  # the chat template's rendering of a video
 
@@ -156,6 +156,7 @@ def _video_recipe(path: Path) -> SimpleNamespace:
     """transformers' parts of the recipes over the tiny model at `path`."""
     import torch
     from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     video_processor = _video_processor()
@@ -165,8 +166,8 @@ def _video_recipe(path: Path) -> SimpleNamespace:
                                 vision_end_token="<|vision_end|>", video_token="<|video_pad|>",
                                 _calculate_timestamps=lambda *args: Qwen3VLProcessor._calculate_timestamps(None, *args))
     model = Qwen3VLForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
-    return SimpleNamespace(path=path, tokenizer=tokenizer, video_processor=video_processor, processor=processor,
-                           model=model)
+    return SimpleNamespace(tokenizer=tokenizer, image_processor=Qwen2VLImageProcessorPil.from_pretrained(path),
+                           video_processor=video_processor, processor=processor, model=model)
 
 
 def _run_prompt(recipe: SimpleNamespace, prompt: str, parts: list) -> Any:
@@ -174,27 +175,16 @@ def _run_prompt(recipe: SimpleNamespace, prompt: str, parts: list) -> Any:
     `<|image_pad|>` expanded to each image's features, each video's placeholder to its timestamped
     temporal patches, as Qwen3VLProcessor writes them)."""
     import torch
-    from PIL import Image
     from transformers import Qwen3VLProcessor
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     tokenizer, model = recipe.tokenizer, recipe.model
-    kwargs = {}
-    pictures = [part for part in parts if isinstance(part, bytes)]
-    if pictures:
-        image_processor = Qwen2VLImageProcessorPil.from_pretrained(recipe.path)
-        pixels = image_processor(images=[Image.open(io.BytesIO(b)).convert("RGB") for b in pictures],
-                                 return_tensors="pt")
-        counts = iter((pixels["image_grid_thw"].prod(-1) // MERGE ** 2).tolist())
-        pieces = prompt.split("<|image_pad|>")
-        prompt = pieces[0] + "".join("<|image_pad|>" * next(counts) + rest for rest in pieces[1:])
-        kwargs.update(pixel_values=pixels["pixel_values"], image_grid_thw=pixels["image_grid_thw"])
+    prompt, kwargs = expand_images(recipe.image_processor, prompt, [part for part in parts if isinstance(part, bytes)])
     videos = [part.data for part in parts if isinstance(part, Video)]
     if videos:
         fetched = [fetch_video(data) for data in videos]
         processed = recipe.video_processor(videos=[f[0] for f in fetched], video_metadata=[f[1] for f in fetched],
-                                    do_resize=False, do_sample_frames=False, return_metadata=True,
-                                    return_tensors="pt")
+                                           do_resize=False, do_sample_frames=False, return_metadata=True,
+                                           return_tensors="pt")
         pieces = prompt.split(VIDEO)
         prompt = pieces[0] + "".join(Qwen3VLProcessor.replace_video_token(recipe.processor, processed, i) + rest
                                      for i, rest in enumerate(pieces[1:]))
