@@ -85,7 +85,22 @@ def _in_task_prompt(card: ModelCard, task_prompt: str, fields: Mapping[str, Any]
         what = "the question" if task_prompt != "{prompt}" else "the task prompt"
         raise InvalidRequest(f"prompt is required: model {card.id!r} is prompted with {what} "
                              f"({task_prompt!r})", field="prompt")
-    return task_prompt.replace("{prompt}", prompt or "")
+    return _as_processor_rewrites(card, task_prompt.replace("{prompt}", prompt or ""))
+
+
+def _as_processor_rewrites(card: ModelCard, text: str) -> str:
+    """A card's own prompt as its family's processor rewrites every prompt it is given, where it does
+    (Florence2Processor's task tokens: a `<DocVQA>` question holding one is rewritten as the reference
+    rewrites it), or a 400 where that processor refuses it."""
+    module = TASK_PROMPTS.get(card.family or "")
+    rewrite = getattr(importlib.import_module(module), "construct_prompt", None) if module else None
+    if rewrite is None:
+        return text
+    try:
+        rewritten: str = rewrite(text)
+    except ValueError as exc:
+        raise InvalidRequest(f"prompt: {exc}", field="prompt") from None
+    return rewritten
 
 
 # The families whose cards are prompted by task (`options.generate.task_prompt: "{task}"`): the module

@@ -92,6 +92,9 @@ DONUT = ("clovaai/donut config/train_%s.yaml (input_size, max_length: donut-pyth
 FLORENCE2 = ("microsoft/Florence-2-%s on the Hub: config.json (text_config), preprocessor_config.json "
              "(CLIPImageProcessor 768 x 768, image_seq_length 577), generation_config.json, processing_florence2.py "
              "(task tokens; a request names its own: {task})")
+FLORENCE2_DOCVQA = ("huggingface/blog finetune-florence2.md (Florence-2-base-ft fine-tuned whole on DocVQA, saved with "
+                    "save_pretrained; the prompt \"<DocVQA>\" + question; generate with max_new_tokens 1024 and "
+                    "3 beams; post_process_generation(task=\"<DocVQA>\")) + the DocVQA demo Space's app.py")
 FLORENCE2_GENERATION = dict(num_beams=3, early_stopping=True, no_repeat_ngram_size=3, decoder_start_token_id=2,
                             forced_bos_token_id=0, forced_eos_token_id=2)
 FLORENCE2_BASE = dict(d_model=768, decoder_layers=6, vocab_size=51289, max_position_embeddings=1024)
@@ -532,6 +535,10 @@ PUBLISHED: dict[str, Published] = {
                                           task_prompt="{task}", generation=FLORENCE2_GENERATION,
                                           text_config=FLORENCE2_LARGE if v.startswith("large") else FLORENCE2_BASE)
        for v in ("base", "large", "base-ft", "large-ft")},
+    # a fine-tune taught a task of its own: its token before the request's question
+    "HuggingFaceM4/Florence-2-DocVQA": other("florence2", "generate", 1024, FLORENCE2_DOCVQA, image_size=(768, 768),
+                                             task_prompt="<DocVQA>{prompt}", generation=dict(num_beams=3),
+                                             text_config=FLORENCE2_BASE),
     # document models (GLM-OCR): a vision-language model prompted by the request's task
     "zai-org/GLM-OCR": other("glm_ocr", "generate", 131072, GLM_OCR, image_size=(3103, 3103), task_prompt="{task}",
                              text_config=dict(hidden_size=1536, num_hidden_layers=16, vocab_size=59392,

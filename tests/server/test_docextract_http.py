@@ -9,7 +9,8 @@ and a client that disconnects takes its sequences out of the decode batch and fr
 A tiny random Florence-2 (tests/helpers/florence2_fixtures.py) is served on the same server as a
 card-less directory (`--model`): its answers to `<OCR>`, `<OD>` and `<CAPTION_TO_PHRASE_GROUNDING>`
 (text, data and regions in each image's pixels) equal transformers' `generate` +
-`post_process_generation` on the same weights, over JSON and through the client."""
+`post_process_generation` on the same weights, over JSON and through the client; so does the built-in
+HuggingFaceM4/Florence-2-DocVQA card on the same weights (its `<DocVQA>` question)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from sie_engine import Catalog, Engine, WeightsSource
 CORD, DOCVQA, RVLCDIP = (f"naver-clova-ix/donut-base-finetuned-{t}" for t in ("cord-v2", "docvqa", "rvlcdip"))
 BEAMS, ENDLESS = "tiny/donut-beams", "tiny/donut-endless"
 FLORENCE = "tiny/florence2"  # a card-less directory: the family's local card
+FLORENCE_DOCVQA = "HuggingFaceM4/Florence-2-DocVQA"  # the built-in card, on the tiny Florence-2's weights
 UNK = 3  # the tiny tokenizer's <unk> (Donut's cards ban it, as its documented generate call does)
 POSITIONS = 1024  # the tiny decoder's positions: room for the endless card's long generations
 NEW = 12  # max_new_tokens of the equality checks (the tiny decoder rarely stops before)
@@ -89,13 +91,20 @@ def donut(tmp_path_factory):
 def florence(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny-florence2")
     model, processor = tiny_florence2(root)
-    return root, model, processor
+    cards = tmp_path_factory.mktemp("florence2-cards")
+    builtin = Catalog.builtin().get(FLORENCE_DOCVQA)
+    # its prompt as published; a bound within the tiny decoder's 128 positions
+    options = {"generate": {**builtin.options["generate"], "max_new_tokens": 100}}
+    docvqa = dataclasses.replace(builtin, weights=WeightsSource(path=str(root)), options=options)
+    (cards / "docvqa.yaml").write_text(yaml.safe_dump(docvqa.to_dict()))
+    return root, model, processor, cards
 
 
 @pytest.fixture(scope="module")
 def server(donut, florence, tmp_path_factory):
     # a short wait bound: the flood test's long generation holds far more than 5 s of work
-    process = start_server("--models", str(donut[3]), "--model", f"{FLORENCE}={florence[0]}", "--max-queue-wait", "5",
+    process = start_server("--models", str(donut[3]), "--models", str(florence[3]), "--model",
+                           f"{FLORENCE}={florence[0]}", "--max-queue-wait", "5",
                            log_dir=tmp_path_factory.mktemp("sie-server"))
     try:
         yield process
@@ -250,7 +259,7 @@ def florence_reference(florence, image: Image.Image, task: str, prompt: str | No
     post_process_generation on the image alone: (the text without <s>, </s> and <pad>, the answer dict)."""
     key = (image.tobytes(), image.size, task, prompt)
     if key not in _florence_references:
-        _, model, processor = florence
+        _, model, processor, _ = florence
         inputs = processor(text=task + (prompt or ""), images=image, return_tensors="pt")
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
@@ -321,6 +330,24 @@ def test_florence2_through_the_client_sync_async_and_embedded(server, florence):
     assert result.items[0].data == florence_reference(florence, PAGES[0], "<OD>", None)[1]
 
 
+def test_florence2_docvqa_answers_the_question_as_its_recipe_does(server, florence):
+    """HuggingFaceM4/Florence-2-DocVQA's recipe: "<DocVQA>" + the question as the processor's text,
+    generate with the checkpoint's config, post_process_generation(task="<DocVQA>"), a pure-text answer."""
+    body = {"items": [{"image": base64.b64encode(p).decode()} for p in PNGS[:2]], "prompt": QUESTION,
+            "max_new_tokens": NEW}
+    response = httpx.post(f"{server.url}/v1/extract/{FLORENCE_DOCVQA}", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    answers = [florence_reference(florence, page, "<DocVQA>", QUESTION)[1] for page in PAGES[:2]]
+    for item, answer in zip(response.json()["items"], answers, strict=True):
+        assert item["data"] == answer and item["text"] == answer["<DocVQA>"]
+        assert item.get("regions") is None
+    assert any(answer["<DocVQA>"] for answer in answers), "the tiny decoder says something: texts are compared"
+    # the question is the processor's text: one holding a task token is refused as Florence2Processor refuses it
+    response = httpx.post(f"{server.url}/v1/extract/{FLORENCE_DOCVQA}", timeout=60,
+                          json={**body, "prompt": "what is <OCR> here?"})
+    assert response.status_code == 400 and "<OCR> should be the only content" in response.text, response.text
+
+
 IMAGE = {"image": base64.b64encode(PNGS[0]).decode()}
 
 
@@ -338,6 +365,8 @@ IMAGE = {"image": base64.b64encode(PNGS[0]).decode()}
     (FLORENCE, {"items": [IMAGE], "task": "<OD>", "prompt": "a car"}, "prompt", "takes no text input"),
     (FLORENCE, {"items": [IMAGE], "task": "<CAPTION_TO_PHRASE_GROUNDING>"}, "prompt", "needs a text input"),
     (FLORENCE, {"items": [IMAGE], "task": "<OCR>", "labels": ["car"]}, "labels", "labels does not apply"),
+    (FLORENCE_DOCVQA, {"items": [IMAGE]}, "prompt", "prompt is required"),
+    (FLORENCE_DOCVQA, {"items": [IMAGE], "task": "<OCR>", "prompt": "what?"}, "task", "task does not apply"),
 ])
 def test_unsupported_combinations_are_400s(server, model, body, field, words):
     response = httpx.post(f"{server.url}/v1/extract/{model}", json=body, timeout=60)

@@ -5,8 +5,10 @@ card of a card-less Florence-2 directory.
 A Florence-2 card's `options.generate.task_prompt` is `{task}`: a request names a task token
 (`task`: `<OCR>`, `<OD>`, ...) and, for the tasks that take one, its text input (`prompt`);
 tasks/generate.py builds the processor's prompt from them (tasks.py), tokenised here as
-`<s>` prompt `</s>`. Unlike Donut's, that prompt is the encoder's, read beside the image's tokens:
-the decoder starts from `decoder_start_token_id` alone. Answers are the generated sequence decoded
+`<s>` prompt `</s>`. A fine-tune taught a task of its own has that task's token before the
+request's text instead (`<DocVQA>{prompt}`), and its answers are that task's. Unlike Donut's, that
+prompt is the encoder's, read beside the image's tokens: the decoder starts from
+`decoder_start_token_id` alone. Answers are the generated sequence decoded
 with its special tokens and post-processed as `Florence2Processor.post_process_generation` does
 (postprocess.py), in the original image's pixels: `text`, `data` (`{task: answer}`, transformers'
 shape) and `regions` (boxes, OCR quad boxes, polygons) for the tasks that locate things.
@@ -14,6 +16,7 @@ shape) and `regions` (boxes, OCR quad boxes, polygons) for the tasks that locate
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,9 +78,7 @@ class Florence2Generation(GenerationHead):
         self.hold(model)
         self.tokenizer = tokenizer  # transformers' (Florence2Inputs.hf)
         task_prompt, self.max_new_tokens, overrides = generate_options(options, card_id)
-        if task_prompt != "{task}":
-            raise ValueError(f"card {card_id}: options.generate.task_prompt must be \"{{task}}\" for Florence-2 "
-                             f"(a request names its task token), got {task_prompt!r}")
+        self.own_task = own_task_token(task_prompt, card_id)
         self.generation = {**generation_config(root), **overrides}
         start = self.generation.get("decoder_start_token_id")
         if start is None:
@@ -108,14 +109,31 @@ class Florence2Generation(GenerationHead):
 
     def answer(self, prompt: list[int], generated: list[int], task: str | None,
                size: tuple[int, int] | None) -> Answer:
+        task = task or self.own_task
         if task is None or size is None:
             raise ValueError("a Florence-2 answer needs the request's task and the image's size")
         decoded = self.tokenizer.decode(self.start + generated, skip_special_tokens=False)
         answer = postprocess.post_process_generation(decoded, task, size, self.post_config)
-        if POST_PROCESSING[task] == "pure_text":
+        if POST_PROCESSING.get(task, "pure_text") == "pure_text":
             return Answer(answer, {task: answer})
         regions = [r.to_dict() for r in postprocess.regions(task, answer)]
         return Answer(postprocess.strip_specials(decoded).strip(), {task: answer}, regions)
+
+
+def own_task_token(task_prompt: str, card_id: str) -> str | None:
+    """None for a card prompted by task (`{task}`: the base checkpoints know every task token); for a
+    fine-tune taught a task of its own, the token its card's prompt puts before the request's text
+    (`<DocVQA>{prompt}`: HuggingFaceM4/Florence-2-DocVQA's question). That token names its answer, as
+    `post_process_generation(task=...)` does in the fine-tune's recipe: pure text, the processor's parse
+    for a task it does not know."""
+    if task_prompt == "{task}":
+        return None
+    token, placeholder, rest = task_prompt.partition("{prompt}")
+    if not placeholder or rest or not re.fullmatch(r"<[^<>{}]+>", token):
+        raise ValueError(f"card {card_id}: options.generate.task_prompt must be \"{{task}}\" (a request names its "
+                         "task token) or a fine-tune's task token before the request's text, as "
+                         f"\"<DocVQA>{{prompt}}\"; got {task_prompt!r}")
+    return token
 
 
 def build_generation_head(ctx: HeadContext) -> dict[str, GenerationHead]:

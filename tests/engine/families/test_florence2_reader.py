@@ -182,3 +182,13 @@ def test_original_layout_reads_the_same(florence, tmp_path):
     tasks = ["<OD>", "<OCR_WITH_REGION>"]
     expected = [(a.tokens, a.answer) for a in reader.read(IMAGES[:2], tasks, settings)]
     assert [(a.tokens, a.answer) for a in original.read(IMAGES[:2], tasks, settings)] == expected
+
+
+def test_a_card_prompt_is_by_task_or_a_fine_tunes_own_task_token():
+    from sie_engine.models.florence2.serving import own_task_token
+
+    assert own_task_token("{task}", "c") is None
+    assert own_task_token("<DocVQA>{prompt}", "c") == "<DocVQA>"
+    for bad in ("Question: {prompt}", "<DocVQA>", "<DocVQA>{prompt} answer:", "{prompt}"):
+        with pytest.raises(ValueError, match="<DocVQA>\\{prompt\\}"):
+            own_task_token(bad, "c")
