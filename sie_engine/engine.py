@@ -13,7 +13,6 @@ neither blocks any event loop.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import inspect
 import logging
 import math
@@ -42,6 +41,7 @@ from .generation.worker import DecodeWorker
 from .handoff import BatchedHandoff
 from .image_pool import IMAGE_THREADS
 from .images import header_pixels
+from .inference_threads import InferenceThreads
 from .layers.lora import LoRAAdapter
 from .models.base import CPU_FLOAT32_BATCH_TOKENS
 from .parallelism import BatchParallelism
@@ -223,6 +223,9 @@ class Engine:
         # the budget already is RAM, and the operator opts in to spending more of it
         self.host_cache_bytes = parse_bytes(host_cache) if host_cache is not None else default_host_cache(self.device)
         self.limits = limits
+        # torch gives a thread that never asked the thread count some thread set last, and the worker
+        # threads set theirs: asked now, the caller's thread keeps what it has
+        torch.get_num_threads()
         # worker threads never preempt the loop that hands them work (worker_threads.py)
         self._tokenize_pool = worker_pool(tokenizer_threads, "sie-tokenize")
         # tokenising and input preparation, their results handed back in batches (handoff.py)
@@ -231,8 +234,8 @@ class Engine:
         # each, so one batch's host work overlaps the other's kernels (parallelism.py)
         self.parallelism = BatchParallelism.for_device(
             self.device, cpu_batches if self.device.type == "cpu" else cuda_batches)
-        self._infer_pool = worker_pool(self.parallelism.batches, "sie-infer")
-        self._load_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sie-load")
+        self._infer_pool = InferenceThreads(self.parallelism)
+        self._load_pool = worker_pool(1, "sie-load")
         self._loop_thread = _LoopThread("sie-engine") if loop is None else None
         self.loop = loop if loop is not None else self._loop_thread.loop  # type: ignore[union-attr]
         self._closed = False

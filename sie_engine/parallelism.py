@@ -10,7 +10,8 @@ of the threads, keep every core busy instead (all-MiniLM-L6-v2, dev corpus, 2-co
 A batch that is alone, with nothing queued behind it, still gets every thread: a lone
 request's latency is then what one batch on all cores gives. While such a wide batch
 runs, no other starts (the cores would be oversubscribed); the next batch waits for it,
-as it always did.
+as it always did. Wide work always runs on the same inference thread (inference_threads.py:
+each thread that runs torch wide keeps an OpenMP team, and teams beyond the cores slow all).
 
 On CUDA two batches are in flight by default, each on an inference thread and a CUDA
 stream of its own, and torch's CPU threads are left as they are: while the GPU runs one

@@ -36,7 +36,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,10 +43,10 @@ import torch
 
 from .admission import PendingCall, Reservation, Throughput, WaitAdmission, cold_allowance
 from .errors import DeadlineExceeded, Draining, InferenceFailed, ModelLoadFailed, Overloaded, PayloadTooLarge, SIEError
-from .parallelism import BatchParallelism, on_threads
+from .inference_threads import InferenceThreads
+from .parallelism import BatchParallelism
 from .pool import ModelPool
 from .work import WorkItem
-from .worker_threads import worker_pool
 
 log = logging.getLogger(__name__)
 
@@ -103,23 +102,22 @@ class Scheduler:
     def __init__(
         self,
         pool: ModelPool,
-        infer_executor: Executor,
+        infer_executor: InferenceThreads,
         *,
         max_queued_tokens: int = 1 << 20,
         max_total_queued_tokens: int = 1 << 22,
         max_queue_wait_s: float = 30.0,
         max_batch_items: int = 1024,
         events: SchedulerEvents | None = None,
-        executor_factory: Callable[[], Executor] | None = None,
+        executor_factory: Callable[[], InferenceThreads] | None = None,
         parallelism: BatchParallelism = BatchParallelism(),
     ):
         self.pool = pool
         self._executor = infer_executor  # at least `parallelism.batches` threads
         # replacement inference threads when the current ones are gone (watchdog)
-        self._executor_factory = executor_factory or (
-            lambda: worker_pool(parallelism.batches, "sie-infer"))
+        self._executor_factory = executor_factory or (lambda: InferenceThreads(parallelism))
         self.parallelism = parallelism
-        self._replacements: list[Executor] = []
+        self._replacements: list[InferenceThreads] = []
         self._closing = False
         self.restarts = 0  # dispatcher or inference-thread restarts by the watchdog
         self.oom_splits = 0  # batches split in halves after running out of memory
@@ -481,7 +479,7 @@ class Scheduler:
 
         started = time.monotonic()
         try:
-            results, padded = await self._infer(on_threads(threads, run), items)
+            results, padded = await self._infer(threads, run, items)
         except torch.OutOfMemoryError as exc:
             self._free_memory(queue.model_id)
             if len(items) == 1:
@@ -521,20 +519,19 @@ class Scheduler:
             if request.remaining == 0:
                 request.future.set_result(request.results)
 
-    async def _infer(self, fn: Callable, *args) -> Any:
-        """`fn(*args)` on the inference thread; a thread that is gone (its executor shut
-        down or broken) is replaced first. Submission fails before anything ran, so
-        running the batch on the new thread is safe."""
-        loop = asyncio.get_running_loop()
+    async def _infer(self, threads: int | None, fn: Callable, *args) -> Any:
+        """`fn(*args)` on an inference thread, on `threads` torch threads; a thread that is gone
+        (its executor shut down or broken) is replaced first. Submission fails before anything
+        ran, so running the batch on the new thread is safe."""
         try:
-            future = loop.run_in_executor(self._executor, fn, *args)
+            future = self._executor.run(threads, fn, *args)
         except (RuntimeError, concurrent.futures.BrokenExecutor) as exc:
             log.error("the inference thread is gone (%s); starting a new one", exc)
             self.restarts += 1
             self._executor = self._executor_factory()
             self._replacements.append(self._executor)
-            future = loop.run_in_executor(self._executor, fn, *args)
-        return await future
+            future = self._executor.run(threads, fn, *args)
+        return await asyncio.wrap_future(future)
 
     def _free_memory(self, running: str) -> None:
         """After an out-of-memory: evict every model with no queued work (never the one

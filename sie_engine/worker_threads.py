@@ -1,4 +1,5 @@
-"""Worker threads that do not preempt the event loop when it hands them work.
+"""Worker threads that do not preempt the event loop when it hands them work, and that hold no
+OpenMP team of their own.
 
 Every request wakes a tokenising thread and, per batch, an inference thread. Linux's scheduler
 lets a thread that was asleep preempt the one that woke it (wake-up preemption): on a box with
@@ -13,6 +14,11 @@ running thread on waking, and is otherwise scheduled like any normal thread (sam
 share of the CPU; see sched(7)). The loop then runs on until it waits for I/O, and the workers take
 the cores it leaves. An unprivileged process may set it; where the platform has no such policy
 (macOS, Windows) the threads stay as they are.
+
+The tokenising, image and loading threads run torch on one thread each (`torch_threads=1`): a
+thread that runs a torch operator on several threads keeps an OpenMP team for as long as it lives,
+and teams beyond the cores slow every team's barriers (inference_threads.py). Their work is many
+small items side by side, not one large operator.
 """
 
 from __future__ import annotations
@@ -21,16 +27,24 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+import torch
+
 log = logging.getLogger(__name__)
 
 
-def worker_pool(threads: int, name: str) -> ThreadPoolExecutor:
-    """A pool of `threads` worker threads named `name`_N, each marked `SCHED_BATCH`."""
-    return ThreadPoolExecutor(threads, thread_name_prefix=name, initializer=as_batch_work)
+def worker_pool(threads: int, name: str, torch_threads: int | None = 1) -> ThreadPoolExecutor:
+    """A pool of `threads` worker threads named `name`_N, each marked `SCHED_BATCH`, each running
+    torch on `torch_threads` threads (None: as torch gives a new thread)."""
+    def start() -> None:
+        as_batch_work()
+        if torch_threads is not None:
+            torch.set_num_threads(torch_threads)
+
+    return ThreadPoolExecutor(threads, thread_name_prefix=name, initializer=start)
 
 
 def as_batch_work() -> None:
-    """Mark the calling thread `SCHED_BATCH` (a `ThreadPoolExecutor` initializer)."""
+    """Mark the calling thread `SCHED_BATCH`."""
     policy = getattr(os, "SCHED_BATCH", None)
     if policy is None or not hasattr(os, "sched_setscheduler"):
         return

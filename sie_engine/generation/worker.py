@@ -27,13 +27,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from ..parallelism import on_threads
+from ..inference_threads import InferenceThreads
 from .head import Answer, GenerationHead
 from .job import Job
 from .loop import DecodeLoop, GenerationResult
@@ -57,7 +56,7 @@ class DecodeWorker:
     """observe(tokens, seconds): a step's work (admission's throughput); charge(bytes): the
     cache the model holds now (the pool's); busy(bool): pin while there is work."""
 
-    def __init__(self, head: GenerationHead, executor: Executor, device: torch.device, dtype: torch.dtype,
+    def __init__(self, head: GenerationHead, executor: InferenceThreads, device: torch.device, dtype: torch.dtype,
                  observe: Callable[[int, float], None], charge: Callable[[int], None],
                  busy: Callable[[bool], None], max_rows: int = 64, steps: SideSteps | None = None):
         """steps: gives each step its torch threads (None: untouched): all of them while nothing else
@@ -104,7 +103,6 @@ class DecodeWorker:
         self._waiting = [job for job in self._waiting if not job.future.cancelled()]
 
     async def _drive(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
             while self._waiting or self._running:
                 joining, self._waiting = self._waiting, []
@@ -114,8 +112,8 @@ class DecodeWorker:
                 running = dict(self._running)  # the step's own view: the loop may change ours meanwhile
                 threads = self._steps.begin_side_step(id(self)) if self._steps is not None else None
                 try:
-                    joined, finished = await loop.run_in_executor(self._executor, on_threads(threads, self._step),
-                                                                  joining, cancelled, running)
+                    joined, finished = await asyncio.wrap_future(
+                        self._executor.run(threads, self._step, joining, cancelled, running))
                 except Exception as exc:  # a failed step fails every job in it; the batch starts afresh
                     for job in [*joining, *self._running.values()]:
                         if not job.future.done():
