@@ -5,7 +5,7 @@ that ever ran a parallel region on more than one thread, as long as that thread 
 live teams hold more threads than there are cores, every team's barriers stop spinning after a few
 hundred rounds and sleep in the kernel, so each parallel region of every team pays a futex
 wake-up. On the 2-core box (2026-12-07, bench/RESULTS.md) a loop of small matrix products and
-elementwise passes on two threads took 1.6-1.9x as long while another live thread held a team of
+elementwise passes on two threads took 1.5-1.9x as long while another live thread held a team of
 two, and a LightOnOCR decode step 18 ms against 10 ms: the engine's two inference threads each ran
 wide batches in turn, so both held teams, and every step and batch paid it.
 
