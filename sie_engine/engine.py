@@ -370,9 +370,8 @@ class Engine:
                 self.pool.touch(model_id)
                 self.pool.unpin(model_id)
 
-        made = DecodeWorker(head, self._infer_pool, runner.device, runner.dtype, observe,
-                            lambda nbytes: self.pool.charge_cache(model_id, nbytes), busy,
-                            steps=self.scheduler)
+        made = DecodeWorker(head, self.scheduler, runner.device, runner.dtype, observe,
+                            lambda nbytes: self.pool.charge_cache(model_id, nbytes), busy)
         self._decode_workers[card.id] = _Decoding(runner, made)
         return made
 

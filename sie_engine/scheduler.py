@@ -479,7 +479,7 @@ class Scheduler:
 
         started = time.monotonic()
         try:
-            results, padded = await self._infer(threads, run, items)
+            results, padded = await self.infer(threads, run, items)
         except torch.OutOfMemoryError as exc:
             self._free_memory(queue.model_id)
             if len(items) == 1:
@@ -519,10 +519,10 @@ class Scheduler:
             if request.remaining == 0:
                 request.future.set_result(request.results)
 
-    async def _infer(self, threads: int | None, fn: Callable, *args) -> Any:
-        """`fn(*args)` on an inference thread, on `threads` torch threads; a thread that is gone
-        (its executor shut down or broken) is replaced first. Submission fails before anything
-        ran, so running the batch on the new thread is safe."""
+    async def infer(self, threads: int | None, fn: Callable, *args) -> Any:
+        """`fn(*args)` on an inference thread, on `threads` torch threads (batches and decode
+        steps alike); a thread that is gone (its executor shut down or broken) is replaced first.
+        Submission fails before anything ran, so running the work on the new thread is safe."""
         try:
             future = self._executor.run(threads, fn, *args)
         except (RuntimeError, concurrent.futures.BrokenExecutor) as exc:

@@ -4,10 +4,10 @@ the engine's event loop, every step on an inference thread.
 - A request's pages are jobs. `generate(jobs)` queues them and awaits their answers; a job joins
   the running batch at the next step (its page encoded in that step, with the others joining), and
   leaves it the step it finishes.
-- One driver task per model runs while there is work: it hands each step to the inference pool
-  and waits for it, so the DecodeLoop is touched by one thread at a time, and the event loop only
-  moves jobs in and answers out (nothing heavy: encoding, decoding and the answers' parsing all run
-  in the step).
+- One driver task per model runs while there is work: it hands each step to the scheduler's
+  inference threads (`Steps.infer`, which replaces threads that died) and waits for it, so the
+  DecodeLoop is touched by one thread at a time, and the event loop only moves jobs in and answers
+  out (nothing heavy: encoding, decoding and the answers' parsing all run in the step).
 - A caller gone (its task cancelled: a client disconnected, a deadline) cancels its jobs: those
   not yet joined are dropped, the running ones leave the batch at the next step boundary, their
   cache rows freed there (DecodeLoop.cancel), before another token is generated for anyone.
@@ -28,11 +28,10 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
-from ..inference_threads import InferenceThreads
 from .head import Answer, GenerationHead
 from .job import Job
 from .loop import DecodeLoop, GenerationResult
@@ -44,26 +43,28 @@ class Done:
     result: GenerationResult
 
 
-class SideSteps(Protocol):
-    """Who decides each step's torch threads beside the other batches (the engine's Scheduler)."""
+class Steps(Protocol):
+    """Who runs each step and decides its torch threads beside the other batches (the engine's
+    Scheduler: one owner of the inference threads, so a replacement serves batches and steps)."""
 
     def begin_side_step(self, step: int) -> int | None: ...
 
     def end_side_step(self, step: int) -> None: ...
+
+    async def infer(self, threads: int | None, fn: Callable, *args) -> Any: ...
 
 
 class DecodeWorker:
     """observe(tokens, seconds): a step's work (admission's throughput); charge(bytes): the
     cache the model holds now (the pool's); busy(bool): pin while there is work."""
 
-    def __init__(self, head: GenerationHead, executor: InferenceThreads, device: torch.device, dtype: torch.dtype,
+    def __init__(self, head: GenerationHead, steps: Steps, device: torch.device, dtype: torch.dtype,
                  observe: Callable[[int, float], None], charge: Callable[[int], None],
-                 busy: Callable[[bool], None], max_rows: int = 64, steps: SideSteps | None = None):
-        """steps: gives each step its torch threads (None: untouched): all of them while nothing else
-        runs, a share beside the scheduler's batches (a step shares the CPU with them)."""
+                 busy: Callable[[bool], None], max_rows: int = 64):
+        """steps: runs each step on an inference thread, on all torch threads while nothing else
+        runs, on a share beside the scheduler's batches (a step shares the CPU with them)."""
         self.head = head
         self.decode = DecodeLoop(head.model, device, dtype, max_rows=max_rows)
-        self._executor = executor
         self._steps = steps
         self._observe, self._charge, self._busy = observe, charge, busy
         self._waiting: list[Job] = []  # not yet handed to the DecodeLoop
@@ -110,10 +111,9 @@ class DecodeWorker:
                 for handle in cancelled:
                     del self._running[handle]
                 running = dict(self._running)  # the step's own view: the loop may change ours meanwhile
-                threads = self._steps.begin_side_step(id(self)) if self._steps is not None else None
+                threads = self._steps.begin_side_step(id(self))
                 try:
-                    joined, finished = await asyncio.wrap_future(
-                        self._executor.run(threads, self._step, joining, cancelled, running))
+                    joined, finished = await self._steps.infer(threads, self._step, joining, cancelled, running)
                 except Exception as exc:  # a failed step fails every job in it; the batch starts afresh
                     for job in [*joining, *self._running.values()]:
                         if not job.future.done():
@@ -123,8 +123,7 @@ class DecodeWorker:
                                              self.decode.max_rows)
                     continue
                 finally:
-                    if self._steps is not None:
-                        self._steps.end_side_step(id(self))
+                    self._steps.end_side_step(id(self))
                 self._running.update(joined)
                 for handle, done in finished.items():
                     job = self._running.pop(handle)

@@ -109,3 +109,14 @@ def test_warm_up_runs_a_document_model_on_blank_pages(engine):
 def test_pages_whose_deadline_passed_are_not_decoded(engine):
     with pytest.raises(DeadlineExceeded, match="deadline passed"):
         engine.extract_sync(ENDLESS, [{"image": _png(2)}], max_new_tokens=5, timeout=1e-9)
+
+
+def test_decode_steps_go_on_after_the_inference_threads_die(engine):
+    """The scheduler's watchdog replaces inference threads that are gone; decode steps run through
+    the same owner, so generation goes on on the replacement with the same answer."""
+    alone = engine.extract_sync(ENDLESS, [{"image": _png(3)}], max_new_tokens=8).items[0]
+    restarts = engine.scheduler.restarts
+    engine._infer_pool.shutdown(wait=True)  # the inference threads are gone
+    again = engine.extract_sync(ENDLESS, [{"image": _png(3)}], max_new_tokens=8, timeout=60).items[0]
+    assert again == alone
+    assert engine.scheduler.restarts == restarts + 1
