@@ -13,6 +13,15 @@ runs, no other starts (the cores would be oversubscribed); the next batch waits 
 as it always did. Wide work always runs on the same inference thread (inference_threads.py:
 each thread that runs torch wide keeps an OpenMP team, and teams beyond the cores slow all).
 
+A batch of a model that is cheap runs on a share even when alone (worth_widening): after each
+parallel region libgomp's team spins on its cores for a while (300,000 rounds by default, measured
+2-7 ms of a core on the 2-core box, 2026-12-07) before it sleeps, so a lone 1 ms batch of a nearly
+free model gained 0.15 ms of latency on two threads and took the other core from the event loop
+and the tokenisers meanwhile: under 32 one-text clients the server's CPU per request rose from
+0.65 to 0.93 ms and its p99 doubled (bench/bench_host.py). A batch expected to take at least
+WIDE_MIN_SECONDS (all-MiniLM-L6-v2's lone query: 6-9 ms on two threads, 10.6 on one) still gets
+every thread.
+
 On CUDA two batches are in flight by default, each on an inference thread and a CUDA
 stream of its own, and torch's CPU threads are left as they are: while the GPU runs one
 batch's kernels, the other thread packs the next batch, copies it over and queues its
@@ -61,6 +70,16 @@ class BatchParallelism:
         if len(running) >= self.batches:
             return False
         return all(threads == self.narrow_threads for threads in running)
+
+
+# the shortest lone batch worth all CPU threads: the spin tail a wide batch leaves is of this order
+WIDE_MIN_SECONDS = 0.003
+
+
+def worth_widening(shortest_batch_s: float, tokens: int, tokens_per_s: float) -> bool:
+    """Whether a lone batch of `tokens` gains from all threads: its model's shortest batch so far
+    (its fixed cost; inf before the first) or its tokens at the model's rate take WIDE_MIN_SECONDS."""
+    return max(shortest_batch_s, tokens / max(tokens_per_s, 1e-9)) >= WIDE_MIN_SECONDS
 
 
 def on_threads(threads: int | None, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -119,6 +120,9 @@ class ModelRunner:
     # LoRA adapters the checkpoint itself holds (Backbone.checkpoint_adapters), on the CPU: what a
     # card's `adapters: {name: {checkpoint: ...}}` load from, by name
     checkpoint_adapters: Mapping[str, LoRAAdapter] = field(default_factory=dict)
+    # the shortest batch it ran, seconds on the inference thread: its fixed cost per batch, which
+    # says whether a lone batch gains from all CPU threads (parallelism.worth_widening)
+    shortest_batch_s: float = math.inf
     # per inference thread: batches of one model may run side by side on CPU
     _local: threading.local = field(default_factory=threading.local, repr=False)
 

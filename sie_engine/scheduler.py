@@ -44,7 +44,7 @@ import torch
 from .admission import PendingCall, Reservation, Throughput, WaitAdmission, cold_allowance
 from .errors import DeadlineExceeded, Draining, InferenceFailed, ModelLoadFailed, Overloaded, PayloadTooLarge, SIEError
 from .inference_threads import InferenceThreads
-from .parallelism import BatchParallelism
+from .parallelism import BatchParallelism, worth_widening
 from .pool import ModelPool
 from .work import WorkItem
 
@@ -419,7 +419,9 @@ class Scheduler:
         self._report(queue.model_id)
         if not items:  # everything left belonged to finished requests
             return
-        threads = self.parallelism.threads_for(running_alone=self._alone())
+        tokens = sum(item.num_tokens for item in items)
+        wide = worth_widening(runner.shortest_batch_s, tokens, self.admission.throughput.rate(queue.model_id))
+        threads = self.parallelism.threads_for(running_alone=wide and self._alone())
         # pinned from now, not from the task's first step: a load that runs in between
         # must not evict the model
         self.pool.pin(queue.model_id)
@@ -475,7 +477,10 @@ class Scheduler:
             return
 
         def run(batch_items):
-            return runner.run(batch_items), runner.last_padded_tokens  # read on the thread that ran it
+            started = time.perf_counter()
+            results = runner.run(batch_items)
+            runner.shortest_batch_s = min(runner.shortest_batch_s, time.perf_counter() - started)
+            return results, runner.last_padded_tokens  # read on the thread that ran it
 
         started = time.monotonic()
         try:

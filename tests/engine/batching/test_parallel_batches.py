@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from engine_fixtures import Recorder, make_engine, patch_run, tiny_cards
-from sie_engine.parallelism import BatchParallelism, on_threads
+from sie_engine.parallelism import WIDE_MIN_SECONDS, BatchParallelism, on_threads, worth_widening
 
 TEXTS = [f"document {i} on {'parallel ' * (i % 4)}batches of packages" for i in range(48)]
 CPU = torch.device("cpu")
@@ -55,6 +55,13 @@ def test_a_wide_batch_holds_every_core():
     cuda = BatchParallelism(2)
     assert cuda.room_for_another([]) and cuda.room_for_another([None]) and not cuda.room_for_another([None, None])
     assert not BatchParallelism().room_for_another([None])
+
+
+def test_a_lone_batch_runs_wide_only_when_it_takes_longer_than_a_teams_spin():
+    assert worth_widening(float("inf"), 10, 1e6)  # not measured yet: as it always did
+    assert worth_widening(0.008, 10, 1e6)  # all-MiniLM-L6-v2's lone query
+    assert not worth_widening(0.001, 100, 1e6)  # a nearly free model's small batch
+    assert worth_widening(0.001, int(WIDE_MIN_SECONDS * 1e6), 1e6)  # ... but a full one is long enough
 
 
 def test_thread_count_is_set_in_the_inference_thread_only():
@@ -130,6 +137,19 @@ async def test_a_lone_request_gets_every_thread_and_holds_them(engine, one_at_a_
     assert [threads for _, _, threads in log] == [2, 2]
     assert not overlapping(log)  # the second batch waited for the wide one
     np.testing.assert_allclose(second.items[0].dense, one_at_a_time[3], atol=1e-6)
+
+
+async def test_a_lone_batch_of_a_cheap_model_runs_on_a_share(engine):
+    """A model whose batches take less than a libgomp team spins after one (parallelism.py) runs
+    a lone batch on one thread: it gains nothing from the other and would leave it spinning."""
+    await engine.encode("tiny/a", TEXTS[:1])
+    runner = engine.pool.resident("tiny/a")
+    assert 0 < runner.shortest_batch_s < 60  # measured on the inference thread
+    runner.shortest_batch_s = 0.001  # what a nearly free model's batches take (bench_host.py)
+    log = record_batches(engine, 0)
+    await engine.encode("tiny/a", TEXTS[:1])
+    await engine.encode("tiny/a", TEXTS[1:3])
+    assert [threads for _, _, threads in log] == [1, 1]
 
 
 async def _on_engine(engine, fn, *args):
