@@ -263,7 +263,9 @@ def test_thousands_of_generated_requests_get_no_5xx_and_no_hang(server, http, do
     for route in ("encode", "score", "extract", "embeddings", "models", "status", "/healthz", "/readyz", "/metrics",
                   "/openapi.json"):
         assert counts.get(route, 0) >= EXAMPLES // 100, (route, counts)
-    assert statuses.get(200, 0) >= EXAMPLES // 5, statuses  # plenty reach the models, not only the validators
+    # plenty reach the models, not only the validators: a 200 is 20-27% of the draws (394-549 of 2,000 over
+    # five draws, the derandomized one moving with the document too), so the bound sits at half of that
+    assert statuses.get(200, 0) >= EXAMPLES // 10, statuses
 
     # still alive and still right
     again = http.post("/v1/encode/enc", json={"items": ["the reference text"]})
