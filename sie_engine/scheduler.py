@@ -391,7 +391,9 @@ class Scheduler:
         queue.tokens = 0
         self._report(queue.model_id)
 
-    def _take_batch(self, queue: _Queue, budget: int) -> list[WorkItem]:
+    def _take_batch(self, queue: _Queue, budget: int) -> tuple[list[WorkItem], int]:
+        """The queue's front items within `budget` tokens (those of finished requests dropped),
+        and their tokens."""
         batch: list[WorkItem] = []
         tokens = 0
         now = time.monotonic()
@@ -407,7 +409,7 @@ class Scheduler:
             batch.append(item)
             tokens += item.num_tokens
         queue.tokens -= tokens
-        return batch
+        return batch, tokens
 
     def _start_batch(self, queue: _Queue) -> None:
         """Take a batch from the queue's front and run it in a task of its own (the
@@ -415,11 +417,10 @@ class Scheduler:
         runner = self.pool.resident(queue.model_id)
         if runner is None:  # _next_queue picks loaded models only, and nothing evicts one in between
             raise RuntimeError(f"model {queue.model_id!r} is not resident")
-        items = self._take_batch(queue, runner.batch_tokens or runner.card.max_batch_tokens)
+        items, tokens = self._take_batch(queue, runner.batch_tokens or runner.card.max_batch_tokens)
         self._report(queue.model_id)
         if not items:  # everything left belonged to finished requests
             return
-        tokens = sum(item.num_tokens for item in items)
         wide = worth_widening(runner.shortest_batch_s, tokens, self.admission.throughput.rate(queue.model_id))
         threads = self.parallelism.threads_for(running_alone=wide and self._alone())
         # pinned from now, not from the task's first step: a load that runs in between
