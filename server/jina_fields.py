@@ -7,9 +7,8 @@ api.jina.ai/v1/embeddings) is served as it is, pointed at SIE:
   `encoding_format`; Jina's packed `binary` / `ubinary` are refused (`/v1/encode` answers
   `output_dtype: binary`);
 - `normalized`: false answers the vectors as pooled (Jina's default is true);
-- `late_chunking`: false only. Late chunking embeds the inputs as one text and pools each input's
-  tokens apart; SIE embeds each input on its own, so true is a 400, never a silently different
-  answer.
+- `late_chunking`: true reads the inputs as one sequence and pools each input's own tokens there
+  (encode's `late_chunking`, sie_engine/tasks/late_chunking.py), so each vector has seen the others.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ class JinaOptions:
     task: str | None = None  # a profile's name
     encoding_format: str | None = None  # float | base64, where the body names one
     normalize: bool | None = None  # None: the model's own
+    late_chunking: bool = False
 
 
 def jina_options(body: dict[str, Any], encoding_format: str | None) -> JinaOptions:
@@ -54,7 +54,4 @@ def jina_options(body: dict[str, Any], encoding_format: str | None) -> JinaOptio
     late = body.get("late_chunking")
     if late is not None and not isinstance(late, bool):
         raise InvalidRequest("late_chunking must be true or false", field="late_chunking")
-    if late:
-        raise InvalidRequest("late_chunking is not served: SIE embeds each input on its own (send false, or leave "
-                             "it out)", field="late_chunking")
-    return JinaOptions(task, chosen, None if normalized is None or normalized else False)
+    return JinaOptions(task, chosen, None if normalized is None or normalized else False, bool(late))

@@ -102,7 +102,8 @@ async def embeddings(request: web.Request) -> web.Response:
     normalize = jina.normalize if jina.normalize is not None else (True if dims is not None else None)
     names = {"dims": "dimensions", "items": "input", "profile": "task"}
     result = await compat.encode(request, model, texts, names=names, output_types=["dense"], is_query=is_query,
-                                 dims=dims, profile=jina.task, normalize=normalize)
+                                 dims=dims, profile=jina.task, normalize=normalize,
+                                 late_chunking=jina.late_chunking or None)
     data = [{"object": "embedding", "index": i, "embedding": embedding_value(item.dense, encoding_format)}
             for i, item in enumerate(result.items)]
     payload = {"object": "list", "data": data, "model": result.model,

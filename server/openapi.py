@@ -42,7 +42,9 @@ SCHEMAS = {
         "embedding_type": {"enum": ["float", "base64"], "description": "Jina's name for encoding_format"},
         "encoding_type": {"enum": ["float", "base64"], "description": "Jina's older name for encoding_format"},
         "normalized": {"type": "boolean", "description": "Jina's: false answers the vectors as pooled"},
-        "late_chunking": {"const": False, "description": "Jina's: only false (SIE embeds each input on its own)"},
+        "late_chunking": {"type": "boolean", "description": "Jina's: true reads the inputs as one sequence and "
+                                                            "pools each input's own tokens there (encode's "
+                                                            "late_chunking)"},
     }, ["model", "input"]),
     "EmbeddingsResponse": _obj({
         "object": {"const": "list"},

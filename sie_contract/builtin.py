@@ -69,6 +69,11 @@ ENCODE = Task(
         Field("profile", type=str,
               description="a named profile of the model's card (its `profiles`): an adapter and defaults for "
                           "the other fields, which the request's own fields override"),
+        Field("late_chunking", type=bool,
+              description="true: the texts are read as one sequence (in order, the card's template once around "
+                          "them) and each text's vector is the mean of its own tokens there, so every chunk's "
+                          "vector sees the whole document (Jina's late chunking); dense output of a mean-pooling "
+                          "text model only, all texts within the model's window together"),
     ),
     served_by=OUTPUT_TYPES,
     implementation="sie_engine.tasks.encode:run",

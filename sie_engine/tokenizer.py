@@ -60,6 +60,22 @@ class Tokenized:
         return sum(len(x) for x in self.ids)
 
 
+@dataclass
+class Concatenated:
+    """Several texts as one sequence (late chunking): its ids and each text's `(start, end)` in them."""
+    ids: np.ndarray  # int32, special tokens included
+    spans: list[tuple[int, int]]
+    window: int  # the most tokens the model reads in one sequence (what encode would cut a text to)
+
+
+def _leading(ids: list[int], body: list[int]) -> int:
+    """How many special tokens the post-processor put before `body` in `ids`."""
+    for lead in range(len(ids) - len(body) + 1):
+        if ids[lead:lead + len(body)] == body:
+            return lead
+    raise ValueError("the tokenizer's post-processor changed the texts' ids; late chunking cannot place them")
+
+
 class VocabularyLookup:
     """Vocabulary questions answered by a Rust tokenizer held as `self._tok` (every tokenizer
     SIE uses, whatever its input preparation)."""
@@ -228,6 +244,24 @@ class TextTokenizer(VocabularyLookup):
             ids.append(np.asarray(head + body[:budget] + tail, dtype=np.int32))
             truncated.append(cut or len(body) > budget)
         return Tokenized(ids=ids, type_ids=None, truncated=truncated)
+
+    def encode_concatenated(self, texts: Sequence[str], *, prefix: str = "", suffix: str = "") -> Concatenated:
+        """`prefix`, the texts and `suffix` as one sequence between the model's special tokens, each
+        part tokenised on its own without special tokens (a text's ids are what it has alone), and
+        where each text's ids lie (late chunking). Never cut: the caller checks the window."""
+        from tokenizers import Encoding
+
+        whole = self._untruncated()
+        parts = [prefix, *texts, suffix]
+        encodings = whole.encode_batch(parts, add_special_tokens=False)
+        body = Encoding.merge(encodings, growing_offsets=True)
+        ids = whole.post_process(body).ids
+        lead = _leading(ids, body.ids)
+        spans, start = [], lead + len(encodings[0].ids)
+        for encoding in encodings[1:-1]:
+            spans.append((start, start + len(encoding.ids)))
+            start += len(encoding.ids)
+        return Concatenated(np.asarray(ids, dtype=np.int32), spans, self.max_length)
 
     def prompt_length(self, prompt: str) -> int:
         """The tokens a prompt takes at the start of a text, as sentence-transformers measures it for

@@ -48,6 +48,9 @@ class WorkItem(Generic[Payload]):
     # leading tokens (the card's prompt) the pooling leaves out: sentence-transformers' Pooling with
     # `include_prompt: false` (`options.dense.include_prompt`), GritLM's mean over the text alone
     prompt_tokens: int = 0
+    # late chunking: (start, end) token ranges of this sequence, each pooled on its own by the dense
+    # head (the mean of its tokens), one vector per range instead of one per sequence
+    spans: tuple[tuple[int, int], ...] | None = None
     # tokens the batcher counts: the text's, or the positions the vision tower runs for an image
     num_tokens: int = field(init=False)
 

@@ -102,11 +102,14 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
     def _bodies(self, task: Task, args: tuple, fields: dict,
                 batch_size: int | None) -> tuple[int, list[tuple[int, dict]]]:
         """A task call's request bodies: its `chunk_field` list split into `batch_size` chunks
-        (each item with its index as id, so the answers merge as one), or one body."""
+        (each item with its index as id, so the answers merge as one), or one body (also for a
+        late-chunking encode)."""
         body = task.bind(args, fields)  # the names checked here; the values by the server (or embedded engine)
         body = wire.normalize_request(task.name, body)
         if task.chunk_field is None or not isinstance(body.get(task.chunk_field), list):
             return 1, [(0, body)]
+        if body.get("late_chunking"):  # a request's items are one document's chunks: never split
+            return len(body[task.chunk_field]), [(0, body)]
         items = body.pop(task.chunk_field)
         if task.chunk_field == "items":
             items = batching.with_ids(items)
@@ -141,19 +144,20 @@ class _Base(Generic[EncodeT, ScoreT, ExtractT]):
                instruction: str | None = None, dims: int | None = None, normalize: bool | None = None,
                output_dtype: str | None = None, truncate: bool | None = None, sparse_labels: bool | None = None,
                precision: str | None = None, template: bool | None = None, muvera: Mapping[str, int] | None = None,
-               lora_id: str | None = None, profile: str | None = None,
+               lora_id: str | None = None, profile: str | None = None, late_chunking: bool | None = None,
                batch_size: int | None = None, progress: bool | None = None) -> EncodeT:
         """Encode texts (a string, strings, or `{id?, text}` dicts) into dense / sparse / multivector outputs
         (an `EncodeResult`; awaited on the async client); `output_types=["muvera"]` adds each multivector's
         MUVERA encoding (`item.muvera`), with FastEmbed's parameters in `muvera` (k_sim, dim_proj, r_reps,
         random_seed); `lora_id` applies one of the card's LoRA adapters, `profile` one of its named profiles
-        (an adapter and defaults for the other fields)."""
+        (an adapter and defaults for the other fields); `late_chunking=True` reads the items, one document's
+        chunks in order, as one sequence (sent as one request whatever `batch_size` says)."""
         return cast(EncodeT, self.run(
             "encode", model, items, output_types=output_types, is_query=is_query, instruction=instruction,
             dims=dims, normalize=normalize, output_dtype=output_dtype, truncate=truncate,
             sparse_labels=sparse_labels, precision=precision, template=template,
             muvera=dict(muvera) if muvera is not None else None, lora_id=lora_id, profile=profile,
-            batch_size=batch_size, progress=progress))
+            late_chunking=late_chunking, batch_size=batch_size, progress=progress))
 
     def score(self, model: str, query: Any, items: Any, *, top_k: int | None = None, truncate: bool | None = None,
               instruction: str | None = None, batch_size: int | None = None, progress: bool | None = None) -> ScoreT:

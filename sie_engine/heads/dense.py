@@ -18,12 +18,13 @@ from ..batch import PackedBatch
 from ..models.base import TwoTowerBackbone
 from .base import Head
 from .context import HeadContext
-from .pooling import NEEDS_SEQ_INDEX, pool
+from .pooling import NEEDS_SEQ_INDEX, pool, span_mean
 from .st_dense import pooled_dense_stack
 
 
 class DenseHead(Head):
-    """hidden `[T, H]` -> pooled vectors `[B, dim]` float32 (a host array, one row per item)."""
+    """hidden `[T, H]` -> pooled vectors `[B, dim]` float32 (a host array, one row per item); where an
+    item has `spans` (late chunking), a list whose entry for that item is `[len(spans), dim]`."""
 
     def __init__(self, mode: str, projection: nn.Sequential | None, hidden_size: int, dtype: torch.dtype):
         super().__init__()
@@ -32,17 +33,42 @@ class DenseHead(Head):
         self.compute_dtype = dtype
         self.dim = projection[-1].projection.out_features if projection is not None else hidden_size
 
-    def forward(self, hidden: torch.Tensor, batch: PackedBatch, items: Sequence = ()) -> np.ndarray:
+    def forward(self, hidden: torch.Tensor, batch: PackedBatch,
+                items: Sequence = ()) -> np.ndarray | list[np.ndarray]:
         prompted = any(item.prompt_tokens for item in items)  # include_prompt: false
         seq_index = batch.seq_index() if self.mode in NEEDS_SEQ_INDEX or prompted else None
         keep = None
         if seq_index is not None and prompted:
             prompts = torch.tensor([item.prompt_tokens for item in items], device=hidden.device)
             keep = batch.positions >= prompts[seq_index]
-        pooled = pool(self.mode, hidden, batch.cu_seqlens, seq_index, keep)
+        pooled = self._project(pool(self.mode, hidden, batch.cu_seqlens, seq_index, keep))
+        if not any(item.spans for item in items):
+            return pooled
+        return self._with_spans(pooled, hidden, items)
+
+    def _project(self, pooled: torch.Tensor) -> np.ndarray:
         if self.projection is not None:
             pooled = self.projection(pooled.to(self.compute_dtype))
         return pooled.float().cpu().numpy()
+
+    def _with_spans(self, pooled: np.ndarray, hidden: torch.Tensor, items: Sequence) -> list[np.ndarray]:
+        """Late chunking: an item with `spans` gets `[len(spans), dim]`, the mean of each range of its
+        tokens, projected as a pooled vector is; the others their pooled vector."""
+        starts, lengths, offset = [], [], 0
+        for item in items:
+            for start, end in item.spans or ():
+                starts.append(offset + start)
+                lengths.append(end - start)
+            offset += item.num_tokens
+        vectors = self._project(span_mean(hidden, torch.tensor(starts, device=hidden.device),
+                                          torch.tensor(lengths, device=hidden.device)))
+        out: list[np.ndarray] = list(pooled)
+        taken = 0
+        for i, item in enumerate(items):
+            if item.spans:
+                out[i] = vectors[taken:taken + len(item.spans)]
+                taken += len(item.spans)
+        return out
 
 
 class TableMeanHead(Head):

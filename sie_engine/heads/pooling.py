@@ -56,6 +56,18 @@ def weighted_mean_pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, seq_index
             / _sums(weights, cu_seqlens, seq_index)[:, None])
 
 
+def span_mean(hidden: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """`[S, H]`: the mean of each token range `starts[i]` to `starts[i] + lengths[i]` of hidden `[T, H]`
+    (late chunking: ranges within sequences), accumulated in float32. Every length is at least 1."""
+    span_of_token = torch.repeat_interleave(torch.arange(len(starts), device=hidden.device), lengths)
+    first_of_span = torch.cumsum(lengths, 0) - lengths
+    tokens = (torch.arange(span_of_token.shape[0], device=hidden.device) - first_of_span[span_of_token]
+              + starts[span_of_token])
+    sums = torch.zeros(len(starts), hidden.shape[1], dtype=torch.float32, device=hidden.device)
+    sums.index_add_(0, span_of_token, hidden.index_select(0, tokens).float())
+    return sums / lengths.to(torch.float32)[:, None]
+
+
 POOLERS = {"cls": cls_pool, "last": last_token_pool, "mean": mean_pool, "max": max_pool,
            "weightedmean": weighted_mean_pool, "mean_sqrt_len": mean_sqrt_len_pool}
 # poolers that read every token (the others index one token per sequence)

@@ -36,6 +36,7 @@ from ..types import EncodedItem, EncodeResult
 from ..work import WorkItem
 from .common import check_truncation, longest_first
 from .context import Call, TaskContext
+from .late_chunking import check_late_chunking, late_chunked
 
 # Texts tokenised per step of a large request: each chunk is queued as soon as it is
 # tokenised, so inference starts while the rest is still being tokenised.
@@ -69,6 +70,9 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     if sparse_labels and "sparse" not in outputs:
         raise InvalidRequest("sparse_labels names the tokens of sparse outputs: ask for output_types ['sparse'] too",
                              field="sparse_labels")
+    late = request.get("late_chunking", False)
+    if late:
+        check_late_chunking(card, outputs, images, sparse_labels)
     pages: list[Page | None] | None = None  # each item's page of a document (None: no documents sent)
     fields: list[str] | None = None
     prepare_s = 0.0
@@ -90,12 +94,17 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     # held until the answer is in: an adapter in use is never evicted
     adapter = await engine.acquire_adapter(card, lora_id) if lora_id is not None else None
     try:
-        work_request = engine.new_request(call, "encode", len(ids))
-        tokens, tokenize_s = await _submit(engine, card, work_request, templated, text_positions, images,
-                                           image_positions, wanted, fields, truncate, is_query, adapter,
-                                           ImagePrompts(texts, template_wrap(template)),
-                                           prompt_left_out(card, template))
-        raw = await work_request.future
+        if late:  # the texts as one sequence, each pooled over its own tokens there
+            chunks = [text for text in texts if text is not None]  # every item (check_late_chunking)
+            work_request, raw, tokens, tokenize_s = await late_chunked(engine, call, chunks, template, is_query,
+                                                                       adapter)
+        else:
+            work_request = engine.new_request(call, "encode", len(ids))
+            tokens, tokenize_s = await _submit(engine, card, work_request, templated, text_positions, images,
+                                               image_positions, wanted, fields, truncate, is_query, adapter,
+                                               ImagePrompts(texts, template_wrap(template)),
+                                               prompt_left_out(card, template))
+            raw = await work_request.future
     finally:
         if adapter is not None:
             engine.release_adapter(card, adapter.name)
