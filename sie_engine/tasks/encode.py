@@ -72,7 +72,7 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
                              field="sparse_labels")
     late = request.get("late_chunking", False)
     if late:
-        check_late_chunking(card, outputs, images, sparse_labels)
+        check_late_chunking(card, outputs)
     pages: list[Page | None] | None = None  # each item's page of a document (None: no documents sent)
     fields: list[str] | None = None
     prepare_s = 0.0
@@ -95,7 +95,7 @@ async def run(engine: TaskContext, call: Call) -> EncodeResult:
     adapter = await engine.acquire_adapter(card, lora_id) if lora_id is not None else None
     try:
         if late:  # the texts as one sequence, each pooled over its own tokens there
-            chunks = [text for text in texts if text is not None]  # every item (check_late_chunking)
+            chunks = [text for text in texts if text is not None]  # every item: a text model's items are texts
             work_request, raw, tokens, tokenize_s = await late_chunked(engine, call, chunks, template, is_query,
                                                                        adapter)
         else:

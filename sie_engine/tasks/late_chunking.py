@@ -28,8 +28,9 @@ from .context import Call, TaskContext
 FIELD = "late_chunking"
 
 
-def check_late_chunking(card, outputs: Sequence[str], images: Sequence, sparse_labels: bool) -> None:
-    """A 400 where late chunking cannot be served for this model and request."""
+def check_late_chunking(card, outputs: Sequence[str]) -> None:
+    """A 400 where late chunking cannot be served for this model and outputs (image items on a text
+    model and `sparse_labels` without a sparse output are refused by encode before this)."""
     why = ("it is an image-text model" if "image" in card.modalities
            else "its tokens do not attend to each other" if card.family == "static"
            else f"it pools by {card.pooling}" if card.pooling != "mean" else None)
@@ -39,12 +40,6 @@ def check_late_chunking(card, outputs: Sequence[str], images: Sequence, sparse_l
     if list(outputs) != ["dense"]:
         raise InvalidRequest("late chunking answers dense vectors only: leave output_types out or send ['dense']",
                              field="output_types")
-    for i, image in enumerate(images):
-        if image is not None:
-            raise InvalidRequest(f"items[{i}] is not a text: late chunking reads texts only", field=f"items[{i}]")
-    if sparse_labels:
-        raise InvalidRequest("sparse_labels names sparse outputs' tokens; late chunking answers dense vectors",
-                             field="sparse_labels")
 
 
 async def late_chunked(engine: TaskContext, call: Call, texts: list[str],

@@ -213,6 +213,7 @@ def test_late_chunking_beyond_what_it_serves_is_a_400(server, body, param, words
     ({"items": ["a chunk", ""]}, "items[1]", "no tokens"),  # OpenAI's route refuses an empty input itself
     ({"items": ["a chunk", {"image": "aGk="}]}, "items[1].image", "takes text items only"),
     ({"items": ["a chunk"], "output_types": ["sparse"]}, "output_types", ""),
+    ({"items": ["a chunk"], "sparse_labels": True}, "sparse_labels", ""),
 ])
 def test_late_chunking_on_encode_names_what_it_cannot_serve(server, body, field, words):
     answer = httpx.post(f"{server.url}/v1/encode/{MODEL}", json={"late_chunking": True, **body}, timeout=60)

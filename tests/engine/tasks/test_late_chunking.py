@@ -66,7 +66,7 @@ def test_span_mean_is_each_ranges_mean():
 
 
 def test_a_mean_pooling_text_models_dense_output_is_served():
-    check_late_chunking(card("jina-embeddings-v3.yaml"), ["dense"], [None, None], False)
+    check_late_chunking(card("jina-embeddings-v3.yaml"), ["dense"])
 
 
 @pytest.mark.parametrize(("name", "words"), [
@@ -76,15 +76,11 @@ def test_a_mean_pooling_text_models_dense_output_is_served():
 ])
 def test_other_models_are_a_400_naming_late_chunking(name, words):
     with pytest.raises(InvalidRequest) as refused:
-        check_late_chunking(card(name), ["dense"], [None], False)
+        check_late_chunking(card(name), ["dense"])
     assert refused.value.field == "late_chunking" and words in str(refused.value)
 
 
-def test_other_outputs_and_sparse_labels_are_a_400_naming_their_field():
-    jina = card("jina-embeddings-v3.yaml")
+def test_other_outputs_are_a_400_naming_output_types():
     with pytest.raises(InvalidRequest) as refused:
-        check_late_chunking(jina, ["dense", "sparse"], [None], False)
+        check_late_chunking(card("jina-embeddings-v3.yaml"), ["dense", "sparse"])
     assert refused.value.field == "output_types"
-    with pytest.raises(InvalidRequest) as refused:
-        check_late_chunking(jina, ["dense"], [None], True)
-    assert refused.value.field == "sparse_labels"
