@@ -4,11 +4,11 @@ when its venv exists) on the dev corpus, side by side in one run.
     python bench/bench_engine.py                 # all 6,000 documents, 3 alternating rounds
     python bench/bench_engine.py --limit 1000 --rounds 2 --precisions float32,bfloat16
 
-Same model files (all-MiniLM-L6-v2), same truncation (256 tokens), same torch threads.
-Rounds alternate between systems; each system's median tokens/s is reported with the
-minimum cosine of its vectors to sentence-transformers' float32 vectors, the tokens it
-computed versus the real tokens (padding), and its achieved FLOP/s against this machine's
-measured matmul peak.
+Same model files (all-MiniLM-L6-v2), same truncation (256 tokens), same torch threads, each
+system in a process of its own (system_process.py). Rounds alternate between systems; each
+system's median tokens/s is reported with the minimum cosine of its vectors to
+sentence-transformers' float32 vectors, the tokens it computed versus the real tokens
+(padding), and its achieved FLOP/s against this machine's measured matmul peak.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import MINILM_DIR, MINILM_FLOP_PER_TOKEN, MINILM_ID, Timer, load_texts, median, min_cosine  # noqa: E402
+from system_process import SystemProcess  # noqa: E402
 
 MAX_LEN = 256
 INFINITY_PYTHON = Path(__file__).parent / ".venv-infinity" / "bin" / "python"
@@ -149,17 +150,17 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     texts = load_texts(args.limit)
 
-    reference = STSystem()
-    systems = [reference] + [SIESystem(p) for p in args.precisions.split(",") if p]
+    reference = SystemProcess(STSystem, threads=args.threads)
+    systems = [reference] + [SystemProcess(SIESystem, p, threads=args.threads)
+                             for p in args.precisions.split(",") if p]
     for system in systems:  # warm-up: model load, first-call allocations
         system.run(texts[:256])
     times: dict[str, list[float]] = {s.name: [] for s in systems}
     vectors, computed = {}, {}
     for _ in range(args.rounds):
         for system in systems:
-            with Timer() as t:
-                vectors[system.name], computed[system.name] = system.run(texts)
-            times[system.name].append(t.seconds)
+            seconds, (vectors[system.name], computed[system.name]) = system.run(texts)
+            times[system.name].append(seconds)
     with Engine_tokens() as count:
         real_tokens = count(texts)
     rows = []
