@@ -154,12 +154,12 @@ def main() -> None:
     systems = [reference] + [SystemProcess(SIESystem, p, threads=args.threads)
                              for p in args.precisions.split(",") if p]
     for system in systems:  # warm-up: model load, first-call allocations
-        system.run(texts[:256])
+        system.call("run", texts[:256])
     times: dict[str, list[float]] = {s.name: [] for s in systems}
     vectors, computed = {}, {}
     for _ in range(args.rounds):
         for system in systems:
-            seconds, (vectors[system.name], computed[system.name]) = system.run(texts)
+            seconds, (vectors[system.name], computed[system.name]) = system.timed("run", texts)
             times[system.name].append(seconds)
     with Engine_tokens() as count:
         real_tokens = count(texts)

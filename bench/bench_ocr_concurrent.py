@@ -20,9 +20,10 @@ the pages (beside `<|im_end|>`), so pages end anywhere from a few tokens to `--m
   the clients awaiting `AsyncSIEClient(engine=...).extract(card, [png])` (PNG bytes: SIE also
   decodes and resizes each page; transformers is handed the decoded images).
 
-transformers runs in a process of its own, as one process per model would, and SIE in this one,
-which runs no torch operator on several threads itself: two OpenMP teams in one process slow each
-other's every barrier (sie_engine/inference_threads.py), whichever side is running.
+transformers runs in a process of its own (system_process.py), as one process per model would,
+and SIE in this one, which runs no torch operator on several threads itself: two OpenMP teams in
+one process slow each other's every barrier (sie_engine/inference_threads.py), whichever side is
+running.
 
 Per side and round: generated tokens per second over the run, and the latency of each request from
 its sending to its answer (p50, p99). Rounds alternate which side runs first; both sides are warmed
@@ -39,7 +40,6 @@ import argparse
 import asyncio
 import dataclasses
 import io
-import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -53,6 +53,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"))
 from common import until_stop  # noqa: E402
+from system_process import SystemProcess  # noqa: E402
 
 from lighton_ocr_fixtures import SPECIALS, tiny_lighton_ocr, tiny_lighton_ocr_processor  # noqa: E402
 
@@ -169,47 +170,27 @@ def summary(name: str, run: Run, tokens: int) -> str:
             f"p99 {pct(run.latencies, 99):6.2f} s")
 
 
-def transformers_side(conn, requests: int, max_new_tokens: int) -> None:
-    """The transformers process: makes the weights (SIE loads them from the folder it names), then
-    answers commands until None: ("rows", batch) the pages' rows unstopped, ("serve", count,
-    clients, batch, stops) a run over the first `count` pages, as (seconds, latencies, texts)."""
-    root = Path(tempfile.mkdtemp())
-    reference = tiny_lighton_ocr(root, vision=VISION, text=TEXT)
-    processor = tiny_lighton_ocr_processor(root, longest_edge=LONGEST_EDGE, patch_size=VISION["patch_size"])
-    hf = Transformers(reference, processor, max_new_tokens)
-    images = pages(requests)
-    conn.send((str(root), torch.get_num_threads()))
-    while (command := conn.recv()) is not None:
-        if command[0] == "rows":
-            batch = command[1]
-            groups = (images[first:first + batch] for first in range(0, len(images), batch))
-            conn.send([row for group in groups for row in hf.generate(group, None)])
-        else:
-            _, count, clients, batch, stops = command
-            run = hf.serve(images[:count], clients, batch, stops)
-            conn.send((run.seconds, run.latencies, run.texts))
+class TransformersSide:
+    """The transformers side, built in a process of its own (system_process.py): makes the weights
+    (SIE loads them from the folder `root` names) and the pages."""
 
-
-class TransformersProcess:
     def __init__(self, requests: int, max_new_tokens: int):
-        context = multiprocessing.get_context("spawn")
-        self._conn, theirs = context.Pipe()
-        self._process = context.Process(target=transformers_side, args=(theirs, requests, max_new_tokens), daemon=True)
-        self._process.start()
-        root, self.threads = self._conn.recv()
-        self.root = Path(root)
+        self.root = tempfile.mkdtemp()
+        reference = tiny_lighton_ocr(Path(self.root), vision=VISION, text=TEXT)
+        processor = tiny_lighton_ocr_processor(Path(self.root), longest_edge=LONGEST_EDGE,
+                                               patch_size=VISION["patch_size"])
+        self.hf = Transformers(reference, processor, max_new_tokens)
+        self.images = pages(requests)
+        self.threads = torch.get_num_threads()
 
     def rows(self, batch: int) -> list[list[int]]:
-        self._conn.send(("rows", batch))
-        return self._conn.recv()
+        """The pages' rows, unstopped, in generate calls of `batch` pages."""
+        groups = (self.images[first:first + batch] for first in range(0, len(self.images), batch))
+        return [row for group in groups for row in self.hf.generate(group, None)]
 
-    def serve(self, count: int, clients: int, batch: int, stops: list[int]) -> Run:
-        self._conn.send(("serve", count, clients, batch, stops))
-        return Run(*self._conn.recv())
-
-    def close(self) -> None:
-        self._conn.send(None)
-        self._process.join()
+    def serve(self, count: int, clients: int, batch: int, stops: list[int]) -> tuple:
+        """A run over the first `count` pages, as Run's fields."""
+        return dataclasses.astuple(self.hf.serve(self.images[:count], clients, batch, stops))
 
 
 async def main() -> None:
@@ -223,9 +204,9 @@ async def main() -> None:
 
     from sie_client import AsyncSIEClient
 
-    hf = TransformersProcess(args.requests, args.max_new_tokens)
+    hf = SystemProcess(TransformersSide, args.requests, args.max_new_tokens, attributes=("root", "threads"))
     blobs = [png(image) for image in pages(args.requests)]
-    unstopped = hf.rows(args.batch)
+    unstopped = hf.call("rows", args.batch)
     stops = [IM_END, pick_stop(unstopped, args.max_new_tokens)]
     ends = [len(until_stop(row, stops)) for row in unstopped]
     tokens = sum(ends)
@@ -239,17 +220,17 @@ async def main() -> None:
     print(f"transformers decodes {padded} row-steps for them: {padded / tokens:.2f}x the tokens, the gain "
           "continuous batching can give at an equal cost per row and step", flush=True)
 
-    with sie_engine(hf.root, args.max_new_tokens, stops) as engine:
+    with sie_engine(Path(hf.root), args.max_new_tokens, stops) as engine:
         async with AsyncSIEClient(engine=engine) as client:
             await sie_serve(client, blobs[:4], 2)  # warm-up: the load, the first steps' one-time costs
-            hf.serve(4, 2, args.batch, stops)
+            hf.call("serve", 4, 2, args.batch, stops)
             runs: dict[str, list[Run]] = {"transformers": [], "sie": []}
             for round_ in range(args.rounds):
                 for side in (("transformers", "sie") if round_ % 2 == 0 else ("sie", "transformers")):
                     if side == "sie":
                         run = await sie_serve(client, blobs, args.clients)
                     else:
-                        run = hf.serve(args.requests, args.clients, args.batch, stops)
+                        run = Run(*hf.call("serve", args.requests, args.clients, args.batch, stops))
                     runs[side].append(run)
                     print(f"round {round_ + 1} {summary(side, run, tokens)}", flush=True)
 

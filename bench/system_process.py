@@ -10,43 +10,51 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
-def _serve(conn, factory: Callable[..., Any], args: tuple, threads: int | None) -> None:
-    """The system's process: build it, then answer ("run", inputs) with (seconds, its result)
-    until None."""
+def _serve(conn, factory: Callable[..., Any], args: tuple, threads: int | None, attributes: Iterable[str]) -> None:
+    """The system's process: build it, send the attributes asked for, then answer each (method,
+    arguments) with (seconds, its result) until None."""
     import torch
 
     if threads is not None:
         torch.set_num_threads(threads)
     system = factory(*args)
-    conn.send({name: getattr(system, name) for name in ("name", "precision") if hasattr(system, name)})
+    conn.send({name: getattr(system, name) for name in attributes if hasattr(system, name)})
     while (command := conn.recv()) is not None:
+        method, arguments = command
         start = time.perf_counter()
-        result = system.run(command[1])
+        result = getattr(system, method)(*arguments)
         conn.send((time.perf_counter() - start, result))
-    system.close()
+    if hasattr(system, "close"):
+        system.close()
     conn.send(None)
 
 
 class SystemProcess:
     """`factory(*args)` (a module-level class or function: it is pickled by name) built in a spawned
-    process with `threads` torch threads; `run(inputs)` returns its result and the seconds it took
-    there, not counting the pipe."""
+    process with `threads` torch threads; its `attributes` are copied here once it is built, and its
+    methods are called through `call` (the result) or `timed` (the seconds it took there, not
+    counting the pipe, and the result). Results cross the pipe pickled: plain types travel safest."""
 
-    def __init__(self, factory: Callable[..., Any], *args: Any, threads: int | None = None):
+    def __init__(self, factory: Callable[..., Any], *args: Any, threads: int | None = None,
+                 attributes: Iterable[str] = ("name", "precision")):
         context = multiprocessing.get_context("spawn")
         self._conn, theirs = context.Pipe()
-        self._process = context.Process(target=_serve, args=(theirs, factory, args, threads), daemon=True)
+        self._process = context.Process(target=_serve, args=(theirs, factory, args, threads, tuple(attributes)),
+                                        daemon=True)
         self._process.start()
         for name, value in self._conn.recv().items():
             setattr(self, name, value)
 
-    def run(self, inputs: Any) -> tuple[float, Any]:
-        self._conn.send(("run", inputs))
+    def timed(self, method: str, *args: Any) -> tuple[float, Any]:
+        self._conn.send((method, args))
         return self._conn.recv()
+
+    def call(self, method: str, *args: Any) -> Any:
+        return self.timed(method, *args)[1]
 
     def close(self) -> None:
         self._conn.send(None)
