@@ -11,6 +11,7 @@ STRINGS = {"type": "array", "items": {"type": "string"}}
 TEXTS = {"oneOf": [{"type": "string"}, STRINGS]}
 PAIR = {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2}
 BOOL = {"type": "boolean"}
+IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}  # token ids
 POSITIVE = {"type": "integer", "minimum": 1}
 TRUNCATION = {"truncate": BOOL, "truncation_direction": {"enum": ["right", "Right"]}}
 PROMPT = {"prompt_name": {"enum": ["query", "document", "passage", "corpus"]}}
@@ -42,6 +43,8 @@ SCHEMAS = {
                                                ["source_sentence", "sentences"]),
                                  "parameters": obj({**PROMPT, **TRUNCATION})}, ["inputs"]),
     "TEITokenizeRequest": obj({"inputs": TEXTS, "add_special_tokens": BOOL, **PROMPT}, ["inputs"]),
+    "TEIDecodeRequest": obj({"ids": {"oneOf": [IDS, {"type": "array", "items": IDS}]}, "skip_special_tokens": BOOL},
+                            ["ids"]),
     "TEIRootRequest": {"oneOf": [ref("TEIEmbedRequest"), ref("TEIRerankRequest"), ref("TEIPredictRequest"),
                                  ref("TEISimilarityRequest")]},
     "TEIInfo": {"type": "object", "required": ["model_id", "model_type", "max_input_length", "version"]},
@@ -163,6 +166,7 @@ PATHS = {
     "/tei/{model}/similarity": {"post": _tei("TEI: cosine similarity to a source sentence", "TEISimilarityRequest",
                                              NUMBERS)},
     "/tei/{model}/tokenize": {"post": _tei("TEI: the model's tokens", "TEITokenizeRequest", TEI_TOKENS, BODY_ONLY)},
+    "/tei/{model}/decode": {"post": _tei("TEI: the text of token ids", "TEIDecodeRequest", STRINGS, BODY_ONLY)},
     "/tei/{model}/info": {"get": _tei("TEI: model info", None, ref("TEIInfo"), LOOKUP)},
     "/tei/{model}/health": {"get": _tei("TEI: 200 while the model can serve", None, None, HEALTH)},
     "/tei/{model}": {"post": _tei("TEI's root route: the model's own call (embed, embed_sparse, rerank, predict)",

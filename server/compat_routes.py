@@ -59,6 +59,7 @@ TEI = CompatApi("tei", "compat_tei", "path", prefix="/tei/" + MODEL_MATCH, route
     Route("POST", "/predict", "predict", "tei_predict"),
     Route("POST", "/similarity", "similarity", "tei_similarity"),
     Route("POST", "/tokenize", "tokenize", "tei_tokenize"),
+    Route("POST", "/decode", "decode", "tei_decode"),
     Route("GET", "/info", "info", "tei_info"),
     Route("GET", "/health", "health", "tei_health"),
     Route("POST", "", "root", "tei_root"),  # the root last: it matches any path under the prefix

@@ -15,6 +15,7 @@ Checked field by field against TEI v1.9.3 (router/src/http/types.rs and server.r
 | `POST /predict` `{inputs: text or a batch of [text], raw_scores, truncate}` (a classifier) | extract, every label |
 | `POST /similarity` `{inputs: {source_sentence, sentences}, parameters}` | encode, cosine |
 | `POST /tokenize` `{inputs, add_special_tokens, prompt_name}` | the model's tokenizer |
+| `POST /decode` `{ids: a list of token ids or a batch of them, skip_special_tokens}` | the model's tokenizer |
 | `GET /info`, `GET /health`, `GET /` | the card, the model's state |
 | `POST /` (huggingface_hub's InferenceClient posts here) | by model: embed, embed_sparse, rerank, predict |
 
@@ -68,6 +69,7 @@ FIELDS = {
     "predict": ("inputs", "raw_scores", "parameters", *TRUNCATE),
     "similarity": ("inputs", "parameters"),
     "tokenize": ("inputs", "add_special_tokens", "prompt_name"),
+    "decode": ("ids", "skip_special_tokens"),
 }
 
 
@@ -347,7 +349,7 @@ def _tokens(tokenizer, texts: list[str], add_special_tokens: bool) -> list[list[
     """TEI's SimpleTokens: special tokens by their vocabulary text, the others by the text's
     bytes they cover (TEI's offsets are UTF-8 byte offsets; Python's tokenizers give characters)."""
     answer = []
-    for text, encoding in zip(texts, tokenizer.hf.backend_tokenizer.encode_batch(
+    for text, encoding in zip(texts, tokenizer.rust_tokenizer().encode_batch(
             texts, add_special_tokens=add_special_tokens)):
         byte_at = np.concatenate([[0], np.cumsum([len(c.encode("utf-8")) for c in text])])
         tokens = []
@@ -376,6 +378,45 @@ async def tokenize(request: web.Request) -> web.Response:
     compat.label(request, model)
     tokens, _ = await engine.with_tokenizer(card, _tokens, texts, add_special)  # the weights need not be loaded
     return await compat.answer(request, tokens)
+
+
+def _decoded(tokenizer, batch: list, single: bool, skip_special_tokens: bool) -> list[str]:
+    """TEI's decode_ids: each list of ids through the Rust tokenizer's decode (on the tokenizer
+    threads: a body of ids is checked id by id). An id beyond the vocabulary is a 422 where TEI's
+    tokenizer would leave it out of the text unsaid."""
+    rust = tokenizer.rust_tokenizer()
+    size = rust.get_vocab_size(with_added_tokens=True)
+    for i, ids in enumerate(batch):
+        where = "ids" if single else f"ids[{i}]"
+        for j, token_id in enumerate(ids):
+            if not isinstance(token_id, int) or isinstance(token_id, bool) or not 0 <= token_id < size:
+                shown = token_id if isinstance(token_id, int) else type(token_id).__name__
+                raise InvalidRequest(f"{where}[{j}] is {shown}: a token id is an integer from 0 to {size - 1} "
+                                     "(the model's vocabulary)", field=f"{where}[{j}]")
+    return rust.decode_batch(batch, skip_special_tokens=skip_special_tokens)
+
+
+@tei
+async def decode(request: web.Request) -> web.Response:
+    model, _ = path_model(request)
+    body = await read(request, "decode", ("ids",))
+    engine = request.app[ENGINE]
+    ids = body["ids"]
+    if not isinstance(ids, list):
+        raise InvalidRequest("ids must be a list of token ids or a batch of lists of ids", field="ids")
+    single = not ids or not all(isinstance(row, list) for row in ids)  # a batch is a list of lists
+    batch = [ids] if single else ids
+    if len(batch) > engine.limits.max_items:
+        raise PayloadTooLarge(f"ids holds {len(batch)} lists; at most {engine.limits.max_items} per request",
+                              field="ids")
+    for i, row in enumerate(batch):  # TEI's Empty error, in its words
+        if not row:
+            raise compat.EmptyInput("`input_ids` cannot be empty", field="ids" if single else f"ids[{i}]")
+    skip = compat.check_bool(body, "skip_special_tokens", True)
+    card = engine.card(model)
+    compat.label(request, model)
+    texts, _ = await engine.with_tokenizer(card, _decoded, batch, single, skip)  # the weights need not be loaded
+    return await compat.answer(request, texts)
 
 
 def _model_type(card, outputs: tuple[str, ...]) -> dict:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .checkpoints import CheckpointLayout, describe
+from .errors import UnsupportedTask
 from .images import ImagePreprocessor, load_image_processor
 
 # transformers imports its classes lazily, on first attribute access, and that is not thread
@@ -90,6 +91,15 @@ class VocabularyLookup:
     # Video items: a family that reads them samples a video's frames into image grids
     # (ImageTextInputs.encode_video)
     reads_video: ClassVar[bool] = False
+
+    def rust_tokenizer(self) -> Any:
+        """The Rust tokenizer (`tokenizers.Tokenizer`) that a compat API's tokenize and decode routes
+        use; UnsupportedTask for a model without one (it reads images only, or its tokenizer is
+        sentencepiece's, as SigLIP's)."""
+        if getattr(self, "_tok", None) is None:
+            raise UnsupportedTask("this model has no fast (Rust) tokenizer to tokenize or decode with: it reads "
+                                  "images only, or tokenises with sentencepiece", field="model")
+        return self._tok
 
     def vocabulary_id(self, token: str) -> int | None:
         """`token`'s id as one vocabulary entry, else the unknown token's, as transformers'

@@ -350,6 +350,7 @@ COMPAT_VALID = {
     ("/tei/{model}/predict", "post"): ("ce", {"inputs": ["capital of France", "Paris"]}),
     ("/tei/{model}/similarity", "post"): ("enc", {"inputs": {"source_sentence": "a cat", "sentences": ["a dog"]}}),
     ("/tei/{model}/tokenize", "post"): ("enc", {"inputs": "hello world"}),
+    ("/tei/{model}/decode", "post"): ("enc", {"ids": [101, 7592, 2088, 102]}),
     ("/tei/{model}/info", "get"): ("enc", None),
     ("/tei/{model}/health", "get"): ("enc", None),
     ("/tei/{model}", "post"): ("enc", {"inputs": "hello world"}),

@@ -152,3 +152,10 @@ def test_what_it_cannot_serve_is_a_400_naming_the_field(server, body, field, fra
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert field in error["message"] and fragment in error["message"]
+
+
+@pytest.mark.parametrize("route, body", [("tokenize", {"inputs": "a text"}), ("decode", {"ids": [1, 2]})])
+def test_teis_tokenizer_routes_say_the_layout_model_has_no_tokenizer(server, route, body):
+    response = httpx.post(f"{server.url}/tei/layout/{route}", json=body, timeout=60)
+    assert response.status_code == 422, response.text
+    assert "no fast (Rust) tokenizer" in response.json()["error"]

@@ -105,6 +105,9 @@ REQUESTS: list[tuple[str, str, object]] = [
     ("POST", "/tei/enc/tokenize", {"inputs": ["hello world", "the quick brown fox"]}),
     ("POST", "/tei/enc/tokenize", {"inputs": "hello world", "add_special_tokens": False}),
     ("POST", "/tei/enc/tokenize", {"inputs": "hello world", "prompt_name": "query"}),
+    ("POST", "/tei/enc/decode", {"ids": [[101, 7592, 2088, 102], [2088]], "skip_special_tokens": False}),
+    ("POST", "/tei/enc/decode", {"ids": [101, 99999999]}),  # refused in the engine core's tokenizer pool
+    ("POST", "/tei/enc/decode", {"ids": [[101], []]}),
     ("GET", "/tei/enc/info", None),
     ("GET", "/tei/ce/info", None),
     ("GET", "/tei/cls/info", None),

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from compat_fixtures import ASYM, CROSS, DOCS, MATRYOSHKA, QUERY, SPLADE, encode, scores, start_compat_server
 from server_fixtures import metric_value
+from tiny_models import MINILM_DIR
 
 TEI = f"/tei/{ASYM}"
 
@@ -189,7 +190,32 @@ def test_tei_tokenize_info_health(http):
     assert http.get(f"{TEI}/health").status_code == 200 and http.get(TEI).status_code == 200
 
 
+def test_tei_decode_is_the_rust_tokenizers_decode(http):
+    """TEI's /decode runs the model's Rust tokenizer's decode (core/src/tokenization.rs decode_ids):
+    the same library here, on the same tokenizer.json, is the reference."""
+    from tokenizers import Tokenizer
+
+    reference = Tokenizer.from_file(str(MINILM_DIR / "tokenizer.json"))
+    texts = ["héllo world", "pip installs Python packages from PyPI."]
+    batch = [[t["id"] for t in tokens] for tokens in http.post(f"{TEI}/tokenize", json={"inputs": texts}).json()]
+    assert batch[0][0] == reference.token_to_id("[CLS]")  # special tokens in: the decode's flag matters
+    assert http.post(f"{TEI}/decode", json={"ids": batch}).json() == reference.decode_batch(batch) == [
+        "hello world", "pip installs python packages from pypi."]  # the uncased model's normaliser
+    kept = http.post(f"{TEI}/decode", json={"ids": batch, "skip_special_tokens": False}).json()
+    assert kept == reference.decode_batch(batch, skip_special_tokens=False) and kept[0].startswith("[CLS]")
+    # one list of ids answers a list of one text, as TEI's InputIds::Single does
+    assert http.post(f"{TEI}/decode", json={"ids": batch[1]}).json() == [reference.decode(batch[1])]
+
+
 @pytest.mark.parametrize("method, path, body, status, error_type", [
+    ("POST", f"{TEI}/decode", {"ids": []}, 400, "Empty"),
+    ("POST", f"{TEI}/decode", {"ids": [[101], []]}, 400, "Empty"),
+    ("POST", f"{TEI}/decode", {"ids": "hello"}, 422, "Validation"),
+    ("POST", f"{TEI}/decode", {"ids": [101, "world"]}, 422, "Validation"),
+    ("POST", f"{TEI}/decode", {"ids": [101, -1]}, 422, "Validation"),
+    ("POST", f"{TEI}/decode", {"ids": [[101], [30522]]}, 422, "Validation"),  # beyond the vocabulary
+    ("POST", f"{TEI}/decode", {"ids": [[101]] * 41}, 413, "Validation"),
+    ("POST", f"{TEI}/decode", {"ids": [101], "skip_special_tokens": "yes"}, 422, "Validation"),
     ("POST", f"{TEI}/embed", {"inputs": []}, 400, "Empty"),
     ("POST", f"{TEI}/embed", {"inputs": ["x", ""]}, 400, "Empty"),
     ("POST", f"{TEI}/embed", {"inputs": [101, 7592, 102]}, 422, "Validation"),
@@ -300,6 +326,7 @@ ROUTES = [  # (method, path, error shape, a valid body to mutate)
     ("POST", f"/tei/{CROSS}/predict", tei_shape, {"inputs": [["q", "a"]]}),
     ("POST", f"{TEI}/similarity", tei_shape, {"inputs": {"source_sentence": "a", "sentences": ["b"]}}),
     ("POST", f"{TEI}/tokenize", tei_shape, {"inputs": "a", "add_special_tokens": False}),
+    ("POST", f"{TEI}/decode", tei_shape, {"ids": [[101, 7592, 102], [2088]], "skip_special_tokens": False}),
     ("POST", TEI, tei_shape, {"inputs": "a"}),
     ("POST", f"/tei/{CROSS}", tei_shape, {"query": "q", "texts": ["a"]}),
     ("POST", "/v1/rerank", cohere_shape, {"model": CROSS, "query": "q", "documents": ["a"], "top_n": 1}),
