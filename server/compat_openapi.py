@@ -17,11 +17,12 @@ TRUNCATION = {"truncate": BOOL, "truncation_direction": {"enum": ["right", "Righ
 PROMPT = {"prompt_name": {"enum": ["query", "document", "passage", "corpus"]}}
 RANK_DOCUMENTS = {"type": "array", "items": {"oneOf": [{"type": "string"},
                                                        {"type": "object", "properties": {"text": {"type": "string"}}}]}}
+TEI_ERROR_TYPES = {"enum": ["Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer", "Empty"]}
+OPTIONAL_STRING = {"type": ["string", "null"]}
 USAGE = obj({"prompt_tokens": {"type": "integer"}, "total_tokens": {"type": "integer"}})
 
 SCHEMAS = {
-    "TEIError": obj({"error": {"type": "string"}, "error_type": {
-        "enum": ["Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer", "Empty"]}}, ["error", "error_type"]),
+    "TEIError": obj({"error": {"type": "string"}, "error_type": TEI_ERROR_TYPES}, ["error", "error_type"]),
     "CohereError": obj({"message": {"type": "string"}}, ["message"]),
     "WeaviateError": obj({"error": {"type": "string"}}, ["error"]),
     "InfinityError": obj({"error": obj({"message": {"type": "string"}, "type": {"type": ["string", "null"]},
@@ -43,6 +44,11 @@ SCHEMAS = {
                                                ["source_sentence", "sentences"]),
                                  "parameters": obj({**PROMPT, **TRUNCATION})}, ["inputs"]),
     "TEITokenizeRequest": obj({"inputs": TEXTS, "add_special_tokens": BOOL, **PROMPT}, ["inputs"]),
+    "TEIOpenAIError": obj({"message": {"type": "string"}, "code": {"type": "integer"}, "type": TEI_ERROR_TYPES},
+                          ["message", "code", "type"]),
+    # TEI's OpenAICompatRequest: `model` and `user` are taken and ignored
+    "TEIOpenAIRequest": obj({"input": TEXTS, "model": OPTIONAL_STRING, "user": OPTIONAL_STRING,
+                             "encoding_format": {"enum": ["float", "base64"]}, "dimensions": POSITIVE}, ["input"]),
     "TEIDecodeRequest": obj({"ids": {"oneOf": [IDS, {"type": "array", "items": IDS}]}, "skip_special_tokens": BOOL},
                             ["ids"]),
     "TEIRootRequest": {"oneOf": [ref("TEIEmbedRequest"), ref("TEIRerankRequest"), ref("TEIPredictRequest"),
@@ -149,6 +155,9 @@ MATRIX = {"type": "array", "items": NUMBERS}
 PREDICTIONS = {"type": "array", "items": obj({"label": {"type": "string"}, "score": {"type": "number"}},
                                              ["label", "score"])}  # TEI's Prediction, best first
 TEI_TOKENS = {"type": "array", "items": {"type": "array", "items": {"type": "object", "required": ["id", "text"]}}}
+# TEI's OpenAI route at the model's base URL, answering errors as TEI's OpenAICompatErrorResponse
+TEI_OPENAI = _op("tei", "TEI's OpenAI-shaped embeddings (the model from the URL)", ref("EmbeddingsResponse"),
+                 "TEIOpenAIError", "TEIOpenAIRequest", model=True, errors=TEI_WORK)
 
 PATHS = {
     "/tei/{model}/embed": {"post": _tei("TEI: dense embeddings", "TEIEmbedRequest", MATRIX)},
@@ -167,6 +176,8 @@ PATHS = {
                                              NUMBERS)},
     "/tei/{model}/tokenize": {"post": _tei("TEI: the model's tokens", "TEITokenizeRequest", TEI_TOKENS, BODY_ONLY)},
     "/tei/{model}/decode": {"post": _tei("TEI: the text of token ids", "TEIDecodeRequest", STRINGS, BODY_ONLY)},
+    "/tei/{model}/v1/embeddings": {"post": TEI_OPENAI},
+    "/tei/{model}/embeddings": {"post": TEI_OPENAI},
     "/tei/{model}/info": {"get": _tei("TEI: model info", None, ref("TEIInfo"), LOOKUP)},
     "/tei/{model}/health": {"get": _tei("TEI: 200 while the model can serve", None, None, HEALTH)},
     "/tei/{model}": {"post": _tei("TEI's root route: the model's own call (embed, embed_sparse, rerank, predict)",

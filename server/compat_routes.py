@@ -60,6 +60,9 @@ TEI = CompatApi("tei", "compat_tei", "path", prefix="/tei/" + MODEL_MATCH, route
     Route("POST", "/similarity", "similarity", "tei_similarity"),
     Route("POST", "/tokenize", "tokenize", "tei_tokenize"),
     Route("POST", "/decode", "decode", "tei_decode"),
+    # TEI's OpenAI route (the longer path first: a model id may hold slashes)
+    Route("POST", "/v1/embeddings", "openai_embeddings", "tei_openai_embeddings"),
+    Route("POST", "/embeddings", "openai_embeddings", "tei_openai_embeddings_short"),
     Route("GET", "/info", "info", "tei_info"),
     Route("GET", "/health", "health", "tei_health"),
     Route("POST", "", "root", "tei_root"),  # the root last: it matches any path under the prefix

@@ -16,6 +16,7 @@ Checked field by field against TEI v1.9.3 (router/src/http/types.rs and server.r
 | `POST /similarity` `{inputs: {source_sentence, sentences}, parameters}` | encode, cosine |
 | `POST /tokenize` `{inputs, add_special_tokens, prompt_name}` | the model's tokenizer |
 | `POST /decode` `{ids: a list of token ids or a batch of them, skip_special_tokens}` | the model's tokenizer |
+| `POST /v1/embeddings`, `/embeddings` `{input, model (ignored), encoding_format, dimensions, user}` | encode dense |
 | `GET /info`, `GET /health`, `GET /` | the card, the model's state |
 | `POST /` (huggingface_hub's InferenceClient posts here) | by model: embed, embed_sparse, rerank, predict |
 
@@ -35,7 +36,8 @@ A fixed-label classifier's `/predict` answers every label of each text, best fir
 its scores use the model's own activation (config.json's problem_type: sigmoid for a multi-label
 model), where TEI takes softmax over any model of several labels. Token-id inputs are refused: send the text.
 Errors are TEI's `{"error", "error_type"}` with TEI's statuses (422 validation, 400 empty,
-413, 429 overloaded, 424 backend, 503 unhealthy), and 404 for a model not served here.
+413, 429 overloaded, 424 backend, 503 unhealthy), and 404 for a model not served here; its
+OpenAI route answers them as TEI's OpenAICompatErrorResponse, `{"message", "code", "type"}`.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from aiohttp import web
 from sie_engine import validation
 from sie_engine.errors import InvalidRequest, PayloadTooLarge, SIEError, UnsupportedTask
 
-from . import compat, compat_classify, compat_pairs
+from . import compat, compat_classify, compat_pairs, openai_compat
 from .compat_routes import TEI
 from .errors import HTTPProblem
 from .handlers import body_of
@@ -70,6 +72,7 @@ FIELDS = {
     "similarity": ("inputs", "parameters"),
     "tokenize": ("inputs", "add_special_tokens", "prompt_name"),
     "decode": ("ids", "skip_special_tokens"),
+    "openai": ("input", "model", "user", "encoding_format", "dimensions"),
 }
 
 
@@ -93,6 +96,15 @@ def tei_error(error: SIEError, status: int) -> tuple[int, dict]:
 
 
 tei = compat.foreign_errors(tei_error)
+
+
+def tei_openai_error(error: SIEError, status: int) -> tuple[int, dict]:
+    """TEI's OpenAICompatErrorResponse: the same error as `message`, its status as `code`, its kind as `type`."""
+    status, body = tei_error(error, status)
+    return status, {"message": body["error"], "code": status, "type": body["error_type"]}
+
+
+tei_openai = compat.foreign_errors(tei_openai_error)
 
 
 # ---- request values -----------------------------------------------------------------
@@ -169,6 +181,22 @@ async def _embed_sparse(request: web.Request, model: str, alias: bool | None, bo
 async def embed(request: web.Request) -> web.Response:
     model, alias = path_model(request)
     return await _embed(request, model, alias, await read(request, "embed", ("inputs",)))
+
+
+@tei_openai
+async def openai_embeddings(request: web.Request) -> web.Response:
+    """TEI's OpenAI route at the model's base URL (its openai_embed): the model is the URL's, the
+    body's `model` is ignored as TEI ignores it; no prompt but the path's alias; normalised vectors."""
+    model, alias = path_model(request)
+    body = await read(request, "openai", ("input",))
+    encoding_format = openai_compat.check_encoding_format(body.get("encoding_format") or None) or "float"
+    openai_compat.check_user(body)
+    texts = compat.texts_of(body["input"], request.app[ENGINE].limits, "input", empty=EMPTY)
+    dims = await compat.check_dimensions(request, model, body.get("dimensions"), "dimensions")
+    result = await compat.encode(request, model, texts, names={"items": "input", "dims": "dimensions"},
+                                 output_types=["dense"], **prompted({}, alias), dims=dims, normalize=True)
+    return await compat.answer(request, openai_compat.embeddings_payload(result, model, encoding_format),
+                               sum(item.dense.nbytes for item in result.items))
 
 
 @tei

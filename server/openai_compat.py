@@ -83,17 +83,33 @@ def embedding_value(vector: np.ndarray, encoding_format: str):
     return np.ascontiguousarray(vector, dtype=np.float32)
 
 
+def check_user(body: dict) -> None:
+    if body.get("user") is not None and not isinstance(body["user"], str):  # OpenAI's end-user id: text
+        raise InvalidRequest("user must be a string (an id of your end user; SIE ignores it)", field="user")
+
+
+def check_encoding_format(value) -> str | None:
+    if value is not None and value not in ENCODING_FORMATS:
+        raise InvalidRequest(f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}", field="encoding_format")
+    return value
+
+
+def embeddings_payload(result, model: str, encoding_format: str) -> dict:
+    """OpenAI's embeddings answer of an encode result's dense vectors."""
+    data = [{"object": "embedding", "index": i, "embedding": embedding_value(item.dense, encoding_format)}
+            for i, item in enumerate(result.items)]
+    return {"object": "list", "data": data, "model": model,
+            "usage": {"prompt_tokens": int(result.tokens), "total_tokens": int(result.tokens)}}
+
+
 async def embeddings(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     body = await body_of(request)
     codec.check_fields(body, FIELDS, required=("model", "input"))
     model, alias = compat.split_mode(body["model"])
     is_query = compat.choose_mode(alias, input_type(body.get("input_type")), "input_type")
-    if body.get("user") is not None and not isinstance(body["user"], str):  # OpenAI's end-user id: text
-        raise InvalidRequest("user must be a string (an id of your end user; SIE ignores it)", field="user")
-    encoding_format = body.get("encoding_format") or None
-    if encoding_format is not None and encoding_format not in ENCODING_FORMATS:
-        raise InvalidRequest(f"encoding_format must be one of {', '.join(ENCODING_FORMATS)}", field="encoding_format")
+    check_user(body)
+    encoding_format = check_encoding_format(body.get("encoding_format") or None)
     jina = jina_options(body, encoding_format)
     encoding_format = jina.encoding_format or "float"
     dims = await compat.check_dimensions(request, model, body.get("dimensions"), "dimensions")
@@ -104,10 +120,7 @@ async def embeddings(request: web.Request) -> web.Response:
     result = await compat.encode(request, model, texts, names=names, output_types=["dense"], is_query=is_query,
                                  dims=dims, profile=jina.task, normalize=normalize,
                                  late_chunking=jina.late_chunking or None)
-    data = [{"object": "embedding", "index": i, "embedding": embedding_value(item.dense, encoding_format)}
-            for i, item in enumerate(result.items)]
-    payload = {"object": "list", "data": data, "model": result.model,
-               "usage": {"prompt_tokens": int(result.tokens), "total_tokens": int(result.tokens)}}
+    payload = embeddings_payload(result, result.model, encoding_format)
     # OpenAI answers JSON; clients of this route expect nothing else.
     body_bytes = await codec.serialise(payload, codec.JSON, sum(item.dense.nbytes for item in result.items),
                                        request.app[SETTINGS].offload_bytes)

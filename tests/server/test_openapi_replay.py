@@ -351,6 +351,8 @@ COMPAT_VALID = {
     ("/tei/{model}/similarity", "post"): ("enc", {"inputs": {"source_sentence": "a cat", "sentences": ["a dog"]}}),
     ("/tei/{model}/tokenize", "post"): ("enc", {"inputs": "hello world"}),
     ("/tei/{model}/decode", "post"): ("enc", {"ids": [101, 7592, 2088, 102]}),
+    ("/tei/{model}/v1/embeddings", "post"): ("enc", {"input": ["hello world"], "model": "tei"}),
+    ("/tei/{model}/embeddings", "post"): ("enc", {"input": "hello world"}),
     ("/tei/{model}/info", "get"): ("enc", None),
     ("/tei/{model}/health", "get"): ("enc", None),
     ("/tei/{model}", "post"): ("enc", {"inputs": "hello world"}),

@@ -108,6 +108,8 @@ REQUESTS: list[tuple[str, str, object]] = [
     ("POST", "/tei/enc/decode", {"ids": [[101, 7592, 2088, 102], [2088]], "skip_special_tokens": False}),
     ("POST", "/tei/enc/decode", {"ids": [101, 99999999]}),  # refused in the engine core's tokenizer pool
     ("POST", "/tei/enc/decode", {"ids": [[101], []]}),
+    ("POST", "/tei/enc/v1/embeddings", {"input": ["hello world", "a second text"], "model": "tei"}),
+    ("POST", "/tei/enc/embeddings", {"input": ""}),
     ("GET", "/tei/enc/info", None),
     ("GET", "/tei/ce/info", None),
     ("GET", "/tei/cls/info", None),

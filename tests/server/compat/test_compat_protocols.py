@@ -207,6 +207,38 @@ def test_tei_decode_is_the_rust_tokenizers_decode(http):
     assert http.post(f"{TEI}/decode", json={"ids": batch[1]}).json() == [reference.decode(batch[1])]
 
 
+def test_tei_openai_route_at_the_models_url(server, http):
+    """TEI's /v1/embeddings (and /embeddings) at the model's base URL, driven by the openai SDK as a
+    TEI user points it (base_url `.../tei/<model>/v1`, any model name): TEI's /embed vectors, no
+    prompt unless the URL's alias names one, normalised."""
+    import openai
+
+    plain = np.asarray(http.post(f"{TEI}/embed", json={"inputs": DOCS}).json())
+    client = openai.OpenAI(base_url=f"{server.url}{TEI}/v1", api_key="unused", max_retries=0)
+    answer = client.embeddings.create(model="tei", input=DOCS)  # the SDK asks for base64 and decodes it
+    assert answer.model == ASYM and answer.usage.prompt_tokens > len(DOCS)
+    np.testing.assert_allclose([d.embedding for d in answer.data], plain, atol=1e-6)
+    floats = http.post(f"{TEI}/embeddings", json={"input": DOCS[0], "encoding_format": "float"}).json()
+    np.testing.assert_allclose(floats["data"][0]["embedding"], plain[0], atol=1e-6)
+    queried = http.post(f"/tei/{ASYM}%23query/v1/embeddings", json={"input": [QUERY]}).json()
+    expected = http.post(f"{TEI}/embed", json={"inputs": [QUERY], "prompt_name": "query"}).json()
+    np.testing.assert_allclose(queried["data"][0]["embedding"], expected[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("body, status, error_type", [
+    ({"input": []}, 400, "Empty"),
+    ({"input": ["x", ""]}, 400, "Empty"),
+    ({"input": "x", "encoding_format": "int8"}, 422, "Validation"),
+    ({"input": "x", "dimensions": 64}, 422, "Validation"),
+    ({"input": [101, 7592]}, 422, "Validation"),
+    ({"model": "tei"}, 422, "Validation"),
+])
+def test_tei_openai_route_errors_in_its_shape(http, body, status, error_type):
+    answer = http.post(f"{TEI}/v1/embeddings", json=body)
+    assert answer.status_code == status, answer.text
+    assert answer.json() == {"message": answer.json()["message"], "code": status, "type": error_type}
+
+
 @pytest.mark.parametrize("method, path, body, status, error_type", [
     ("POST", f"{TEI}/decode", {"ids": []}, 400, "Empty"),
     ("POST", f"{TEI}/decode", {"ids": [[101], []]}, 400, "Empty"),
@@ -319,6 +351,11 @@ def infinity_shape(body) -> bool:
     return isinstance(body, dict) and isinstance(body.get("error"), dict) and isinstance(body["error"]["code"], int)
 
 
+def tei_openai_shape(body) -> bool:
+    """TEI's OpenAICompatErrorResponse."""
+    return isinstance(body, dict) and set(body) == {"message", "code", "type"} and isinstance(body["code"], int)
+
+
 ROUTES = [  # (method, path, error shape, a valid body to mutate)
     ("POST", f"{TEI}/embed", tei_shape, {"inputs": ["a", "b"], "normalize": True, "prompt_name": "query"}),
     ("POST", f"/tei/{SPLADE}/embed_sparse", tei_shape, {"inputs": "a"}),
@@ -327,6 +364,7 @@ ROUTES = [  # (method, path, error shape, a valid body to mutate)
     ("POST", f"{TEI}/similarity", tei_shape, {"inputs": {"source_sentence": "a", "sentences": ["b"]}}),
     ("POST", f"{TEI}/tokenize", tei_shape, {"inputs": "a", "add_special_tokens": False}),
     ("POST", f"{TEI}/decode", tei_shape, {"ids": [[101, 7592, 102], [2088]], "skip_special_tokens": False}),
+    ("POST", f"{TEI}/v1/embeddings", tei_openai_shape, {"input": ["a"], "model": "tei", "encoding_format": "float"}),
     ("POST", TEI, tei_shape, {"inputs": "a"}),
     ("POST", f"/tei/{CROSS}", tei_shape, {"query": "q", "texts": ["a"]}),
     ("POST", "/v1/rerank", cohere_shape, {"model": CROSS, "query": "q", "documents": ["a"], "top_n": 1}),
