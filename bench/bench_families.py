@@ -8,10 +8,10 @@
 - Static: minishlab/potion-base-8M (real weights, same route), SIE's Engine vs model2vec's
   `StaticModel.encode` (its defaults), the first `--static-docs` dev documents.
 
-Each round times both systems on the same texts, alternating which goes first; the table gives
-median tokens/s (real tokens after truncation, as SIE counts them), SIE / reference, and the
-minimum cosine between the two systems' vectors (texts with no known token, zero vectors on
-both sides, left out).
+Each system runs in a process of its own (system_process.py). Each round times both systems on
+the same texts, alternating which goes first; the table gives median tokens/s (real tokens after
+truncation, as SIE counts them), SIE / reference, and the minimum cosine between the two systems'
+vectors (texts with no known token, zero vectors on both sides, left out).
 """
 
 from __future__ import annotations
@@ -29,40 +29,73 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
-from common import Timer, load_texts, median, min_cosine  # noqa: E402
+from common import load_texts, median, min_cosine  # noqa: E402
+from system_process import SystemProcess  # noqa: E402
 
 import real_checkpoints  # noqa: E402
 
 
-def sie_engine(model_id: str, root: Path):
-    from sie_engine import Catalog, Engine
-    from sie_engine.local_card import card_from_local_dir
-    from sie_engine.validation import Limits
+class SIESide:
+    """SIE's Engine on one local model directory (built in a process of its own)."""
 
-    engine = Engine(Catalog([card_from_local_dir(model_id, root)]), device="cpu", limits=Limits(max_items=1 << 16))
-    engine.encode_sync(model_id, ["warm up"])
-    return engine
+    def __init__(self, model_id: str, root: Path):
+        from sie_engine import Catalog, Engine
+        from sie_engine.local_card import card_from_local_dir
+        from sie_engine.validation import Limits
+
+        self.model_id = model_id
+        self.engine = Engine(Catalog([card_from_local_dir(model_id, root)]), device="cpu",
+                             limits=Limits(max_items=1 << 16))
+        self.engine.encode_sync(model_id, ["warm up"])
+
+    def run(self, texts: list[str]) -> tuple[np.ndarray, int]:
+        result = self.engine.encode_sync(self.model_id, texts)
+        return np.stack([item.dense for item in result.items]), result.tokens
+
+    def close(self) -> None:
+        self.engine.close()
 
 
-def sie_encode(engine, model_id: str, texts: list[str]) -> tuple[np.ndarray, int]:
-    result = engine.encode_sync(model_id, texts)
-    return np.stack([item.dense for item in result.items]), result.tokens
+class SentenceTransformersSide:
+    def __init__(self, root: Path):
+        from sentence_transformers import SentenceTransformer
+
+        self.model = SentenceTransformer(str(root), device="cpu")
+        self.model.encode(["warm up"])
+
+    def run(self, texts: list[str]) -> np.ndarray:
+        return self.model.encode(texts, batch_size=32, convert_to_numpy=True)
 
 
-def measure(name: str, texts: list[str], sie, reference, rounds: int) -> dict:
-    """Alternating rounds of (SIE, reference); median seconds each, tokens from SIE's count."""
+class Model2VecSide:
+    def __init__(self, root: Path):
+        from model2vec import StaticModel
+
+        self.model = StaticModel.from_pretrained(str(root))
+        self.model.encode(["warm up"])
+
+    def run(self, texts: list[str]) -> np.ndarray:
+        return self.model.encode(texts)
+
+
+def measure(name: str, texts: list[str], sie: SystemProcess, reference: SystemProcess, rounds: int) -> dict:
+    """Alternating rounds of (SIE, reference), each side in a process of its own (system_process.py);
+    median seconds each, timed in that process; tokens from SIE's count."""
     sie_s, ref_s = [], []
     got = expected = None
     tokens = 0
-    for r in range(rounds):
-        order = ("sie", "ref") if r % 2 == 0 else ("ref", "sie")
-        for system in order:
-            with Timer() as timer:
+    try:
+        for r in range(rounds):
+            for system in (("sie", "ref") if r % 2 == 0 else ("ref", "sie")):
                 if system == "sie":
-                    got, tokens = sie(texts)
+                    seconds, (got, tokens) = sie.timed("run", texts)
+                    sie_s.append(seconds)
                 else:
-                    expected = reference(texts)
-            (sie_s if system == "sie" else ref_s).append(timer.seconds)
+                    seconds, expected = reference.timed("run", texts)
+                    ref_s.append(seconds)
+    finally:
+        sie.close()
+        reference.close()
     known = np.linalg.norm(expected, axis=1) > 0
     return {
         "name": name, "texts": len(texts), "tokens": tokens,
@@ -72,34 +105,15 @@ def measure(name: str, texts: list[str], sie, reference, rounds: int) -> dict:
 
 
 def bench_mpnet(docs: int, rounds: int) -> dict:
-    from sentence_transformers import SentenceTransformer
-
     root = real_checkpoints.mpnet_dir()
-    texts = load_texts(docs)
-    engine = sie_engine("mpnet", root)
-    reference = SentenceTransformer(str(root), device="cpu")
-    reference.encode(["warm up"])
-    try:
-        return measure("all-mpnet-base-v2 vs sentence-transformers (batch 32)", texts,
-                       lambda t: sie_encode(engine, "mpnet", t),
-                       lambda t: reference.encode(t, batch_size=32, convert_to_numpy=True), rounds)
-    finally:
-        engine.close()
+    return measure("all-mpnet-base-v2 vs sentence-transformers (batch 32)", load_texts(docs),
+                   SystemProcess(SIESide, "mpnet", root), SystemProcess(SentenceTransformersSide, root), rounds)
 
 
 def bench_static(docs: int, rounds: int) -> dict:
-    from model2vec import StaticModel
-
     root = real_checkpoints.potion_dir()
-    texts = load_texts(docs)
-    engine = sie_engine("potion", root)
-    reference = StaticModel.from_pretrained(str(root))
-    reference.encode(["warm up"])
-    try:
-        return measure("potion-base-8M vs model2vec", texts, lambda t: sie_encode(engine, "potion", t),
-                       reference.encode, rounds)
-    finally:
-        engine.close()
+    return measure("potion-base-8M vs model2vec", load_texts(docs), SystemProcess(SIESide, "potion", root),
+                   SystemProcess(Model2VecSide, root), rounds)
 
 
 def main() -> None:
