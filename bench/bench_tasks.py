@@ -23,16 +23,18 @@ Tasks (`--task`, comma-separated):
   mpnet    all-mpnet-base-v2 (real weights) vs sentence-transformers (bench_families.py)
   static   potion-base-8M (real weights) vs model2vec's StaticModel.encode (bench_families.py)
 
-Each round times SIE and the reference on the same texts, alternating which goes first; the table
-gives median items/s and tokens/s (SIE's count of real tokens: for NLI every text-hypothesis pair's),
-SIE / reference, and how far SIE's answers are from the reference's (largest score difference,
-or the minimum cosine of the vectors).
+SIE and the reference each run in a process of its own (system_process.py: two systems' OpenMP teams
+in one process slow each other). Each round times SIE and the reference on the same texts, after one
+warm-up call each, alternating which goes first; the table gives median items/s and tokens/s (SIE's
+count of real tokens: for NLI every text-hypothesis pair's), SIE / reference, and how far SIE's
+answers are from the reference's (largest score difference, or the minimum cosine of the vectors).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import platform
@@ -45,9 +47,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+for folder in ("engine/heads", "engine/families"):  # test_glirel's GLiREL builder and what it imports
+    sys.path.insert(0, str(ROOT / "tests" / folder))
 
 import bench_families  # noqa: E402
-from common import Timer, load_texts, median, read_jsonl  # noqa: E402
+from common import load_texts, median, read_jsonl  # noqa: E402
+from system_process import SystemProcess  # noqa: E402
 
 import real_checkpoints  # noqa: E402
 
@@ -61,17 +66,28 @@ def frequent_sections(count: int) -> list[str]:
     return [name for name, _ in sections.most_common(count)]
 
 
-def alternate(systems: dict, rounds: int) -> tuple[dict, dict]:
-    """Median seconds of each system (name -> call) over rounds whose order reverses each time,
-    and each system's last answer."""
+def alternate(systems: dict[str, tuple[SystemProcess, tuple]], rounds: int) -> tuple[dict, dict]:
+    """Median seconds of each system (name -> its process and the arguments of its `run`; each side
+    runs in a process of its own, system_process.py) over rounds whose order reverses each time,
+    after one warm-up call each, and each system's last answer."""
+    for process, arguments in systems.values():  # warm-up: loads, first-call allocations
+        process.call("run", *arguments)
     seconds: dict[str, list[float]] = {name: [] for name in systems}
     answers: dict[str, object] = {}
     for r in range(rounds):
         for name in (list(systems) if r % 2 == 0 else list(systems)[::-1]):
-            with Timer() as timer:
-                answers[name] = systems[name]()
-            seconds[name].append(timer.seconds)
+            process, arguments = systems[name]
+            took, answers[name] = process.timed("run", *arguments)
+            seconds[name].append(took)
     return {name: median(s) for name, s in seconds.items()}, answers
+
+
+def closing(*processes: SystemProcess):
+    """Close every process once the block ends (contextlib.ExitStack over their close)."""
+    stack = contextlib.ExitStack()
+    for process in processes:
+        stack.callback(process.close)
+    return stack
 
 
 # ----------------------------------------------------------------------------- NLI zero-shot
@@ -115,60 +131,71 @@ def nli_model_dir(arch: str) -> Path:
     return root
 
 
-def compare_extract(title: str, card, texts: list[str], labels: list[str], reference, rounds: int,
+class SIEExtractSide:
+    """SIE's Engine over `card` and its bfloat16 variant (`<id>-bf16`): `run(model_id)` extracts the
+    texts' labels, as (per text {label: score}, tokens)."""
+
+    def __init__(self, card, texts: list[str], labels: list[str], fields: dict):
+        from dataclasses import replace
+
+        from sie_engine import Catalog, Engine
+
+        self.engine = Engine(Catalog([card, replace(card, id=card.id + "-bf16", dtype="bfloat16")]), device="cpu")
+        self.texts, self.labels, self.fields = texts, labels, fields
+
+    def run(self, model_id: str) -> tuple[list[dict], int]:
+        result = self.engine.extract_sync(model_id, self.texts, self.labels, **self.fields)
+        return [{c.label: c.score for c in item.classifications} for item in result.items], result.tokens
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def compare_extract(title: str, card, texts: list[str], labels: list[str], reference: SystemProcess, rounds: int,
                     **fields) -> list[dict]:
     """SIE's `extract` in float32 and in bfloat16 (the card with dtype bfloat16) against `reference`
-    (texts -> per text {label: score}) on the same texts and labels: one row per SIE precision."""
-    from dataclasses import replace
-
-    from sie_engine import Catalog, Engine
-
-    engine = Engine(Catalog([card, replace(card, id=card.id + "-bf16", dtype="bfloat16")]), device="cpu")
-    tokens = 0
-
-    def sie(model_id):
-        def call():
-            nonlocal tokens
-            result = engine.extract_sync(model_id, texts, labels, **fields)
-            tokens = result.tokens
-            return [{c.label: c.score for c in item.classifications} for item in result.items]
-        return call
-
-    systems = {"float32": sie(card.id), "bfloat16": sie(card.id + "-bf16"), "ref": lambda: reference(texts)}
-    try:
-        for call in systems.values():  # warm-up: loads, first-call allocations
-            call()
-        seconds, answers = alternate(systems, rounds)
-    finally:
-        engine.close()
+    (its `run()`: per text {label: score}) on the same texts and labels: one row per SIE precision."""
+    sie = SystemProcess(SIEExtractSide, card, texts, labels, fields)
+    with closing(sie, reference):
+        seconds, answers = alternate({"float32": (sie, (card.id,)), "bfloat16": (sie, (card.id + "-bf16",)),
+                                      "ref": (reference, ())}, rounds)
     rows = []
     for precision in ("float32", "bfloat16"):
-        diff = max(abs(g[label] - w[label]) for g, w in zip(answers[precision], answers["ref"]) for label in labels)
+        got, tokens = answers[precision]
+        diff = max(abs(g[label] - w[label]) for g, w in zip(got, answers["ref"]) for label in labels)
         rows.append({"name": title.format(precision=precision), "items": len(texts), "tokens": tokens,
                      "sie_s": seconds[precision], "ref_s": seconds["ref"], "agreement": f"max score diff {diff:.1e}"})
     return rows
 
 
-def bench_nli(args) -> list[dict]:
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+class NLIPipelineSide:
+    """transformers' zero-shot-classification pipeline: `run()` scores the texts' labels."""
 
+    def __init__(self, root: Path, texts: list[str], labels: list[str], batch: int):
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+        model = AutoModelForSequenceClassification.from_pretrained(str(root)).eval()
+        self.pipe = pipeline("zero-shot-classification", model=model,
+                             tokenizer=AutoTokenizer.from_pretrained(str(root)), device="cpu")
+        self.texts, self.labels, self.batch = texts, labels, batch
+
+    def run(self) -> list[dict]:
+        out = self.pipe(self.texts, candidate_labels=self.labels, hypothesis_template=TEMPLATE, batch_size=self.batch)
+        return [dict(zip(o["labels"], o["scores"])) for o in out]
+
+
+def bench_nli(args) -> list[dict]:
     from sie_engine.local_card import card_from_local_dir
 
     root = nli_model_dir(args.nli_arch)
     labels = frequent_sections(args.labels)
-    model = AutoModelForSequenceClassification.from_pretrained(str(root)).eval()
-    pipe = pipeline("zero-shot-classification", model=model, tokenizer=AutoTokenizer.from_pretrained(str(root)),
-                    device="cpu")
-
-    def reference(texts):
-        out = pipe(texts, candidate_labels=labels, hypothesis_template=TEMPLATE, batch_size=args.nli_batch)
-        return [dict(zip(o["labels"], o["scores"])) for o in out]
-
+    texts = load_texts(args.nli_docs)
+    reference = SystemProcess(NLIPipelineSide, root, texts, labels, args.nli_batch)
     name = {"deberta": "DeBERTa-v3-base", "bert": "BERT-base"}[args.nli_arch]
     title = (f"NLI zero-shot, {name} shape (random), {len(labels)} labels: SIE {{precision}} vs transformers "
              f"pipeline float32 (batch {args.nli_batch})")
-    return compare_extract(title, card_from_local_dir("nli", root), load_texts(args.nli_docs), labels, reference,
-                           args.rounds, hypothesis_template=TEMPLATE)
+    return compare_extract(title, card_from_local_dir("nli", root), texts, labels, reference, args.rounds,
+                           hypothesis_template=TEMPLATE)
 
 
 # ----------------------------------------------------------------------------- GLiClass
@@ -192,18 +219,31 @@ def gliclass_model_dir() -> Path:
     return root
 
 
+class GLiClassSide:
+    """The gliclass library's ZeroShotClassificationPipeline (batch 8, multi-label): `run()` scores the
+    texts' labels."""
+
+    def __init__(self, root: Path, texts: list[str], labels: list[str]):
+        from gliclass_models import gliclass_pipeline
+
+        self.pipe, self.texts, self.labels = gliclass_pipeline(root), texts, labels
+
+    def run(self) -> list[dict]:
+        from gliclass_models import reference_scores
+
+        return reference_scores(self.pipe, self.texts, self.labels, True, batch_size=8)
+
+
 def bench_gliclass(args) -> list[dict]:
-    from gliclass_models import gliclass_pipeline, reference_scores
     from sie_engine.local_card import card_from_local_dir
 
     root = gliclass_model_dir()
     labels = frequent_sections(args.labels)
-    pipe = gliclass_pipeline(root)
+    texts = load_texts(args.gliclass_docs)
     title = (f"GLiClass, DeBERTa-v3-base backbone (random), {len(labels)} labels, multi-label: SIE {{precision}} vs "
              f"gliclass ZeroShotClassificationPipeline float32 (batch 8)")
-    return compare_extract(title, card_from_local_dir("gliclass", root), load_texts(args.gliclass_docs), labels,
-                           lambda texts: reference_scores(pipe, texts, labels, True, batch_size=8), args.rounds,
-                           multi_label=True)
+    return compare_extract(title, card_from_local_dir("gliclass", root), texts, labels,
+                           SystemProcess(GLiClassSide, root, texts, labels), args.rounds, multi_label=True)
 
 
 # ----------------------------------------------------------------------------- GLiREL
@@ -243,11 +283,46 @@ def entity_words(text: str, count: int = 5, within: int = 60) -> list[tuple[int,
     return [(i, i) for i in range(0, words, step)][:count]
 
 
-def bench_glirel(args) -> list[dict]:
-    from glirel import GLiREL
+class SIEGlirelSide:
+    """SIE's Engine on the GLiREL directory: `run()` every relation score of the items' entities, as
+    ({(head start, tail start, relation): score} per item, tokens)."""
 
-    from sie_engine import Catalog, Engine
-    from sie_engine.local_card import card_from_local_dir
+    def __init__(self, root: Path, items: list[dict]):
+        from sie_engine import Catalog, Engine
+        from sie_engine.local_card import card_from_local_dir
+
+        self.engine = Engine(Catalog([card_from_local_dir("glirel", root)]), device="cpu")
+        self.items = items
+
+    def run(self) -> tuple[list[dict], int]:
+        result = self.engine.extract_sync("glirel", self.items, RELATIONS, threshold=0.0)
+        return ([{(r.head.start, r.tail.start, r.relation): r.score for r in item.relations} for item in result.items],
+                result.tokens)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class GlirelSide:
+    """glirel's batch_predict_relations on the same entities (`ner`), keyed as SIE's answer is:
+    `starts[i]` are text i's word starts."""
+
+    def __init__(self, root: Path, texts: list[str], ner: list, starts: list[list[int]]):
+        from glirel import GLiREL
+
+        # glirel 1.2.1 asks for the two arguments huggingface_hub no longer passes
+        self.model = GLiREL._from_pretrained(model_id=str(root), revision=None, cache_dir=None, force_download=False,
+                                             proxies=None, resume_download=False, local_files_only=True,
+                                             token=None).eval()
+        self.texts, self.ner, self.starts = texts, ner, starts
+
+    def run(self) -> list[dict]:
+        out = self.model.batch_predict_relations(self.texts, RELATIONS, threshold=0.0, ner=self.ner)
+        return [{(starts[r["head_pos"][0]], starts[r["tail_pos"][0]], r["label"]): r["score"] for r in doc}
+                for starts, doc in zip(self.starts, out)]
+
+
+def bench_glirel(args) -> list[dict]:
     from sie_engine.models.gliner.prompt import split_words
 
     root = glirel_model_dir()
@@ -257,31 +332,13 @@ def bench_glirel(args) -> list[dict]:
     items = [{"text": t, "entities": [{"start": w.starts[a], "end": w.ends[b], "label": "thing"} for a, b in sp]}
              for t, w, sp in zip(texts, words, spans)]
     ner = [[[a, b, "thing", " ".join(w.texts[a:b + 1])] for a, b in sp] for w, sp in zip(words, spans)]
-    # glirel 1.2.1 asks for the two arguments huggingface_hub no longer passes
-    reference = GLiREL._from_pretrained(model_id=str(root), revision=None, cache_dir=None, force_download=False,
-                                        proxies=None, resume_download=False, local_files_only=True,
-                                        token=None).eval()
-    engine = Engine(Catalog([card_from_local_dir("glirel", root)]), device="cpu")
-    tokens = 0
-
-    def sie():
-        nonlocal tokens
-        result = engine.extract_sync("glirel", items, RELATIONS, threshold=0.0)
-        tokens = result.tokens
-        return [{(r.head.start, r.tail.start, r.relation): r.score for r in item.relations} for item in result.items]
-
-    def ref():
-        out = reference.batch_predict_relations(texts, RELATIONS, threshold=0.0, ner=ner)
-        return [{(w.starts[r["head_pos"][0]], w.starts[r["tail_pos"][0]], r["label"]): r["score"] for r in doc}
-                for w, doc in zip(words, out)]
-
-    try:
-        sie(), ref()  # warm-up
-        seconds, answers = alternate({"sie": sie, "ref": ref}, args.rounds)
-    finally:
-        engine.close()
-    same = all(a.keys() == b.keys() for a, b in zip(answers["sie"], answers["ref"]))
-    diff = max(abs(a[k] - b[k]) for a, b in zip(answers["sie"], answers["ref"]) for k in a.keys() & b.keys())
+    sie = SystemProcess(SIEGlirelSide, root, items)
+    reference = SystemProcess(GlirelSide, root, texts, ner, [list(w.starts) for w in words])
+    with closing(sie, reference):
+        seconds, answers = alternate({"sie": (sie, ()), "ref": (reference, ())}, args.rounds)
+    got, tokens = answers["sie"]
+    same = all(a.keys() == b.keys() for a, b in zip(got, answers["ref"]))
+    diff = max(abs(a[k] - b[k]) for a, b in zip(got, answers["ref"]) for k in a.keys() & b.keys())
     title = (f"GLiREL, DeBERTa-v3-base backbone (random), {len(spans[0])} entities, {len(RELATIONS)} relations: "
              "SIE float32 vs glirel batch_predict_relations")
     return [{"name": title,
@@ -319,47 +376,65 @@ def clip_model_dir() -> Path:
     return root
 
 
-def bench_clip(args) -> list[dict]:
-    import io
+class SIEClipSide:
+    """SIE's Engine on the CLIP directory: `run(precision)` embeds the JPEG bytes."""
 
-    import numpy as np
-    from common import min_cosine
-    from PIL import Image
-    from transformers import CLIPImageProcessorPil, CLIPModel
+    def __init__(self, root: Path, images: list[bytes]):
+        from sie_engine import Catalog, Engine
+        from sie_engine.local_card import card_from_local_dir
 
-    from image_fixtures import _picture, encode_image
-    from sie_engine import Catalog, Engine
-    from sie_engine.local_card import card_from_local_dir
+        self.engine = Engine(Catalog([card_from_local_dir("clip", root)]), device="cpu")
+        self.images = images
 
-    root = clip_model_dir()
-    images = [encode_image(_picture(320 + 8 * (i % 5), 240 + 8 * (i % 3), i), "JPEG") for i in range(args.clip_images)]
-    engine = Engine(Catalog([card_from_local_dir("clip", root)]), device="cpu")
-    model = CLIPModel.from_pretrained(str(root)).eval()
-    # transformers' PIL image processor: its default one needs torchvision, which does not load beside this torch
-    processor = CLIPImageProcessorPil.from_pretrained(str(root))
+    def run(self, precision: str):
+        import numpy as np
 
-    def sie(precision):
-        def call():
-            result = engine.encode_sync("clip", [{"image": b} for b in images], normalize=False, precision=precision)
-            return np.stack([item.dense for item in result.items])
-        return call
+        result = self.engine.encode_sync("clip", [{"image": b} for b in self.images], normalize=False,
+                                         precision=precision)
+        return np.stack([item.dense for item in result.items])
 
-    def ref():  # what a transformers user writes: decode, the processor, get_image_features in batches of 32
+    def close(self) -> None:
+        self.engine.close()
+
+
+class TransformersClipSide:
+    """What a transformers user writes: decode, the processor, get_image_features in batches of 32."""
+
+    def __init__(self, root: Path, images: list[bytes]):
+        from transformers import CLIPImageProcessorPil, CLIPModel
+
+        self.model = CLIPModel.from_pretrained(str(root)).eval()
+        # transformers' PIL image processor: its default one needs torchvision, which does not load beside this torch
+        self.processor = CLIPImageProcessorPil.from_pretrained(str(root))
+        self.images = images
+
+    def run(self):
+        import io
+
+        import numpy as np
+        from PIL import Image
+
         out = []
-        for start in range(0, len(images), 32):
-            pictures = [Image.open(io.BytesIO(b)).convert("RGB") for b in images[start:start + 32]]
+        for start in range(0, len(self.images), 32):
+            pictures = [Image.open(io.BytesIO(b)).convert("RGB") for b in self.images[start:start + 32]]
             with torch.no_grad():
-                features = model.get_image_features(**processor(images=pictures, return_tensors="pt"))
+                features = self.model.get_image_features(**self.processor(images=pictures, return_tensors="pt"))
             out.append(getattr(features, "pooler_output", features).numpy())
         return np.concatenate(out)
 
-    systems = {"float32": sie("float32"), "bfloat16": sie("bfloat16"), "ref": ref}
-    try:
-        for call in systems.values():  # warm-up
-            call()
-        seconds, answers = alternate(systems, args.rounds)
-    finally:
-        engine.close()
+
+def bench_clip(args) -> list[dict]:
+    from common import min_cosine
+
+    from image_fixtures import _picture, encode_image
+
+    root = clip_model_dir()
+    images = [encode_image(_picture(320 + 8 * (i % 5), 240 + 8 * (i % 3), i), "JPEG") for i in range(args.clip_images)]
+    sie = SystemProcess(SIEClipSide, root, images)
+    reference = SystemProcess(TransformersClipSide, root, images)
+    with closing(sie, reference):
+        seconds, answers = alternate({"float32": (sie, ("float32",)), "bfloat16": (sie, ("bfloat16",)),
+                                      "ref": (reference, ())}, args.rounds)
     patches = len(images) * ((224 // 32) ** 2 + 1)
     return [{"name": f"CLIP image embeddings, ViT-B/32 size (random), JPEG bytes in: SIE {precision} vs transformers "
                      "CLIPModel.get_image_features float32 (its PIL image processor, batch 32)",
