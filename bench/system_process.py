@@ -46,17 +46,27 @@ class SystemProcess:
         self._process = context.Process(target=_serve, args=(theirs, factory, args, threads, tuple(attributes)),
                                         daemon=True)
         self._process.start()
-        for name, value in self._conn.recv().items():
+        theirs.close()  # the child holds its end now: its exit is then an EOF here, not a wait forever
+        self._name = getattr(factory, "__qualname__", repr(factory))
+        for name, value in self._receive().items():
             setattr(self, name, value)
+
+    def _receive(self) -> Any:
+        try:
+            return self._conn.recv()
+        except EOFError:
+            self._process.join()
+            raise RuntimeError(f"{self._name}'s process ended (exit code {self._process.exitcode}); "
+                               "its traceback is above") from None
 
     def timed(self, method: str, *args: Any) -> tuple[float, Any]:
         self._conn.send((method, args))
-        return self._conn.recv()
+        return self._receive()
 
     def call(self, method: str, *args: Any) -> Any:
         return self.timed(method, *args)[1]
 
     def close(self) -> None:
         self._conn.send(None)
-        self._conn.recv()
+        self._receive()
         self._process.join()
