@@ -38,6 +38,14 @@ log = logging.getLogger(__name__)
 # port 0 read the real port from it.
 LISTENING = "SIE listening on http://{host}:{port}"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def print_listening(host: str, port: int) -> None:
+    """The LISTENING line, its newline in the same write: print() writes them apart, and with
+    PYTHONUNBUFFERED each is a write of its own, so a log line of a split server's other process
+    (they share the log) once landed between them and glued itself to the port."""
+    sys.stderr.write(LISTENING.format(host=host, port=port) + "\n")
+    sys.stderr.flush()
 # After the drain: how long connections still writing an answer (to a slow reader) get
 # before they are closed.
 CLOSE_TIMEOUT_S = 5.0
@@ -92,7 +100,7 @@ async def serve(engine: Engine, settings: ServerSettings, metrics: ServerMetrics
     if announce is not None:
         announce(host, port)
     else:
-        print(LISTENING.format(host=host, port=port), file=sys.stderr, flush=True)
+        print_listening(host, port)
         log.info("%s", startup_summary(engine, settings))
     max_wait = engine.max_queue_wait_s
     if settings.drain_timeout_s < max_wait:

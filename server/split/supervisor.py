@@ -34,7 +34,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from ..serve import LISTENING, SHUTDOWN_EXTRA_S, STOP_SIGNALS
+from ..serve import SHUTDOWN_EXTRA_S, STOP_SIGNALS, print_listening
 from . import protocol
 from .paths import ENGINE_LOST, ENV, INDEX, PORT, READY_FD, USAGE_ERROR, SplitPaths
 from .wait_board import WaitBoard
@@ -140,7 +140,7 @@ class Supervisor:
             await self._stop_all(signal.SIGKILL)
             self._cleanup()
             return USAGE_ERROR if exc.code == USAGE_ERROR else 1
-        print(LISTENING.format(host=self.host, port=self.port), file=sys.stderr, flush=True)
+        print_listening(self.host, self.port)
         log.info("split server: %d frontend(s) and one engine core (pid %d)", self.count, self.core.process.pid)
         watch = asyncio.create_task(self._watch())
         await stop.wait()
